@@ -1,0 +1,3 @@
+from mxbench.cli import main
+
+main()

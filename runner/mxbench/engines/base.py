@@ -1,0 +1,111 @@
+"""The engine interface: how a bench command reaches a machine.
+
+An engine knows only how to run "these ``mxbench bench`` arguments, on this host, in this
+image, with these devices" and hand back what came out (:class:`Outcome`). Turning that
+into a result record (parsing the bench's JSON line, mapping a timeout, a kill or garbage
+to a status) is shared by every engine: :func:`to_record`.
+
+Engines that run cells one by one implement :meth:`Engine.run_one`; engines that submit
+many at once (Slurm job arrays, later Kubernetes) override :meth:`Engine.run` and yield
+outcomes as they complete. :meth:`Engine.cancel` is called on Ctrl-C from another thread.
+"""
+
+from __future__ import annotations
+
+import signal
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from mxbench.cells import Cell
+from mxbench.matrix import Matrix
+from mxbench.results import new_record, parse_bench_output, tail
+
+
+class EngineUnavailable(Exception):
+    """The host cannot run these cells at all (daemon unreachable, no GPU runtime...).
+
+    ``status`` is the record status its cells get: ``unsupported`` for a capability the host
+    lacks, ``error`` for a host that should work but does not.
+    """
+
+    def __init__(self, reason: str, status: str = "error") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+@dataclass
+class Outcome:
+    """What came back from running one cell's bench command."""
+
+    returncode: int | None
+    stdout: str = ""
+    stderr: str = ""
+    wall_s: float = 0.0
+    timed_out: bool = False
+    oom_killed: bool = False  # killed by the kernel / cgroup / scheduler for memory
+    status: str | None = None  # an engine-decided status (e.g. "unsupported", "timeout")
+    reason: str | None = None  # why, when status is set
+    image: dict[str, Any] | None = None  # {"name", "id", "labels"} for containerised runs
+    extra: dict[str, Any] = field(default_factory=dict)  # engine details (job id, container)
+
+
+class Engine(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, host: Any, matrix: Matrix) -> None:
+        self.host = host
+        self.matrix = matrix
+
+    def prepare(self, cells: Sequence[Cell]) -> None:  # noqa: B027 - optional hook
+        """Check the host can run ``cells``; raise :class:`EngineUnavailable` if not."""
+
+    def run(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, Outcome]]:
+        """Run cells, yielding each outcome the moment it is known."""
+        for cell in cells:
+            yield cell, self.run_one(cell)
+
+    @abstractmethod
+    def run_one(self, cell: Cell) -> Outcome: ...
+
+    def cancel(self) -> None:  # noqa: B027 - optional hook
+        """Stop what is running (Ctrl-C). Must be safe to call from a signal handler thread."""
+
+
+def to_record(cell: Cell, outcome: Outcome) -> dict[str, Any]:
+    """The result record for one attempt, whatever happened."""
+    image = {"name": cell.image, "id": None}
+    if outcome.image:
+        image.update(outcome.image)
+    stamp = {"cell": cell.key, "host": cell.host, "engine": cell.engine, "image": image}
+
+    parsed = parse_bench_output(outcome.stdout) if outcome.stdout else None
+    if parsed is not None and not outcome.timed_out and outcome.status is None:
+        record = parsed
+        record.update(stamp)
+        record["params"] = {**cell.params, **(record.get("params") or {})}
+    else:
+        status, error = _failure(cell, outcome)
+        record = new_record(params=cell.params, status=status, error=error, **stamp)
+    record.setdefault("run", {})
+    record["run"].update({"wall_s": round(outcome.wall_s, 3), **outcome.extra})
+    return record
+
+
+def _failure(cell: Cell, o: Outcome) -> tuple[str, str]:
+    if o.status:
+        return o.status, o.reason or o.status
+    if o.timed_out:
+        return "timeout", f"no result within the cell timeout of {cell.timeout_s:g} s" + _tail(o)
+    if o.oom_killed or o.returncode == -signal.SIGKILL or o.returncode == 137:
+        return "oom", "the bench process was killed (out of memory)" + _tail(o)
+    if o.returncode == 0:
+        return "error", "the bench printed no result record" + _tail(o)
+    return "error", f"the bench exited with code {o.returncode}" + _tail(o)
+
+
+def _tail(o: Outcome) -> str:
+    t = tail(o.stderr or o.stdout)
+    return f"\n{t}" if t else ""

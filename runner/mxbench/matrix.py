@@ -1,0 +1,291 @@
+"""The matrix file: schema v1 (pydantic v2), loading and validation.
+
+Every error names the key path (``hosts[1].gpus``) and, where the YAML gives one, the line,
+and is raised as :class:`~mxbench.errors.UsageError` (exit 2, no traceback). Unknown keys
+are rejected everywhere: a typo must not pass silently.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mxbench.errors import UsageError
+
+POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
+Policy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16"]
+JitCompile = Literal["auto", "on", "off"]
+DEFAULT_CELL_TIMEOUT_S = 1800.0
+# The smallest input the model accepts: three stride-2 convolutions with kernels up to 11.
+MIN_IMAGE_SIZE = 16
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Benchmark(_Strict):
+    """What every cell measures (the experiment's defaults, except the step count)."""
+
+    model: Literal["blog-cnn"] = "blog-cnn"
+    image_size: Annotated[int, Field(ge=MIN_IMAGE_SIZE)] = 256
+    data: str = "synthetic"
+    warmup_steps: Annotated[int, Field(ge=0)] = 5
+    steps: Annotated[int, Field(ge=1)] = 50
+    repeats: Annotated[int, Field(ge=1)] = 1
+    jit_compile: JitCompile = "auto"
+    timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_CELL_TIMEOUT_S
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must be 'synthetic' or a directory in Imagenette layout")
+        return v
+
+
+class Axes(_Strict):
+    policy: Annotated[list[Policy], Field(min_length=1)] = ["float32", "mixed_float16"]
+    batch_size: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)] = [
+        32,
+        64,
+        128,
+        256,
+        512,
+    ]
+
+    @field_validator("policy", "batch_size")
+    @classmethod
+    def _unique(cls, v: list[Any]) -> list[Any]:
+        dup = sorted({str(x) for x in v if v.count(x) > 1})
+        if dup:
+            raise ValueError(f"duplicate values: {', '.join(dup)}")
+        return v
+
+
+class Image(_Strict):
+    """How to build one image (``mxbench build``)."""
+
+    dockerfile: str = "Dockerfile"
+    target: str | None = None
+    context: str = "."
+    build_args: dict[str, str] = {}
+
+
+class _HostBase(_Strict):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    timeout_s: Annotated[float, Field(gt=0)] | None = None  # overrides benchmark.timeout_s
+    env: dict[str, str] = {}  # extra environment for the bench (e.g. TF_ENABLE_ONEDNN_OPTS)
+
+
+class LocalHost(_HostBase):
+    """This machine, a fresh subprocess per cell, no container (the embedded default)."""
+
+    engine: Literal["local"]
+    python: str | None = None  # interpreter with mxbench[tf]; default: the one running mxbench
+
+
+Gpus = Literal["all", "none"] | list[str]
+
+
+class DockerHost(_HostBase):
+    engine: Literal["docker"]
+    docker_host: str | None = None  # unix://, tcp://, ssh://user@host[:port]; absent = local
+    context: str | None = None  # a docker CLI context name
+    gpus: Gpus = "none"
+    images: Annotated[list[str], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _one_address(self) -> DockerHost:
+        if self.docker_host and self.context:
+            raise ValueError("give docker_host or context, not both")
+        return self
+
+
+class SlurmHost(_HostBase):
+    engine: Literal["slurm"]
+    partition: str | None = None
+    gres: str | None = None  # e.g. gpu:v100:1
+    constraint: str | None = None
+    account: str | None = None
+    time_limit: str | None = None  # sbatch --time, e.g. "00:30:00"
+    sbatch_options: list[str] = []
+    # How the bench runs on the nodes: one of container_image (pyxis / apptainer) or python.
+    container_image: str | None = None
+    container_runtime: Literal["pyxis", "apptainer"] | None = None
+    python: str | None = None  # interpreter with mxbench[tf] on the shared filesystem
+    workdir: str | None = None  # shared directory for job scripts and outputs
+    array: bool = True  # many cells as one job array
+
+    @model_validator(mode="after")
+    def _how(self) -> SlurmHost:
+        if self.container_image and self.python:
+            raise ValueError("give container_image or python, not both")
+        if self.container_runtime and not self.container_image:
+            raise ValueError("container_runtime needs container_image")
+        return self
+
+
+Host = Annotated[LocalHost | DockerHost | SlurmHost, Field(discriminator="engine")]
+
+
+class Matrix(_Strict):
+    version: Literal[1] = 1
+    benchmark: Benchmark = Benchmark()
+    axes: Axes = Axes()
+    images: dict[str, Image] = {}
+    hosts: Annotated[list[Host], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _references(self) -> Matrix:
+        seen: set[str] = set()
+        for i, host in enumerate(self.hosts):
+            if host.name in seen:
+                raise _PathError(("hosts", i, "name"), f"duplicate host name {host.name!r}")
+            seen.add(host.name)
+            for j, image in enumerate(getattr(host, "images", [])):
+                if image not in self.images:
+                    known = ", ".join(sorted(self.images)) or "none defined"
+                    raise _PathError(
+                        ("hosts", i, "images", j),
+                        f"image {image!r} is not defined under 'images' (defined: {known})",
+                    )
+        return self
+
+    def host(self, name: str) -> LocalHost | DockerHost | SlurmHost:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+
+class _PathError(ValueError):
+    """A cross-reference error that knows its own key path (pydantic would point at the root)."""
+
+    def __init__(self, loc: tuple[str | int, ...], msg: str) -> None:
+        super().__init__(msg)
+        self.loc = loc
+        self.msg = msg
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def default_matrix_path() -> Path:
+    """The embedded default: a small, fast, local-engine matrix shipped with the package."""
+    return Path(str(resources.files("mxbench") / "defaults" / "local.yaml"))
+
+
+def load_matrix(path: Path | str) -> Matrix:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: matrix file not found") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read matrix file ({exc})") from None
+    return parse_matrix(text, str(path))
+
+
+def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{source}{where}: malformed YAML: {problem}") from None
+    if data is None:
+        raise UsageError(f"{source}: the matrix is empty (it needs at least 'hosts')")
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: the matrix must be a mapping at the top level")
+    try:
+        return Matrix.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(_format_errors(exc, node, source)) from None
+    except _PathError as exc:
+        raise UsageError(_format_one(exc.loc, exc.msg, node, source)) from None
+
+
+def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        ctx_err = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_err, _PathError):
+            lines.append(_format_one(ctx_err.loc, ctx_err.msg, node, source))
+            continue
+        loc = _strip_union_tags(loc)
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (not in matrix schema v1; a typo?)"
+        elif err["type"] == "union_tag_invalid":
+            msg = "unknown engine: expected one of local, docker, slurm"
+        elif err["type"] == "union_tag_not_found":
+            msg = "missing 'engine' (one of local, docker, slurm)"
+        elif err["type"] == "literal_error" and loc and loc[-2:-1] == ("policy",):
+            msg = f"unknown policy {err.get('input')!r}: expected one of {', '.join(POLICIES)}"
+        elif err["type"] == "literal_error" and "policy" in loc:
+            msg = f"unknown policy {err.get('input')!r}: expected one of {', '.join(POLICIES)}"
+        msg = msg.removeprefix("Value error, ")
+        lines.append(_format_one(loc, msg, node, source))
+    head = f"{source}: invalid matrix ({len(lines)} problem{'s' if len(lines) > 1 else ''})"
+    return head + "\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _strip_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    # pydantic inserts the discriminator value ("docker") after the list index.
+    out: list[Any] = []
+    for i, part in enumerate(loc):
+        if (
+            part in ("local", "docker", "slurm")
+            and i >= 2
+            and loc[i - 2] == "hosts"
+            and isinstance(loc[i - 1], int)
+        ):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def format_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _format_one(loc: tuple[Any, ...], msg: str, node: yaml.Node | None, source: str) -> str:
+    line = _line_of(node, loc)
+    where = f"{source}:{line}" if line else source
+    return f"{where}: {format_path(loc)}: {msg}"
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the deepest YAML node on the key path (pydantic knows no lines)."""
+    best = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    best = key.start_mark.line + 1
+                    node = value
+                    break
+            else:
+                return best
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return best
+            node = node.value[part]
+            best = node.start_mark.line + 1
+        else:
+            return best
+    return best
