@@ -2,7 +2,7 @@
 
 Data flow (one direction):
 
-    matrix.yaml --matrix--> Matrix --cells--> [Cell] --engines--> records (results) --report--> tables
+    matrix.yaml -> Matrix -> [Cell] -> engines -> records (results) -> report -> tables
 
 Modules follow it: ``matrix`` (schema, loading), ``cells`` (expansion, stable keys),
 ``engines`` (how a bench command reaches a machine), ``results`` (record contract, JSONL

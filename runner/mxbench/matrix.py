@@ -208,8 +208,6 @@ def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
         return Matrix.model_validate(data)
     except ValidationError as exc:
         raise UsageError(_format_errors(exc, node, source)) from None
-    except _PathError as exc:
-        raise UsageError(_format_one(exc.loc, exc.msg, node, source)) from None
 
 
 def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
@@ -228,8 +226,6 @@ def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) ->
             msg = "unknown engine: expected one of local, docker, slurm"
         elif err["type"] == "union_tag_not_found":
             msg = "missing 'engine' (one of local, docker, slurm)"
-        elif err["type"] == "literal_error" and loc and loc[-2:-1] == ("policy",):
-            msg = f"unknown policy {err.get('input')!r}: expected one of {', '.join(POLICIES)}"
         elif err["type"] == "literal_error" and "policy" in loc:
             msg = f"unknown policy {err.get('input')!r}: expected one of {', '.join(POLICIES)}"
         msg = msg.removeprefix("Value error, ")

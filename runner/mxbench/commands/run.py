@@ -1,11 +1,129 @@
-"""`mxbench run` (being built)."""
+"""``mxbench run``: every cell of the matrix on every host, one record per attempt."""
 
 from __future__ import annotations
 
+import shlex
+import sys
+from pathlib import Path
+
 import typer
 
+from mxbench.errors import MxbenchError
 
-def run() -> None:
-    """Not implemented yet."""
-    typer.echo("mxbench run: not implemented yet", err=True)
-    raise typer.Exit(1)
+
+def run(
+    matrix: Path | None = typer.Option(
+        None,
+        "--matrix",
+        "-m",
+        help="Matrix file (schema v1). Default: the embedded local matrix "
+        "(this machine's CPU, small image size, a few minutes on 2 cores).",
+        show_default=False,
+    ),
+    results: Path = typer.Option(
+        Path("results"),
+        "--results",
+        "-r",
+        help="Directory of JSONL result files (one per host); records are appended.",
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Skip cells whose latest record is ok (or oom: a final answer)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", "-n", help="Print the plan (one row per cell) and exit."
+    ),
+    host: list[str] = typer.Option(
+        [], "--host", "-H", help="Run only this host (repeatable).", show_default=False
+    ),
+) -> None:
+    """Measure every cell (host x image x policy x batch size) of a matrix.
+
+    Each cell runs in a fresh process (or container, or Slurm job) and leaves one JSON
+    record in RESULTS/<host>.jsonl the moment it finishes; Ctrl-C keeps what is done and
+    prints the command that resumes. Exit code 0 when every cell ended ok / oom /
+    unsupported, 1 when any errored or timed out, 2 for a bad matrix.
+
+    Examples:
+
+      mxbench run                                  # embedded local default
+
+      mxbench run -m matrix.yaml --dry-run         # what would run
+
+      mxbench run -m matrix.yaml --host v100 --resume
+    """
+    from mxbench.cells import expand
+    from mxbench.matrix import default_matrix_path, load_matrix
+    from mxbench.orchestrate import run_cells
+    from mxbench.progress import CellProgress
+    from mxbench.results import ResultStore
+
+    matrix_path = matrix or default_matrix_path()
+    mx = load_matrix(matrix_path)
+    cells = expand(mx, host or None)
+
+    if dry_run:
+        _print_plan(cells)
+        return
+
+    store = ResultStore(results)
+    skipped = 0
+    if resume:
+        done = store.done_cells()
+        skipped = sum(1 for c in cells if c.key in done)
+        cells = [c for c in cells if c.key not in done]
+    where = "embedded default matrix" if matrix is None else str(matrix_path)
+    print(
+        f"mxbench: {len(cells)} cell(s) to run from {where}"
+        + (f" ({skipped} already done, skipped)" if skipped else "")
+        + f"; results in {results}/",
+        file=sys.stderr,
+    )
+    if not cells:
+        return
+
+    with CellProgress(len(cells)) as progress:
+        summary = run_cells(mx, cells, store, progress)
+
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
+    if summary.interrupted:
+        again = ["mxbench", "run"]
+        if matrix is not None:
+            again += ["--matrix", str(matrix)]
+        if str(results) != "results":
+            again += ["--results", str(results)]
+        for h in host:
+            again += ["--host", h]
+        again.append("--resume")
+        print(
+            f"\nmxbench: interrupted. {summary.done} finished cell(s) are saved in "
+            f"{results}/ ({counts}).\nResume with: {shlex.join(again)}",
+            file=sys.stderr,
+        )
+        raise typer.Exit(130)
+    print(f"mxbench: done: {counts}. Report: mxbench report --results {results}", file=sys.stderr)
+    if summary.failed:
+        raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
+
+
+def _print_plan(cells: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"mxbench plan: {len(cells)} cell(s)", title_justify="left")
+    for col in ("host", "engine", "image", "policy", "batch", "px", "steps", "data", "key"):
+        table.add_column(col, justify="right" if col in ("batch", "px", "steps") else "left")
+    for c in cells:
+        p = c.params
+        table.add_row(
+            c.host,
+            c.engine,
+            c.image or "-",
+            p["policy"],
+            str(p["batch_size"]),
+            str(p["image_size"]),
+            f"{p['warmup_steps']}+{p['steps']}",
+            p["data"],
+            c.key,
+        )
+    Console(width=max(120, Console().width)).print(table)
+    print(f"{len(cells)} cell(s)")

@@ -1,0 +1,99 @@
+"""``engine: local``: this machine, one fresh ``mxbench bench`` process per cell, no container.
+
+The bench runs with the interpreter running mxbench (or ``python:`` from the host entry), in
+its own session so that a Ctrl-C in the terminal reaches only the orchestrator, which then
+kills the cell's whole process group (:meth:`LocalEngine.cancel`). A cell past its timeout is
+killed the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from mxbench.cells import Cell
+from mxbench.engines.base import Engine, EngineUnavailable, Outcome
+from mxbench.matrix import LocalHost
+
+
+class LocalEngine(Engine):
+    name = "local"
+    host: LocalHost
+
+    def __init__(self, host: LocalHost, matrix: object) -> None:
+        super().__init__(host, matrix)  # type: ignore[arg-type]
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+        self._cancelled = False
+
+    @property
+    def python(self) -> str:
+        return self.host.python or sys.executable
+
+    def command(self, cell: Cell) -> list[str]:
+        return [self.python, "-m", "mxbench", "bench", *cell.bench_args()]
+
+    def prepare(self, cells: Sequence[Cell]) -> None:
+        if self.host.python and not shutil.which(self.host.python):
+            raise EngineUnavailable(f"python interpreter {self.host.python!r} not found")
+        for cell in cells:
+            data = cell.params.get("data", "synthetic")
+            if data != "synthetic" and not os.path.isdir(data):
+                raise EngineUnavailable(f"data directory {data!r} does not exist on this host")
+
+    def run_one(self, cell: Cell) -> Outcome:
+        env = {**os.environ, **self.host.env, "PYTHONUNBUFFERED": "1"}
+        start = time.monotonic()
+        with self._lock:
+            if self._cancelled:
+                return Outcome(returncode=None, status="error", reason="cancelled")
+            proc = subprocess.Popen(
+                self.command(cell),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+                start_new_session=True,  # Ctrl-C goes to us; we decide what the cell gets
+            )
+            self._proc = proc
+        timed_out = False
+        try:
+            stdout, stderr = proc.communicate(timeout=cell.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            stdout, stderr = proc.communicate()
+        except BaseException:
+            _kill_group(proc)
+            proc.communicate()
+            raise
+        finally:
+            with self._lock:
+                self._proc = None
+        return Outcome(
+            returncode=proc.returncode,
+            stdout=stdout,
+            stderr=stderr,
+            wall_s=time.monotonic() - start,
+            timed_out=timed_out,
+            extra={"pid": proc.pid},
+        )
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if self._proc is not None:
+                _kill_group(self._proc)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)

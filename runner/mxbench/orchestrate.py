@@ -1,0 +1,123 @@
+"""Run planned cells through their hosts' engines, appending one record per attempt.
+
+Hosts run one after another, cells in plan order; every record is appended to the store the
+moment it exists, so a crash or Ctrl-C loses nothing already measured. On Ctrl-C (or
+SIGTERM) the running engine is cancelled, the interrupted cell is *not* recorded (it was not
+measured), and :class:`Interrupted` tells the caller how many cells were saved.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from mxbench.cells import Cell
+from mxbench.engines import Engine, EngineUnavailable, engine_class, to_record
+from mxbench.matrix import Matrix
+from mxbench.progress import CellProgress
+from mxbench.results import ResultStore, new_record
+
+FAILED_STATUSES = frozenset({"error", "timeout"})
+
+
+@dataclass
+class RunSummary:
+    counts: Counter[str] = field(default_factory=Counter)
+    paths: set[str] = field(default_factory=set)
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> int:
+        return sum(n for s, n in self.counts.items() if s in FAILED_STATUSES)
+
+    @property
+    def done(self) -> int:
+        return sum(self.counts.values())
+
+
+def group_by_host(cells: Sequence[Cell]) -> dict[str, list[Cell]]:
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.host, []).append(cell)
+    return groups
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_cells(
+    matrix: Matrix, cells: Sequence[Cell], store: ResultStore, progress: CellProgress
+) -> RunSummary:
+    summary = RunSummary()
+
+    def save(record: dict[str, Any]) -> None:
+        summary.paths.add(str(store.append(record)))
+        summary.counts[record["status"]] += 1
+
+    with _sigterm_as_interrupt():
+        for host_name, host_cells in group_by_host(cells).items():
+            host = matrix.host(host_name)
+            engine: Engine = engine_class(host.engine)(host, matrix)
+            try:
+                progress.start(host_name, "(preparing)")
+                engine.prepare(host_cells)
+            except EngineUnavailable as exc:
+                progress.message(f"{host_name}: {exc.status}: {exc.reason}")
+                for cell in host_cells:
+                    record = new_record(
+                        params=cell.params,
+                        status=exc.status,
+                        error=exc.reason,
+                        cell=cell.key,
+                        host=cell.host,
+                        engine=cell.engine,
+                        image={"name": cell.image, "id": None},
+                    )
+                    save(record)
+                    progress.finish(cell.label(), record)
+                continue
+            except KeyboardInterrupt:
+                summary.interrupted = True
+                return summary
+
+            try:
+                if host_cells:
+                    progress.start(host_cells[0].label())
+                for i, (cell, outcome) in enumerate(engine.run(host_cells)):
+                    record = to_record(cell, outcome)
+                    save(record)
+                    progress.finish(cell.label(), record)
+                    if i + 1 < len(host_cells):
+                        progress.start(host_cells[i + 1].label(), engine_note(engine))
+            except KeyboardInterrupt:
+                summary.interrupted = True
+                _cancel_quietly(engine)
+                return summary
+    return summary
+
+
+def engine_note(engine: Engine) -> str:
+    note = getattr(engine, "progress_note", None)
+    return note() if callable(note) else ""
+
+
+def _cancel_quietly(engine: Engine) -> None:
+    # A second Ctrl-C while cleaning up must not leave jobs or containers behind.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        engine.cancel()
+    finally:
+        signal.signal(signal.SIGINT, previous)
