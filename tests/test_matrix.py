@@ -1,0 +1,141 @@
+"""Matrix schema v1: loading, validation errors (exit 2, key path, line), expansion, keys."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mxbench.cells import cell_key, expand
+from mxbench.errors import UsageError
+from mxbench.matrix import default_matrix_path, load_matrix, parse_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LOCAL = """\
+hosts:
+  - name: box
+    engine: local
+"""
+
+
+def mxbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mxbench", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def test_defaults_are_the_experiments() -> None:
+    m = parse_matrix(LOCAL)
+    assert m.benchmark.image_size == 256
+    assert m.benchmark.warmup_steps == 5
+    assert m.axes.policy == ["float32", "mixed_float16"]
+    assert m.axes.batch_size == [32, 64, 128, 256, 512]
+    assert len(expand(m)) == 10
+
+
+def test_repo_matrix_and_embedded_default_load() -> None:
+    m = load_matrix(ROOT / "matrix.yaml")
+    names = [h.name for h in m.hosts]
+    assert names == ["v100", "titan-xp", "m2200-laptop", "cpu-box"]
+    assert m.images["gpu-tf217"].build_args["TF_VERSION"].startswith("2.17")
+    d = load_matrix(default_matrix_path())
+    assert [h.engine for h in d.hosts] == ["local"]
+    assert d.benchmark.image_size <= 64 and d.benchmark.steps <= 20
+    assert (ROOT / "examples" / "local.yaml").read_text() == default_matrix_path().read_text()
+
+
+BAD = {
+    "malformed YAML": ("hosts:\n  - name: [x\n", "malformed YAML"),
+    "unknown policy": (
+        LOCAL + "axes:\n  policy: [float32, mixed_flaot16]\n",
+        "axes.policy[1]: unknown policy 'mixed_flaot16'",
+    ),
+    "batch size zero": (LOCAL + "axes:\n  batch_size: [0, 32]\n", "axes.batch_size[0]"),
+    "negative batch size": (LOCAL + "axes:\n  batch_size: [-4]\n", "axes.batch_size[0]"),
+    "undefined image": (
+        "images:\n  cpu: {}\nhosts:\n  - name: a\n    engine: docker\n    images: [gpu]\n",
+        "hosts[0].images[0]: image 'gpu' is not defined",
+    ),
+    "duplicate host": (LOCAL + "  - name: box\n    engine: local\n", "duplicate host name 'box'"),
+    "unknown key (typo)": (LOCAL + "benchmark:\n  stpes: 3\n", "benchmark.stpes: unknown key"),
+    "unknown host key": (LOCAL + "    gpu: all\n", "hosts[0].gpu: unknown key"),
+    "unknown engine": ("hosts:\n  - name: a\n    engine: kube\n", "unknown engine"),
+    "no hosts": ("benchmark:\n  steps: 3\n", "hosts: Field required"),
+    "empty file": ("", "empty"),
+    "not a mapping": ("- 1\n- 2\n", "must be a mapping"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_invalid_matrix_exits_2_naming_the_problem(case: str, tmp_path: Path) -> None:
+    text, expected = BAD[case]
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    proc = mxbench("run", "--matrix", str(path), "--dry-run")
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert str(path) in proc.stderr
+
+
+def test_error_names_the_yaml_line() -> None:
+    with pytest.raises(UsageError) as exc:
+        parse_matrix(LOCAL + "axes:\n  policy: [float32]\n  batch_size: [32, 0]\n", "m.yaml")
+    assert "m.yaml:6: axes.batch_size[1]" in str(exc.value)
+
+
+def test_missing_matrix_file_exits_2(tmp_path: Path) -> None:
+    proc = mxbench("run", "--matrix", str(tmp_path / "nope.yaml"))
+    assert proc.returncode == 2
+    assert "nope.yaml: matrix file not found" in proc.stderr
+
+
+def test_unknown_host_filter_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(LOCAL)
+    proc = mxbench("run", "--matrix", str(path), "--host", "nope", "--dry-run")
+    assert proc.returncode == 2
+    assert "--host 'nope'" in proc.stderr
+
+
+def test_dry_run_prints_plan_and_count(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        LOCAL
+        + "  - name: other\n    engine: local\n"
+        + "axes:\n  policy: [float32, mixed_bfloat16]\n  batch_size: [8, 16, 32]\n"
+    )
+    proc = mxbench("run", "--matrix", str(path), "--dry-run", "--host", "other")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("6 cell(s)")
+    assert "mixed_bfloat16" in proc.stdout and "box" not in proc.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_cell_keys_are_stable_and_sensitive() -> None:
+    m = parse_matrix(LOCAL + "axes:\n  policy: [float32]\n  batch_size: [8]\n")
+    (cell,) = expand(m)
+    assert (
+        cell.key
+        == expand(parse_matrix(LOCAL + "axes:\n  policy: [float32]\n  batch_size: [8]\n"))[0].key
+    )
+    other = dict(cell.params, steps=cell.params["steps"] + 1)
+    assert cell_key(cell.host, None, None, other) != cell.key
+    assert cell_key("elsewhere", None, None, cell.params) != cell.key
+    assert len(cell.key) == 16
+
+
+def test_repeats_make_distinct_cells() -> None:
+    m = parse_matrix(
+        LOCAL + "benchmark:\n  repeats: 3\naxes:\n  policy: [float32]\n  batch_size: [8]\n"
+    )
+    cells = expand(m)
+    assert len({c.key for c in cells}) == 3
+    assert [c.params["repeat"] for c in cells] == [0, 1, 2]

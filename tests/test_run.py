@@ -1,0 +1,143 @@
+"""`mxbench run` end to end with the local engine: real bench processes, real TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+TINY = """\
+benchmark:
+  image_size: 32
+  warmup_steps: 1
+  steps: {steps}
+  timeout_s: {timeout}
+axes:
+  policy: [float32, mixed_bfloat16]
+  batch_size: [4, 8]
+hosts:
+  - name: box
+    engine: local
+"""
+
+
+def write_matrix(tmp_path: Path, steps: int = 3, timeout: float = 300) -> Path:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(TINY.format(steps=steps, timeout=timeout))
+    return path
+
+
+def mxbench(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mxbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def records(results: Path) -> list[dict]:
+    path = results / "box.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    tmp = tmp_path_factory.mktemp("run")
+    matrix = write_matrix(tmp)
+    results = tmp / "results"
+    proc = mxbench("run", "--matrix", str(matrix), "--results", str(results))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return matrix, results, proc.stderr
+
+
+def test_every_cell_recorded_once_and_complete(first_run: tuple[Path, Path, str]) -> None:
+    _, results, log = first_run
+    recs = records(results)
+    assert len(recs) == 4
+    assert {(r["params"]["policy"], r["params"]["batch_size"]) for r in recs} == {
+        ("float32", 4), ("float32", 8), ("mixed_bfloat16", 4), ("mixed_bfloat16", 8),
+    }  # fmt: skip
+    for r in recs:
+        assert r["status"] == "ok", r.get("error")
+        assert (r["host"], r["engine"]) == ("box", "local")
+        assert len(r["cell"]) == 16
+        step = r["metrics"]["step_ms"]
+        assert step["n"] == 3 and 0 < step["p25"] <= step["median"] <= step["p75"]
+        assert r["device"]["kind"] == "cpu"
+        assert r["run"]["wall_s"] > 0
+    # not a terminal: one plain line per cell, so CI logs stay readable
+    assert sum(1 for line in log.splitlines() if line.startswith("[")) == 4
+    assert "[4/4] box" in log
+
+
+def test_resume_runs_nothing_the_second_time(first_run: tuple[Path, Path, str]) -> None:
+    matrix, results, _ = first_run
+    before = (results / "box.jsonl").read_text()
+    proc = mxbench("run", "--matrix", str(matrix), "--results", str(results), "--resume")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 cell(s) to run" in proc.stderr and "4 already done" in proc.stderr
+    assert (results / "box.jsonl").read_text() == before
+
+
+def test_timeout_is_recorded_and_exit_code_is_1(tmp_path: Path) -> None:
+    matrix = write_matrix(tmp_path, steps=3, timeout=1)  # TF cannot even import in 1 s
+    results = tmp_path / "results"
+    proc = mxbench("run", "--matrix", str(matrix), "--results", str(results), "--host", "box")
+    assert proc.returncode == 1
+    recs = records(results)
+    assert len(recs) == 4 and {r["status"] for r in recs} == {"timeout"}
+    assert "4 cell(s) failed" in proc.stderr
+
+
+def test_sigint_keeps_finished_cells_and_says_how_to_resume(tmp_path: Path) -> None:
+    matrix = write_matrix(tmp_path, steps=40)
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mxbench", "run", "-m", str(matrix), "-r", str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not records(results) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert records(results), "no cell finished in time"
+    time.sleep(2)  # the second cell is now running
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "--resume" in err and "Traceback" not in err
+    saved = records(results)
+    assert 1 <= len(saved) < 4 and all(r["status"] == "ok" for r in saved)
+    # no bench process survives the interrupted run
+    leftover = subprocess.run(["pgrep", "-f", "mxbench bench.*--steps 40"], capture_output=True)
+    assert leftover.stdout.strip() == b"", leftover.stdout
+
+    again = mxbench("run", "-m", str(matrix), "-r", str(results), "--resume")
+    assert again.returncode == 0, again.stderr
+    assert f"{len(saved)} already done" in again.stderr
+    final = records(results)
+    assert len(final) == 4 and len({r["cell"] for r in final}) == 4
+
+
+def test_unusable_host_is_recorded_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        TINY.format(steps=1, timeout=60).replace("image_size: 32", "image_size: 32\n  data: /nope")
+    )
+    results = tmp_path / "results"
+    proc = mxbench("run", "-m", str(path), "-r", str(results))
+    assert proc.returncode == 1
+    recs = records(results)
+    assert len(recs) == 4 and all("/nope" in r["error"] for r in recs)
+    assert os.path.exists(results / "box.jsonl")
