@@ -101,17 +101,12 @@ def run_cells(
                     save(record)
                     progress.finish(cell.label(), record)
                     if i + 1 < len(host_cells):
-                        progress.start(host_cells[i + 1].label(), engine_note(engine))
+                        progress.start(host_cells[i + 1].label(), engine.progress_note())
             except KeyboardInterrupt:
                 summary.interrupted = True
                 _cancel_quietly(engine)
                 return summary
     return summary
-
-
-def engine_note(engine: Engine) -> str:
-    note = getattr(engine, "progress_note", None)
-    return note() if callable(note) else ""
 
 
 def _cancel_quietly(engine: Engine) -> None:

@@ -73,6 +73,10 @@ class Engine(ABC):
     def cancel(self) -> None:  # noqa: B027 - optional hook
         """Stop what is running (Ctrl-C). Must be safe to call from a signal handler thread."""
 
+    def progress_note(self) -> str:
+        """A short state shown beside the progress bar (e.g. Slurm's queued / running / done)."""
+        return ""
+
 
 def to_record(cell: Cell, outcome: Outcome) -> dict[str, Any]:
     """The result record for one attempt, whatever happened."""
