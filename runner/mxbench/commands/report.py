@@ -1,11 +1,105 @@
-"""`mxbench report` (being built: see the issue for this step)."""
+"""`mxbench report`: merge result records from any hosts into the experiment's tables."""
 
 from __future__ import annotations
 
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import typer
 
+from mxbench.errors import MxbenchError, UsageError
 
-def report() -> None:
-    """Not implemented yet."""
-    typer.echo("mxbench report: not implemented yet", err=True)
-    raise typer.Exit(1)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mxbench.report.tables import Table
+
+MAX_WARNINGS = 50
+
+
+def report(
+    results: list[Path] = typer.Option(
+        None,
+        "--results",
+        help="A results directory (its *.jsonl files) or a JSONL file; repeatable. "
+        "Default: ./results.",
+    ),
+    markdown: bool = typer.Option(
+        False, "--markdown", help="GitHub-style markdown tables (the default format)."
+    ),
+    csv: bool = typer.Option(False, "--csv", help="Tidy CSV: one row per cell."),
+    html: bool = typer.Option(
+        False, "--html", help="One self-contained HTML page: tables, diagnosis, PNG plots."
+    ),
+    output: Path = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+) -> None:
+    """Tables per (host, device, image): ms/step per policy and batch size, speedups over
+    float32, device annotations and a diagnosis; then a summary across devices.
+
+    Exactly one of --markdown, --csv, --html (markdown when none is given). Several
+    attempts of a cell: the latest ok wins, else the latest attempt's status shows
+    (OOM, error, timeout, unsupported). Unreadable lines are skipped with a warning.
+    Exit 0 ok, 1 no records found, 2 bad usage (e.g. a --results path that does not exist).
+    """
+    chosen = [name for name, on in (("markdown", markdown), ("csv", csv), ("html", html)) if on]
+    if len(chosen) > 1:
+        raise UsageError(f"choose one output format, not {' and '.join('--' + c for c in chosen)}")
+    fmt = chosen[0] if chosen else "markdown"
+    sources = list(results) if results else [Path("results")]
+    if output is not None and output.is_dir():
+        raise UsageError(f"--output {output}: is a directory")
+
+    from rich.console import Console
+
+    from mxbench.report import load as load_mod
+    from mxbench.report import render, tables
+
+    err = Console(stderr=True)
+    with err.status("reading results", spinner="dots") if err.is_terminal else nullcontext():
+        loaded = load_mod.load(sources)
+    for bad in loaded.bad[:MAX_WARNINGS]:
+        typer.echo(f"mxbench: warning: {bad.path}:{bad.lineno}: {bad.reason} (skipped)", err=True)
+    if len(loaded.bad) > MAX_WARNINGS:
+        more = len(loaded.bad) - MAX_WARNINGS
+        typer.echo(f"mxbench: warning: {more} more unreadable line(s) skipped", err=True)
+    if not loaded.winners:
+        where = ", ".join(str(s) for s in sources)
+        raise MxbenchError(f"no result records found in {where}")
+
+    built = tables.build(loaded.winners)
+    if fmt == "markdown":
+        text = render.markdown(loaded, built)
+    elif fmt == "csv":
+        text = render.to_csv(loaded, built)
+    else:
+        text = render.to_html(loaded, built, _plots(built, err))
+    _write(text, output)
+
+
+def _plots(built: list[Table], err: Console) -> dict[int, str]:
+    from rich.progress import Progress
+
+    from mxbench.report.plot import png_base64
+
+    plots: dict[int, str] = {}
+    with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task("plotting", total=len(built))
+        for i, t in enumerate(built):
+            data = png_base64(t)
+            if data:
+                plots[i] = data
+            progress.advance(task)
+    return plots
+
+
+def _write(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--output {output}: {exc.strerror}") from None
+    typer.echo(f"mxbench: report written to {output}", err=True)

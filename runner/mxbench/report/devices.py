@@ -1,0 +1,182 @@
+"""What a device can do: NVIDIA compute capabilities Maxwell..Blackwell, peaks, CPU features.
+
+Facts, not measurements: the capability rules are NVIDIA's (float16 Tensor Cores from 7.0,
+bfloat16 and TF32 Tensor Cores from 8.0, FP8 from 8.9); the peak dense rates are vendor
+figures (TFLOP/s) and only listed where the figure is well known.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Capability:
+    cc: tuple[int, int]
+    arch: str
+
+    @property
+    def fp16_tensor_cores(self) -> bool:
+        return self.cc >= (7, 0)
+
+    @property
+    def bf16_tensor_cores(self) -> bool:
+        return self.cc >= (8, 0)
+
+    @property
+    def tf32(self) -> bool:
+        return self.cc >= (8, 0)
+
+    @property
+    def fp8(self) -> bool:
+        return self.cc >= (8, 9)
+
+    @property
+    def label(self) -> str:
+        return f"{self.cc[0]}.{self.cc[1]}"
+
+
+# Compute capability -> architecture, Maxwell (5.x) to Blackwell (10.x, 12.x).
+ARCHITECTURES: dict[tuple[int, int], str] = {
+    (5, 0): "Maxwell",
+    (5, 2): "Maxwell",
+    (5, 3): "Maxwell",
+    (6, 0): "Pascal",
+    (6, 1): "Pascal",
+    (6, 2): "Pascal",
+    (7, 0): "Volta",
+    (7, 2): "Volta",
+    (7, 5): "Turing",
+    (8, 0): "Ampere",
+    (8, 6): "Ampere",
+    (8, 7): "Ampere",
+    (8, 9): "Ada Lovelace",
+    (9, 0): "Hopper",
+    (10, 0): "Blackwell",
+    (10, 3): "Blackwell",
+    (11, 0): "Blackwell",
+    (12, 0): "Blackwell",
+    (12, 1): "Blackwell",
+}
+
+# Marketing name fragment (lower case, matched as a word sequence) -> compute capability.
+# Used only when a record names a GPU but carries no compute capability.
+_NAME_CC: tuple[tuple[str, str], ...] = (
+    ("m2200", "5.2"),
+    ("gtx 980", "5.2"),
+    ("titan x", "5.2"),  # Maxwell Titan X; "titan xp" is matched first
+    ("p100", "6.0"),
+    ("titan xp", "6.1"),
+    ("1080", "6.1"),
+    ("1070", "6.1"),
+    ("p40", "6.1"),
+    ("p4", "6.1"),
+    ("v100", "7.0"),
+    ("titan v", "7.0"),
+    ("t4", "7.5"),
+    ("2080", "7.5"),
+    ("titan rtx", "7.5"),
+    ("a100", "8.0"),
+    ("a30", "8.0"),
+    ("a10", "8.6"),
+    ("a40", "8.6"),
+    ("3090", "8.6"),
+    ("3080", "8.6"),
+    ("l4", "8.9"),
+    ("l40", "8.9"),
+    ("4090", "8.9"),
+    ("h100", "9.0"),
+    ("h200", "9.0"),
+    ("gh200", "9.0"),
+    ("b200", "10.0"),
+    ("gb200", "10.0"),
+    ("5090", "12.0"),
+)
+
+# Peak dense TFLOP/s by precision path, vendor figures (name fragment -> peaks).
+# "fp16" is the float16 Tensor Core rate (or plain fp16 rate without Tensor Cores).
+PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("v100", {"fp32": 15.7, "fp16": 125.0}),
+    ("a100", {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0}),
+    ("h100", {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0, "bf16": 989.0}),
+)
+
+
+def parse_cc(value: object) -> tuple[int, int] | None:
+    """'7.0', 7.0, [7, 0], 'sm_70' -> (7, 0); anything else -> None."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        try:
+            return int(value[0]), int(value[1])
+        except (TypeError, ValueError):
+            return None
+    text = str(value).strip().lower()
+    m = re.fullmatch(r"(?:sm_|compute_)?(\d{1,2})(\d)", text)
+    if m and text.startswith(("sm_", "compute_")):
+        return int(m.group(1)), int(m.group(2))
+    m = re.fullmatch(r"(\d{1,2})\.(\d)", text)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def _name_match(name: str, fragment: str) -> bool:
+    return re.search(rf"(?<![a-z0-9]){re.escape(fragment)}(?![a-z0-9])", name.lower()) is not None
+
+
+def cc_from_name(name: str | None) -> str | None:
+    if not name:
+        return None
+    for fragment, cc in _NAME_CC:
+        if _name_match(name, fragment):
+            return cc
+    return None
+
+
+def capability(cc: object) -> Capability | None:
+    parsed = parse_cc(cc)
+    if parsed is None:
+        return None
+    arch = ARCHITECTURES.get(parsed)
+    if arch is None:
+        arch = "future" if parsed > (12, 1) else "unknown"
+    return Capability(parsed, arch)
+
+
+def peaks(name: str | None) -> dict[str, float] | None:
+    if not name:
+        return None
+    for fragment, table in PEAKS:
+        if _name_match(name, fragment):
+            return table
+    return None
+
+
+# CPU instructions that matter for the report, as (flag in /proc/cpuinfo, display name).
+CPU_FEATURES: tuple[tuple[str, str], ...] = (
+    ("avx2", "AVX2"),
+    ("fma", "FMA"),
+    ("avx512_bf16", "AVX512_BF16"),
+    ("amx_bf16", "AMX"),
+)
+
+_X86_FLAGS = frozenset({"sse2", "avx", "avx2", "sse4_2", "ssse3"})
+_X86_MODEL = re.compile(r"intel|amd|xeon|epyc|ryzen|core\(tm\)|core i\d|opteron|threadripper", re.I)
+
+
+def is_x86(model: str | None, flags: list[str] | None) -> bool | None:
+    """True/False when the record says enough to know, None when it does not."""
+    if flags:
+        return bool(_X86_FLAGS.intersection(f.lower() for f in flags))
+    if model:
+        return True if _X86_MODEL.search(model) else None
+    return None
+
+
+def native_bf16(flags: list[str] | None) -> bool | None:
+    if not flags:
+        return None
+    lower = {f.lower() for f in flags}
+    return bool(lower & {"avx512_bf16", "amx_bf16"})

@@ -1,0 +1,312 @@
+"""Why mixed precision does (not) pay off on a device: one function per rule.
+
+Each rule takes a :class:`~mxbench.report.tables.Table` and returns a note (one sentence or
+two) or None. Rules only speak from what the records say; a rule whose inputs are not
+recorded stays silent rather than guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mxbench.report import devices
+from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
+from mxbench.report.tables import BASELINE, Table
+
+FLOAT16 = frozenset({"mixed_float16", "float16"})
+BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})
+OVERHEAD_MS = 10.0
+LOW_UTIL_PCT = 80.0
+FAR_BELOW_PEAK = 0.25
+
+
+@dataclass(frozen=True)
+class Note:
+    rule: str
+    text: str
+
+
+def _d(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _fmt_range(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+
+
+def _observed(t: Table, policies: frozenset[str]) -> str:
+    speedups = [
+        s for p in t.policies if p in policies for b in t.batches
+        if (s := t.speedup(p, b)) is not None
+    ]  # fmt: skip
+    return f" (observed speedup {_fmt_range(speedups)})" if speedups else ""
+
+
+def _is_gpu(t: Table) -> bool:
+    return t.device.get("kind") == "gpu"
+
+
+def _is_cpu(t: Table) -> bool:
+    return t.device.get("kind") == "cpu"
+
+
+def no_fp16_tensor_cores(t: Table) -> str | None:
+    cap, _ = gpu_cc(t)
+    if not _is_gpu(t) or cap is None or cap.fp16_tensor_cores or not FLOAT16 & set(t.policies):
+        return None
+    if cap.cc < (6, 0):
+        why = "Maxwell has no fast float16 arithmetic"
+    elif cap.cc == (6, 0):
+        why = "the P100's double-rate float16 is no Tensor Core"
+    else:
+        why = f"CC {cap.label} runs float16 arithmetic at a small fraction of its float32 rate"
+    return (
+        f"No Tensor Cores: compute capability {cap.label} < 7.0 has no float16 Tensor Cores, "
+        f"so no speedup is expected from mixed_float16{_observed(t, FLOAT16)}; {why}. "
+        "What remains is the smaller memory traffic of half-size activations."
+    )
+
+
+def no_bf16_tensor_cores(t: Table) -> str | None:
+    cap, _ = gpu_cc(t)
+    if not _is_gpu(t) or cap is None or cap.bf16_tensor_cores or not BFLOAT16 & set(t.policies):
+        return None
+    return (
+        f"No bfloat16 Tensor Cores: compute capability {cap.label} < 8.0; mixed_bfloat16 "
+        f"runs without a fast path here{_observed(t, BFLOAT16)}."
+    )
+
+
+def tf32_baseline(t: Table) -> str | None:
+    cap, _ = gpu_cc(t)
+    if not _is_gpu(t) or cap is None or not cap.tf32 or BASELINE not in t.policies:
+        return None
+    base = [r for (p, _), e in t.entries.items() if p == BASELINE for r in e.records]
+    if any(_d(r.get("settings")).get("tf32") is False for r in base):
+        return None
+    return (
+        f"TF32 in the baseline: on compute capability {cap.label} the float32 runs already "
+        "use TF32 Tensor Cores (TensorFlow's default), so mixed precision is compared with a "
+        "Tensor Core baseline, not with true float32."
+    )
+
+
+def float16_emulated_on_cpu(t: Table) -> str | None:
+    if not _is_cpu(t) or not FLOAT16 & set(t.policies):
+        return None
+    cpu = _d(t.info.get("cpu"))
+    if devices.is_x86(cpu.get("model"), cpu.get("flags")) is not True:
+        return None
+    return (
+        "float16 on an x86 CPU is emulated (converted to float32 for every operation), so "
+        f"mixed_float16 is expected to be much slower than float32{_observed(t, FLOAT16)}."
+    )
+
+
+def bf16_on_cpu(t: Table) -> str | None:
+    if not _is_cpu(t) or not BFLOAT16 & set(t.policies):
+        return None
+    native = devices.native_bf16(_d(t.info.get("cpu")).get("flags"))
+    if native is None:
+        return None
+    if native:
+        return (
+            "This CPU has AVX512_BF16/AMX: oneDNN runs bfloat16 natively, so mixed_bfloat16 "
+            f"can beat float32{_observed(t, BFLOAT16)}."
+        )
+    return (
+        "This CPU has neither AVX512_BF16 nor AMX: bfloat16 is converted in software, so no "
+        f"speedup is expected from mixed_bfloat16{_observed(t, BFLOAT16)}."
+    )
+
+
+def overhead_bound(t: Table) -> str | None:
+    short = sorted(
+        (b, e.median) for (_, b), e in t.entries.items()
+        if e.median is not None and e.median < OVERHEAD_MS
+    )  # fmt: skip
+    if not short:
+        return None
+    batches = sorted({b for b, _ in short})
+    return (
+        f"Overhead-bound: steps under {OVERHEAD_MS:g} ms (batch {', '.join(map(str, batches))}, "
+        f"fastest {short[0][1]:.2f} ms): kernel launches and framework overhead dominate, "
+        "so faster arithmetic barely shows."
+    )
+
+
+def first_conv_channels(t: Table) -> str | None:
+    cap, _ = gpu_cc(t)
+    if t.setup.get("model", "blog-cnn") != "blog-cnn" or not _is_gpu(t) or cap is None:
+        return None
+    if not cap.fp16_tensor_cores or not (FLOAT16 | BFLOAT16) & set(t.policies):
+        return None
+    return (
+        "The first convolution has 3 input channels (RGB), not a multiple of 8: it cannot use "
+        "Tensor Cores as is (cuDNN pads it or takes a slower kernel)."
+    )
+
+
+def batch_not_multiple_of_8(t: Table) -> str | None:
+    cap, _ = gpu_cc(t)
+    odd = [b for b in t.batches if b % 8]
+    if not odd or not _is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
+        return None
+    return (
+        f"Batch size {', '.join(map(str, odd))} is not a multiple of 8: Tensor Core kernels "
+        "need multiples of 8 in every GEMM dimension."
+    )
+
+
+def input_bound(t: Table) -> str | None:
+    low: dict[int, float] = {}
+    for (_, b), e in t.entries.items():
+        for r in e.records:
+            util = _d(r.get("metrics")).get("gpu_util_pct")
+            if isinstance(util, (int, float)) and util < LOW_UTIL_PCT:
+                low[b] = min(util, low.get(b, util))
+    if not low:
+        return None
+    seen = ", ".join(f"{u:.0f}% at batch {b}" for b, u in sorted(low.items()))
+    return (
+        f"Input-bound: GPU utilisation under {LOW_UTIL_PCT:g}% ({seen}): the GPU waits for "
+        "the input pipeline or the host, which no precision change can speed up."
+    )
+
+
+def silent_cpu_fallback(t: Table) -> str | None:
+    dev = t.device
+    gpus = [g for g in dev.get("present_gpus") or [] if isinstance(g, dict)]
+    if dev.get("used_by_tf") is not False and not (_is_cpu(t) and gpus):
+        return None
+    names = ", ".join(
+        f"{g.get('name', 'GPU')} (CC {g['compute_capability']})" if g.get("compute_capability")
+        else str(g.get("name", "GPU"))
+        for g in gpus
+    ) or "a GPU"  # fmt: skip
+    text = f"Silent CPU fallback: {names} present, but TensorFlow ran on the CPU."
+    ccs = [devices.parse_cc(g.get("compute_capability")) for g in gpus]
+    if any(cc is not None and cc < (6, 0) for cc in ccs):
+        text += (
+            " Official TF GPU builds from 2.18 ignore compute capability < 6.0 (Maxwell): "
+            "use TF 2.17 or a newer GPU."
+        )
+    return text
+
+
+def pure_float16(t: Table) -> str | None:
+    recs = t.records()
+    if "float16" not in t.policies and not any(
+        _d(r.get("settings")).get("pure_float16") for r in recs
+    ):
+        return None
+    return (
+        "Pure float16 (the Stack Overflow case): no float32 master weights and no loss "
+        "scaling, so small gradients underflow and updates are lost; use mixed_float16."
+    )
+
+
+def blog_cnn_train_flops(image_size: int) -> float:
+    """Analytic FLOPs of one training step per image (forward x 3) for the blog CNN."""
+    size, channels, macs = image_size, 3, 0
+    for filters, kernel in ((32, 5), (64, 7), (128, 11)):
+        size = -(-size // 2)  # stride 2, padding "same"
+        macs += size * size * filters * kernel * kernel * channels
+        channels = filters
+    macs += channels * 10
+    return 3 * 2 * macs
+
+
+def _peak_key(policy: str, cap: devices.Capability | None, tf32: bool) -> str | None:
+    if policy in FLOAT16:
+        return "fp16"
+    if policy in BFLOAT16:
+        return "bf16"
+    if policy == BASELINE:
+        return "tf32" if cap is not None and cap.tf32 and tf32 else "fp32"
+    return None
+
+
+def achieved_vs_peak(t: Table) -> str | None:
+    peaks = devices.peaks(t.device.get("name")) if _is_gpu(t) else None
+    if not peaks:
+        return None
+    cap, _ = gpu_cc(t)
+    flops = None
+    if t.setup.get("model", "blog-cnn") == "blog-cnn":
+        flops = blog_cnn_train_flops(int(t.setup.get("image_size") or 256))
+    parts = []
+    for policy in t.policies:
+        best: tuple[float, bool] | None = None
+        tf32 = True
+        for (p, b), e in t.entries.items():
+            if p != policy or e.status != "ok":
+                continue
+            rates = [_d(r.get("metrics")).get("achieved_tflops") for r in e.records]
+            tf32 = tf32 and all(_d(r.get("settings")).get("tf32") is not False for r in e.records)
+            measured = [x for x in rates if isinstance(x, (int, float))]
+            if measured:
+                value, est = max(measured), False
+            elif flops and e.median:
+                value, est = flops * b / (e.median / 1000) / 1e12, True
+            else:
+                continue
+            if best is None or value > best[0]:
+                best = (value, est)
+        key = _peak_key(policy, cap, tf32)
+        if best is None or key not in peaks:
+            continue
+        share = best[0] / peaks[key]
+        est = " (estimated from the model's FLOPs)" if best[1] else ""
+        low = ", far below: the fast path is largely unused" if share < FAR_BELOW_PEAK else ""
+        parts.append(
+            f"{policy} reaches {best[0]:.1f} TFLOP/s{est}, {share:.0%} of the "
+            f"{peaks[key]:g} TFLOP/s {key} peak{low}"
+        )
+    return ("Achieved vs peak: " + "; ".join(parts) + ".") if parts else None
+
+
+def isa_claim_mismatch(t: Table) -> str | None:
+    labels = _d(t.image.get("labels"))
+    claim = str(labels.get("io.mxbench.isa-claim") or "").lower()
+    claimed = {x.strip() for x in claim.split(",")} & {"avx2", "fma"}
+    missing = _d(t.info.get("cpu")).get("tf_not_compiled_for")
+    if not claimed or compiled_for_avx2_fma(t.info) is not False or not isinstance(missing, list):
+        return None
+    absent = sorted(claimed & {str(m).lower() for m in missing})
+    if not absent:
+        return None
+    return (
+        f"Image claims {'/'.join(sorted(claimed)).upper()} (io.mxbench.isa-claim={claim}) but "
+        f"TensorFlow's probe says it was not compiled for {'/'.join(absent).upper()}: the "
+        "image does not contain the build it claims."
+    )
+
+
+RULES: tuple[Callable[[Table], str | None], ...] = (
+    silent_cpu_fallback,
+    no_fp16_tensor_cores,
+    no_bf16_tensor_cores,
+    tf32_baseline,
+    float16_emulated_on_cpu,
+    bf16_on_cpu,
+    pure_float16,
+    overhead_bound,
+    input_bound,
+    first_conv_channels,
+    batch_not_multiple_of_8,
+    achieved_vs_peak,
+    isa_claim_mismatch,
+)
+
+
+def diagnose(t: Table) -> list[Note]:
+    notes = []
+    for rule in RULES:
+        text = rule(t)
+        if text:
+            notes.append(Note(rule.__name__, text))
+    return notes
