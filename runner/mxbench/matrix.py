@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mxbench.errors import UsageError
 
@@ -139,6 +147,13 @@ class Matrix(_Strict):
     axes: Axes = Axes()
     images: dict[str, Image] = {}
     hosts: Annotated[list[Host], Field(min_length=1)]
+    # The file it was loaded from (None when parsed from text): relative image contexts
+    # resolve against its directory, and error hints name it (`mxbench build --matrix ...`).
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
 
     @model_validator(mode="after")
     def _references(self) -> Matrix:
@@ -188,7 +203,9 @@ def load_matrix(path: Path | str) -> Matrix:
         raise UsageError(f"{path}: matrix file not found") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read matrix file ({exc})") from None
-    return parse_matrix(text, str(path))
+    matrix = parse_matrix(text, str(path))
+    matrix._source = path.resolve()
+    return matrix
 
 
 def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
