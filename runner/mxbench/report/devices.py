@@ -65,7 +65,6 @@ ARCHITECTURES: dict[tuple[int, int], str] = {
 _NAME_CC: tuple[tuple[str, str], ...] = (
     ("m2200", "5.2"),
     ("gtx 980", "5.2"),
-    ("titan x", "5.2"),  # Maxwell Titan X; "titan xp" is matched first
     ("p100", "6.0"),
     ("titan xp", "6.1"),
     ("1080", "6.1"),

@@ -1,0 +1,226 @@
+"""Each diagnosis rule on its own: it fires on the case it names and stays silent otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mxbench.report import devices
+from mxbench.report import diagnose as dg
+from mxbench.report.tables import Table, build
+from report_records import rec
+
+V100 = {"kind": "gpu", "name": "Tesla V100-SXM2-16GB", "compute_capability": "7.0"}
+TITAN_XP = {"kind": "gpu", "name": "NVIDIA TITAN Xp", "compute_capability": "6.1"}
+M2200 = {"kind": "gpu", "name": "Quadro M2200", "compute_capability": "5.2"}
+A100 = {"kind": "gpu", "name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"}
+XEON_BF16 = {
+    "model": "Intel(R) Xeon(R) Platinum 8481C",
+    "cores": 2,
+    "flags": ["sse2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"],
+}
+XEON_OLD = {
+    "model": "Intel(R) Xeon(R) CPU E5-2680 v4",
+    "cores": 2,
+    "flags": ["sse2", "avx", "avx2", "fma"],
+}
+ARM = {"model": "Neoverse-N1", "cores": 2, "flags": ["fp", "asimd", "fphp"]}
+CPU_DEV = {"kind": "cpu", "name": "cpu"}
+
+
+def table(device: dict[str, Any], cells: dict[tuple[str, int], float | str], **extra: Any) -> Table:
+    """One table from {(policy, batch): median ms or a status}."""
+    recs = []
+    for (policy, batch), value in cells.items():
+        if isinstance(value, str):
+            recs.append(rec("h", policy, batch, status=value, device=device, **extra))
+        else:
+            recs.append(rec("h", policy, batch, median=value, device=device, **extra))
+    (t,) = build(recs)
+    return t
+
+
+SLOW = {("float32", 64): 100.0, ("mixed_float16", 64): 95.0}
+
+
+@pytest.mark.parametrize(("device", "fires"), [(M2200, True), (TITAN_XP, True), (V100, False)])
+def test_no_fp16_tensor_cores_below_cc_7(device: dict, fires: bool) -> None:
+    text = dg.no_fp16_tensor_cores(table(device, SLOW))
+    assert bool(text) is fires
+    if fires:
+        assert f"compute capability {device['compute_capability']} < 7.0" in text
+        assert "observed speedup 1.05" in text
+
+
+def test_no_fp16_tensor_cores_needs_a_float16_policy_and_a_gpu() -> None:
+    only_bf16 = {("float32", 64): 100.0, ("mixed_bfloat16", 64): 99.0}
+    assert dg.no_fp16_tensor_cores(table(TITAN_XP, only_bf16)) is None
+    assert dg.no_fp16_tensor_cores(table(CPU_DEV, SLOW, cpu=XEON_OLD)) is None
+
+
+def test_cc_from_the_name_when_not_recorded() -> None:
+    nameonly = {"kind": "gpu", "name": "NVIDIA TITAN Xp"}
+    assert "6.1 < 7.0" in dg.no_fp16_tensor_cores(table(nameonly, SLOW))
+
+
+@pytest.mark.parametrize(("device", "fires"), [(V100, True), (TITAN_XP, True), (A100, False)])
+def test_no_bf16_tensor_cores_below_cc_8(device: dict, fires: bool) -> None:
+    cells = {("float32", 64): 100.0, ("mixed_bfloat16", 64): 99.0}
+    assert bool(dg.no_bf16_tensor_cores(table(device, cells))) is fires
+    assert dg.no_bf16_tensor_cores(table(device, SLOW)) is None
+
+
+def test_tf32_baseline_on_cc_8_unless_disabled() -> None:
+    assert "TF32" in dg.tf32_baseline(table(A100, SLOW))
+    assert dg.tf32_baseline(table(V100, SLOW)) is None
+    assert dg.tf32_baseline(table(A100, SLOW, settings={"tf32": False})) is None
+
+
+def test_float16_emulated_on_x86_cpu_only() -> None:
+    cells = {("float32", 16): 2500.0, ("mixed_float16", 16): 10500.0}
+    text = dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=XEON_BF16))
+    assert "emulated" in text and "observed speedup 0.24" in text
+    assert dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=ARM)) is None
+    assert dg.float16_emulated_on_cpu(table(CPU_DEV, cells)) is None  # CPU not recorded
+    assert dg.float16_emulated_on_cpu(table(V100, cells)) is None
+
+
+def test_bf16_on_cpu_with_and_without_native_support() -> None:
+    cells = {("float32", 16): 2500.0, ("mixed_bfloat16", 16): 750.0}
+    native = dg.bf16_on_cpu(table(CPU_DEV, cells, cpu=XEON_BF16))
+    assert "has AVX512_BF16/AMX" in native and "observed speedup 3.33" in native
+    assert "neither AVX512_BF16 nor AMX" in dg.bf16_on_cpu(table(CPU_DEV, cells, cpu=XEON_OLD))
+    assert dg.bf16_on_cpu(table(CPU_DEV, cells)) is None
+
+
+def test_overhead_bound_under_10_ms() -> None:
+    cells = {("float32", 8): 6.5, ("mixed_float16", 8): 7.2, ("float32", 512): 40.0}
+    text = dg.overhead_bound(table(V100, cells))
+    assert "batch 8" in text and "fastest 6.50 ms" in text and "512" not in text
+    assert dg.overhead_bound(table(V100, SLOW)) is None
+
+
+def test_first_conv_channels_on_tensor_core_gpus_with_reduced_precision() -> None:
+    assert "3 input channels" in dg.first_conv_channels(table(V100, SLOW))
+    assert dg.first_conv_channels(table(TITAN_XP, SLOW)) is None
+    assert dg.first_conv_channels(table(V100, {("float32", 64): 100.0})) is None
+
+
+def test_batch_not_multiple_of_8() -> None:
+    cells = {("float32", 30): 30.0, ("mixed_float16", 30): 29.0, ("float32", 64): 60.0}
+    assert "Batch size 30 is not" in dg.batch_not_multiple_of_8(table(V100, cells))
+    assert dg.batch_not_multiple_of_8(table(V100, SLOW)) is None
+
+
+def test_input_bound_under_80_percent_utilisation() -> None:
+    low = table(V100, SLOW)
+    assert dg.input_bound(low) is None  # utilisation not recorded: silent
+    recs = [
+        rec("h", "float32", 64, median=100.0, device=V100),
+        rec("h", "mixed_float16", 64, median=90.0, device=V100),
+    ]
+    recs[0]["metrics"]["gpu_util_pct"] = 72.0
+    recs[1]["metrics"]["gpu_util_pct"] = 95.0
+    (t,) = build(recs)
+    assert "72% at batch 64" in dg.input_bound(t)
+    recs[0]["metrics"]["gpu_util_pct"] = 85.0
+    (t,) = build(recs)
+    assert dg.input_bound(t) is None
+
+
+def test_silent_cpu_fallback_on_a_gpu_host() -> None:
+    fallback = {
+        "kind": "cpu",
+        "name": "cpu",
+        "used_by_tf": False,
+        "present_gpus": [{"name": "Quadro M2200", "compute_capability": "5.2"}],
+    }
+    text = dg.silent_cpu_fallback(table(fallback, SLOW, cpu=XEON_OLD))
+    assert "Quadro M2200 (CC 5.2) present, but TensorFlow ran on the CPU" in text
+    assert "2.18" in text
+    newer = {**fallback, "present_gpus": [{"name": "Tesla T4", "compute_capability": "7.5"}]}
+    assert "2.18" not in dg.silent_cpu_fallback(table(newer, SLOW))
+    assert dg.silent_cpu_fallback(table(CPU_DEV, SLOW, cpu=XEON_OLD)) is None
+    assert dg.silent_cpu_fallback(table(V100, SLOW)) is None
+
+
+def test_pure_float16_means_no_loss_scaling() -> None:
+    cells = {("float32", 64): 500.0, ("float16", 64): 800.0}
+    assert "no loss scaling" in dg.pure_float16(table(V100, cells))
+    assert dg.pure_float16(table(V100, SLOW)) is None
+
+
+def test_achieved_vs_peak_measured_and_estimated() -> None:
+    t = table(A100, SLOW)
+    text = dg.achieved_vs_peak(t)
+    # estimated from the analytic FLOPs: 64 images / 95 ms
+    flops = dg.blog_cnn_train_flops(256)
+    assert f"mixed_float16 reaches {flops * 64 / 0.095 / 1e12:.1f} TFLOP/s (estimated" in text
+    assert "312 TFLOP/s fp16 peak" in text and "156 TFLOP/s tf32 peak" in text
+    recs = [rec("h", "mixed_float16", 64, median=95.0, device=A100)]
+    recs[0]["metrics"]["achieved_tflops"] = 156.0
+    (t,) = build(recs)
+    assert "mixed_float16 reaches 156.0 TFLOP/s, 50% of the 312 TFLOP/s fp16 peak." in (
+        dg.achieved_vs_peak(t)
+    )
+    assert dg.achieved_vs_peak(table(TITAN_XP, SLOW)) is None  # peak not in the table
+
+
+def test_blog_cnn_flops_match_the_reference_estimate() -> None:
+    # experiment.md: about 2.9 GFLOP forward per 256x256 image, ~3x per training step
+    assert 2.8e9 < dg.blog_cnn_train_flops(256) / 3 < 3.0e9
+
+
+def test_isa_claim_contradicted_by_the_probe() -> None:
+    labels = {"io.mxbench.isa-claim": "avx2,fma"}
+    lying = table(
+        CPU_DEV,
+        SLOW,
+        cpu={**XEON_OLD, "tf_not_compiled_for": ["AVX2", "FMA"]},
+        image={"name": "cpu-avx2", "labels": labels},
+    )
+    assert "not compiled for AVX2/FMA" in dg.isa_claim_mismatch(lying)
+    honest = table(
+        CPU_DEV,
+        SLOW,
+        cpu={**XEON_OLD, "tf_not_compiled_for": ["AVX512F"]},
+        image={"name": "cpu-avx2", "labels": labels},
+    )
+    assert dg.isa_claim_mismatch(honest) is None
+    unknown = table(CPU_DEV, SLOW, cpu=XEON_OLD, image={"name": "cpu-avx2", "labels": labels})
+    assert dg.isa_claim_mismatch(unknown) is None
+
+
+def test_diagnose_runs_every_rule_and_names_them() -> None:
+    names = [n.rule for n in dg.diagnose(table(TITAN_XP, SLOW))]
+    assert names == ["no_fp16_tensor_cores"]
+
+
+@pytest.mark.parametrize(
+    ("cc", "arch", "fp16", "bf16"),
+    [
+        ("5.2", "Maxwell", False, False),
+        ("6.1", "Pascal", False, False),
+        ("7.0", "Volta", True, False),
+        ("7.5", "Turing", True, False),
+        ("8.0", "Ampere", True, True),
+        ("8.9", "Ada Lovelace", True, True),
+        ("9.0", "Hopper", True, True),
+        ("10.0", "Blackwell", True, True),
+        ("12.0", "Blackwell", True, True),
+        ("sm_86", "Ampere", True, True),
+    ],
+)
+def test_capability_table_maxwell_to_blackwell(cc: str, arch: str, fp16: bool, bf16: bool) -> None:
+    cap = devices.capability(cc)
+    assert (cap.arch, cap.fp16_tensor_cores, cap.bf16_tensor_cores) == (arch, fp16, bf16)
+
+
+def test_gpu_names_to_cc() -> None:
+    assert devices.cc_from_name("NVIDIA TITAN Xp") == "6.1"
+    assert devices.cc_from_name("NVIDIA TITAN X (Pascal)") is None  # ambiguous: Maxwell or Pascal
+    assert devices.cc_from_name("NVIDIA A10") == "8.6"
+    assert devices.cc_from_name("NVIDIA A100-SXM4-80GB") == "8.0"
+    assert devices.cc_from_name("NVIDIA GH200 480GB") == "9.0"
+    assert devices.cc_from_name("Some Future GPU") is None

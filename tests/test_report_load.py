@@ -1,0 +1,132 @@
+"""Merging records from many sources: latest ok wins, bad lines warned, minimum records render."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from mxbench.report.load import load, pick
+from mxbench.report.tables import build
+from report_records import rec, write
+
+
+def mxbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mxbench", "report", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+    )
+
+
+def test_latest_ok_wins_over_later_failure_and_earlier_ok() -> None:
+    early = rec(median=120.0, time="2026-01-01T00:00:00+00:00")
+    late_ok = rec(median=100.0, time="2026-01-02T00:00:00+00:00")
+    later_oom = rec(status="oom", time="2026-01-03T00:00:00+00:00")
+    assert pick([early, later_oom, late_ok]) is late_ok
+    assert pick([late_ok, early]) is late_ok  # by time, not by read order
+
+
+def test_no_ok_shows_latest_status_and_offsets_compare_as_instants() -> None:
+    err = rec(status="error", time="2026-01-02T10:00:00+02:00")  # 08:00 UTC
+    oom = rec(status="oom", time="2026-01-02T09:00:00+00:00")
+    assert pick([oom, err])["status"] == "oom"
+    # equal or missing times: the record read last wins
+    a, b = rec(status="timeout", time=None), rec(status="unsupported", time=None)
+    assert pick([a, b]) is b
+
+
+def test_merges_dirs_and_files_across_hosts(tmp_path: Path) -> None:
+    write(
+        tmp_path / "a" / "h1.jsonl",
+        [rec("h1", median=90.0), rec("h1", "mixed_float16", median=60.0)],
+    )
+    write(tmp_path / "b.jsonl", [rec("h2", median=50.0)])
+    loaded = load([tmp_path / "a", tmp_path / "b.jsonl"])
+    assert loaded.records == 3 and not loaded.bad
+    tables = build(loaded.winners)
+    assert [t.host for t in tables] == ["h1", "h2"]
+    assert tables[0].speedup("mixed_float16", 32) == 1.5
+
+
+def test_repeats_in_one_slot_take_the_median_of_medians(tmp_path: Path) -> None:
+    recs = []
+    for i, ms in enumerate((10.0, 30.0, 20.0)):
+        r = rec(median=ms)
+        r["params"]["repeat"] = i
+        r["cell"] = f"cell{i}"
+        recs.append(r)
+    (t,) = build(load([write(tmp_path / "r.jsonl", recs)]).winners)
+    e = t.entries[("float32", 32)]
+    assert (e.median, e.n, len(e.records)) == (20.0, 150, 3)
+
+
+def test_corrupt_line_warns_with_file_and_line_and_report_renders(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "res" / "h1.jsonl",
+        [rec(median=80.0), rec("h1", "mixed_float16", median=40.0)],
+        extra_lines=(
+            "",
+            '{"schema": "mxbench.result/1", "cell": "x", truncated',
+            "[1, 2]",
+            json.dumps({"schema": "mxbench.result/1", "host": "h1"}),
+        ),
+    )
+    proc = mxbench("--results", str(tmp_path / "res"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{path}:4: not JSON" in proc.stderr
+    assert f"{path}:5: not a JSON object" in proc.stderr
+    assert f"{path}:6: missing contract field(s): cell, status, params" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "| 32      | 80.0 [78.4–82.4]" in proc.stdout
+    assert "3 unreadable line(s) skipped" in proc.stdout
+
+
+def test_minimum_contract_records_render(tmp_path: Path) -> None:
+    recs = [
+        rec("bare", "float32", 64, minimal=True),
+        rec("bare", "mixed_float16", 64, status="oom", minimal=True),
+    ]
+    write(tmp_path / "results" / "bare.jsonl", recs)
+    proc = mxbench(cwd=tmp_path)  # default --results ./results
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "## bare · unknown device" in out
+    assert "device not recorded" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| 64"))
+    assert [c.strip() for c in row.strip("|").split("|")] == ["64", "ok", "OOM", "–"]
+    for fmt in ("--csv", "--html"):
+        assert mxbench(fmt, cwd=tmp_path).returncode == 0
+
+
+def test_missing_results_path_is_usage_error(tmp_path: Path) -> None:
+    proc = mxbench("--results", "nope", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "mxbench: error: --results nope: no such file or directory"
+    assert mxbench(cwd=tmp_path).returncode == 2  # no ./results either
+
+
+def test_two_formats_is_usage_error(tmp_path: Path) -> None:
+    write(tmp_path / "r.jsonl", [rec()])
+    proc = mxbench("--results", "r.jsonl", "--csv", "--html", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "choose one output format, not --csv and --html" in proc.stderr
+
+
+def test_no_records_exits_1_with_a_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    write(tmp_path / "junk.jsonl", [], extra_lines=("not json",))
+    proc = mxbench("--results", "empty", "--results", "junk.jsonl", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "no result records found in empty, junk.jsonl" in proc.stderr
+    assert "junk.jsonl:1: not JSON" in proc.stderr
+
+
+def test_output_file(tmp_path: Path) -> None:
+    write(tmp_path / "r.jsonl", [rec()])
+    proc = mxbench("--results", "r.jsonl", "--csv", "--output", "out.csv", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert (tmp_path / "out.csv").read_text().startswith("host,engine,image,")
