@@ -1,0 +1,180 @@
+"""One cell, end to end: import, probe, build, warm up, time, and fill the record.
+
+Failure is data: an out-of-memory condition gives status ``oom``, anything else ``error``
+with the message's tail; the caller still prints the record and exits 0. Only bad
+arguments (:class:`mxbench.errors.UsageError`) escape.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from mxbench import __version__
+from mxbench.bench import probe
+from mxbench.bench.params import BenchParams
+from mxbench.bench.timing import StepLog, split, step_timer, summarize
+from mxbench.errors import UsageError
+from mxbench.results import new_record, tail
+
+_OOM_NAMES = ("ResourceExhaustedError", "OutOfMemoryError", "MemoryError")
+_OOM_TEXT = ("resource_exhausted", "out of memory", "oom when allocating", "failed to allocate")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """TensorFlow's ResourceExhaustedError, Python's MemoryError, jax/torch equivalents."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ in _OOM_NAMES:
+        return True
+    text = str(exc).lower()
+    return any(t in text for t in _OOM_TEXT)
+
+
+def backend_name() -> str:
+    return os.environ.get("KERAS_BACKEND", "tensorflow")
+
+
+def run_cell(
+    p: BenchParams,
+    started_at: float | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Measure the cell described by ``p`` (already validated) into a result record."""
+    started_at = started_at or probe.process_start_time() or time.time()
+    rec = new_record(params=p.as_dict(), status="ok")
+    cpu = probe.cpu_info()
+    rec["cpu"] = cpu
+    rec["software"] = _software()
+    rec["settings"] = {**probe.number_settings(), "policy": p.policy}
+    state: dict[str, Any] = {"tf": None, "model": None}
+    try:
+        _measure(p, rec, state, started_at, on_step)
+    except UsageError:
+        raise
+    except Exception as exc:  # failure is data
+        traceback.print_exc(file=sys.stderr)
+        rec["status"] = "oom" if is_oom(exc) else "error"
+        rec["error"] = tail(f"{type(exc).__name__}: {exc}")
+    _probe_device(rec, state, cpu)
+    return rec
+
+
+def _software() -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "backend": backend_name(),
+        "mxbench": __version__,
+    }
+
+
+def _measure(
+    p: BenchParams,
+    rec: dict[str, Any],
+    state: dict[str, Any],
+    started_at: float,
+    on_step: Callable[[int], None] | None,
+) -> None:
+    from mxbench.bench import data
+    from mxbench.bench import model as blog
+
+    t0 = time.perf_counter()
+    if backend_name() == "tensorflow":
+        from mxbench.bench import probe_tf
+
+        tf, log = probe_tf.import_tensorflow()
+        state["tf"] = tf
+        rec["cpu"]["tf_not_compiled_for"] = probe_tf.parse_not_compiled_for(log)
+        rec["software"].update(probe_tf.build_info(tf))
+        rec["settings"]["tf32"] = probe_tf.tf32_enabled(tf)
+    import keras
+
+    rec["software"]["keras"] = keras.__version__
+    import_s = time.perf_counter() - t0
+
+    keras.utils.set_random_seed(0)
+    blog.set_policy(p.policy)
+    model = blog.build_model(p.image_size)
+    state["model"] = model
+    blog.compile_model(model, p.jit_compile)
+    rec["model"] = {"name": p.model, "parameters": int(model.count_params())}
+    rec["settings"].update(_dtype_settings(model, p.policy))
+
+    if p.synthetic:
+        ds = data.synthetic(p.batch_size, p.image_size, blog.NUM_CLASSES, backend_name())
+    else:
+        ds = data.image_folder(p.data, p.batch_size, p.image_size)
+
+    log_ = StepLog()
+    total = p.warmup_steps + p.steps
+    timer = step_timer(log_, on_step)
+    model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
+    parts = split(log_, p.warmup_steps)
+    wall_minus_perf = time.time() - time.perf_counter()
+
+    stats = summarize(parts["timed"])
+    flops = blog.train_flops_per_image(p.image_size)
+    images_per_s = p.batch_size * 1000.0 / stats["median"]
+    rec["settings"]["jit_compile"] = bool(model.jit_compile)
+    rec["metrics"] = {
+        "step_ms": stats,
+        "images_per_s": round(images_per_s, 3),
+        "first_step_ms": round(parts["first_step_s"] * 1000.0, 3),
+        "warmup_ms": round(parts["warmup_s"] * 1000.0, 3),
+        "startup_s": round(parts["first_timed_start"] + wall_minus_perf - started_at, 3),
+        "import_s": round(import_s, 3),
+        "loss_first": log_.step_loss(p.warmup_steps),
+        "loss_last": log_.step_loss(total - 1),
+        "loss_scale": _loss_scale(model),
+        "train_flops_per_image": flops,
+        "achieved_tflops": round(flops * images_per_s / 1e12, 6),
+        "gpu_util_pct": None,
+    }
+
+
+def _dtype_settings(model: Any, policy: str) -> dict[str, Any]:
+    import keras
+
+    first = model.layers[0]
+    return {
+        "compute_dtype": str(first.compute_dtype),
+        "variable_dtype": str(first.kernel.dtype),
+        "loss_scaling": isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer),
+        "pure_float16": policy == "float16",
+    }
+
+
+def _loss_scale(model: Any) -> float | None:
+    import keras
+
+    opt = model.optimizer
+    if not isinstance(opt, keras.optimizers.LossScaleOptimizer):
+        return None
+    return float(keras.ops.convert_to_numpy(opt.dynamic_scale))
+
+
+def _probe_device(rec: dict[str, Any], state: dict[str, Any], cpu: dict[str, Any]) -> None:
+    """Device and peak memory; never turns a measured record into a failure."""
+    try:
+        nvml, driver = probe.nvml_gpus()
+        tf, model = state["tf"], state["model"]
+        fw_gpus: list[dict[str, Any]] = []
+        used = False
+        if tf is not None:
+            from mxbench.bench import probe_tf
+
+            fw_gpus = probe_tf.accepted_gpus(tf)
+            used = probe_tf.variables_on_gpu(model) if model is not None else bool(fw_gpus)
+        rec["device"] = probe.device_record(
+            nvml=nvml, driver=driver, framework_gpus=fw_gpus, used_gpu=used, cpu_model=cpu["model"]
+        )
+        peak = probe_tf.peak_gpu_memory_bytes(tf) if used and tf is not None else None
+        metrics = rec.setdefault("metrics", {})
+        if peak is not None:
+            metrics.update(peak_memory_bytes=peak, peak_memory_kind="gpu")
+        else:
+            metrics.update(peak_memory_bytes=probe.peak_rss_bytes(), peak_memory_kind="rss")
+    except Exception as exc:
+        print(f"mxbench bench: device probe failed: {exc!r}", file=sys.stderr)

@@ -1,0 +1,157 @@
+"""The environment, as far as it can be known without a deep-learning framework.
+
+CPU model, cores and ISA flags (``/proc/cpuinfo``), the GPUs NVML sees (``nvidia-ml-py``),
+the environment variables that change the numbers, peak RSS, and how the GPU picture
+combines with what the framework actually used (:func:`device_record`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import resource
+import sys
+from typing import Any
+
+NUMBER_SETTINGS = ("TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS", "NVIDIA_TF32_OVERRIDE")
+
+
+def cpu_info(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
+    model, flags = None, []
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model is None:
+                    model = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = sorted(set(value.split()))
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 0
+    return {
+        "model": model or platform.processor() or None,
+        "cores": cores,
+        "logical_cpus": os.cpu_count(),
+        "flags": flags,
+    }
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def nvml_gpus(nvml: Any = None) -> tuple[list[dict[str, Any]], str | None]:
+    """GPUs NVML reports, and the driver version; ``([], None)`` without NVML or a driver."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            return [], None
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return [], None
+    try:
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        gpus = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
+            gpus.append(
+                {
+                    "index": i,
+                    "name": _text(nvml.nvmlDeviceGetName(h)),
+                    "compute_capability": f"{major}.{minor}",
+                    "memory_bytes": int(nvml.nvmlDeviceGetMemoryInfo(h).total),
+                    "uuid": _text(nvml.nvmlDeviceGetUUID(h)),
+                }
+            )
+        return gpus, driver
+    except Exception:
+        return [], None
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def device_record(
+    *,
+    nvml: list[dict[str, Any]],
+    driver: str | None,
+    framework_gpus: list[dict[str, Any]],
+    used_gpu: bool,
+    cpu_model: str | None,
+) -> dict[str, Any]:
+    """What the run was measured on.
+
+    ``framework_gpus``: the GPUs the framework accepted, each with a ``compute_capability``
+    from the framework when it knows it. A GPU NVML sees but the framework ignores (e.g.
+    compute capability 5.2 under TensorFlow >= 2.18) makes a CPU run with
+    ``used_by_tf: false``; NVML is the first source of compute capability, the framework a
+    cross-check.
+    """
+    present = [
+        {"name": g["name"], "compute_capability": g["compute_capability"], "uuid": g["uuid"]}
+        for g in nvml
+    ]
+    if not used_gpu:
+        return {
+            "kind": "cpu",
+            "name": cpu_model,
+            "compute_capability": None,
+            "memory_bytes": None,
+            "driver": driver,
+            "uuid": None,
+            "used_by_tf": False if nvml or framework_gpus else None,
+            "present_gpus": present,
+            "cc_source": None,
+        }
+    fw = framework_gpus[0] if framework_gpus else {}
+    hw = nvml[0] if nvml else {}
+    cc = hw.get("compute_capability") or fw.get("compute_capability")
+    source = "nvml" if hw.get("compute_capability") else ("tensorflow" if cc else None)
+    rec = {
+        "kind": "gpu",
+        "name": hw.get("name") or fw.get("name"),
+        "compute_capability": cc,
+        "memory_bytes": hw.get("memory_bytes"),
+        "driver": driver,
+        "uuid": hw.get("uuid"),
+        "used_by_tf": True,
+        "present_gpus": present,
+        "cc_source": source,
+    }
+    if hw and fw.get("compute_capability") and fw["compute_capability"] != cc:
+        rec["cc_framework"] = fw["compute_capability"]
+    return rec
+
+
+def number_settings() -> dict[str, str | None]:
+    """Environment variables that change the numbers, as set for this process."""
+    env = {k: os.environ.get(k) for k in NUMBER_SETTINGS}
+    return {
+        "onednn": env["TF_ENABLE_ONEDNN_OPTS"],
+        "xla_flags": env["XLA_FLAGS"],
+        "tf32_override": env["NVIDIA_TF32_OVERRIDE"],
+    }
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def process_start_time() -> float | None:
+    """Wall-clock time this process started (for startup_s), when psutil is there."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return float(psutil.Process().create_time())
