@@ -1,0 +1,56 @@
+"""Running the real ``mxbench bench`` in a fresh process, as the engines do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# Runs the CLI with the orchestrator's heavy dependencies made unimportable: the bench must
+# work in an image that has none of them.
+_GUARDED_MAIN = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"docker", "pandas", "matplotlib"}:
+            raise ImportError(f"mxbench bench imported {name}")
+sys.meta_path.insert(0, _Block())
+from mxbench.cli import main
+sys.argv = ["mxbench", *sys.argv[1:]]
+main()
+"""
+
+SMALL = ["--image-size", "32", "--batch-size", "8", "--steps", "6", "--warmup-steps", "2"]
+
+
+@dataclass
+class BenchRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def record(self) -> dict[str, Any]:
+        lines = self.stdout.splitlines()
+        assert len(lines) == 1, f"expected one stdout line, got {len(lines)}:\n{self.stdout}"
+        return json.loads(lines[0])
+
+
+def run_bench(
+    *args: str,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+    timeout: float = 300,
+) -> BenchRun:
+    p = subprocess.run(
+        [sys.executable, "-c", _GUARDED_MAIN, "bench", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=preexec_fn,
+        timeout=timeout,
+    )
+    return BenchRun(p.returncode, p.stdout, p.stderr)

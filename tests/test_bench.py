@@ -1,0 +1,127 @@
+"""`mxbench bench` end to end with the real TensorFlow, on small shapes.
+
+Each bench process pays TensorFlow's import, so one record per policy is shared by
+several assertions (module-scoped fixtures).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench_helpers import SMALL, BenchRun, run_bench
+from mxbench.results import MIN_FIELDS, SCHEMA
+
+pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="module")
+def f32() -> BenchRun:
+    return run_bench("--model", "blog-cnn", "--policy", "float32", *SMALL, "--jit-compile", "off")
+
+
+@pytest.fixture(scope="module")
+def mixed() -> BenchRun:
+    return run_bench("--policy", "mixed_float16", *SMALL, "--data", "synthetic")
+
+
+def test_exit_zero_and_one_json_line_on_stdout(f32: BenchRun) -> None:
+    assert f32.returncode == 0, f32.stderr[-3000:]
+    rec = f32.record
+    assert rec["schema"] == SCHEMA and rec["status"] == "ok" and rec["error"] is None
+    assert all(k in rec for k in MIN_FIELDS)
+    # the orchestrator stamps these
+    assert rec["cell"] is None and rec["host"] is None and rec["engine"] is None
+    # TensorFlow's own logs went to stderr
+    assert "cpu_feature_guard" in f32.stderr or "This TensorFlow binary" in f32.stderr
+
+
+def test_params_echo_the_arguments(f32: BenchRun) -> None:
+    assert f32.record["params"] == {
+        "model": "blog-cnn", "policy": "float32", "batch_size": 8, "image_size": 32,
+        "data": "synthetic", "warmup_steps": 2, "steps": 6, "jit_compile": "off",
+    }  # fmt: skip
+
+
+def test_timing_is_sane(f32: BenchRun) -> None:
+    m = f32.record["metrics"]
+    s = m["step_ms"]
+    assert s["n"] == 6
+    assert 0 < s["min"] <= s["p25"] <= s["median"] <= s["p75"] <= s["max"]
+    assert s["min"] <= s["mean"] <= s["max"]
+    assert m["images_per_s"] == pytest.approx(8 * 1000 / s["median"], rel=1e-3)
+    # warm-up (tracing) is excluded from the timed steps and reported on its own
+    assert m["first_step_ms"] > s["median"]
+    assert m["warmup_ms"] >= m["first_step_ms"]
+    assert m["startup_s"] > m["import_s"] > 0
+    assert m["startup_s"] > m["warmup_ms"] / 1000
+    assert m["achieved_tflops"] > 0 and m["train_flops_per_image"] > 0
+
+
+def test_losses_and_memory(f32: BenchRun) -> None:
+    m = f32.record["metrics"]
+    assert m["loss_first"] > 0 and m["loss_last"] > 0
+    assert m["loss_scale"] is None
+    assert m["peak_memory_kind"] == "rss" and m["peak_memory_bytes"] > 100 * 2**20
+
+
+def test_environment_probe(f32: BenchRun) -> None:
+    rec = f32.record
+    assert rec["device"]["kind"] == "cpu" and rec["device"]["compute_capability"] is None
+    assert rec["cpu"]["cores"] >= 1 and rec["cpu"]["model"]
+    flags = rec["cpu"]["flags"]
+    assert "sse2" in flags
+    not_compiled = rec["cpu"]["tf_not_compiled_for"]
+    assert isinstance(not_compiled, list)
+    # every instruction TF names is one this CPU reports (lower-case in /proc/cpuinfo)
+    assert all(i.lower() in flags for i in not_compiled)
+    sw = rec["software"]
+    assert sw["tensorflow"] and sw["keras"].startswith("3.") and sw["backend"] == "tensorflow"
+    assert "cuda" in sw and "cuda_compute_capabilities" in sw
+    st = rec["settings"]
+    assert st["jit_compile"] is False and isinstance(st["tf32"], bool)
+    assert {"onednn", "xla_flags"} <= set(st)
+    assert (st["compute_dtype"], st["variable_dtype"]) == ("float32", "float32")
+    assert rec["model"] == {"name": "blog-cnn", "parameters": 1096394}
+
+
+def test_mixed_float16_applied_with_loss_scale(mixed: BenchRun) -> None:
+    assert mixed.returncode == 0, mixed.stderr[-3000:]
+    rec = mixed.record
+    assert rec["status"] == "ok"
+    st = rec["settings"]
+    assert (st["compute_dtype"], st["variable_dtype"]) == ("float16", "float32")
+    assert st["loss_scaling"] is True and st["pure_float16"] is False
+    scale = rec["metrics"]["loss_scale"]
+    assert isinstance(scale, float) and scale > 0
+    assert rec["metrics"]["step_ms"]["n"] == 6
+
+
+def _one_line_exit_2(run: BenchRun, needle: str) -> None:
+    assert run.returncode == 2, run.stderr
+    assert run.stdout == ""
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], run.stderr
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--batch-size", "0"], "--batch-size 0"),
+        (["--policy", "float8"], "--policy 'float8'"),
+        (["--data", "/nonexistent/imagenette"], "no such directory"),
+        (["--image-size", "8"], "--image-size 8"),
+        (["--model", "resnet50"], "--model 'resnet50'"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str) -> None:
+    _one_line_exit_2(run_bench(*args, timeout=60), needle)
+
+
+def test_record_is_json_serialisable_roundtrip(f32: BenchRun) -> None:
+    from mxbench.results import parse_bench_output
+
+    parsed: dict[str, Any] | None = parse_bench_output(f32.stdout)
+    assert parsed == f32.record

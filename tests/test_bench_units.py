@@ -1,0 +1,211 @@
+"""Pure parts of the bench: argument rules, timing summary, log parsing, device logic.
+
+No TensorFlow here; NVML is replaced by a fake module at the thinnest seam (the calls
+nvidia-ml-py makes), since no GPU exists on this machine.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from mxbench.bench import params as bp
+from mxbench.bench.cell import is_oom
+from mxbench.bench.model import forward_flops_per_image, train_flops_per_image
+from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
+from mxbench.bench.probe_tf import parse_not_compiled_for
+from mxbench.bench.timing import StepLog, split, summarize
+from mxbench.errors import UsageError
+
+
+def test_limits_match_the_matrix_schema() -> None:
+    from mxbench import matrix
+
+    assert bp.MIN_IMAGE_SIZE == matrix.MIN_IMAGE_SIZE
+    assert bp.POLICIES == matrix.POLICIES
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"batch_size": 0}, "--batch-size 0"),
+        ({"policy": "float8"}, "--policy 'float8'"),
+        ({"image_size": 8}, "--image-size 8"),
+        ({"steps": 0}, "--steps 0"),
+        ({"warmup_steps": -1}, "--warmup-steps -1"),
+        ({"jit_compile": "yes"}, "--jit-compile 'yes'"),
+        ({"model": "resnet"}, "--model 'resnet'"),
+        ({"data": "/nonexistent/imagenette"}, "no such directory"),
+    ],
+)
+def test_bad_arguments_name_the_option(change: dict, needle: str) -> None:
+    with pytest.raises(UsageError) as err:
+        bp.validate(bp.BenchParams(**change))
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_data_dir_needs_train_images(tmp_path) -> None:
+    with pytest.raises(UsageError, match="no train/ folder"):
+        bp.validate(bp.BenchParams(data=str(tmp_path)))
+    (tmp_path / "train" / "n01").mkdir(parents=True)
+    with pytest.raises(UsageError, match="no images under train"):
+        bp.validate(bp.BenchParams(data=str(tmp_path)))
+
+
+def test_defaults_are_the_experiments() -> None:
+    p = bp.validate(bp.BenchParams())
+    assert (p.image_size, p.warmup_steps, p.steps, p.data) == (256, 5, 50, "synthetic")
+
+
+def test_summary_statistics() -> None:
+    s = summarize([0.010, 0.030, 0.020, 0.040, 0.100])
+    assert s == {
+        "median": 30.0, "p25": 20.0, "p75": 40.0, "mean": 40.0, "min": 10.0, "max": 100.0, "n": 5
+    }  # fmt: skip
+    one = summarize([0.005])
+    assert one["median"] == one["p25"] == one["p75"] == 5.0 and one["n"] == 1
+
+
+def test_split_excludes_warmup_and_keeps_every_timed_step() -> None:
+    log = StepLog(begin=10.0, ends=[13.0, 13.5, 14.0, 14.25, 14.75])
+    parts = split(log, warmup_steps=2)
+    assert parts["first_step_s"] == 3.0
+    assert parts["warmup_s"] == 3.5
+    assert parts["timed"] == [0.5, 0.25, 0.5]
+    assert parts["first_timed_start"] == 13.5
+    assert split(log, 0)["timed"][0] == 3.0  # no warm-up: the first step is timed
+
+
+def test_per_step_loss_from_running_means() -> None:
+    losses = [2.0, 1.0, 4.0, 0.5]
+    means = [sum(losses[: i + 1]) / (i + 1) for i in range(len(losses))]
+    log = StepLog(begin=0.0, ends=[1, 2, 3, 4], mean_losses=means)
+    assert [round(log.step_loss(k), 9) for k in range(4)] == losses
+
+
+GUARD_221 = (
+    "I0000 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use available "
+    "CPU instructions in performance-critical operations.\nTo enable the following "
+    "instructions: AVX2 AVX512F FMA, in other operations, rebuild TensorFlow with the "
+    "appropriate compiler flags."
+)
+GUARD_212 = (
+    "I tensorflow/core/platform/cpu_feature_guard.cc:193] This TensorFlow binary is optimized "
+    "with oneAPI Deep Neural Network Library (oneDNN) to use the following CPU instructions in "
+    "performance-critical operations:  AVX2 FMA\nTo enable them in other operations, rebuild."
+)
+GUARD_115 = (
+    "I tensorflow/core/platform/cpu_feature_guard.cc:141] Your CPU supports instructions that "
+    "this TensorFlow binary was not compiled to use: AVX2 FMA"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        (GUARD_221, ["AVX2", "AVX512F", "FMA"]),
+        (GUARD_212, ["AVX2", "FMA"]),
+        (GUARD_115, ["AVX2", "FMA"]),
+        ("I0000 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use", []),
+        ("W0000 some other log line", None),
+    ],
+)
+def test_parse_tf_cpu_feature_line(log: str, expected: list[str] | None) -> None:
+    assert parse_not_compiled_for(log) == expected
+
+
+def test_cpu_info_reads_model_and_flags(tmp_path) -> None:
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fma avx2 sse\n\n")
+    info = cpu_info(str(f))
+    assert info["model"] == "Test CPU"
+    assert info["flags"] == ["avx2", "fma", "sse"]
+    assert info["cores"] >= 1
+
+
+class FakeNvml:
+    """The nvidia-ml-py calls the probe makes, answering for one Maxwell card."""
+
+    def __init__(self, cc: tuple[int, int] = (5, 2)) -> None:
+        self.cc = cc
+        self.shutdown = False
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None:
+        self.shutdown = True
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"535.104.05"
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
+        return self.cc
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "Quadro M2200"
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(total=4 * 2**30)
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return "GPU-1234"
+
+
+def test_nvml_probe_reads_every_field() -> None:
+    fake = FakeNvml()
+    gpus, driver = nvml_gpus(fake)
+    assert driver == "535.104.05" and fake.shutdown
+    assert gpus == [
+        {"index": 0, "name": "Quadro M2200", "compute_capability": "5.2",
+         "memory_bytes": 4 * 2**30, "uuid": "GPU-1234"}
+    ]  # fmt: skip
+
+
+def test_nvml_without_driver_is_no_gpu() -> None:
+    class NoDriver(FakeNvml):
+        def nvmlInit(self) -> None:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    assert nvml_gpus(NoDriver()) == ([], None)
+
+
+def test_gpu_ignored_by_tensorflow_is_a_cpu_run() -> None:
+    gpus, driver = nvml_gpus(FakeNvml((5, 2)))
+    dev = device_record(
+        nvml=gpus, driver=driver, framework_gpus=[], used_gpu=False, cpu_model="Xeon"
+    )
+    assert dev["kind"] == "cpu" and dev["name"] == "Xeon"
+    assert dev["used_by_tf"] is False
+    assert dev["present_gpus"][0]["compute_capability"] == "5.2"
+
+
+def test_gpu_used_takes_cc_from_nvml_and_cross_checks() -> None:
+    gpus, driver = nvml_gpus(FakeNvml((7, 0)))
+    fw = [{"name": "Tesla V100", "compute_capability": "7.0"}]
+    dev = device_record(nvml=gpus, driver=driver, framework_gpus=fw, used_gpu=True, cpu_model="x")
+    assert (dev["kind"], dev["compute_capability"], dev["cc_source"]) == ("gpu", "7.0", "nvml")
+    assert dev["used_by_tf"] is True and dev["uuid"] == "GPU-1234" and "cc_framework" not in dev
+    no_nvml = device_record(nvml=[], driver=None, framework_gpus=fw, used_gpu=True, cpu_model="x")
+    assert (no_nvml["compute_capability"], no_nvml["cc_source"]) == ("7.0", "tensorflow")
+
+
+def test_flops_match_the_published_estimate() -> None:
+    # experiment.md: about 2.9 GFLOP forward per 256x256 image, ~3x per training step
+    assert 2.85e9 < forward_flops_per_image(256) < 2.95e9
+    assert train_flops_per_image(256) == 3 * forward_flops_per_image(256)
+
+
+def test_oom_classification() -> None:
+    class ResourceExhaustedError(Exception): ...
+
+    assert is_oom(ResourceExhaustedError("x"))
+    assert is_oom(MemoryError())
+    assert is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert not is_oom(ValueError("shapes (3,) and (4,) not aligned"))
