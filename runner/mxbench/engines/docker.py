@@ -1,0 +1,255 @@
+"""``engine: docker``: each cell in a fresh container of the host's image.
+
+The host is a Docker Engine reached through the docker SDK: the local socket (or
+``DOCKER_HOST``), ``docker_host: ssh://user@host[:port]`` (docker[ssh], paramiko; the remote
+needs the docker CLI for ``docker system dial-stdio``), ``tcp://``, or ``context: NAME``.
+
+Nothing is pulled: ``prepare`` looks for the exact content-hash tag ``mxbench build`` makes
+and, when it is missing, names the command that builds it. The record comes back on the
+container's stdout, so a remote engine needs no shared disk; the container is removed
+afterwards, killed on the cell's timeout, and an ``OOMKilled`` container is reported as such.
+GPUs go through device requests; a host without the NVIDIA runtime gets its cells marked
+``unsupported`` with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from mxbench import images
+from mxbench.cells import Cell
+from mxbench.engines.base import Engine, EngineUnavailable, Outcome
+from mxbench.errors import MxbenchError
+from mxbench.matrix import DockerHost, Matrix
+
+CONNECT_TIMEOUT_S = 60
+
+
+class DockerUnreachable(MxbenchError):
+    """The host's Docker daemon cannot be reached (one line, names the address)."""
+
+
+def address(host: DockerHost) -> str:
+    if host.context:
+        return f"docker context {host.context!r}"
+    return host.docker_host or "the local Docker socket"
+
+
+def connect(host: DockerHost, timeout: float = CONNECT_TIMEOUT_S) -> Any:
+    """A ``docker.DockerClient`` for the host, after a successful ping."""
+    import docker
+
+    where = address(host)
+    try:
+        if host.context:
+            from docker.context import ContextAPI
+
+            ctx = ContextAPI.get_context(host.context)
+            if ctx is None:
+                raise DockerUnreachable(f"host {host.name}: no docker context {host.context!r}")
+            client = docker.DockerClient(
+                base_url=ctx.Host, tls=ctx.TLSConfig or False, timeout=int(timeout)
+            )
+        elif host.docker_host:
+            client = docker.DockerClient(
+                base_url=host.docker_host, timeout=int(timeout), use_ssh_client=False
+            )
+        else:
+            client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except DockerUnreachable:
+        raise
+    except Exception as exc:  # the SDK, requests, paramiko and sockets all raise their own
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise DockerUnreachable(
+            f"host {host.name}: cannot reach the Docker daemon at {where}: {reason}"
+        ) from None
+    return client
+
+
+def has_nvidia_runtime(info: dict[str, Any]) -> bool:
+    """True when the daemon can honour GPU device requests (nvidia-container-toolkit)."""
+    runtimes = info.get("Runtimes") or {}
+    if any("nvidia" in name.lower() for name in runtimes):
+        return True
+    # CDI-only setups list NVIDIA devices instead of a runtime (Docker 25+).
+    return any("nvidia.com/gpu" in str(d) for d in info.get("DiscoveredDevices") or [])
+
+
+def device_requests(gpus: str | list[str]) -> list[Any] | None:
+    from docker.types import DeviceRequest
+
+    if gpus == "none":
+        return None
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+
+
+def data_mount(data: str) -> dict[str, dict[str, str]]:
+    """A real data directory, bind-mounted read-only at the same path (on the docker host)."""
+    if data == "synthetic":
+        return {}
+    return {data: {"bind": data, "mode": "ro"}}
+
+
+class DockerEngine(Engine):
+    name: ClassVar[str] = "docker"
+    host: DockerHost
+
+    def __init__(self, host: DockerHost, matrix: Matrix) -> None:
+        super().__init__(host, matrix)
+        self._client: Any = None
+        self._images: dict[str, dict[str, Any]] = {}  # name -> {"name", "id", "labels", "tag"}
+        self._lock = threading.Lock()
+        self._running: Any = None
+        self._cancelled = False
+
+    # ------------------------------------------------------------------ prepare
+
+    def prepare(self, cells: Sequence[Cell]) -> None:
+        try:
+            self._client = connect(self.host)
+        except DockerUnreachable as exc:
+            raise EngineUnavailable(str(exc), "error") from None
+        if self.host.gpus != "none":
+            info = self._client.info()
+            if not has_nvidia_runtime(info):
+                runtimes = ", ".join(sorted(info.get("Runtimes") or {})) or "none"
+                raise EngineUnavailable(
+                    f"host {self.host.name} asks for GPUs ({_gpus(self.host.gpus)}) but its "
+                    f"Docker daemon at {address(self.host)} has no NVIDIA runtime (runtimes: "
+                    f"{runtimes}); install nvidia-container-toolkit there, or set gpus: none",
+                    "unsupported",
+                )
+        needed = {c.image: c.image_spec for c in cells if c.image}
+        for name, spec in needed.items():
+            self._images[name] = self._find_image(name, spec)
+
+    def _find_image(self, name: str, spec_dict: dict[str, Any] | None) -> dict[str, Any]:
+        spec = images.resolve(name, spec_dict or self.matrix.images[name], self._bases())
+        tag = spec.tag()
+        image = images.find(self._client, tag)
+        if image is None:
+            raise EngineUnavailable(
+                f"host {self.host.name}: image {name!r} ({tag}) is not on {address(self.host)} "
+                f"(never pulled); build it with: {self._build_command(name)}",
+                "error",
+            )
+        labels = {k: v for k, v in (image.labels or {}).items() if k.startswith(images.LABEL)}
+        return {"name": name, "id": image.id, "labels": labels, "tag": tag}
+
+    def _bases(self) -> list[Path]:
+        return images.base_dirs(self.matrix)
+
+    def _build_command(self, image: str) -> str:
+        argv = ["mxbench", "build"]
+        if self.matrix.source:
+            argv += ["--matrix", str(self.matrix.source)]
+        argv += ["--image", image, "--host", self.host.name]
+        return shlex.join(argv)
+
+    # ------------------------------------------------------------------ run
+
+    def run_one(self, cell: Cell) -> Outcome:
+        if self._client is None:
+            self.prepare([cell])
+        image = self._images[cell.image] if cell.image else None
+        if image is None:
+            return Outcome(None, status="error", reason=f"host {cell.host}: cell has no image")
+        public = {k: image[k] for k in ("name", "id", "labels")}
+        try:
+            return self._run_container(cell, image, public)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # the daemon went away, the image vanished, ...
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            return Outcome(
+                None,
+                status="error",
+                reason=f"host {cell.host}: docker failed on {address(self.host)}: {reason}",
+                image=public,
+            )
+
+    def _run_container(self, cell: Cell, image: dict[str, Any], public: dict[str, Any]) -> Outcome:
+        t0 = time.monotonic()
+        container = self._client.containers.create(
+            image["tag"],
+            command=cell.bench_args(),
+            environment=dict(self.host.env),
+            device_requests=device_requests(self.host.gpus),
+            volumes=data_mount(str(cell.params["data"])),
+            labels={"io.mxbench.cell": cell.key, "io.mxbench.host": cell.host},
+            detach=True,
+        )
+        with self._lock:
+            self._running = container
+        timed_out = False
+        try:
+            if self._cancelled:
+                raise KeyboardInterrupt
+            container.start()
+            try:
+                container.wait(timeout=cell.timeout_s)
+            except Exception as exc:  # read timeout: requests, urllib3 or paramiko flavour
+                if not _is_timeout(exc):
+                    raise
+                timed_out = True
+                _quietly(container.kill)
+            wall = time.monotonic() - t0
+            container.reload()
+            state = container.attrs.get("State") or {}
+            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        finally:
+            with self._lock:
+                self._running = None
+            _quietly(lambda: container.remove(force=True))
+        return Outcome(
+            returncode=None if timed_out else state.get("ExitCode"),
+            stdout=stdout,
+            stderr=stderr,
+            wall_s=wall,
+            timed_out=timed_out,
+            oom_killed=bool(state.get("OOMKilled")),
+            image=public,
+            extra={"container": container.short_id, "docker_host": address(self.host)},
+        )
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        with self._lock:
+            running = self._running
+        if running is not None:
+            _quietly(running.kill)
+            _quietly(lambda: running.remove(force=True))
+
+
+def _gpus(gpus: str | list[str]) -> str:
+    return gpus if isinstance(gpus, str) else ",".join(gpus)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    import socket
+
+    import requests
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (requests.exceptions.Timeout, socket.timeout, TimeoutError)):
+            return True
+        if "timed out" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _quietly(fn: Any) -> None:
+    with contextlib.suppress(Exception):  # cleanup of a container that may already be gone
+        fn()

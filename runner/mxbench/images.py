@@ -1,0 +1,325 @@
+"""Images: specs from the matrix, content-hash tags, provenance labels, builds.
+
+An image is named in the matrix (``images: {cpu: {dockerfile, target, context,
+build_args}}``). Its tag is ``mxbench-<name>:<hash>``, where the hash covers everything
+that decides what is inside: the Dockerfile, every file of the build context that
+``.dockerignore`` lets through, the target and the build arguments. So an unchanged image
+is found and not rebuilt, and ``mxbench run`` finds exactly the image ``mxbench build``
+made from the same checkout (and refuses a stale one) without a registry.
+
+Builds go through the docker SDK (legacy builder), with the build log streamed to a
+callback. ``--ca-bundle`` adds ``docker/ca-bundle.pem`` to the context; it is transport,
+not content, so it is left out of the hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mxbench import __version__
+from mxbench.errors import MxbenchError, UsageError
+from mxbench.matrix import Image, Matrix
+
+LABEL = "io.mxbench."
+CA_BUNDLE_PATH = "docker/ca-bundle.pem"  # where the Dockerfiles look for it (docker/venv.sh)
+_HASH_SCHEME = "mxbench-image/1"
+_ISA_FLAGS = {"-mavx2": "avx2", "-mfma": "fma", "-mavx512f": "avx512f", "-mavx": "avx"}
+
+
+class BuildFailed(MxbenchError):
+    """A build that ran and failed: names the failing step and ends with the log tail."""
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One image of the matrix, resolved to absolute paths."""
+
+    name: str
+    context: Path
+    dockerfile: str  # relative to the context, as the engine API wants it
+    target: str | None = None
+    build_args: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def dockerfile_path(self) -> Path:
+        return self.context / self.dockerfile
+
+    def files(self) -> list[str]:
+        """Context files the daemon would see (``.dockerignore`` applied), sorted."""
+        from docker.utils.build import exclude_paths
+
+        ignore = self.context / ".dockerignore"
+        patterns = _dockerignore(ignore.read_text()) if ignore.is_file() else []
+        return sorted(exclude_paths(str(self.context), patterns, dockerfile=self.dockerfile))
+
+    def content_hash(self) -> str:
+        h = hashlib.sha256()
+
+        def put(*parts: str | bytes) -> None:
+            for p in parts:
+                b = p.encode() if isinstance(p, str) else p
+                h.update(len(b).to_bytes(8, "big") + b)
+
+        put(_HASH_SCHEME, self.dockerfile, self.target or "")
+        for k in sorted(self.build_args):
+            put("arg", k, self.build_args[k])
+        for rel in self.files():
+            path = self.context / rel
+            if path.is_symlink():
+                put("link", rel, str(path.readlink()))
+            elif path.is_file():
+                put("file", rel, "x" if path.stat().st_mode & 0o111 else "-", _file_digest(path))
+        return h.hexdigest()
+
+    def tag(self, content_hash: str | None = None) -> str:
+        return f"mxbench-{self.name.lower()}:{(content_hash or self.content_hash())[:16]}"
+
+    def arg(self, name: str) -> str | None:
+        """A build argument's effective value: the matrix's, else the Dockerfile's default."""
+        if name in self.build_args:
+            return self.build_args[name]
+        return dockerfile_arg_defaults(self.dockerfile_path.read_text()).get(name)
+
+
+def _file_digest(path: Path) -> bytes:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.digest()
+
+
+def _dockerignore(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+_ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.MULTILINE | re.IGNORECASE)
+
+
+def dockerfile_arg_defaults(text: str) -> dict[str, str]:
+    """``ARG NAME=default`` values (the first one wins, as the global ARG would)."""
+    out: dict[str, str] = {}
+    for name, value in _ARG.findall(text):
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out.setdefault(name, value)
+    return out
+
+
+# ------------------------------------------------------------------ from the matrix
+
+
+def base_dirs(matrix: Matrix) -> list[Path]:
+    """Where a relative image context is looked up: the matrix file's folder, then cwd."""
+    dirs = [matrix.source.parent] if matrix.source else []
+    cwd = Path.cwd().resolve()
+    return dirs if cwd in dirs else [*dirs, cwd]
+
+
+def resolve(name: str, image: Image | Mapping[str, Any], bases: Iterable[Path]) -> ImageSpec:
+    """The spec of one image; the context is the first base where its Dockerfile exists."""
+    img = image if isinstance(image, Image) else Image.model_validate(dict(image))
+    tried: list[str] = []
+    for base in bases:
+        context = (base / img.context).resolve()
+        if (context / img.dockerfile).is_file():
+            return ImageSpec(name, context, img.dockerfile, img.target, dict(img.build_args))
+        tried.append(str(context / img.dockerfile))
+    raise UsageError(
+        f"images.{name}: dockerfile {img.dockerfile!r} not found (looked for {', '.join(tried)})"
+    )
+
+
+def specs(matrix: Matrix, names: Iterable[str] | None = None) -> dict[str, ImageSpec]:
+    wanted = list(names) if names else list(matrix.images)
+    unknown = [n for n in wanted if n not in matrix.images]
+    if unknown:
+        known = ", ".join(sorted(matrix.images)) or "none defined"
+        raise UsageError(f"--image {unknown[0]!r}: no such image in the matrix (images: {known})")
+    bases = base_dirs(matrix)
+    return {n: resolve(n, matrix.images[n], bases) for n in wanted}
+
+
+# ------------------------------------------------------------------ provenance
+
+
+def provenance_labels(spec: ImageSpec, content_hash: str) -> dict[str, str]:
+    """Labels ``mxbench build`` puts on an image: what went in, and where from.
+
+    Claims, not proofs: the bench's probe of TF's "not compiled for" list verifies
+    ``isa-claim`` at run time, and the report flags an image whose claim fails.
+    """
+    labels = {
+        "image": spec.name,
+        "dockerfile": spec.dockerfile,
+        "content-hash": content_hash,
+        "version": __version__,
+        "git-commit": git_commit(spec.context),
+        "base-image": spec.arg("BASE_IMAGE") or "",
+        "tf-version": spec.arg("TF_VERSION") or "",
+    }
+    if spec.target:
+        labels["target"] = spec.target
+    copts = spec.arg("TF_COPTS")
+    if copts is not None:  # a source-built TensorFlow: the flags are the claim
+        labels["copts"] = copts
+        labels["isa-claim"] = ",".join(_ISA_FLAGS[f] for f in copts.split() if f in _ISA_FLAGS)
+        wheel = spec.arg("TF_WHEEL")
+        if wheel:
+            labels["wheel-source"] = f"prebuilt wheels/{wheel}"
+            path = spec.context / "wheels" / wheel
+            if path.is_file():
+                labels["wheel-sha256"] = _file_digest(path).hex()
+        else:
+            labels["wheel-source"] = f"source build v{labels['tf-version']}"
+    # Stock wheels: the Dockerfile's own labels say where TF came from (no ISA claim).
+    return {LABEL + k: v for k, v in labels.items()}
+
+
+def git_commit(path: Path) -> str:
+    """HEAD of the checkout holding ``path``, ``+dirty`` when it has local changes."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "."],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+# ------------------------------------------------------------------ building
+
+LogFn = Callable[[str], None]
+
+
+@dataclass
+class Built:
+    name: str
+    tag: str
+    id: str
+    reused: bool
+    seconds: float = 0.0
+
+
+def context_archive(spec: ImageSpec, ca_bundle: Path | None = None) -> io.BytesIO:
+    """The build context as a tar stream (plus the CA bundle, when given)."""
+    from docker.utils.build import create_archive
+
+    extra = []
+    if ca_bundle is not None:
+        try:
+            pem = ca_bundle.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--ca-bundle {ca_bundle}: cannot read ({exc})") from None
+        if "-----BEGIN CERTIFICATE-----" not in pem:
+            raise UsageError(f"--ca-bundle {ca_bundle}: not a PEM certificate bundle")
+        extra.append((CA_BUNDLE_PATH, pem))
+    buf = io.BytesIO()
+    fh = create_archive(str(spec.context), files=spec.files(), fileobj=buf, extra_files=extra)
+    fh.seek(0)
+    return fh  # type: ignore[no-any-return]
+
+
+def find(client: Any, tag: str) -> Any | None:
+    """The image with this tag on this daemon, or None (never pulls)."""
+    import docker.errors
+
+    try:
+        return client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def build(
+    client: Any,
+    spec: ImageSpec,
+    *,
+    where: str,
+    ca_bundle: Path | None = None,
+    log: LogFn = lambda line: None,
+    step: LogFn = lambda line: None,
+    rebuild: bool = False,
+) -> Built:
+    """Build ``spec`` on one daemon unless an image with its content tag is there already."""
+    import time
+
+    digest = spec.content_hash()
+    tag = spec.tag(digest)
+    existing = None if rebuild else find(client, tag)
+    if existing is not None:
+        return Built(spec.name, tag, existing.id, reused=True)
+    t0 = time.monotonic()
+    stream = client.api.build(
+        fileobj=context_archive(spec, ca_bundle),
+        custom_context=True,
+        dockerfile=spec.dockerfile,
+        target=spec.target,
+        buildargs=dict(spec.build_args),
+        labels=provenance_labels(spec, digest),
+        tag=tag,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        decode=True,
+    )
+    lines: list[str] = []
+    current = "(before the first step)"
+    image_id = None
+    for chunk in stream:
+        if "error" in chunk:
+            detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
+            tail = "\n".join(lines[-15:])
+            hint = _hint(detail + "\n" + tail)
+            raise BuildFailed(
+                f"building image {spec.name!r} ({tag}) on {where} failed at {current}: "
+                f"{detail.strip()}{hint}\n--- build log tail ---\n{tail}"
+            )
+        if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+            image_id = chunk["aux"]["ID"]
+        text = _ANSI.sub("", chunk.get("stream") or chunk.get("status") or "")
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            lines.append(line)
+            del lines[:-200]
+            if line.startswith("Step "):
+                current = line.strip()
+                step(current)
+            log(line)
+    image = find(client, tag)
+    if image is None:
+        raise BuildFailed(f"building image {spec.name!r} on {where}: no image tagged {tag}")
+    return Built(spec.name, tag, image_id or image.id, False, time.monotonic() - t0)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _hint(detail: str) -> str:
+    d = detail.lower()
+    if "pull access denied" in d or "manifest unknown" in d or "lookup registry" in d:
+        return (
+            " (the base image cannot be pulled here: make one offline with "
+            ".ci/setup-docker.sh and set build_args: {BASE_IMAGE: mxbench-base:bookworm})"
+        )
+    if "certificate verify failed" in d or "ssl" in d:
+        return " (TLS to the package index failed: pass --ca-bundle PEM)"
+    return ""
