@@ -23,10 +23,7 @@ def _yes(flag: bool) -> str:
 
 def gpu_cc(table: Table) -> tuple[devices.Capability | None, bool]:
     """The GPU's capability and whether it was inferred from the name (not recorded)."""
-    cap = devices.capability(table.device.get("compute_capability"))
-    if cap is not None:
-        return cap, False
-    return devices.capability(devices.cc_from_name(table.device.get("name"))), True
+    return table.capability
 
 
 def software_line(rec: dict[str, Any]) -> str:

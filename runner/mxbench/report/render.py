@@ -74,7 +74,22 @@ def intro(loaded: Loaded, tables: list[Table]) -> str:
 
 
 def _md(headers: list[str], rows: list[list[str]]) -> str:
-    return tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+    """A GitHub pipe table, byte for byte what ``tabulate(..., tablefmt="github",
+    disable_numparse=True)`` prints for text cells (a test holds it to that), written out
+    here because tabulate's type sniffing costs more than the rest of a 100,000-record
+    report."""
+    widths = [len(h) + 2 for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            if len(cell) > widths[i]:
+                widths[i] = len(cell)
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    out = [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(row) for row in rows]
+    return "\n".join(out)
 
 
 def markdown(loaded: Loaded, tables: list[Table]) -> str:

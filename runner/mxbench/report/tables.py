@@ -8,9 +8,12 @@ quartiles). A slot with no ``ok`` record shows the status of its latest attempt.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+from mxbench.report.devices import Capability, capability, cc_from_name
 from mxbench.report.load import when
 
 POLICY_ORDER = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
@@ -42,6 +45,14 @@ class Table:
     entries: dict[tuple[str, int], Entry]
     policies: list[str]
     batches: list[int]
+
+    @cached_property
+    def capability(self) -> tuple[Capability | None, bool]:
+        """The GPU's capability, and whether it was inferred from the name (not recorded)."""
+        cap = capability(self.device.get("compute_capability"))
+        if cap is not None:
+            return cap, False
+        return capability(cc_from_name(self.device.get("name"))), True
 
     @property
     def device_name(self) -> str:
@@ -98,16 +109,27 @@ def _policy_rank(policy: str) -> tuple[int, str]:
         return len(POLICY_ORDER), policy
 
 
+def _step(rec: dict[str, Any]) -> dict[str, Any] | None:
+    step = _dict(_dict(rec.get("metrics")).get("step_ms"))
+    return step if _num(step.get("median")) is not None else None
+
+
 def entry(records: list[dict[str, Any]]) -> Entry:
+    if len(records) == 1:  # the common case, kept cheap for large fleets
+        rec = records[0]
+        if rec["status"] != "ok":
+            return Entry(status=rec["status"], records=records)
+        step = _step(rec)
+        if step is None:
+            return Entry(status="ok", records=records)
+        n = step.get("n")
+        return Entry("ok", _num(step["median"]), _num(step.get("p25")), _num(step.get("p75")),
+                     n if isinstance(n, int) else None, records)  # fmt: skip
     ok = [r for r in records if r["status"] == "ok"]
-    timed = []
-    for r in ok:
-        step = _dict(_dict(r.get("metrics")).get("step_ms"))
-        if _num(step.get("median")) is not None:
-            timed.append(step)
     if not ok:
         latest = max(records, key=when)
         return Entry(status=latest["status"], records=records)
+    timed = [s for r in ok if (s := _step(r)) is not None]
     if not timed:
         return Entry(status="ok", records=ok)
 
@@ -126,37 +148,56 @@ def entry(records: list[dict[str, Any]]) -> Entry:
     )
 
 
-def _table_key(rec: dict[str, Any]) -> tuple[str, ...]:
-    device = _dict(rec.get("device"))
-    image = _dict(rec.get("image"))
-    setup = sorted((k, str(v)) for k, v in rec["params"].items() if k not in _NOT_SETUP)
+def _table_key(rec: dict[str, Any]) -> tuple[Any, ...]:
+    device = rec.get("device") or {}
+    image = rec.get("image") or {}
+    if not isinstance(device, dict):
+        device = {}
+    if not isinstance(image, dict):
+        image = {}
+    setup = tuple(sorted((k, v) for k, v in rec["params"].items() if k not in _NOT_SETUP))
+    try:
+        hash(setup)
+    except TypeError:  # a list or an object as a param value
+        setup = tuple((k, repr(v)) for k, v in setup)
     return (
-        str(rec["host"]),
-        str(device.get("kind") or ""),
-        str(device.get("name") or ""),
-        str(image.get("name") or image.get("id") or ""),
-        repr(setup),
+        rec["host"],
+        device.get("kind"),
+        device.get("name"),
+        image.get("name") or image.get("id"),
+        setup,
     )
 
 
-def build(winners: list[dict[str, Any]]) -> list[Table]:
-    """Tables in a stable order: host, device, image, setup."""
+def _same(rec: dict[str, Any]) -> dict[str, Any]:
+    return rec
+
+
+def build(
+    winners: list[dict[str, Any]],
+    detail: Callable[[dict[str, Any]], dict[str, Any]] = _same,
+) -> list[Table]:
+    """Tables in a stable order: host, device, image, setup.
+
+    ``detail`` gives the whole record behind a heading when the winners were read without
+    their bulky fields (:func:`mxbench.report.load.detail`).
+    """
     groups: dict[tuple[str, ...], dict[tuple[str, int], list[dict[str, Any]]]] = {}
     for rec in winners:
         params = rec["params"]
         slots = groups.setdefault(_table_key(rec), {})
         slots.setdefault((str(params["policy"]), params["batch_size"]), []).append(rec)
     tables = []
-    for key in sorted(groups):
+    for key in sorted(groups, key=lambda k: tuple(map(str, k))):
         slots = groups[key]
         entries = {slot: entry(recs) for slot, recs in slots.items()}
         every = [r for recs in slots.values() for r in recs]
         ok = [r for r in every if r["status"] == "ok"]
-        info = max(ok or every, key=when)
+        info = detail(max(ok or every, key=when))
         params = info["params"]
         tables.append(
             Table(
-                host=key[0],
+                host=str(key[0]),
                 device=_dict(info.get("device")),
                 image=_dict(info.get("image")),
                 setup={k: v for k, v in params.items() if k not in _NOT_SETUP},
