@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import shlex
 import shutil
@@ -37,6 +38,7 @@ from typing import Any
 
 from mxbench.cells import Cell
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome
+from mxbench.errors import UsageError
 from mxbench.matrix import SlurmHost
 from mxbench.results import parse_bench_output, tail
 
@@ -61,6 +63,11 @@ FINAL_STATES = frozenset(
         "SPECIAL_EXIT",
         "UNKNOWN",  # ours: the controller forgot the task and nothing else knows its end
     }
+)
+
+# slurmstepd's lines when it kills a step for memory (jobacct_gather or cgroup enforcement).
+_MEMORY_KILL = re.compile(
+    r"slurmstepd.*(exceeded (job )?memory limit|oom[_-]kill event)", re.IGNORECASE
 )
 
 
@@ -270,12 +277,13 @@ class SlurmEngine(Engine):
     name = "slurm"
     host: SlurmHost
 
-    poll_s: float = 5.0  # between two polls of the controller
+    poll_s: float = 5.0  # between two polls of the controller (env MXBENCH_SLURM_POLL_S)
     settle_s: float = 30.0  # wait for a finished task's files on a shared filesystem
     lost_after_s: float = 600.0  # give up when the controller does not answer this long
 
     def __init__(self, host: SlurmHost, matrix: Any) -> None:
         super().__init__(host, matrix)
+        self.poll_s = _poll_s(os.environ.get("MXBENCH_SLURM_POLL_S"), self.poll_s)
         self.progress = SlurmProgress()
         self.on_progress: Callable[[SlurmProgress], None] | None = None
         self.run_dir: Path | None = None
@@ -453,14 +461,16 @@ class SlurmEngine(Engine):
 
     def _outcome(self, sub: _Submission, t: int, st: TaskState) -> Outcome:
         out, err, _ = self._files(sub, t)
-        if st.state in ("COMPLETED", "FAILED"):
-            # The script writes .rc last: once it is there, stdout is complete.
+        code = st.returncode
+        if st.state in ("COMPLETED", "FAILED") and code is not None and code >= 0:
+            # The script exited on its own and wrote .rc last: once it is there, the output
+            # is complete (a shared filesystem may show it a little later than the node).
             deadline = time.monotonic() + self.settle_s
             while self._rc(sub, t) is None and time.monotonic() < deadline:
                 time.sleep(0.5)
         rc = self._rc(sub, t)
         stdout, stderr = _read(out), _read(err)
-        returncode = rc if rc is not None else st.returncode
+        returncode = rc if rc is not None else code
         extra = {
             "slurm": {
                 "job_id": st.job_id,
@@ -472,14 +482,21 @@ class SlurmEngine(Engine):
             }
         }
         o = Outcome(returncode, stdout, stderr, wall_s=st.run_s or 0.0, extra=extra)
-        has_record = parse_bench_output(stdout) is not None
-        if st.state == "COMPLETED" or (st.state == "FAILED" and has_record):
+        if st.state == "COMPLETED" or (
+            st.state == "FAILED" and parse_bench_output(stdout) is not None
+        ):
             return o  # the bench's own record (or its absence) decides
         o.status, o.reason = "error", _state_reason(st, returncode)
         if st.state == "TIMEOUT":
             o.timed_out, o.status = True, "timeout"
-        elif st.state == "OUT_OF_MEMORY":
+        elif st.state == "OUT_OF_MEMORY" or _MEMORY_KILL.search(stderr + stdout):
+            # Without cgroups Slurm's memory enforcement (jobacct_gather) ends the job as
+            # FAILED / CANCELLED; slurmstepd's own line in the job's stderr says why.
             o.oom_killed, o.status = True, "oom"
+            if st.state != "OUT_OF_MEMORY":
+                o.reason = f"Slurm job {st.job_id} was killed for exceeding its memory " + (
+                    f"(state {st.state}, slurmstepd: exceeded memory limit)"
+                )
         log = tail(stderr or stdout)
         if log:
             o.reason += "\n" + log
@@ -507,6 +524,18 @@ def _state_reason(st: TaskState, returncode: int | None) -> str:
     }.get(st.state, "ended")
     why = f"; reason: {st.reason}" if st.reason and st.reason not in ("None", "(null)") else ""
     return f"Slurm job {st.job_id} {what} (state {st.state}{why})"
+
+
+def _poll_s(text: str | None, default: float) -> float:
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 3600:
+        raise UsageError(f"MXBENCH_SLURM_POLL_S={text!r}: expected seconds between 0 and 3600")
+    return value
 
 
 def _first(res: subprocess.CompletedProcess[str]) -> str:

@@ -1,0 +1,218 @@
+"""`engine: slurm` against a real Slurm controller (slurmctld + slurmd + munge on this host).
+
+`.ci/setup-slurm.sh` starts the one-node cluster. Every test runs the real `mxbench bench`
+(TensorFlow, image 32 px, 2 steps) as Slurm jobs; the time-limit test waits for Slurm to
+kill a job at its one-minute limit (about 75 s: the controller checks limits every 30 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import require_service
+from mxbench.cells import expand
+from mxbench.engines import EngineUnavailable, to_record
+from mxbench.engines.slurm import SlurmEngine, SlurmProgress
+from mxbench.matrix import parse_matrix
+
+pytestmark = pytest.mark.slurm
+
+TINY = "benchmark: {image_size: 32, steps: 2, warmup_steps: 1}\n"
+LONG = "benchmark: {image_size: 32, steps: 1000000, warmup_steps: 1}\n"
+
+
+def _slurm_up() -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    res = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+    return res.returncode == 0 and any(s in res.stdout for s in ("idle", "mix", "alloc"))
+
+
+@pytest.fixture(autouse=True)
+def _slurm() -> None:
+    require_service(_slurm_up(), "a Slurm controller (slurmctld + slurmd + munge)")
+
+
+def _name(tag: str) -> str:
+    return f"{tag}-{uuid.uuid4().hex[:6]}"
+
+
+def _matrix(tmp_path: Path, bench: str, policies: str, host: str, extra: str = "") -> Path:
+    text = (
+        bench
+        + f"axes: {{policy: [{policies}], batch_size: [8]}}\n"
+        + "hosts:\n"
+        + f"  - name: {host}\n    engine: slurm\n    workdir: {tmp_path / 'work'}\n"
+        + "".join(f"    {line}\n" for line in extra.splitlines() if line)
+    )
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    return path
+
+
+def _mxbench(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "MXBENCH_SLURM_POLL_S": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "mxbench", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _records(results: Path, host: str) -> list[dict]:
+    path = results / f"{host}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _jobs_named(name: str, states: str | None = None) -> list[str]:
+    """Jobs of that name, in these states (default: the live ones, not finished)."""
+    res = subprocess.run(
+        ["squeue", "-h", "-r", "-n", name, "-o", "%i %T", *(["-t", states] if states else [])],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return res.stdout.split("\n")[:-1]
+
+
+def test_matrix_runs_end_to_end_and_resumes_across_submissions(tmp_path: Path) -> None:
+    host = _name("e2e")
+    matrix = _matrix(tmp_path, TINY, "float32, mixed_float16", host, "time_limit: '00:10:00'")
+    results = tmp_path / "results"
+    proc = _mxbench("run", "-m", str(matrix), "-r", str(results), cwd=tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+
+    records = _records(results, host)
+    mx = parse_matrix(matrix.read_text())
+    assert sorted(r["cell"] for r in records) == sorted(c.key for c in expand(mx))
+    jobs = set()
+    for r in records:
+        assert r["status"] == "ok", r["error"]
+        assert r["engine"] == "slurm" and r["host"] == host
+        assert r["metrics"]["step_ms"]["n"] == 2 and r["metrics"]["step_ms"]["median"] > 0
+        assert r["software"]["tensorflow"]
+        slurm = r["run"]["slurm"]
+        assert slurm["state"] == "COMPLETED" and slurm["exit_code"] == "0:0"
+        jobs.add(slurm["job_id"].split("_")[0])
+    assert len(jobs) == 1, "two cells must go as one job array"
+    assert {r["params"]["policy"] for r in records} == {"float32", "mixed_float16"}
+
+    # A wider matrix with --resume: only the new cell is submitted, in a new job.
+    text = matrix.read_text().replace("batch_size: [8]", "batch_size: [8, 16]")
+    matrix.write_text(text.replace("float32, mixed_float16", "float32"))
+    proc = _mxbench("run", "-m", str(matrix), "-r", str(results), "--resume", cwd=tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "(1 already done, skipped)" in err
+    records = _records(results, host)
+    assert len(records) == 2 + 1
+    new = records[2:]
+    assert all(r["status"] == "ok" for r in new), [r["error"] for r in new]
+    new_jobs = {r["run"]["slurm"]["job_id"].split("_")[0] for r in new}
+    assert len(new_jobs) == 1 and new_jobs.isdisjoint(jobs)
+
+
+def test_cell_over_its_time_limit_is_recorded_as_timeout(tmp_path: Path) -> None:
+    host = _name("limit")
+    matrix = _matrix(tmp_path, LONG, "float32", host, "time_limit: '00:01:00'")
+    results = tmp_path / "results"
+    proc = _mxbench("run", "-m", str(matrix), "-r", str(results), cwd=tmp_path)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1, err  # a timed-out cell is a failed cell
+
+    [record] = _records(results, host)
+    assert record["status"] == "timeout"
+    assert record["run"]["slurm"]["state"] == "TIMEOUT"
+    assert "time limit (00:01:00)" in record["error"]
+    assert record["run"]["wall_s"] >= 60
+
+
+def test_ctrl_c_cancels_every_submitted_job(tmp_path: Path) -> None:
+    host = _name("cancel")
+    # Three long cells on a two-CPU node: two run, one waits in the queue.
+    matrix = _matrix(tmp_path, LONG, "float32, mixed_float16, mixed_bfloat16", host)
+    proc = _mxbench("run", "-m", str(matrix), "-r", str(tmp_path / "results"), cwd=tmp_path)
+    job = f"mxbench-{host}"
+    try:
+        deadline = time.monotonic() + 120
+        while not _jobs_named(job, "RUNNING"):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the jobs never started"
+            time.sleep(0.5)
+        assert len(_jobs_named(job, "all")) == 3
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+    deadline = time.monotonic() + 30  # cancelled jobs pass through COMPLETING
+    while _jobs_named(job) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _jobs_named(job) == []
+    finished = _jobs_named(job, "all")
+    assert len(finished) == 3 and all(j.endswith("CANCELLED") for j in finished), finished
+
+
+def _engine(tmp_path: Path, host_extra: str, policies: str = "float32"):
+    mx = parse_matrix(
+        TINY + f"axes: {{policy: [{policies}], batch_size: [8]}}\nhosts:\n"
+        f"  - {{name: {_name('eng')}, engine: slurm, workdir: {tmp_path}, {host_extra}}}\n"
+    )
+    engine = SlurmEngine(mx.hosts[0], mx)
+    engine.poll_s = 0.5
+    return engine, expand(mx)
+
+
+def test_memory_kill_is_oom_and_a_failing_bench_is_an_error(tmp_path: Path) -> None:
+    # TensorFlow alone needs far more than 150 MB: Slurm kills the job for memory.
+    engine, cells = _engine(tmp_path, "sbatch_options: ['--mem=150M']")
+    seen: list[SlurmProgress] = []
+    engine.on_progress = lambda p: seen.append(SlurmProgress(p.total, p.queued, p.running, p.done))
+    engine.prepare(cells)
+    [(cell, outcome)] = list(engine.run(cells))
+    record = to_record(cell, outcome)
+    assert record["status"] == "oom", record["error"]
+    assert "exceeding its memory" in record["error"]
+    assert seen[-1].done == 1 and seen[-1].queued == seen[-1].running == 0
+    assert engine.progress_note().endswith("1/1 done")
+
+    # An interpreter that exits 1 without a record: state FAILED, named in the error.
+    engine, cells = _engine(tmp_path, "python: /bin/false")
+    [(cell, outcome)] = list(engine.run(cells))
+    record = to_record(cell, outcome)
+    assert record["status"] == "error"
+    assert "failed with exit code 1 (state FAILED" in record["error"]
+    assert record["run"]["slurm"]["exit_code"] == "1:0"
+
+
+def test_cells_as_separate_jobs_without_arrays(tmp_path: Path) -> None:
+    engine, cells = _engine(tmp_path, "array: false", policies="float32, mixed_float16")
+    results = [to_record(c, o) for c, o in engine.run(cells)]
+    assert [r["status"] for r in results] == ["ok", "ok"], [r["error"] for r in results]
+    ids = [r["run"]["slurm"]["job_id"] for r in results]
+    assert all("_" not in i for i in ids) and len(set(ids)) == 2
+
+
+def test_prepare_names_what_the_cluster_rejects(tmp_path: Path) -> None:
+    engine, cells = _engine(tmp_path, "partition: no-such-partition")
+    with pytest.raises(EngineUnavailable, match=r"sbatch rejects the job.*[Pp]artition"):
+        engine.prepare(cells)
+    engine, cells = _engine(tmp_path, "gres: 'gpu:v100:1'")
+    with pytest.raises(EngineUnavailable, match="sbatch rejects the job"):
+        engine.prepare(cells)

@@ -1,0 +1,201 @@
+"""The Slurm engine's pure parts: commands, job script, parsing the controller's answers.
+
+These need no cluster. What a real cluster does with them is in tests/test_slurm.py; the
+container runtimes (pyxis, Apptainer) cannot run here, so their argv is checked here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mxbench.cells import expand
+from mxbench.engines.slurm import (
+    SlurmEngine,
+    TaskState,
+    _state_reason,
+    _task_ids,
+    bench_command,
+    job_script,
+    parse_sacct,
+    parse_scontrol,
+    sbatch_directives,
+    time_limit,
+)
+from mxbench.errors import UsageError
+from mxbench.matrix import parse_matrix
+
+BASE = """
+benchmark: {image_size: 32, steps: 2, warmup_steps: 1, timeout_s: 125}
+axes: {policy: [float32, mixed_float16], batch_size: [8]}
+hosts:
+  - name: gpu-cluster
+    engine: slurm
+"""
+
+
+def _host(extra: str = ""):
+    mx = parse_matrix(BASE + "".join(f"    {line}\n" for line in extra.splitlines() if line))
+    return mx, mx.hosts[0], expand(mx)
+
+
+def test_default_runs_the_interpreter_running_mxbench() -> None:
+    _, host, cells = _host()
+    argv = bench_command(host, cells[0])
+    assert argv[:4] == [sys.executable, "-m", "mxbench", "bench"]
+    assert argv[4:] == cells[0].bench_args()
+
+
+def test_python_on_the_shared_filesystem() -> None:
+    _, host, cells = _host("python: /shared/venv/bin/python")
+    assert bench_command(host, cells[0])[:3] == ["/shared/venv/bin/python", "-m", "mxbench"]
+
+
+def test_pyxis_container_is_the_default_runtime() -> None:
+    _, host, cells = _host("container_image: nvcr.io#nvidia/tensorflow:24.01-tf2-py3")
+    argv = bench_command(host, cells[1])
+    assert argv[:4] == [
+        "srun",
+        "--ntasks=1",
+        "--container-image=nvcr.io#nvidia/tensorflow:24.01-tf2-py3",
+        "mxbench",
+    ]
+    assert argv[4] == "bench" and "mixed_float16" in argv
+
+
+def test_apptainer_passes_gpus_with_nv_only_when_the_job_has_gpus() -> None:
+    _, host, cells = _host("container_image: /shared/mxbench.sif\ncontainer_runtime: apptainer")
+    assert bench_command(host, cells[0])[:4] == [
+        "apptainer",
+        "exec",
+        "/shared/mxbench.sif",
+        "mxbench",
+    ]
+    _, gpu_host, _ = _host(
+        "container_image: /shared/mxbench.sif\ncontainer_runtime: apptainer\ngres: gpu:v100:1"
+    )
+    assert bench_command(gpu_host, cells[0])[:5] == [
+        "apptainer",
+        "exec",
+        "--nv",
+        "/shared/mxbench.sif",
+        "mxbench",
+    ]
+
+
+def test_sbatch_directives_carry_every_host_option(tmp_path: Path) -> None:
+    _, host, cells = _host(
+        "partition: gpu\ngres: gpu:v100:1\nconstraint: volta\naccount: proj42\n"
+        "time_limit: '00:30:00'\nsbatch_options: ['--qos=high', '--mem 16G', '--exclusive']"
+    )
+    opts = sbatch_directives(host, cells, tmp_path, "a0", array=True)
+    assert f"--output={tmp_path}/a0-%a.out" in opts
+    assert f"--error={tmp_path}/a0-%a.err" in opts
+    for opt in (
+        "--array=0-1",
+        "--partition=gpu",
+        "--gres=gpu:v100:1",
+        "--constraint=volta",
+        "--account=proj42",
+        "--time=00:30:00",
+        "--job-name=mxbench-gpu-cluster",
+        "--qos=high",
+        "--exclusive",
+    ):
+        assert opt in opts
+    assert opts[opts.index("--mem") + 1] == "16G"  # one option written with a space
+    single = sbatch_directives(host, cells[:1], tmp_path, "c3", array=False)
+    assert not any(o.startswith("--array") for o in single)
+    assert f"--output={tmp_path}/c3-0.out" in single
+
+
+def test_time_limit_defaults_to_the_cell_timeout_in_whole_minutes() -> None:
+    _, host, cells = _host()
+    assert time_limit(host, cells) == "3"  # 125 s -> 3 minutes
+    _, host, _ = _host("time_limit: '1-00:00:00'")
+    assert time_limit(host, cells) == "1-00:00:00"
+
+
+def test_job_script_selects_the_cell_of_its_array_task(tmp_path: Path) -> None:
+    _, host, cells = _host("env: {TF_ENABLE_ONEDNN_OPTS: '0', ODD: \"it's\"}")
+    script = job_script(host, cells, tmp_path, "a0", array=True)
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    assert "#SBATCH --array=0-1" in script
+    assert "export TF_ENABLE_ONEDNN_OPTS=0" in script
+    # Run the script's selection logic for real, with `echo` in place of the interpreter:
+    # task 1 must get cell 1's arguments and leave its exit code.
+    fake = script.replace(sys.executable, "echo")
+    path.write_text(fake)
+    env = {"SLURM_ARRAY_TASK_ID": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True)
+    assert out.returncode == 0
+    assert out.stdout.split() == ["-m", "mxbench", "bench", *cells[1].bench_args()]
+    assert (tmp_path / "a0-1.rc").read_text().strip() == "0"
+    env["SLURM_ARRAY_TASK_ID"] = "7"
+    out = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "no cell for task 7" in out.stderr
+
+
+# Captured from this repository's one-node cluster (.ci/setup-slurm.sh), trimmed.
+SCONTROL = (
+    "JobId=12 ArrayJobId=10 ArrayTaskId=2 JobName=mxbench-c JobState=TIMEOUT Reason=TimeLimit "
+    "ExitCode=0:15 RunTime=00:01:16 TimeLimit=00:01:00 NodeList=vm Command=/tmp/a b.sh\n"
+    "JobId=10 ArrayJobId=10 ArrayTaskId=3-5%2 JobName=mxbench-c JobState=PENDING "
+    "Reason=JobArrayTaskLimit ExitCode=0:0 RunTime=00:00:00 TimeLimit=00:01:00 "
+    "NodeList=(null)\n"
+)
+
+
+def test_parse_scontrol_expands_pending_task_ranges() -> None:
+    states = parse_scontrol(SCONTROL)
+    assert sorted(k for k in states if k is not None) == [2, 3, 4, 5]
+    assert states[2].state == "TIMEOUT" and states[2].run_s == 76.0
+    assert states[2].returncode == -15 and states[2].job_id == "10_2"
+    assert states[4].state == "PENDING" and states[4].node == ""
+    plain = parse_scontrol("JobId=7 JobName=x JobState=COMPLETED ExitCode=3:0 RunTime=1-00:00:02")
+    assert plain[None].returncode == 3 and plain[None].run_s == 86402.0
+
+
+def test_task_id_specs() -> None:
+    assert _task_ids("0-3,7") == [0, 1, 2, 3, 7]
+    assert _task_ids("1-9:4%2") == [1, 5, 9]
+
+
+def test_parse_sacct_lines() -> None:
+    text = (
+        "55_0|COMPLETED|0:0|node1|31|00:10:00\n"
+        "55_1|CANCELLED by 1000|0:15|node2|4|00:10:00\n"
+        "55_[2-9]|PENDING|0:0|None assigned|0|00:10:00\n"
+    )
+    states = parse_sacct(text)
+    assert set(states) == {0, 1}
+    assert states[1].state == "CANCELLED" and states[1].run_s == 4.0
+
+
+@pytest.mark.parametrize(
+    ("state", "words"),
+    [
+        ("NODE_FAIL", "lost with its node"),
+        ("CANCELLED", "cancelled"),
+        ("PREEMPTED", "preempted"),
+        ("TIMEOUT", "time limit (00:01:00)"),
+    ],
+)
+def test_state_reasons_name_the_state(state: str, words: str) -> None:
+    st = TaskState("9_1", state, "0:9", reason="None", node="n1", time_limit="00:01:00")
+    reason = _state_reason(st, -9)
+    assert words in reason and f"state {state}" in reason and "9_1" in reason
+
+
+def test_bad_poll_interval_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    mx, host, _ = _host()
+    monkeypatch.setenv("MXBENCH_SLURM_POLL_S", "soon")
+    with pytest.raises(UsageError, match="MXBENCH_SLURM_POLL_S"):
+        SlurmEngine(host, mx)
+    monkeypatch.setenv("MXBENCH_SLURM_POLL_S", "0.5")
+    assert SlurmEngine(host, mx).poll_s == 0.5
