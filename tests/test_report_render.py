@@ -1,0 +1,122 @@
+"""Output formats: tidy CSV, GitHub markdown identical to tabulate's, self-contained HTML."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from tabulate import tabulate
+
+from conftest import require_service
+from mxbench.report import render
+from mxbench.report.load import load
+from mxbench.report.plot import png
+from mxbench.report.tables import build
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = ROOT / "examples" / "published"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def published() -> tuple:
+    loaded = load([PUBLISHED], full=True)
+    return loaded, build(loaded.winners)
+
+
+def test_markdown_tables_match_tabulate_github(published: tuple) -> None:
+    _, tables = published
+    for t in tables:
+        headers, rows = render.table_rows(t)
+        want = tabulate(rows, headers, tablefmt="github", disable_numparse=True)
+        assert render._md(headers, rows) == want
+    headers, rows = render.summary_rows(tables)
+    assert render._md(headers, rows) == tabulate(
+        rows, headers, tablefmt="github", disable_numparse=True
+    )
+
+
+def test_csv_is_tidy_one_row_per_cell(published: tuple) -> None:
+    loaded, tables = published
+    rows = list(csv.DictReader(io.StringIO(render.to_csv(loaded, tables))))
+    assert len(rows) == 30 and tuple(rows[0]) == render.CSV_COLUMNS
+    v100_512 = {
+        r["policy"]: r for r in rows if r["host"] == "blog-v100" and r["batch_size"] == "512"
+    }
+    assert v100_512["float32"]["step_ms_median"] == "415"
+    assert v100_512["mixed_float16"]["speedup_vs_float32"] == str(round(415 / 377, 4))
+    assert v100_512["mixed_float16"]["compute_capability"] == "7.0"
+    oom = [r for r in rows if r["host"] == "blog-m2200" and r["status"] == "oom"]
+    assert sorted((r["policy"], r["batch_size"]) for r in oom) == [
+        ("float32", "256"), ("float32", "512"), ("mixed_float16", "512")
+    ]  # fmt: skip
+    assert all(r["speedup_vs_float32"] == "" for r in oom)
+
+
+def test_plot_is_a_png_with_one_line_per_policy(published: tuple) -> None:
+    _, tables = published
+    data = png(tables[0])
+    assert data is not None and data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _chromium(*args: str, user_dir: Path) -> subprocess.CompletedProcess[str]:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run",
+             "--disable-dev-shm-usage", f"--user-data-dir={user_dir}"]  # fmt: skip
+    return subprocess.run(
+        [CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.slow
+def test_html_renders_tables_and_plots_in_headless_chromium(tmp_path: Path) -> None:
+    require_service(Path(CHROMIUM).exists(), "chromium (Debian package)")
+    page = tmp_path / "report.html"
+    proc = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "mxbench", "report", "--results",
+         str(PUBLISHED), "--html", "--output", str(page)],
+        capture_output=True, text=True, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text  # self-contained
+    # Probe the page as a browser sees it: the same HTML plus a script that writes what
+    # the browser decoded (images' natural sizes, table rows) into the DOM we dump.
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        text.replace(
+            "</body>",
+            """<script>
+      const imgs = [...document.images].map(i => i.complete + ':' + i.naturalWidth + 'x'
+        + i.naturalHeight);
+      const rows = [...document.querySelectorAll('table')].map(t => t.rows.length);
+      document.body.setAttribute('data-imgs', imgs.join(' '));
+      document.body.setAttribute('data-rows', rows.join(' '));
+    </script></body>""",
+        )
+    )
+    with tempfile.TemporaryDirectory() as user_dir:
+        dom = _chromium("--dump-dom", probe.as_uri(), user_dir=Path(user_dir))
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    imgs = dom.stdout.split('data-imgs="', 1)[1].split('"', 1)[0].split()
+    assert imgs == ["true:600x360"] * 3  # three plots, decoded at 6x3.6 in, 100 dpi
+    rows = dom.stdout.split('data-rows="', 1)[1].split('"', 1)[0].split()
+    assert rows == ["6", "6", "6", "4"]  # header + 5 batch sizes, x3; summary: header + 3
+    assert "1.10" in dom.stdout and "OOM" in dom.stdout
+
+    shot = tmp_path / "shot.png"
+    with tempfile.TemporaryDirectory() as user_dir:
+        snap = _chromium(f"--screenshot={shot}", "--window-size=1200,2400", page.as_uri(),
+                         user_dir=Path(user_dir))  # fmt: skip
+    assert snap.returncode == 0 and shot.exists(), snap.stderr[-2000:]
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    # the plot lines are matplotlib's blue and orange; the rest of the page is grey-scale
+    colour = (abs(pixels[..., 0] - pixels[..., 2]) > 0.3).sum()
+    assert colour > 500, "no coloured plot pixels in the screenshot"
