@@ -107,6 +107,7 @@ def test_matrix_runs_end_to_end_and_resumes_across_submissions(tmp_path: Path) -
         assert r["software"]["tensorflow"]
         slurm = r["run"]["slurm"]
         assert slurm["state"] == "COMPLETED" and slurm["exit_code"] == "0:0"
+        assert slurm["cpus"] >= 1 and Path(slurm["stdout"]).is_file()
         jobs.add(slurm["job_id"].split("_")[0])
     assert len(jobs) == 1, "two cells must go as one job array"
     assert {r["params"]["policy"] for r in records} == {"float32", "mixed_float16"}

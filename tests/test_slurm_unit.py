@@ -55,12 +55,12 @@ def test_python_on_the_shared_filesystem() -> None:
 
 
 def test_pyxis_container_is_the_default_runtime() -> None:
-    _, host, cells = _host("container_image: nvcr.io#nvidia/tensorflow:24.01-tf2-py3")
+    _, host, cells = _host("container_image: /shared/images/mxbench-gpu.sqsh")
     argv = bench_command(host, cells[1])
     assert argv[:4] == [
         "srun",
         "--ntasks=1",
-        "--container-image=nvcr.io#nvidia/tensorflow:24.01-tf2-py3",
+        "--container-image=/shared/images/mxbench-gpu.sqsh",
         "mxbench",
     ]
     assert argv[4] == "bench" and "mixed_float16" in argv
@@ -144,7 +144,7 @@ def test_job_script_selects_the_cell_of_its_array_task(tmp_path: Path) -> None:
 # Captured from this repository's one-node cluster (.ci/setup-slurm.sh), trimmed.
 SCONTROL = (
     "JobId=12 ArrayJobId=10 ArrayTaskId=2 JobName=mxbench-c JobState=TIMEOUT Reason=TimeLimit "
-    "ExitCode=0:15 RunTime=00:01:16 TimeLimit=00:01:00 NodeList=vm Command=/tmp/a b.sh\n"
+    "ExitCode=0:15 RunTime=00:01:16 TimeLimit=00:01:00 NodeList=vm NumCPUs=1 Command=/tmp/a b.sh\n"
     "JobId=10 ArrayJobId=10 ArrayTaskId=3-5%2 JobName=mxbench-c JobState=PENDING "
     "Reason=JobArrayTaskLimit ExitCode=0:0 RunTime=00:00:00 TimeLimit=00:01:00 "
     "NodeList=(null)\n"
@@ -155,7 +155,7 @@ def test_parse_scontrol_expands_pending_task_ranges() -> None:
     states = parse_scontrol(SCONTROL)
     assert sorted(k for k in states if k is not None) == [2, 3, 4, 5]
     assert states[2].state == "TIMEOUT" and states[2].run_s == 76.0
-    assert states[2].returncode == -15 and states[2].job_id == "10_2"
+    assert states[2].returncode == -15 and states[2].job_id == "10_2" and states[2].cpus == 1
     assert states[4].state == "PENDING" and states[4].node == ""
     plain = parse_scontrol("JobId=7 JobName=x JobState=COMPLETED ExitCode=3:0 RunTime=1-00:00:02")
     assert plain[None].returncode == 3 and plain[None].run_s == 86402.0
@@ -199,3 +199,18 @@ def test_bad_poll_interval_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> 
         SlurmEngine(host, mx)
     monkeypatch.setenv("MXBENCH_SLURM_POLL_S", "0.5")
     assert SlurmEngine(host, mx).poll_s == 0.5
+
+
+def test_the_worked_example_in_the_docs_is_a_valid_matrix(repo_root: Path, tmp_path: Path) -> None:
+    text = (repo_root / "docs" / "clusters.md").read_text()
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    mx = parse_matrix(example, "docs/clusters.md")
+    cells = expand(mx)
+    assert len(cells) == 3 * 2 * 5  # the count the doc's --dry-run line announces
+    assert "30 cells" in text
+    by_host = {h.name: h for h in mx.hosts}
+    v100 = sbatch_directives(by_host["hpc-v100"], cells[:10], tmp_path, "a0", True)
+    assert "--gres=gpu:v100:1" in v100 and "--cpus-per-task=8" in v100
+    assert bench_command(by_host["hpc-v100"], cells[0])[0] == "/shared/envs/mxbench/bin/python"
+    assert bench_command(by_host["hpc-a100"], cells[10])[0] == "srun"
+    assert bench_command(by_host["uni-t4"], cells[20])[:3] == ["apptainer", "exec", "--nv"]

@@ -20,7 +20,6 @@ and an optional :attr:`SlurmEngine.on_progress` callback called after every poll
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import re
@@ -100,6 +99,7 @@ class TaskState:
     node: str = ""
     run_s: float | None = None
     time_limit: str = ""
+    cpus: int | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -127,12 +127,17 @@ def bench_command(host: SlurmHost, cell: Cell) -> list[str]:
     image = host.container_image
     if image is None:
         return [host.python or sys.executable, "-m", "mxbench", *args]
-    if (host.container_runtime or "pyxis") == "pyxis":
+    if runtime(host) == "pyxis":
         return ["srun", "--ntasks=1", f"--container-image={image}", "mxbench", *args]
     gpu = bool(host.gres and "gpu" in host.gres) or any(
         o.startswith(("--gpus", "--gres=gpu", "-G")) for o in host.sbatch_options
     )
     return ["apptainer", "exec", *(["--nv"] if gpu else []), image, "mxbench", *args]
+
+
+def runtime(host: SlurmHost) -> str:
+    """The container runtime: ``container_runtime``, else pyxis (``srun --container-image``)."""
+    return host.container_runtime or "pyxis"
 
 
 def time_limit(host: SlurmHost, cells: Sequence[Cell]) -> str:
@@ -195,10 +200,6 @@ def job_script(
 # --------------------------------------------------------------------------- controller
 
 
-def _slurm(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-
-
 def _duration_s(text: str) -> float | None:
     """Slurm's [D-]HH:MM:SS (or MM:SS) as seconds."""
     m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text)
@@ -238,6 +239,7 @@ def parse_scontrol(text: str) -> dict[int | None, TaskState]:
             node=f.get("NodeList", "") if f.get("NodeList") != "(null)" else "",
             run_s=_duration_s(f.get("RunTime", "")),
             time_limit=f.get("TimeLimit", ""),
+            cpus=int(f["NumCPUs"]) if f.get("NumCPUs", "").isdigit() else None,
         )
         if array_id and f.get("ArrayTaskId"):
             for t in _task_ids(f["ArrayTaskId"]):
@@ -313,9 +315,10 @@ class SlurmEngine(Engine):
             raise EngineUnavailable(f"sbatch rejects the job for this host: {_first(test)}")
 
     def run_one(self, cell: Cell) -> Outcome:
-        for _, outcome in self.run([cell]):
-            return outcome
-        return Outcome(returncode=None, status="error", reason="cancelled before submission")
+        done = list(self.run([cell]))
+        if not done:
+            return Outcome(returncode=None, status="error", reason="cancelled before submission")
+        return done[0][1]
 
     def run(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, Outcome]]:
         if not cells:
@@ -344,8 +347,7 @@ class SlurmEngine(Engine):
     def cancel(self) -> None:
         self._cancelled.set()
         if self._submitted:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                _slurm(["scancel", *self._submitted], timeout=30)
+            self._try(["scancel", *self._submitted])
 
     def progress_note(self) -> str:
         return self.progress.note()
@@ -478,10 +480,13 @@ class SlurmEngine(Engine):
                 "exit_code": st.exit_code or None,
                 "node": st.node or None,
                 "time_limit": st.time_limit or None,
+                "cpus": st.cpus,
                 "stdout": str(out),
             }
         }
         o = Outcome(returncode, stdout, stderr, wall_s=st.run_s or 0.0, extra=extra)
+        if self.host.container_image:
+            o.image = {"name": self.host.container_image, "runtime": runtime(self.host)}
         if st.state == "COMPLETED" or (
             st.state == "FAILED" and parse_bench_output(stdout) is not None
         ):
