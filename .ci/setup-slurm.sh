@@ -44,8 +44,8 @@ chown munge:munge /etc/munge/munge.key
 chmod 0400 /etc/munge/munge.key
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
     log "starting munged"
-    pkill_pidfile() { [[ -f $1 ]] && kill "$(cat "$1")" 2>/dev/null || true; }
-    pkill_pidfile /run/munge/munged.pid
+    kill_pidfile() { [[ -f $1 ]] && kill "$(cat "$1")" 2>/dev/null || true; }
+    kill_pidfile /run/munge/munged.pid
     runuser -u munge -- /usr/sbin/munged --force
     for _ in $(seq 50); do
         munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break
