@@ -6,6 +6,7 @@ container runtimes (pyxis, Apptainer) cannot run here, so their argv is checked 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -214,3 +215,22 @@ def test_the_worked_example_in_the_docs_is_a_valid_matrix(repo_root: Path, tmp_p
     assert bench_command(by_host["hpc-v100"], cells[0])[0] == "/shared/envs/mxbench/bin/python"
     assert bench_command(by_host["hpc-a100"], cells[10])[0] == "srun"
     assert bench_command(by_host["uni-t4"], cells[20])[:3] == ["apptainer", "exec", "--nv"]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("time_limit: '30 min'", "hosts[0].time_limit: '30 min' is not a Slurm time"),
+        ('sbatch_options: ["--qos \'high"]', 'hosts[0].sbatch_options: "--qos \'high": No closing'),
+        ("sbatch_options: [exclusive]", "each item is one sbatch option"),
+    ],
+)
+def test_bad_slurm_host_keys_are_matrix_errors(line: str, message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        _host(line)
+
+
+@pytest.mark.parametrize("limit", ["30", "10:00", "01:30:00", "2-00", "1-12:00:00", "UNLIMITED"])
+def test_slurm_time_formats_are_accepted(limit: str) -> None:
+    _, host, _ = _host(f"time_limit: '{limit}'")
+    assert host.time_limit == limit

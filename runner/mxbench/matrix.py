@@ -7,6 +7,8 @@ are rejected everywhere: a typo must not pass silently.
 
 from __future__ import annotations
 
+import re
+import shlex
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -128,6 +130,28 @@ class SlurmHost(_HostBase):
     python: str | None = None  # interpreter with mxbench[tf] on the shared filesystem
     workdir: str | None = None  # shared directory for job scripts and outputs
     array: bool = True  # many cells as one job array
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time_limit(cls, v: str | None) -> str | None:
+        # sbatch --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or unlimited.
+        if v is None or re.fullmatch(
+            r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:unlimited|infinite)", v.strip()
+        ):
+            return v
+        raise ValueError(f"{v!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
+
+    @field_validator("sbatch_options")
+    @classmethod
+    def _sbatch_options(cls, v: list[str]) -> list[str]:
+        for opt in v:
+            try:
+                words = shlex.split(opt)
+            except ValueError as exc:
+                raise ValueError(f"{opt!r}: {exc}") from None
+            if not words or not words[0].startswith("-"):
+                raise ValueError(f"{opt!r}: each item is one sbatch option, like '--qos=high'")
+        return v
 
     @model_validator(mode="after")
     def _how(self) -> SlurmHost:
