@@ -171,9 +171,10 @@ def test_ctrl_c_cancels_every_submitted_job(tmp_path: Path) -> None:
 
 
 def _engine(tmp_path: Path, host_extra: str, policies: str = "float32"):
+    workdir = "" if "workdir:" in host_extra else f"workdir: {tmp_path}, "
     mx = parse_matrix(
         TINY + f"axes: {{policy: [{policies}], batch_size: [8]}}\nhosts:\n"
-        f"  - {{name: {_name('eng')}, engine: slurm, workdir: {tmp_path}, {host_extra}}}\n"
+        f"  - {{name: {_name('eng')}, engine: slurm, {workdir}{host_extra}}}\n"
     )
     engine = SlurmEngine(mx.hosts[0], mx)
     engine.poll_s = 0.5
@@ -217,3 +218,31 @@ def test_prepare_names_what_the_cluster_rejects(tmp_path: Path) -> None:
     engine, cells = _engine(tmp_path, "gres: 'gpu:v100:1'")
     with pytest.raises(EngineUnavailable, match="sbatch rejects the job"):
         engine.prepare(cells)
+    engine, cells = _engine(tmp_path, "workdir: /proc/no-such-dir")
+    with pytest.raises(EngineUnavailable, match="workdir /proc/no-such-dir: cannot create it"):
+        engine.prepare(cells)
+
+
+def test_interrupt_inside_the_poll_loop_cancels_without_help(tmp_path: Path) -> None:
+    # Ctrl-C raises KeyboardInterrupt wherever the main thread is: here, in the engine's
+    # own poll loop. Leaving the generator must scancel its jobs even if nobody calls cancel().
+    mx = parse_matrix(
+        LONG + "axes: {policy: [float32], batch_size: [8]}\nhosts:\n"
+        f"  - {{name: {_name('intr')}, engine: slurm, workdir: {tmp_path}}}\n"
+    )
+    engine = SlurmEngine(mx.hosts[0], mx)
+    engine.poll_s = 0.5
+
+    def interrupt_when_running(p: SlurmProgress) -> None:
+        if p.running:
+            raise KeyboardInterrupt
+
+    engine.on_progress = interrupt_when_running
+    with pytest.raises(KeyboardInterrupt):
+        list(engine.run(expand(mx)))
+    job = f"mxbench-{mx.hosts[0].name}"
+    deadline = time.monotonic() + 30
+    while _jobs_named(job) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _jobs_named(job) == []
+    assert [j.split()[1] for j in _jobs_named(job, "all")] == ["CANCELLED"]

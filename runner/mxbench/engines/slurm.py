@@ -308,7 +308,10 @@ class SlurmEngine(Engine):
         # Ask the controller whether it would accept this job (partition, gres, account,
         # constraint, time limit, extra options) before anything is queued.
         work = self._workdir()
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EngineUnavailable(f"workdir {work}: cannot create it ({exc.strerror})") from None
         script = job_script(self.host, cells, work, "test", self.host.array)
         test = self._try(["sbatch", "--test-only"], stdin=script)
         if test.returncode != 0:
