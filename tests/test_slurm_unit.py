@@ -14,17 +14,14 @@ from pathlib import Path
 import pytest
 
 from mxbench.cells import expand
-from mxbench.engines.slurm import (
-    SlurmEngine,
+from mxbench.engines.slurm import SlurmEngine
+from mxbench.engines.slurm_script import bench_command, job_script, sbatch_directives, time_limit
+from mxbench.engines.slurm_states import (
     TaskState,
-    _state_reason,
-    _task_ids,
-    bench_command,
-    job_script,
     parse_sacct,
     parse_scontrol,
-    sbatch_directives,
-    time_limit,
+    state_reason,
+    task_ids,
 )
 from mxbench.errors import UsageError
 from mxbench.matrix import parse_matrix
@@ -163,8 +160,8 @@ def test_parse_scontrol_expands_pending_task_ranges() -> None:
 
 
 def test_task_id_specs() -> None:
-    assert _task_ids("0-3,7") == [0, 1, 2, 3, 7]
-    assert _task_ids("1-9:4%2") == [1, 5, 9]
+    assert task_ids("0-3,7") == [0, 1, 2, 3, 7]
+    assert task_ids("1-9:4%2") == [1, 5, 9]
 
 
 def test_parse_sacct_lines() -> None:
@@ -189,7 +186,7 @@ def test_parse_sacct_lines() -> None:
 )
 def test_state_reasons_name_the_state(state: str, words: str) -> None:
     st = TaskState("9_1", state, "0:9", reason="None", node="n1", time_limit="00:01:00")
-    reason = _state_reason(st, -9)
+    reason = state_reason(st, -9)
     assert words in reason and f"state {state}" in reason and "9_1" in reason
 
 

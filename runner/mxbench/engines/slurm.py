@@ -16,17 +16,17 @@ generator early.
 Progress: :attr:`SlurmEngine.progress` (queued / running / done / total, updated on every
 poll), :meth:`SlurmEngine.progress_note` (``"slurm 123: 4 queued, 2 running, 6/12 done"``)
 and an optional :attr:`SlurmEngine.on_progress` callback called after every poll.
+
+The batch script is built in :mod:`mxbench.engines.slurm_script`; the controller's answers
+are parsed in :mod:`mxbench.engines.slurm_states`.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,37 +37,21 @@ from typing import Any
 
 from mxbench.cells import Cell
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome
+from mxbench.engines.slurm_script import job_script, runtime
+from mxbench.engines.slurm_states import (
+    FINAL_STATES,
+    MEMORY_KILL,
+    PENDING_STATES,
+    TaskState,
+    parse_sacct,
+    parse_scontrol,
+    state_reason,
+)
 from mxbench.errors import UsageError
 from mxbench.matrix import SlurmHost
 from mxbench.results import parse_bench_output, tail
 
 MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (task ids 0..1000)
-PENDING_STATES = frozenset(
-    {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "CONFIGURING"}
-)
-# Everything that is neither pending nor one of these counts as running (RUNNING,
-# COMPLETING, SUSPENDED, STAGE_OUT, ...): the task is not finished yet.
-FINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-        "NODE_FAIL",
-        "CANCELLED",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "REVOKED",
-        "SPECIAL_EXIT",
-        "UNKNOWN",  # ours: the controller forgot the task and nothing else knows its end
-    }
-)
-
-# slurmstepd's lines when it kills a step for memory (jobacct_gather or cgroup enforcement).
-_MEMORY_KILL = re.compile(
-    r"slurmstepd.*(exceeded (job )?memory limit|oom[_-]kill event)", re.IGNORECASE
-)
 
 
 @dataclass
@@ -88,188 +72,12 @@ class SlurmProgress:
         )
 
 
-@dataclass(frozen=True)
-class TaskState:
-    """One array task (or plain job) as the controller reports it."""
-
-    job_id: str  # "123_4" for an array task, "123" for a plain job
-    state: str
-    exit_code: str = ""  # "rc:signal"
-    reason: str = ""
-    node: str = ""
-    run_s: float | None = None
-    time_limit: str = ""
-    cpus: int | None = None
-
-    @property
-    def returncode(self) -> int | None:
-        m = re.fullmatch(r"(\d+):(\d+)", self.exit_code)
-        if not m:
-            return None
-        rc, sig = int(m.group(1)), int(m.group(2))
-        return -sig if sig else rc
-
-
 @dataclass
 class _Submission:
     prefix: str  # file name prefix of this submission's tasks
     cells: dict[int, Cell]  # task index -> cell
     array: bool
     job_id: str = ""
-
-
-# --------------------------------------------------------------------------- commands
-
-
-def bench_command(host: SlurmHost, cell: Cell) -> list[str]:
-    """The argv that runs one cell on a node: the shared interpreter or a container."""
-    args = ["bench", *cell.bench_args()]
-    image = host.container_image
-    if image is None:
-        return [host.python or sys.executable, "-m", "mxbench", *args]
-    if runtime(host) == "pyxis":
-        return ["srun", "--ntasks=1", f"--container-image={image}", "mxbench", *args]
-    gpu = bool(host.gres and "gpu" in host.gres) or any(
-        o.startswith(("--gpus", "--gres=gpu", "-G")) for o in host.sbatch_options
-    )
-    return ["apptainer", "exec", *(["--nv"] if gpu else []), image, "mxbench", *args]
-
-
-def runtime(host: SlurmHost) -> str:
-    """The container runtime: ``container_runtime``, else pyxis (``srun --container-image``)."""
-    return host.container_runtime or "pyxis"
-
-
-def time_limit(host: SlurmHost, cells: Sequence[Cell]) -> str:
-    """``--time``: the host's ``time_limit``, else the longest cell timeout in minutes."""
-    if host.time_limit:
-        return host.time_limit
-    return str(max(1, math.ceil(max(c.timeout_s for c in cells) / 60)))
-
-
-def sbatch_directives(
-    host: SlurmHost, cells: Sequence[Cell], run_dir: Path, prefix: str, array: bool
-) -> list[str]:
-    """The sbatch options of one submission (written as ``#SBATCH`` lines)."""
-    task = "%a" if array else "0"
-    opts = [
-        f"--job-name=mxbench-{host.name}",
-        f"--output={run_dir}/{prefix}-{task}.out",
-        f"--error={run_dir}/{prefix}-{task}.err",
-        f"--time={time_limit(host, cells)}",
-        "--ntasks=1",
-    ]
-    if array:
-        opts.append(f"--array=0-{len(cells) - 1}")
-    for key in ("partition", "gres", "constraint", "account"):
-        value = getattr(host, key)
-        if value:
-            opts.append(f"--{key}={value}")
-    for extra in host.sbatch_options:
-        opts.extend(shlex.split(extra))
-    return opts
-
-
-def job_script(
-    host: SlurmHost, cells: Sequence[Cell], run_dir: Path, prefix: str, array: bool
-) -> str:
-    """A batch script that runs cell ``$SLURM_ARRAY_TASK_ID`` and leaves its exit code."""
-    lines = ["#!/bin/bash"]
-    lines += [
-        f"#SBATCH {shlex.quote(o)}" for o in sbatch_directives(host, cells, run_dir, prefix, array)
-    ]
-    lines += [
-        "# Written by mxbench: one cell per array task; stdout carries the result record.",
-        "export PYTHONUNBUFFERED=1",
-    ]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(host.env.items())]
-    task = '"${SLURM_ARRAY_TASK_ID:-0}"' if array else "0"
-    lines.append(f"task={task}")
-    lines.append('case "$task" in')
-    for i, cell in enumerate(cells):
-        lines.append(f"  {i}) set -- {shlex.join(bench_command(host, cell))} ;;")
-    lines.append('  *) echo "mxbench: no cell for task $task" >&2; exit 2 ;;')
-    lines.append("esac")
-    lines.append('"$@"')
-    lines.append("rc=$?")
-    lines.append(f'echo "$rc" > {shlex.quote(str(run_dir))}/{prefix}-"$task".rc')
-    lines.append('exit "$rc"')
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- controller
-
-
-def _duration_s(text: str) -> float | None:
-    """Slurm's [D-]HH:MM:SS (or MM:SS) as seconds."""
-    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text)
-    if not m:
-        return None
-    d, h, mi, s = (int(x) if x else 0 for x in m.groups())
-    return float(((d * 24 + h) * 60 + mi) * 60 + s)
-
-
-def _task_ids(spec: str) -> list[int]:
-    """``0-3,7`` or ``2-9%4`` (a pending array's remaining tasks) as task ids."""
-    out: list[int] = []
-    for part in spec.split("%")[0].split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        step = 1
-        if ":" in hi:
-            hi, s = hi.split(":")
-            step = int(s)
-        out.extend(range(int(lo), int(hi or lo) + 1, step))
-    return out
-
-
-def parse_scontrol(text: str) -> dict[int | None, TaskState]:
-    """``scontrol show job -o`` output: task id (None for a plain job) -> state."""
-    states: dict[int | None, TaskState] = {}
-    for line in text.splitlines():
-        f = dict(re.findall(r"(\w+)=(\S*)", line))
-        if "JobState" not in f:
-            continue
-        array_id = f.get("ArrayJobId")
-        base = dict(
-            state=f["JobState"],
-            exit_code=f.get("ExitCode", ""),
-            reason=f.get("Reason", ""),
-            node=f.get("NodeList", "") if f.get("NodeList") != "(null)" else "",
-            run_s=_duration_s(f.get("RunTime", "")),
-            time_limit=f.get("TimeLimit", ""),
-            cpus=int(f["NumCPUs"]) if f.get("NumCPUs", "").isdigit() else None,
-        )
-        if array_id and f.get("ArrayTaskId"):
-            for t in _task_ids(f["ArrayTaskId"]):
-                states[t] = TaskState(job_id=f"{array_id}_{t}", **base)
-        else:
-            states[None] = TaskState(job_id=f.get("JobId", ""), **base)
-    return states
-
-
-def parse_sacct(text: str) -> dict[int | None, TaskState]:
-    """``sacct -X -n -P -o JobID,State,ExitCode,NodeList,ElapsedRaw,Timelimit`` output."""
-    states: dict[int | None, TaskState] = {}
-    for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) < 6:
-            continue
-        job, state, code, node, elapsed, limit = parts[:6]
-        m = re.fullmatch(r"\d+(?:_(\d+))?", job)
-        if not m:
-            continue  # "123_[4-9]": tasks not started yet
-        st = TaskState(
-            job_id=job,
-            state=state.split()[0] if state else "",
-            exit_code=code,
-            node=node,
-            run_s=float(elapsed) if elapsed.isdigit() else None,
-            time_limit=limit,
-        )
-        states[int(m.group(1)) if m.group(1) else None] = st
-    return states
 
 
 # --------------------------------------------------------------------------- the engine
@@ -494,10 +302,10 @@ class SlurmEngine(Engine):
             st.state == "FAILED" and parse_bench_output(stdout) is not None
         ):
             return o  # the bench's own record (or its absence) decides
-        o.status, o.reason = "error", _state_reason(st, returncode)
+        o.status, o.reason = "error", state_reason(st, returncode)
         if st.state == "TIMEOUT":
             o.timed_out, o.status = True, "timeout"
-        elif st.state == "OUT_OF_MEMORY" or _MEMORY_KILL.search(stderr + stdout):
+        elif st.state == "OUT_OF_MEMORY" or MEMORY_KILL.search(stderr + stdout):
             # Without cgroups Slurm's memory enforcement (jobacct_gather) ends the job as
             # FAILED / CANCELLED; slurmstepd's own line in the job's stderr says why.
             o.oom_killed, o.status = True, "oom"
@@ -517,21 +325,6 @@ class SlurmEngine(Engine):
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return subprocess.CompletedProcess(argv, 255, "", str(exc))
-
-
-def _state_reason(st: TaskState, returncode: int | None) -> str:
-    what = {
-        "TIMEOUT": f"exceeded its time limit ({st.time_limit or '?'}) and was killed",
-        "OUT_OF_MEMORY": "was killed for exceeding its memory",
-        "NODE_FAIL": f"was lost with its node ({st.node or '?'})",
-        "CANCELLED": "was cancelled",
-        "FAILED": f"failed with exit code {returncode}",
-        "PREEMPTED": "was preempted",
-        "BOOT_FAIL": "could not boot its node",
-        "DEADLINE": "missed its deadline",
-    }.get(st.state, "ended")
-    why = f"; reason: {st.reason}" if st.reason and st.reason not in ("None", "(null)") else ""
-    return f"Slurm job {st.job_id} {what} (state {st.state}{why})"
 
 
 def _poll_s(text: str | None, default: float) -> float:
