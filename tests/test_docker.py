@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -90,12 +89,7 @@ def ctx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A frozen copy of the build context (and the matrix's home)."""
     require_service(_docker_ok(), f"a Docker engine with the base image {BASE_IMAGE}")
     dest = tmp_path_factory.mktemp("ctx")
-    spec = images.ImageSpec("cpu", ROOT, "Dockerfile", "cpu")
-    for rel in spec.files():
-        src = ROOT / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
+    images.ImageSpec("cpu", ROOT, "Dockerfile", "cpu").snapshot(dest)
     return dest
 
 

@@ -78,6 +78,21 @@ class ImageSpec:
                 put("file", rel, "x" if path.stat().st_mode & 0o111 else "-", _file_digest(path))
         return h.hexdigest()
 
+    def snapshot(self, dest: Path) -> ImageSpec:
+        """The same spec over a frozen copy of its context (same files, same hash).
+
+        For building while the working tree keeps changing: the tag `build` makes and the
+        tag a later `run` looks for are then computed from the same bytes.
+        """
+        import shutil
+
+        for rel in [*self.files(), ".dockerignore"]:
+            src = self.context / rel
+            if src.is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest / rel)
+        return ImageSpec(self.name, dest, self.dockerfile, self.target, dict(self.build_args))
+
     def tag(self, content_hash: str | None = None) -> str:
         return f"mxbench-{self.name.lower()}:{(content_hash or self.content_hash())[:16]}"
 
