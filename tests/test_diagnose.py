@@ -92,6 +92,9 @@ def test_bf16_on_cpu_with_and_without_native_support() -> None:
     assert "has AVX512_BF16/AMX" in native and "observed speedup 3.33" in native
     assert "neither AVX512_BF16 nor AMX" in dg.bf16_on_cpu(table(CPU_DEV, cells, cpu=XEON_OLD))
     assert dg.bf16_on_cpu(table(CPU_DEV, cells)) is None
+    assert "It did not here" not in native
+    slower = {("float32", 8): 91.4, ("mixed_bfloat16", 8): 117.2}  # measured at 64 px here
+    assert "It did not here" in dg.bf16_on_cpu(table(CPU_DEV, slower, cpu=XEON_BF16))
 
 
 def test_overhead_bound_under_10_ms() -> None:
