@@ -139,3 +139,10 @@ def test_repeats_make_distinct_cells() -> None:
     cells = expand(m)
     assert len({c.key for c in cells}) == 3
     assert [c.params["repeat"] for c in cells] == [0, 1, 2]
+
+
+def test_slurm_container_image_is_part_of_the_key() -> None:
+    base = "hosts:\n  - name: c\n    engine: slurm\n    container_image: {}\n"
+    a = expand(parse_matrix(base.format("tf:2.21")))
+    b = expand(parse_matrix(base.format("tf:2.17")))
+    assert {c.key for c in a}.isdisjoint({c.key for c in b})

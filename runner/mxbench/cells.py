@@ -70,7 +70,7 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
             continue
         images: list[str | None] = list(getattr(host, "images", None) or [None])
         for image in images:
-            spec = matrix.images[image].model_dump() if image else None
+            spec = matrix.images[image].model_dump() if image else _runtime_identity(host)
             for policy in matrix.axes.policy:
                 for batch_size in matrix.axes.batch_size:
                     for repeat in range(b.repeats):
@@ -98,3 +98,9 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
                             )
                         )
     return cells
+
+
+def _runtime_identity(host: object) -> dict[str, Any] | None:
+    """What a host without matrix images runs the bench in (a Slurm container image)."""
+    container = getattr(host, "container_image", None)
+    return {"container_image": container} if container else None

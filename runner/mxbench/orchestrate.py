@@ -71,6 +71,7 @@ def run_cells(
         for host_name, host_cells in group_by_host(cells).items():
             host = matrix.host(host_name)
             engine: Engine = engine_class(host.engine)(host, matrix)
+            engine.on_progress = lambda *_, e=engine: progress.set_note(e.progress_note())
             try:
                 progress.start(host_name, "(preparing)")
                 engine.prepare(host_cells)

@@ -49,6 +49,7 @@ class CellProgress:
         self.live = self.console.is_terminal
         self._progress: Progress | None = None
         self._task: Any = None
+        self._label = ""
 
     def __enter__(self) -> CellProgress:
         if self.live:
@@ -77,8 +78,13 @@ class CellProgress:
             self._progress.__exit__(exc_type, exc, tb)
 
     def start(self, label: str, note: str = "") -> None:
+        self._label = label
+        self.set_note(note)
+
+    def set_note(self, note: str) -> None:
+        """Refresh the engine's state beside the current cell (e.g. Slurm queue counts)."""
         if self._progress is not None:
-            self._progress.update(self._task, description=f"{label} {note}".rstrip())
+            self._progress.update(self._task, description=f"{self._label} {note}".rstrip())
 
     def finish(self, label: str, record: dict[str, Any]) -> None:
         self.done += 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -58,6 +58,8 @@ class Engine(ABC):
     def __init__(self, host: Any, matrix: Matrix) -> None:
         self.host = host
         self.matrix = matrix
+        # Called by engines with a queue whenever their progress_note() changes.
+        self.on_progress: Callable[..., None] | None = None
 
     def prepare(self, cells: Sequence[Cell]) -> None:  # noqa: B027 - optional hook
         """Check the host can run ``cells``; raise :class:`EngineUnavailable` if not."""

@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +95,6 @@ class SlurmEngine(Engine):
         super().__init__(host, matrix)
         self.poll_s = _poll_s(os.environ.get("MXBENCH_SLURM_POLL_S"), self.poll_s)
         self.progress = SlurmProgress()
-        self.on_progress: Callable[[SlurmProgress], None] | None = None
         self.run_dir: Path | None = None
         self._submitted: list[str] = []
         self._cancelled = threading.Event()
