@@ -115,4 +115,17 @@ ssh_ok || { say "ssh root@127.0.0.1 fails; log:"; tail -n 20 "$STATE/sshd.log" >
 ssh -p "$SSH_PORT" -o BatchMode=yes root@127.0.0.1 docker version --format '{{.Server.Version}}' >/dev/null \
   || { say "docker over ssh://root@127.0.0.1 fails"; exit 1; }
 say "sshd on 127.0.0.1:$SSH_PORT; docker reachable over ssh://root@127.0.0.1"
+
+# 5. a stock TensorFlow CPU wheel in wheels/ (for tests/test_docker_avx2.py) ----------------
+# Dockerfile.cpu-avx2 installs a prebuilt wheel from the build context's wheels/ (git-ignored).
+# The stock PyPI wheel of the venv's TF version is NOT compiled for AVX2/FMA: building the
+# image from it must make the report flag the image's isa-claim as failed.
+tf_version="$("$ROOT/.venv/bin/python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')"
+if compgen -G "$ROOT/wheels/tensorflow_cpu-${tf_version}-*.whl" >/dev/null; then
+  say "wheel tensorflow-cpu==$tf_version present in wheels/"
+else
+  say "downloading wheel tensorflow-cpu==$tf_version into wheels/"
+  "$ROOT/.venv/bin/pip" download -q --no-deps --only-binary=:all: -d "$ROOT/wheels" \
+    "tensorflow-cpu==$tf_version" >"$STATE/wheel.log" 2>&1 || { tail -n 20 "$STATE/wheel.log" >&2; exit 1; }
+fi
 say "done in $((SECONDS - t0)) s"
