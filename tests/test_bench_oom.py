@@ -1,52 +1,80 @@
-"""Out of memory, for real: the bench process runs under an address-space limit with a batch
-that cannot fit, TensorFlow raises ResourceExhaustedError, and the bench writes an `oom`
-record and exits 0.
+"""Out of memory, for real: the kernel's OOM killer, under a memory cgroup, kills a bench
+whose batch cannot fit, and `mxbench run` records the cell as `oom` (exit 0: an OOM is a
+valid final result) and goes on to the next cell, which starts clean in a fresh process.
 
-TF_ENABLE_ONEDNN_OPTS=0: with oneDNN on, TensorFlow 2.21's CPU allocator ("mklcpu") returns
-no memory and the process then dies of SIGSEGV instead of raising (measured here); a
-crashed process is the orchestrator's to record, not the bench's.
+Why not TensorFlow's own ResourceExhaustedError on CPU: under an address-space limit
+(RLIMIT_AS) TF 2.21 raised it cleanly in 3 of 3 quiet runs at 4 GiB, but in CI under load
+the same process died of SIGSEGV during import; oneDNN's allocator also segfaults instead
+of raising. The kernel OOM kill is deterministic. (The bench's ResourceExhaustedError ->
+`oom` mapping is the GPU path; it is unit-tested in test_bench_units.)
 """
 
 from __future__ import annotations
 
+import json
 import os
-import resource
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from bench_helpers import run_bench
+from conftest import require_service
 
 pytest.importorskip("tensorflow")
 
-# TensorFlow's import and a tiny cell peak at about 1.9 GiB of address space here; thread
-# stacks add to that with the core count. A 512-image batch at 256 px: 0.4 GiB of input,
-# 1 GiB per first-layer activation, several GiB for one step: it cannot fit. Measured here
-# (3 runs each): 4 GiB with batch 512 always gave ResourceExhaustedError; tighter limits
-# (3-3.5 GiB) sometimes fail an unguarded allocation (abort, SIGSEGV), and batch 1024 can
-# fail earlier in graph optimisation (InvalidArgumentError on a 2 GiB constant).
-LIMIT = 4 * 2**30 + 16 * 2**20 * (os.cpu_count() or 1)
+MEMCG = Path("/sys/fs/cgroup/memory")  # cgroup v1 memory controller (this machine kind)
+LIMIT = 1536 * 2**20  # TF import + a small cell fit; batch 512 at 256 px needs many GiB
 
 
-def _limit_address_space() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
+@pytest.fixture
+def memory_cgroup() -> Iterator[Path]:
+    require_service(os.access(MEMCG, os.W_OK), "a writable memory cgroup (root)")
+    group = MEMCG / f"mxbench-test-{uuid.uuid4().hex[:8]}"
+    group.mkdir()
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(LIMIT))
+        swap = group / "memory.memsw.limit_in_bytes"
+        if swap.exists():
+            swap.write_text(str(LIMIT))
+        yield group
+    finally:
+        for pid in (group / "tasks").read_text().split():  # nothing may outlive the test
+            subprocess.run(["kill", "-9", pid], check=False)
+        group.rmdir()
 
 
-def test_batch_that_cannot_fit_is_an_oom_record() -> None:
-    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0"}
-    run = run_bench(
-        *("--image-size", "256", "--batch-size", "512", "--steps", "2", "--warmup-steps", "1"),
-        env=env,
-        preexec_fn=_limit_address_space,
+def test_cell_killed_for_memory_is_an_oom_record_and_the_run_goes_on(
+    memory_cgroup: Path, tmp_path: Path
+) -> None:
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        "benchmark: {image_size: 256, warmup_steps: 1, steps: 2, timeout_s: 600}\n"
+        "axes: {policy: [float32], batch_size: [512, 2]}\n"
+        "hosts:\n  - {name: box, engine: local}\n"
     )
-    assert run.returncode == 0, run.stderr[-3000:]
-    rec = run.record
-    assert rec["status"] == "oom", rec.get("error")
-    assert "OOM when allocating tensor" in rec["error"]
-    assert rec["settings"]["onednn"] == "0"
-    assert "step_ms" not in rec["metrics"]
-    assert rec["metrics"]["peak_memory_kind"] == "rss"
-    assert rec["metrics"]["peak_memory_bytes"] < LIMIT
-    assert rec["device"]["kind"] == "cpu"
+    results = tmp_path / "results"
+
+    def enter_cgroup() -> None:
+        (memory_cgroup / "tasks").write_text(str(os.getpid()))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxbench", "run", "-m", str(matrix), "-r", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        preexec_fn=enter_cgroup,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [json.loads(line) for line in (results / "box.jsonl").read_text().splitlines()]
+    by_batch = {r["params"]["batch_size"]: r for r in recs}
+    assert by_batch[512]["status"] == "oom", by_batch[512].get("error")
+    assert "killed (out of memory)" in by_batch[512]["error"]
+    assert by_batch[2]["status"] == "ok", by_batch[2].get("error")  # the next cell ran clean
+    assert by_batch[2]["metrics"]["peak_memory_bytes"] < LIMIT
 
 
 def test_other_failures_are_error_records(tmp_path) -> None:
