@@ -120,7 +120,17 @@ say "sshd on 127.0.0.1:$SSH_PORT; docker reachable over ssh://root@127.0.0.1"
 # Dockerfile.cpu-avx2 installs a prebuilt wheel from the build context's wheels/ (git-ignored).
 # The stock PyPI wheel of the venv's TF version is NOT compiled for AVX2/FMA: building the
 # image from it must make the report flag the image's isa-claim as failed.
-tf_version="$("$ROOT/.venv/bin/python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')"
+# The TF version the venv has, whichever distribution brought it (tensorflow or tensorflow-cpu).
+tf_version="$("$ROOT/.venv/bin/python" -c '
+import importlib.metadata as m
+for dist in ("tensorflow", "tensorflow-cpu"):
+    try:
+        print(m.version(dist))
+        break
+    except m.PackageNotFoundError:
+        pass
+')"
+[ -n "$tf_version" ] || { say "no TensorFlow in .venv (run .ci/setup first)"; exit 1; }
 if compgen -G "$ROOT/wheels/tensorflow_cpu-${tf_version}-*.whl" >/dev/null; then
   say "wheel tensorflow-cpu==$tf_version present in wheels/"
 else

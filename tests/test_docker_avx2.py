@@ -22,7 +22,19 @@ from mxbench.matrix import load_matrix
 from test_docker import BASE_IMAGE, CA, _docker_ok, mxbench, records
 
 ROOT = Path(__file__).resolve().parents[1]
-TF_VERSION = importlib.metadata.version("tensorflow-cpu")
+
+
+def _venv_tf_version() -> str:
+    """The venv's TF version, whichever distribution brought it (as .ci/setup-docker.sh)."""
+    for dist in ("tensorflow", "tensorflow-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    raise RuntimeError("no TensorFlow distribution installed")
+
+
+TF_VERSION = _venv_tf_version()
 COPTS = "-mavx2 -mfma"
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
