@@ -20,15 +20,15 @@ from collections.abc import Sequence
 
 from mxbench.cells import Cell
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome
-from mxbench.matrix import LocalHost
+from mxbench.matrix import LocalHost, Matrix
 
 
 class LocalEngine(Engine):
     name = "local"
     host: LocalHost
 
-    def __init__(self, host: LocalHost, matrix: object) -> None:
-        super().__init__(host, matrix)  # type: ignore[arg-type]
+    def __init__(self, host: LocalHost, matrix: Matrix) -> None:
+        super().__init__(host, matrix)
         self._proc: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
         self._cancelled = False

@@ -37,11 +37,15 @@ def _fmt_range(values: list[float]) -> str:
     return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
 
 
-def _observed(t: Table, policies: frozenset[str]) -> str:
-    speedups = [
+def _speedups(t: Table, policies: frozenset[str]) -> list[float]:
+    return [
         s for p in t.policies if p in policies for b in t.batches
         if (s := t.speedup(p, b)) is not None
     ]  # fmt: skip
+
+
+def _observed(t: Table, policies: frozenset[str]) -> str:
+    speedups = _speedups(t, policies)
     return f" (observed speedup {_fmt_range(speedups)})" if speedups else ""
 
 
@@ -117,8 +121,7 @@ def bf16_on_cpu(t: Table) -> str | None:
             "This CPU has AVX512_BF16/AMX: oneDNN runs bfloat16 natively, so mixed_bfloat16 "
             f"can beat float32{_observed(t, BFLOAT16)}."
         )
-        speedups = [s for p in t.policies if p in BFLOAT16 for b in t.batches
-                    if (s := t.speedup(p, b)) is not None]  # fmt: skip
+        speedups = _speedups(t, BFLOAT16)
         if speedups and max(speedups) < 1:
             text += (
                 " It did not here: on small inputs the casts and layout changes around each "
