@@ -123,7 +123,8 @@ def main() -> None:
         t0 = time.perf_counter()
         loaded = load.load([root])
         t1 = time.perf_counter()
-        built = tables.build(loaded.winners, detail=load.detail)
+        with loaded:
+            built = tables.build(loaded.winners, detail=loaded.detail)
         t2 = time.perf_counter()
         text = render.markdown(loaded, built)
         t3 = time.perf_counter()

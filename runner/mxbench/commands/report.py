@@ -72,7 +72,8 @@ def report(
         where = ", ".join(str(s) for s in sources)
         raise MxbenchError(f"no result records found in {where}")
 
-    built = tables.build(loaded.winners, detail=load_mod.detail)
+    with loaded:
+        built = tables.build(loaded.winners, detail=loaded.detail)
     if fmt == "markdown":
         text = render.markdown(loaded, built)
     elif fmt == "csv":

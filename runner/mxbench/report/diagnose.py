@@ -88,8 +88,7 @@ def tf32_baseline(t: Table) -> str | None:
     cap, _ = gpu_cc(t)
     if not _is_gpu(t) or cap is None or not cap.tf32 or BASELINE not in t.policies:
         return None
-    base = [r for (p, _), e in t.entries.items() if p == BASELINE for r in e.records]
-    if any(_d(r.get("settings")).get("tf32") is False for r in base):
+    if any(e.tf32_off for (p, _), e in t.entries.items() if p == BASELINE):
         return None
     return (
         f"TF32 in the baseline: on compute capability {cap.label} the float32 runs already "
@@ -176,10 +175,9 @@ def batch_not_multiple_of_8(t: Table) -> str | None:
 def input_bound(t: Table) -> str | None:
     low: dict[int, float] = {}
     for (_, b), e in t.entries.items():
-        for r in e.records:
-            util = _d(r.get("metrics")).get("gpu_util_pct")
-            if isinstance(util, (int, float)) and util < LOW_UTIL_PCT:
-                low[b] = min(util, low.get(b, util))
+        util = e.gpu_util_min
+        if util is not None and util < LOW_UTIL_PCT:
+            low[b] = min(util, low.get(b, util))
     if not low:
         return None
     seen = ", ".join(f"{u:.0f}% at batch {b}" for b, u in sorted(low.items()))
@@ -210,10 +208,7 @@ def silent_cpu_fallback(t: Table) -> str | None:
 
 
 def pure_float16(t: Table) -> str | None:
-    recs = t.records()
-    if "float16" not in t.policies and not any(
-        _d(r.get("settings")).get("pure_float16") for r in recs
-    ):
+    if "float16" not in t.policies and not any(e.pure_float16 for e in t.entries.values()):
         return None
     return (
         "Pure float16 (the Stack Overflow case): no float32 master weights and no loss "
@@ -250,32 +245,32 @@ def achieved_vs_peak(t: Table) -> str | None:
     flops = None
     if t.setup.get("model", "blog-cnn") == "blog-cnn":
         flops = blog_cnn_train_flops(int(t.setup.get("image_size") or 256))
-    parts = []
-    for policy in t.policies:
-        best: tuple[float, bool] | None = None
-        tf32 = True
-        for (p, b), e in t.entries.items():
-            if p != policy or e.status != "ok":
-                continue
-            rates = [_d(r.get("metrics")).get("achieved_tflops") for r in e.records]
-            tf32 = tf32 and all(_d(r.get("settings")).get("tf32") is not False for r in e.records)
-            measured = [x for x in rates if isinstance(x, (int, float))]
-            if measured:
-                value, est = max(measured), False
-            elif flops and e.median:
-                value, est = flops * b / (e.median / 1000) / 1e12, True
-            else:
-                continue
-            if best is None or value > best[0]:
-                best = (value, est)
-        key = _peak_key(policy, cap, tf32)
-        if best is None or key not in peaks:
+    best: dict[str, tuple[float, bool]] = {}  # policy -> (TFLOP/s, estimated)
+    tf32_on: dict[str, bool] = {}  # policy -> every ok run had TF32 on (or did not say)
+    for (policy, b), e in t.entries.items():
+        if e.status != "ok":
             continue
-        share = best[0] / peaks[key]
-        est = " (estimated from the model's FLOPs)" if best[1] else ""
+        if e.tf32_off:
+            tf32_on[policy] = False
+        tf32_on.setdefault(policy, True)
+        if e.tflops_max is not None:
+            value, est = e.tflops_max, False
+        elif flops and e.median:
+            value, est = flops * b / (e.median / 1000) / 1e12, True
+        else:
+            continue
+        if policy not in best or value > best[policy][0]:
+            best[policy] = (value, est)
+    parts = []
+    for policy, (value, estimated) in sorted(best.items(), key=lambda kv: t.policies.index(kv[0])):
+        key = _peak_key(policy, cap, tf32_on[policy])
+        if key not in peaks:
+            continue
+        share = value / peaks[key]
+        est = " (estimated from the model's FLOPs)" if estimated else ""
         low = ", far below: the fast path is largely unused" if share < FAR_BELOW_PEAK else ""
         parts.append(
-            f"{policy} reaches {best[0]:.1f} TFLOP/s{est}, {share:.0%} of the "
+            f"{policy} reaches {value:.1f} TFLOP/s{est}, {share:.0%} of the "
             f"{peaks[key]:g} TFLOP/s {key} peak{low}"
         )
     return ("Achieved vs peak: " + "; ".join(parts) + ".") if parts else None

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from mxbench.errors import UsageError
 from mxbench.results import MIN_FIELDS, STATUSES, BadLine, ResultStore
@@ -31,10 +31,26 @@ class Loaded:
     """The merge: one winning record per cell key, plus what was skipped and why."""
 
     winners: list[dict[str, Any]]
-    attempts: dict[str, int]
+    attempts: dict[str, int]  # cell -> number of attempts, for cells tried more than once
     records: int = 0
     files: list[Path] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
+    _handles: dict[Path, BinaryIO] = field(default_factory=dict, repr=False)
+
+    def detail(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """:func:`detail`, keeping each result file open until :meth:`close` (a heading per
+        table: opening the file each time would cost more than the read)."""
+        return detail(rec, self._handles)
+
+    def close(self) -> None:
+        while self._handles:
+            self._handles.popitem()[1].close()
+
+    def __enter__(self) -> Loaded:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def source_files(sources: Iterable[Path | str]) -> list[Path]:
@@ -88,6 +104,35 @@ def when(rec: dict[str, Any]) -> _dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
 
 
+def _uniform_utc(times: list[Any]) -> bool:
+    """Whether the times are ISO-8601 strings of one layout in UTC (as mxbench writes
+    them), which order as strings exactly as the instants they name."""
+    first = times[0]
+    if type(first) is not str or not first.endswith("+00:00") or first[10:11] != "T":
+        return False
+    size = len(first)
+    return all(
+        type(t) is str and len(t) == size and t.endswith("+00:00") and t[10:11] == "T"
+        for t in times
+    )
+
+
+def latest(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The latest record by ``time``; among equal (or missing) times the last one read."""
+    if len(records) == 1:
+        return records[0]
+    times = [r.get("time") for r in records]
+    if _uniform_utc(times):
+        keys: list[Any] = times
+    else:
+        keys = [when(r) for r in records]
+    best = 0
+    for i in range(1, len(records)):
+        if keys[i] >= keys[best]:
+            best = i
+    return records[best]
+
+
 def pick(attempts: list[dict[str, Any]]) -> dict[str, Any]:
     """The record that stands for one cell: the latest ok, else the latest attempt.
 
@@ -95,9 +140,8 @@ def pick(attempts: list[dict[str, Any]]) -> dict[str, Any]:
     """
     if len(attempts) == 1:
         return attempts[0]
-    order = sorted(range(len(attempts)), key=lambda i: (when(attempts[i]), i))
-    ok = [i for i in order if attempts[i]["status"] == "ok"]
-    return attempts[(ok or order)[-1]]
+    ok = [r for r in attempts if r["status"] == "ok"]
+    return latest(ok or attempts)
 
 
 def load(sources: Iterable[Path | str], *, full: bool = False) -> Loaded:
@@ -105,7 +149,8 @@ def load(sources: Iterable[Path | str], *, full: bool = False) -> Loaded:
     that only a table's heading needs: :func:`detail` reads them back for that one record."""
     files = source_files(sources)
     out = Loaded(winners=[], attempts={}, files=files)
-    by_cell: dict[str, list[dict[str, Any]]] = {}
+    first: dict[str, dict[str, Any]] = {}  # cell -> its first record (most cells have one)
+    more: dict[str, list[dict[str, Any]]] = {}  # cell -> every attempt, for cells with several
     for path in files:
         for lineno, offset, rec in _read(path, out.bad, full):
             out.records += 1
@@ -115,24 +160,43 @@ def load(sources: Iterable[Path | str], *, full: bool = False) -> Loaded:
                 continue
             if not full:
                 rec[_AT] = (path, offset)
-            by_cell.setdefault(str(rec["cell"]), []).append(rec)
-    out.winners = [pick(attempts) for attempts in by_cell.values()]
-    out.attempts = {cell: len(attempts) for cell, attempts in by_cell.items()}
+            cell = rec["cell"]
+            if type(cell) is not str:
+                cell = str(cell)
+            seen = first.get(cell)
+            if seen is None:
+                first[cell] = rec
+            elif cell in more:
+                more[cell].append(rec)
+            else:
+                more[cell] = [seen, rec]
+    out.winners = [pick(more[cell]) if cell in more else rec for cell, rec in first.items()]
+    out.attempts = {cell: len(attempts) for cell, attempts in more.items()}
     return out
 
 
 _AT = "__mxbench_at__"  # (file, byte offset) of a record read without its bulky fields
 
 
-def detail(rec: dict[str, Any]) -> dict[str, Any]:
-    """The whole record, re-read from its file when :func:`load` skipped fields of it."""
+def detail(rec: dict[str, Any], handles: dict[Path, BinaryIO] | None = None) -> dict[str, Any]:
+    """The whole record, re-read from its file when :func:`load` skipped fields of it.
+
+    ``handles``: open files to reuse across calls (see :meth:`Loaded.detail`)."""
     at = rec.get(_AT)
     if at is None:
         return rec
     try:
-        with open(at[0], "rb") as fh:
+        if handles is None:
+            with open(at[0], "rb") as fh:
+                fh.seek(at[1])
+                line = fh.readline()
+        else:
+            if at[0] not in handles:
+                handles[at[0]] = open(at[0], "rb")  # noqa: SIM115 - Loaded.close closes it
+            fh = handles[at[0]]
             fh.seek(at[1])
-            full = _decode_full(fh.readline())
+            line = fh.readline()
+        full = _decode_full(line)
     except (OSError, ValueError):
         full = None
     return full if isinstance(full, dict) else {k: v for k, v in rec.items() if k != _AT}
@@ -150,7 +214,7 @@ def _read(path: Path, bad: list[BadLine], full: bool) -> Iterator[tuple[int, int
     offset = 0
     for lineno, line in enumerate(data.split(b"\n"), 1):
         start, offset = offset, offset + len(line) + 1
-        if not line.strip():
+        if not line or line.isspace():
             continue
         try:
             rec = fast(line)
@@ -177,32 +241,61 @@ def _decode_slow(line: bytes, path: Path, lineno: int, bad: list[BadLine]) -> di
 
 if msgspec is not None:
 
-    class _Light(msgspec.Struct):
-        """The fields tables and diagnosis use for every record; the rest is skipped."""
+    class _Part(msgspec.Struct, omit_defaults=True):
+        """Missing fields stay missing in the dict (not None), as with the json module."""
+
+    class _Step(_Part):
+        median: Any = None
+        p25: Any = None
+        p75: Any = None
+        n: Any = None
+
+    class _Metrics(_Part):
+        step_ms: _Step | None = None
+        gpu_util_pct: Any = None
+        achieved_tflops: Any = None
+
+    class _Settings(_Part):
+        tf32: Any = None
+        pure_float16: Any = None
+
+    class _Device(_Part):
+        kind: Any = None
+        name: Any = None
+
+    class _Image(_Part):
+        name: Any = None
+        id: Any = None
+
+    class _Light(_Part):
+        """What tables and diagnosis read from every record; everything else (cpu flags,
+        software, the device's details, image labels) is skipped by the parser and read
+        back by :func:`detail` for the one record behind each table's heading.
+
+        A record whose parts have unexpected shapes (metrics a string, say) fails this
+        typed decode and goes through the standard json module instead, whole.
+        """
 
         schema: Any = None
         cell: Any = None
         time: Any = None
         host: Any = None
-        engine: Any = None
-        image: Any = None
-        params: Any = None
+        image: _Image | None = None
+        params: dict[str, Any] | None = None
         status: Any = None
-        metrics: Any = None
-        device: Any = None
-        settings: Any = None
-        source: Any = None
-        error: Any = None
+        metrics: _Metrics | None = None
+        device: _Device | None = None
+        settings: _Settings | None = None
 
     _light_decoder = msgspec.json.Decoder(_Light)
     _full_decoder = msgspec.json.Decoder()
+    _to_builtins = msgspec.to_builtins
 
     def _decode_light(line: bytes) -> dict[str, Any]:
         try:
-            obj = _light_decoder.decode(line)
+            return _to_builtins(_light_decoder.decode(line))  # type: ignore[no-any-return]
         except msgspec.DecodeError as exc:
             raise ValueError(str(exc)) from None
-        return msgspec.structs.asdict(obj)
 
     def _decode_full(line: bytes) -> Any:
         try:

@@ -12,7 +12,7 @@ from tabulate import tabulate
 from mxbench.report import annotate
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
-from mxbench.report.tables import Entry, Table
+from mxbench.report.tables import BASELINE, Entry, Table
 
 STATUS_TEXT = {"oom": "OOM", "error": "error", "timeout": "timeout", "unsupported": "unsupported"}
 DASH = "–"
@@ -27,37 +27,61 @@ def cell_text(e: Entry | None) -> str:
         return ""
     if e.status != "ok":
         return STATUS_TEXT.get(e.status, e.status)
-    if e.median is None:
+    m, lo, hi = e.median, e.p25, e.p75
+    if m is None:
         return "ok"
-    if e.p25 is not None and e.p75 is not None:
-        return f"{ms(e.median)} [{ms(e.p25)}–{ms(e.p75)}]"
-    return ms(e.median)
+    med = f"{m:.2f}" if m < 10 else f"{m:.1f}"  # ms(), inlined: 100,000 cells in a fleet
+    if lo is None or hi is None:
+        return med
+    low = f"{lo:.2f}" if lo < 10 else f"{lo:.1f}"
+    high = f"{hi:.2f}" if hi < 10 else f"{hi:.1f}"
+    return f"{med} [{low}–{high}]"
+
+
+def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
+    """The speedup columns' text per (policy, batch size): ``1.10``; a dash where the
+    policy or float32 did not give a time (OOM, error); no key where either slot is empty."""
+    out = {}
+    speedups, entries = t.speedups, t.entries
+    for b in t.batches:
+        if (BASELINE, b) not in entries:
+            continue
+        for p in t.reduced:
+            if (p, b) in entries:
+                s = speedups.get((p, b))
+                out[p, b] = DASH if s is None else f"{s:.2f}"
+    return out
 
 
 def speedup_text(t: Table, policy: str, batch: int) -> str:
-    if (policy, batch) not in t.entries or ("float32", batch) not in t.entries:
-        return ""
-    s = t.speedup(policy, batch)
-    return DASH if s is None else f"{s:.2f}"
+    return speedup_texts(t).get((policy, batch), "")
 
 
-def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
+def table_rows(
+    t: Table, speedups: dict[tuple[str, int], str] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """``speedups``: :func:`speedup_texts` of ``t``, when the caller has it already."""
+    texts = speedup_texts(t) if speedups is None else speedups
     headers = ["batch"] + [f"{p} ms/step [IQR]" for p in t.policies]
     headers += [f"speedup {p}" for p in t.reduced]
     rows = []
     for b in t.batches:
         row = [str(b)] + [cell_text(t.entries.get((p, b))) for p in t.policies]
-        row += [speedup_text(t, p, b) for p in t.reduced]
+        row += [texts.get((p, b), "") for p in t.reduced]
         rows.append(row)
     return headers, rows
 
 
-def summary_rows(tables: list[Table]) -> tuple[list[str], list[list[str]]]:
+def summary_rows(
+    tables: list[Table], speedups: list[dict[tuple[str, int], str]] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """``speedups``: :func:`speedup_texts` of each table, when the caller has them already."""
+    texts = [speedup_texts(t) for t in tables] if speedups is None else speedups
     batches = sorted({b for t in tables for b in t.batches})
     headers = ["device", "policy", *map(str, batches)]
     rows = [
-        [t.title, p, *(speedup_text(t, p, b) for b in batches)]
-        for t in tables for p in t.reduced
+        [t.title, p, *(texts[i].get((p, b), "") for b in batches)]
+        for i, t in enumerate(tables) for p in t.reduced
     ]  # fmt: skip
     return headers, rows
 
@@ -94,14 +118,17 @@ def _md(headers: list[str], rows: list[list[str]]) -> str:
 
 def markdown(loaded: Loaded, tables: list[Table]) -> str:
     out = ["# mxbench report", "", intro(loaded, tables), ""]
+    speedups = []
     for t in tables:
+        texts = speedup_texts(t)
+        speedups.append(texts)
         out += [f"## {t.title}", ""]
         out += [f"{line}  " for line in annotate.lines(t)]
-        out += ["", _md(*table_rows(t)), ""]
+        out += ["", _md(*table_rows(t, texts)), ""]
         notes = diagnose(t)
         if notes:
             out += ["Diagnosis:", ""] + [f"- {n.text}" for n in notes] + [""]
-    headers, rows = summary_rows(tables)
+    headers, rows = summary_rows(tables, speedups)
     if rows:
         out += ["## Summary: speedup over float32 by device and batch size", ""]
         out += [_md(headers, rows), ""]

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from mxbench.report.devices import Capability, capability, cc_from_name
-from mxbench.report.load import when
+from mxbench.report.load import latest
 
 POLICY_ORDER = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
 BASELINE = "float32"
@@ -23,7 +23,7 @@ BASELINE = "float32"
 _NOT_SETUP = frozenset({"policy", "batch_size", "repeat", "steps", "warmup_steps"})
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """One slot of a table: a policy at a batch size."""
 
@@ -33,6 +33,11 @@ class Entry:
     p75: float | None = None
     n: int | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
+    # What diagnosis needs from the records, gathered once here (see _add_facts).
+    gpu_util_min: float | None = None  # the lowest GPU utilisation recorded, %
+    tflops_max: float | None = None  # the best achieved TFLOP/s recorded
+    tf32_off: bool = False  # a record ran with TF32 disabled
+    pure_float16: bool = False  # a record ran pure float16 (no master weights, no scaling)
 
 
 @dataclass
@@ -78,11 +83,17 @@ class Table:
 
     def speedup(self, policy: str, batch: int) -> float | None:
         """float32 median / policy median, when both ran."""
-        base = self.entries.get((BASELINE, batch))
-        other = self.entries.get((policy, batch))
-        if not base or not other or base.median is None or not other.median:
-            return None
-        return base.median / other.median
+        return self.speedups.get((policy, batch))
+
+    @cached_property
+    def speedups(self) -> dict[tuple[str, int], float]:
+        """(policy, batch) -> float32 median / policy median, for every slot where both ran."""
+        out = {}
+        for (policy, batch), other in self.entries.items():
+            base = self.entries.get((BASELINE, batch))
+            if base is not None and base.median is not None and other.median:
+                out[policy, batch] = base.median / other.median
+        return out
 
     @property
     def reduced(self) -> list[str]:
@@ -97,9 +108,12 @@ def _dict(value: object) -> dict[str, Any]:
 
 
 def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    kind = type(value)
+    if kind is float:
+        return value  # type: ignore[return-value]
+    if kind is int or (kind is not bool and isinstance(value, (int, float))):
+        return float(value)  # type: ignore[arg-type]
+    return None
 
 
 def _policy_rank(policy: str) -> tuple[int, str]:
@@ -114,59 +128,63 @@ def _step(rec: dict[str, Any]) -> dict[str, Any] | None:
     return step if _num(step.get("median")) is not None else None
 
 
+def _add_facts(e: Entry, rec: dict[str, Any]) -> None:
+    metrics, settings = rec.get("metrics"), rec.get("settings")
+    if type(metrics) is dict:
+        util = _num(metrics.get("gpu_util_pct"))
+        if util is not None and (e.gpu_util_min is None or util < e.gpu_util_min):
+            e.gpu_util_min = util
+        rate = _num(metrics.get("achieved_tflops"))
+        if rate is not None and (e.tflops_max is None or rate > e.tflops_max):
+            e.tflops_max = rate
+    if type(settings) is dict:
+        if settings.get("tf32") is False:
+            e.tf32_off = True
+        if settings.get("pure_float16"):
+            e.pure_float16 = True
+
+
 def entry(records: list[dict[str, Any]]) -> Entry:
     if len(records) == 1:  # the common case, kept cheap for large fleets
         rec = records[0]
-        if rec["status"] != "ok":
-            return Entry(status=rec["status"], records=records)
-        step = _step(rec)
-        if step is None:
-            return Entry(status="ok", records=records)
-        n = step.get("n")
-        return Entry("ok", _num(step["median"]), _num(step.get("p25")), _num(step.get("p75")),
-                     n if isinstance(n, int) else None, records)  # fmt: skip
+        status = rec["status"]
+        e = Entry(status, records=records)
+        _add_facts(e, rec)
+        if status != "ok":
+            return e
+        metrics = rec.get("metrics")
+        step = metrics.get("step_ms") if type(metrics) is dict else None
+        if type(step) is dict and (median := _num(step.get("median"))) is not None:
+            n = step.get("n")
+            e.median, e.p25, e.p75 = median, _num(step.get("p25")), _num(step.get("p75"))
+            e.n = n if type(n) is int else None
+        return e
     ok = [r for r in records if r["status"] == "ok"]
-    if not ok:
-        latest = max(records, key=when)
-        return Entry(status=latest["status"], records=records)
+    e = Entry("ok" if ok else latest(records)["status"], records=ok or records)
+    for rec in e.records:
+        _add_facts(e, rec)
     timed = [s for r in ok if (s := _step(r)) is not None]
     if not timed:
-        return Entry(status="ok", records=ok)
+        return e
 
     def med(key: str) -> float | None:
         values = [v for s in timed if (v := _num(s.get(key))) is not None]
         return statistics.median(values) if values else None
 
     counts = [s["n"] for s in timed if isinstance(s.get("n"), int)]
-    return Entry(
-        status="ok",
-        median=med("median"),
-        p25=med("p25"),
-        p75=med("p75"),
-        n=sum(counts) if counts else None,
-        records=ok,
-    )
+    e.median, e.p25, e.p75 = med("median"), med("p25"), med("p75")
+    e.n = sum(counts) if counts else None
+    return e
 
 
-def _table_key(rec: dict[str, Any]) -> tuple[Any, ...]:
-    device = rec.get("device") or {}
-    image = rec.get("image") or {}
-    if not isinstance(device, dict):
-        device = {}
-    if not isinstance(image, dict):
-        image = {}
-    setup = tuple(sorted((k, v) for k, v in rec["params"].items() if k not in _NOT_SETUP))
+def _placement(params: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[str, int]]:
+    """Where a record's params put it: the setup that picks the table, and the slot in it."""
+    setup = tuple(sorted((k, v) for k, v in params.items() if k not in _NOT_SETUP))
     try:
         hash(setup)
     except TypeError:  # a list or an object as a param value
         setup = tuple((k, repr(v)) for k, v in setup)
-    return (
-        rec["host"],
-        device.get("kind"),
-        device.get("name"),
-        image.get("name") or image.get("id"),
-        setup,
-    )
+    return setup, (str(params["policy"]), params["batch_size"])
 
 
 def _same(rec: dict[str, Any]) -> dict[str, Any]:
@@ -180,20 +198,45 @@ def build(
     """Tables in a stable order: host, device, image, setup.
 
     ``detail`` gives the whole record behind a heading when the winners were read without
-    their bulky fields (:func:`mxbench.report.load.detail`).
+    their bulky fields (:meth:`mxbench.report.load.Loaded.detail`).
     """
-    groups: dict[tuple[str, ...], dict[tuple[str, int], list[dict[str, Any]]]] = {}
+    groups: dict[tuple[Any, ...], dict[tuple[str, int], list[dict[str, Any]]]] = {}
+    # A fleet has few distinct params (policies x batch sizes x setups), but each record has
+    # its own dict: placing each distinct one once keeps 100,000 records cheap.
+    placed: dict[tuple[Any, ...], tuple[tuple[Any, ...], tuple[str, int]]] = {}
     for rec in winners:
         params = rec["params"]
-        slots = groups.setdefault(_table_key(rec), {})
-        slots.setdefault((str(params["policy"]), params["batch_size"]), []).append(rec)
+        try:
+            ident: tuple[Any, ...] | None = tuple(params.items())
+            where = placed.get(ident)  # type: ignore[arg-type]
+        except TypeError:  # unhashable param values
+            ident = where = None
+        if where is None:
+            where = _placement(params)
+            if ident is not None:
+                placed[ident] = where
+        device, image = rec.get("device"), rec.get("image")
+        if type(device) is not dict:
+            device = {}
+        if type(image) is not dict:
+            image = {}
+        key = (rec["host"], device.get("kind"), device.get("name"),
+               image.get("name") or image.get("id"), where[0])  # fmt: skip
+        slots = groups.get(key)
+        if slots is None:
+            slots = groups[key] = {}
+        slot = slots.get(where[1])
+        if slot is None:
+            slots[where[1]] = [rec]
+        else:
+            slot.append(rec)
     tables = []
     for key in sorted(groups, key=lambda k: tuple(map(str, k))):
         slots = groups[key]
         entries = {slot: entry(recs) for slot, recs in slots.items()}
         every = [r for recs in slots.values() for r in recs]
         ok = [r for r in every if r["status"] == "ok"]
-        info = detail(max(ok or every, key=when))
+        info = detail(latest(ok or every))
         params = info["params"]
         tables.append(
             Table(
