@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from mxbench.bench.probe import ISA_FLAGS
 from mxbench.cells import cell_key
 from mxbench.results import SCHEMA
 
@@ -32,7 +33,7 @@ BATCHES = (16, 32, 64, 128, 256)
 GPUS = (("Tesla V100-SXM2-16GB", "7.0"), ("NVIDIA A100-SXM4-40GB", "8.0"),
         ("NVIDIA TITAN Xp", "6.1"), ("Quadro M2200", "5.2"))  # fmt: skip
 
-# A real /proc/cpuinfo flags line (a Xeon with AVX-512 and AMX): what the probe records.
+# A real /proc/cpuinfo flags line (a Xeon with AVX-512 and AMX), kept as the probe keeps it.
 _FLAGS_LINE = (
     "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
     "sse sse2 ss ht syscall nx pdpe1gb rdtscp lm constant_tsc rep_good nopl xtopology nonstop_tsc "
@@ -45,7 +46,7 @@ _FLAGS_LINE = (
     "cldemote movdiri movdir64b fsrm md_clear serialize tsxldtrk amx_bf16 avx512_fp16 amx_tile "
     "amx_int8 arch_capabilities"
 )
-FLAGS = sorted(_FLAGS_LINE.split())
+FLAGS = sorted(ISA_FLAGS.intersection(_FLAGS_LINE.split()))
 
 
 def record(rng: random.Random, host: int, policy: str, batch: int, attempt: int) -> dict:
@@ -73,7 +74,7 @@ def record(rng: random.Random, host: int, policy: str, batch: int, attempt: int)
                    "memory_bytes": 2**34, "driver": "550.54", "uuid": f"GPU-{host}",
                    "used_by_tf": True, "present_gpus": [{"name": name, "compute_capability": cc}],
                    "cc_source": "nvml"},
-        "cpu": {"model": "Intel(R) Xeon(R) Gold 6248", "cores": 40,
+        "cpu": {"model": "Intel(R) Xeon(R) Gold 6248", "arch": "x86_64", "cores": 40,
                 "flags": FLAGS,
                 "tf_not_compiled_for": ["AVX2", "AVX512F", "FMA"]},
         "software": {"python": "3.11.7", "tensorflow": "2.21.0", "keras": "3.12.0",

@@ -118,10 +118,14 @@ def test_parse_tf_cpu_feature_line(log: str, expected: list[str] | None) -> None
 
 def test_cpu_info_reads_model_and_flags(tmp_path) -> None:
     f = tmp_path / "cpuinfo"
-    f.write_text("processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fma avx2 sse\n\n")
+    f.write_text(
+        "processor\t: 0\nmodel name\t: Test CPU\n"
+        "flags\t\t: fpu fma avx2 sse sse2 tsc avx512_bf16 amx_bf16 hypervisor\n\n"
+    )
     info = cpu_info(str(f))
     assert info["model"] == "Test CPU"
-    assert info["flags"] == ["avx2", "fma", "sse"]
+    # only the instruction sets that matter for training speed are kept
+    assert info["flags"] == ["amx_bf16", "avx2", "avx512_bf16", "fma", "sse2"]
     assert info["cores"] >= 1
 
 

@@ -84,6 +84,11 @@ def test_float16_emulated_on_x86_cpu_only() -> None:
     assert dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=ARM)) is None
     assert dg.float16_emulated_on_cpu(table(CPU_DEV, cells)) is None  # CPU not recorded
     assert dg.float16_emulated_on_cpu(table(V100, cells)) is None
+    # the machine architecture, when recorded, decides over the model name and flags
+    arm_box = {"model": "Intel-named Arm box", "arch": "aarch64", "flags": []}
+    assert dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=arm_box)) is None
+    bare_x86 = {"arch": "x86_64"}
+    assert "emulated" in dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=bare_x86))
 
 
 def test_bf16_on_cpu_with_and_without_native_support() -> None:

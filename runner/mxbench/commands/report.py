@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,9 @@ from mxbench.errors import MxbenchError, UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from mxbench.report.tables import Table
+    from mxbench.report.load import Loaded
+    from mxbench.report.render import Section
+    from mxbench.report.tables import Slots, Table
 
 MAX_WARNINGS = 50
 
@@ -35,6 +38,14 @@ def report(
         False, "--html", help="One self-contained HTML page: tables, diagnosis, PNG plots."
     ),
     output: Path = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+    jobs: int = typer.Option(
+        0,
+        "--jobs",
+        "-j",
+        min=0,
+        help="Worker processes that build and render the tables of a large fleet "
+        "(markdown). 0: one per CPU, up to 8; 1: no workers.",
+    ),
 ) -> None:
     """Tables per (host, device, image): ms/step per policy and batch size, speedups over
     float32, device annotations and a diagnosis; then a summary across devices.
@@ -54,8 +65,8 @@ def report(
 
     from rich.console import Console
 
+    from mxbench.report import fanout, render, tables
     from mxbench.report import load as load_mod
-    from mxbench.report import render, tables
 
     # A short-lived process building ~100 small objects per record: the cyclic garbage
     # collector would rescan them all again and again (measured: a third of the run time).
@@ -72,15 +83,27 @@ def report(
         where = ", ".join(str(s) for s in sources)
         raise MxbenchError(f"no result records found in {where}")
 
-    with loaded:
-        built = tables.build(loaded.winners, detail=loaded.detail)
     if fmt == "markdown":
-        text = render.markdown(loaded, built)
-    elif fmt == "csv":
-        text = render.to_csv(loaded, built)
+        # Each table built and rendered in a worker: forked before any result file is opened
+        # for a heading, so no file offset is shared.
+        groups = tables.group(loaded.winners)
+        with loaded:
+            sections = fanout.fan_out(partial(_markdown_section, loaded), groups, jobs or None)
+        text = render.markdown(loaded, sections)
     else:
-        text = render.to_html(loaded, built, _plots(built, err))
+        with loaded:
+            built = tables.build(loaded.winners, detail=loaded.detail)
+        if fmt == "csv":
+            text = render.to_csv(loaded, built)
+        else:
+            text = render.to_html(loaded, built, _plots(built, err))
     _write(text, output)
+
+
+def _markdown_section(loaded: Loaded, slots: Slots) -> Section:
+    from mxbench.report import render, tables
+
+    return render.section(tables.make(slots, loaded.detail))
 
 
 def _plots(built: list[Table], err: Console) -> dict[int, str]:

@@ -165,8 +165,13 @@ _X86_FLAGS = frozenset({"sse2", "avx", "avx2", "sse4_2", "ssse3"})
 _X86_MODEL = re.compile(r"intel|amd|xeon|epyc|ryzen|core\(tm\)|core i\d|opteron|threadripper", re.I)
 
 
-def is_x86(model: str | None, flags: list[str] | None) -> bool | None:
+_X86_ARCH = frozenset({"x86_64", "amd64", "i386", "i686"})
+
+
+def is_x86(model: str | None, flags: list[str] | None, arch: str | None = None) -> bool | None:
     """True/False when the record says enough to know, None when it does not."""
+    if arch:
+        return str(arch).lower() in _X86_ARCH
     if flags:
         return bool(_X86_FLAGS.intersection(f.lower() for f in flags))
     if model:

@@ -101,7 +101,7 @@ def float16_emulated_on_cpu(t: Table) -> str | None:
     if not _is_cpu(t) or not FLOAT16 & set(t.policies):
         return None
     cpu = _d(t.info.get("cpu"))
-    if devices.is_x86(cpu.get("model"), cpu.get("flags")) is not True:
+    if devices.is_x86(cpu.get("model"), cpu.get("flags"), cpu.get("arch")) is not True:
         return None
     return (
         "float16 on an x86 CPU is emulated (converted to float32 for every operation), so "

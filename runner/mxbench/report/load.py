@@ -67,20 +67,26 @@ def source_files(sources: Iterable[Path | str]) -> list[Path]:
     return files
 
 
+def well_formed(rec: dict[str, Any]) -> bool:
+    """The common case, checked fast: every field a table needs is there, of the right type."""
+    params = rec.get("params")
+    return (
+        type(params) is dict
+        and rec.get("status") in STATUSES
+        and bool(rec.get("schema"))
+        and bool(rec.get("cell"))
+        and bool(rec.get("host"))
+        and bool(params.get("policy"))
+        and type(params.get("batch_size")) is int
+    )
+
+
 def problem(rec: dict[str, Any]) -> str | None:
     """Why a parsed record cannot be placed in a table, or None when it can."""
+    if well_formed(rec):
+        return None
     params = rec.get("params")
     status = rec.get("status")
-    if (
-        isinstance(params, dict)
-        and status in STATUSES
-        and rec.get("schema")
-        and rec.get("cell")
-        and rec.get("host")
-        and params.get("policy")
-        and type(params.get("batch_size")) is int
-    ):
-        return None  # the fast path: a well-formed record
     missing = [k for k in MIN_FIELDS if rec.get(k) in (None, "")]
     if missing:
         return f"missing contract field(s): {', '.join(missing)}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import html
 import io
+from collections.abc import Sequence, Sized
+from dataclasses import dataclass
 from typing import Any
 
 from tabulate import tabulate
@@ -72,21 +74,33 @@ def table_rows(
     return headers, rows
 
 
-def summary_rows(
-    tables: list[Table], speedups: list[dict[tuple[str, int], str]] | None = None
-) -> tuple[list[str], list[list[str]]]:
-    """``speedups``: :func:`speedup_texts` of each table, when the caller has them already."""
-    texts = [speedup_texts(t) for t in tables] if speedups is None else speedups
-    batches = sorted({b for t in tables for b in t.batches})
+@dataclass(frozen=True)
+class Brief:
+    """What the summary across devices takes from one table."""
+
+    title: str
+    reduced: list[str]
+    batches: list[int]
+    speedups: dict[tuple[str, int], str]  # speedup_texts()
+
+
+def brief(t: Table, speedups: dict[tuple[str, int], str] | None = None) -> Brief:
+    texts = speedup_texts(t) if speedups is None else speedups
+    return Brief(t.title, t.reduced, t.batches, texts)
+
+
+def summary_rows(tables: Sequence[Table | Brief]) -> tuple[list[str], list[list[str]]]:
+    briefs = [t if isinstance(t, Brief) else brief(t) for t in tables]
+    batches = sorted({b for t in briefs for b in t.batches})
     headers = ["device", "policy", *map(str, batches)]
     rows = [
-        [t.title, p, *(texts[i].get((p, b), "") for b in batches)]
-        for i, t in enumerate(tables) for p in t.reduced
+        [t.title, p, *(t.speedups.get((p, b), "") for b in batches)]
+        for t in briefs for p in t.reduced
     ]  # fmt: skip
     return headers, rows
 
 
-def intro(loaded: Loaded, tables: list[Table]) -> str:
+def intro(loaded: Loaded, tables: Sized) -> str:
     text = (
         f"{loaded.records} records from {len(loaded.files)} file(s), "
         f"{len(loaded.winners)} cells, {len(tables)} table(s). Cells: median ms per step "
@@ -116,19 +130,31 @@ def _md(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def markdown(loaded: Loaded, tables: list[Table]) -> str:
-    out = ["# mxbench report", "", intro(loaded, tables), ""]
-    speedups = []
-    for t in tables:
-        texts = speedup_texts(t)
-        speedups.append(texts)
-        out += [f"## {t.title}", ""]
-        out += [f"{line}  " for line in annotate.lines(t)]
-        out += ["", _md(*table_rows(t, texts)), ""]
-        notes = diagnose(t)
-        if notes:
-            out += ["Diagnosis:", ""] + [f"- {n.text}" for n in notes] + [""]
-    headers, rows = summary_rows(tables, speedups)
+@dataclass(frozen=True)
+class Section:
+    """One table in markdown, and its line in the summary."""
+
+    text: str
+    brief: Brief
+
+
+def section(t: Table) -> Section:
+    texts = speedup_texts(t)
+    out = [f"## {t.title}", ""]
+    out += [f"{line}  " for line in annotate.lines(t)]
+    out += ["", _md(*table_rows(t, texts)), ""]
+    notes = diagnose(t)
+    if notes:
+        out += ["Diagnosis:", ""] + [f"- {n.text}" for n in notes] + [""]
+    return Section("\n".join(out), brief(t, texts))
+
+
+def markdown(loaded: Loaded, tables: Sequence[Table | Section]) -> str:
+    """The whole report; ``tables`` may come as sections rendered already (in workers)."""
+    sections = [t if isinstance(t, Section) else section(t) for t in tables]
+    out = ["# mxbench report", "", intro(loaded, sections), ""]
+    out += [s.text for s in sections]
+    headers, rows = summary_rows([s.brief for s in sections])
     if rows:
         out += ["## Summary: speedup over float32 by device and batch size", ""]
         out += [_md(headers, rows), ""]

@@ -191,16 +191,12 @@ def _same(rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def build(
-    winners: list[dict[str, Any]],
-    detail: Callable[[dict[str, Any]], dict[str, Any]] = _same,
-) -> list[Table]:
-    """Tables in a stable order: host, device, image, setup.
+Slots = dict[tuple[str, int], list[dict[str, Any]]]  # (policy, batch size) -> records
 
-    ``detail`` gives the whole record behind a heading when the winners were read without
-    their bulky fields (:meth:`mxbench.report.load.Loaded.detail`).
-    """
-    groups: dict[tuple[Any, ...], dict[tuple[str, int], list[dict[str, Any]]]] = {}
+
+def group(winners: list[dict[str, Any]]) -> list[Slots]:
+    """The records of each table, tables in a stable order: host, device, image, setup."""
+    groups: dict[tuple[Any, ...], Slots] = {}
     # A fleet has few distinct params (policies x batch sizes x setups), but each record has
     # its own dict: placing each distinct one once keeps 100,000 records cheap.
     placed: dict[tuple[Any, ...], tuple[tuple[Any, ...], tuple[str, int]]] = {}
@@ -230,24 +226,35 @@ def build(
             slots[where[1]] = [rec]
         else:
             slot.append(rec)
-    tables = []
-    for key in sorted(groups, key=lambda k: tuple(map(str, k))):
-        slots = groups[key]
-        entries = {slot: entry(recs) for slot, recs in slots.items()}
-        every = [r for recs in slots.values() for r in recs]
-        ok = [r for r in every if r["status"] == "ok"]
-        info = detail(latest(ok or every))
-        params = info["params"]
-        tables.append(
-            Table(
-                host=str(key[0]),
-                device=_dict(info.get("device")),
-                image=_dict(info.get("image")),
-                setup={k: v for k, v in params.items() if k not in _NOT_SETUP},
-                info=info,
-                entries=entries,
-                policies=sorted({p for p, _ in slots}, key=_policy_rank),
-                batches=sorted({b for _, b in slots}),
-            )
-        )
-    return tables
+    return [groups[key] for key in sorted(groups, key=lambda k: tuple(map(str, k)))]
+
+
+def make(slots: Slots, detail: Callable[[dict[str, Any]], dict[str, Any]] = _same) -> Table:
+    """One table from its records (one :func:`group`).
+
+    ``detail`` gives the whole record behind the heading when the records were read without
+    their bulky fields (:meth:`mxbench.report.load.Loaded.detail`).
+    """
+    entries = {slot: entry(recs) for slot, recs in slots.items()}
+    every = [r for recs in slots.values() for r in recs]
+    ok = [r for r in every if r["status"] == "ok"]
+    info = detail(latest(ok or every))
+    params = info["params"]
+    return Table(
+        host=str(every[0]["host"]),
+        device=_dict(info.get("device")),
+        image=_dict(info.get("image")),
+        setup={k: v for k, v in params.items() if k not in _NOT_SETUP},
+        info=info,
+        entries=entries,
+        policies=sorted({p for p, _ in slots}, key=_policy_rank),
+        batches=sorted({b for _, b in slots}),
+    )
+
+
+def build(
+    winners: list[dict[str, Any]],
+    detail: Callable[[dict[str, Any]], dict[str, Any]] = _same,
+) -> list[Table]:
+    """Every table, in :func:`group`'s order (see :func:`make` for ``detail``)."""
+    return [make(slots, detail) for slots in group(winners)]
