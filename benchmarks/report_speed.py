@@ -124,8 +124,7 @@ def main() -> None:
         t0 = time.perf_counter()
         loaded = load.load([root])
         t1 = time.perf_counter()
-        with loaded:
-            built = tables.build(loaded.winners, detail=loaded.detail)
+        built = tables.build(loaded.winners)
         t2 = time.perf_counter()
         text = render.markdown(loaded, built)
         t3 = time.perf_counter()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import sys
 from contextlib import nullcontext
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,9 +15,7 @@ from mxbench.errors import MxbenchError, UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from mxbench.report.load import Loaded
-    from mxbench.report.render import Section
-    from mxbench.report.tables import Slots, Table
+    from mxbench.report.tables import Table
 
 MAX_WARNINGS = 50
 
@@ -43,8 +40,8 @@ def report(
         "--jobs",
         "-j",
         min=0,
-        help="Worker processes that build and render the tables of a large fleet "
-        "(markdown). 0: one per CPU, up to 8; 1: no workers.",
+        help="Processes for the markdown report of a large fleet (result files are split "
+        "between them by host). 0: one per CPU, up to 8; 1: this process only.",
     ),
 ) -> None:
     """Tables per (host, device, image): ms/step per policy and batch size, speedups over
@@ -65,45 +62,31 @@ def report(
 
     from rich.console import Console
 
-    from mxbench.report import fanout, render, tables
-    from mxbench.report import load as load_mod
+    from mxbench.report import load, pipeline, render, tables
 
     # A short-lived process building ~100 small objects per record: the cyclic garbage
     # collector would rescan them all again and again (measured: a third of the run time).
     gc.disable()
     err = Console(stderr=True)
-    with err.status("reading results", spinner="dots") if err.is_terminal else nullcontext():
-        loaded = load_mod.load(sources, full=fmt == "csv")
+    if fmt == "markdown":  # the large-fleet path: spread over processes (pipeline)
+        loaded, text = pipeline.markdown(sources, jobs or None)
+    else:
+        with err.status("reading results", spinner="dots") if err.is_terminal else nullcontext():
+            loaded = load.load(sources, full=fmt == "csv")
+        built = tables.build(loaded.winners)
+        if fmt == "csv":
+            text = render.to_csv(loaded, built)
+        else:
+            text = render.to_html(loaded, built, _plots(built, err))
     for bad in loaded.bad[:MAX_WARNINGS]:
         typer.echo(f"mxbench: warning: {bad.path}:{bad.lineno}: {bad.reason} (skipped)", err=True)
     if len(loaded.bad) > MAX_WARNINGS:
         more = len(loaded.bad) - MAX_WARNINGS
         typer.echo(f"mxbench: warning: {more} more unreadable line(s) skipped", err=True)
-    if not loaded.winners:
+    if not loaded.cells:
         where = ", ".join(str(s) for s in sources)
         raise MxbenchError(f"no result records found in {where}")
-
-    if fmt == "markdown":
-        # Each table built and rendered in a worker: forked before any result file is opened
-        # for a heading, so no file offset is shared.
-        groups = tables.group(loaded.winners)
-        with loaded:
-            sections = fanout.fan_out(partial(_markdown_section, loaded), groups, jobs or None)
-        text = render.markdown(loaded, sections)
-    else:
-        with loaded:
-            built = tables.build(loaded.winners, detail=loaded.detail)
-        if fmt == "csv":
-            text = render.to_csv(loaded, built)
-        else:
-            text = render.to_html(loaded, built, _plots(built, err))
     _write(text, output)
-
-
-def _markdown_section(loaded: Loaded, slots: Slots) -> Section:
-    from mxbench.report import render, tables
-
-    return render.section(tables.make(slots, loaded.detail))
 
 
 def _plots(built: list[Table], err: Console) -> dict[int, str]:

@@ -41,10 +41,16 @@ def default_jobs() -> int:
     return max(1, min(MAX_JOBS, usable_cpus()))
 
 
-def fan_out(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = None) -> list[R]:
-    """``[fn(x) for x in items]``, on up to ``jobs`` processes (default: one per CPU)."""
+def fan_out(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    jobs: int | None = None,
+    min_per_job: int = MIN_PER_JOB,
+) -> list[R]:
+    """``[fn(x) for x in items]``, on up to ``jobs`` processes (default: one per CPU), each
+    given at least ``min_per_job`` items."""
     jobs = default_jobs() if jobs is None else jobs
-    jobs = min(jobs, len(items) // MIN_PER_JOB)
+    jobs = min(jobs, len(items) // max(1, min_per_job))
     if jobs <= 1 or not hasattr(os, "fork"):
         return [fn(x) for x in items]
     bounds = [len(items) * i // jobs for i in range(jobs + 1)]

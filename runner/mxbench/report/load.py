@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from mxbench.errors import UsageError
 from mxbench.results import MIN_FIELDS, STATUSES, BadLine, ResultStore
@@ -32,25 +32,10 @@ class Loaded:
 
     winners: list[dict[str, Any]]
     attempts: dict[str, int]  # cell -> number of attempts, for cells tried more than once
-    records: int = 0
+    records: int = 0  # lines read (bad ones included)
+    cells: int = 0  # distinct cells: len(winners) once merged
     files: list[Path] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
-    _handles: dict[Path, BinaryIO] = field(default_factory=dict, repr=False)
-
-    def detail(self, rec: dict[str, Any]) -> dict[str, Any]:
-        """:func:`detail`, keeping each result file open until :meth:`close` (a heading per
-        table: opening the file each time would cost more than the read)."""
-        return detail(rec, self._handles)
-
-    def close(self) -> None:
-        while self._handles:
-            self._handles.popitem()[1].close()
-
-    def __enter__(self) -> Loaded:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def source_files(sources: Iterable[Path | str]) -> list[Path]:
@@ -75,7 +60,8 @@ def well_formed(rec: dict[str, Any]) -> bool:
         and rec.get("status") in STATUSES
         and bool(rec.get("schema"))
         and bool(rec.get("cell"))
-        and bool(rec.get("host"))
+        and type(rec.get("host")) is str
+        and bool(rec["host"])
         and bool(params.get("policy"))
         and type(params.get("batch_size")) is int
     )
@@ -92,6 +78,8 @@ def problem(rec: dict[str, Any]) -> str | None:
         return f"missing contract field(s): {', '.join(missing)}"
     if status not in STATUSES:
         return f"unknown status {status!r}"
+    if not isinstance(rec["host"], str):
+        return "host is not a string"
     if not isinstance(params, dict):
         return "params is not an object"
     if not params.get("policy"):
@@ -158,14 +146,14 @@ def load(sources: Iterable[Path | str], *, full: bool = False) -> Loaded:
     first: dict[str, dict[str, Any]] = {}  # cell -> its first record (most cells have one)
     more: dict[str, list[dict[str, Any]]] = {}  # cell -> every attempt, for cells with several
     for path in files:
-        for lineno, offset, rec in _read(path, out.bad, full):
+        for lineno, data, offset, rec in _read(path, out.bad, full):
             out.records += 1
             why = problem(rec)
             if why:
                 out.bad.append(BadLine(path, lineno, why))
                 continue
             if not full:
-                rec[_AT] = (path, offset)
+                rec[_AT] = (data, offset)
             cell = rec["cell"]
             if type(cell) is not str:
                 cell = str(cell)
@@ -178,38 +166,33 @@ def load(sources: Iterable[Path | str], *, full: bool = False) -> Loaded:
                 more[cell] = [seen, rec]
     out.winners = [pick(more[cell]) if cell in more else rec for cell, rec in first.items()]
     out.attempts = {cell: len(attempts) for cell, attempts in more.items()}
+    out.cells = len(out.winners)
     return out
 
 
-_AT = "__mxbench_at__"  # (file, byte offset) of a record read without its bulky fields
+# Where a record read without its bulky fields came from: (the file's bytes, line start).
+# The bytes are the ones read once for parsing, kept (not copied) until the report is done.
+_AT = "__mxbench_at__"
 
 
-def detail(rec: dict[str, Any], handles: dict[Path, BinaryIO] | None = None) -> dict[str, Any]:
-    """The whole record, re-read from its file when :func:`load` skipped fields of it.
-
-    ``handles``: open files to reuse across calls (see :meth:`Loaded.detail`)."""
+def detail(rec: dict[str, Any]) -> dict[str, Any]:
+    """The whole record, decoded again from its line when :func:`load` skipped fields."""
     at = rec.get(_AT)
     if at is None:
         return rec
+    data, start = at
+    end = data.find(b"\n", start)
     try:
-        if handles is None:
-            with open(at[0], "rb") as fh:
-                fh.seek(at[1])
-                line = fh.readline()
-        else:
-            if at[0] not in handles:
-                handles[at[0]] = open(at[0], "rb")  # noqa: SIM115 - Loaded.close closes it
-            fh = handles[at[0]]
-            fh.seek(at[1])
-            line = fh.readline()
-        full = _decode_full(line)
-    except (OSError, ValueError):
+        full = _decode_full(data[start : end if end >= 0 else len(data)])
+    except ValueError:
         full = None
     return full if isinstance(full, dict) else {k: v for k, v in rec.items() if k != _AT}
 
 
-def _read(path: Path, bad: list[BadLine], full: bool) -> Iterator[tuple[int, int, dict]]:
-    """(line number, byte offset, record) for each readable line of one JSONL file.
+def _read(
+    path: Path, bad: list[BadLine], full: bool
+) -> Iterator[tuple[int, bytes, int, dict[str, Any]]]:
+    """(line number, the file's bytes, line start, record) for each readable line.
 
     Same rules and messages as :func:`mxbench.results.read_jsonl`, but decoded with msgspec
     when it is installed (several times faster on 100,000 records); a line it rejects goes
@@ -230,7 +213,7 @@ def _read(path: Path, bad: list[BadLine], full: bool) -> Iterator[tuple[int, int
             rec = _decode_slow(line, path, lineno, bad)
             if rec is None:
                 continue
-        yield lineno, start, rec
+        yield lineno, data, start, rec
 
 
 def _decode_slow(line: bytes, path: Path, lineno: int, bad: list[BadLine]) -> dict | None:

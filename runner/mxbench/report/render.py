@@ -43,16 +43,14 @@ def cell_text(e: Entry | None) -> str:
 def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
     """The speedup columns' text per (policy, batch size): ``1.10``; a dash where the
     policy or float32 did not give a time (OOM, error); no key where either slot is empty."""
-    out = {}
+    if BASELINE not in t.policies:
+        return {}
     speedups, entries = t.speedups, t.entries
-    for b in t.batches:
-        if (BASELINE, b) not in entries:
-            continue
-        for p in t.reduced:
-            if (p, b) in entries:
-                s = speedups.get((p, b))
-                out[p, b] = DASH if s is None else f"{s:.2f}"
-    return out
+    return {
+        slot: DASH if (s := speedups.get(slot)) is None else f"{s:.2f}"
+        for slot in entries
+        if slot[0] != BASELINE and (BASELINE, slot[1]) in entries
+    }
 
 
 def speedup_text(t: Table, policy: str, batch: int) -> str:
@@ -103,7 +101,7 @@ def summary_rows(tables: Sequence[Table | Brief]) -> tuple[list[str], list[list[
 def intro(loaded: Loaded, tables: Sized) -> str:
     text = (
         f"{loaded.records} records from {len(loaded.files)} file(s), "
-        f"{len(loaded.winners)} cells, {len(tables)} table(s). Cells: median ms per step "
+        f"{loaded.cells} cells, {len(tables)} table(s). Cells: median ms per step "
         "[p25–p75]; speedup = float32 median / policy median; latest ok attempt per cell."
     )
     if loaded.bad:

@@ -8,13 +8,12 @@ quartiles). A slot with no ``ok`` record shows the status of its latest attempt.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from mxbench.report.devices import Capability, capability, cc_from_name
-from mxbench.report.load import latest
+from mxbench.report.load import detail, latest
 
 POLICY_ORDER = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
 BASELINE = "float32"
@@ -95,7 +94,7 @@ class Table:
                 out[policy, batch] = base.median / other.median
         return out
 
-    @property
+    @cached_property
     def reduced(self) -> list[str]:
         """Policies compared against float32 (none when the table has no float32 column)."""
         if BASELINE not in self.policies:
@@ -187,15 +186,12 @@ def _placement(params: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[str, int]
     return setup, (str(params["policy"]), params["batch_size"])
 
 
-def _same(rec: dict[str, Any]) -> dict[str, Any]:
-    return rec
-
-
 Slots = dict[tuple[str, int], list[dict[str, Any]]]  # (policy, batch size) -> records
 
 
-def group(winners: list[dict[str, Any]]) -> list[Slots]:
-    """The records of each table, tables in a stable order: host, device, image, setup."""
+def group(winners: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], Slots]]:
+    """The records of each table, with the key that orders the tables: host, device, image,
+    setup (as text). Tables come sorted by it."""
     groups: dict[tuple[Any, ...], Slots] = {}
     # A fleet has few distinct params (policies x batch sizes x setups), but each record has
     # its own dict: placing each distinct one once keeps 100,000 records cheap.
@@ -226,15 +222,14 @@ def group(winners: list[dict[str, Any]]) -> list[Slots]:
             slots[where[1]] = [rec]
         else:
             slot.append(rec)
-    return [groups[key] for key in sorted(groups, key=lambda k: tuple(map(str, k)))]
+    keyed = [(tuple(map(str, key)), slots) for key, slots in groups.items()]
+    keyed.sort(key=lambda pair: pair[0])
+    return keyed
 
 
-def make(slots: Slots, detail: Callable[[dict[str, Any]], dict[str, Any]] = _same) -> Table:
-    """One table from its records (one :func:`group`).
-
-    ``detail`` gives the whole record behind the heading when the records were read without
-    their bulky fields (:meth:`mxbench.report.load.Loaded.detail`).
-    """
+def make(slots: Slots) -> Table:
+    """One table from its records (one :func:`group`). The heading describes the latest
+    record (ok preferred), read whole again if it was loaded without its bulky fields."""
     entries = {slot: entry(recs) for slot, recs in slots.items()}
     every = [r for recs in slots.values() for r in recs]
     ok = [r for r in every if r["status"] == "ok"]
@@ -252,9 +247,6 @@ def make(slots: Slots, detail: Callable[[dict[str, Any]], dict[str, Any]] = _sam
     )
 
 
-def build(
-    winners: list[dict[str, Any]],
-    detail: Callable[[dict[str, Any]], dict[str, Any]] = _same,
-) -> list[Table]:
-    """Every table, in :func:`group`'s order (see :func:`make` for ``detail``)."""
-    return [make(slots, detail) for slots in group(winners)]
+def build(winners: list[dict[str, Any]]) -> list[Table]:
+    """Every table, in :func:`group`'s order."""
+    return [make(slots) for _, slots in group(winners)]
