@@ -148,9 +148,8 @@ def load(sources: Iterable[Path | str], *, full: bool = False) -> Loaded:
     for path in files:
         for lineno, data, offset, rec in _read(path, out.bad, full):
             out.records += 1
-            why = problem(rec)
-            if why:
-                out.bad.append(BadLine(path, lineno, why))
+            if not well_formed(rec):
+                out.bad.append(BadLine(path, lineno, problem(rec) or "unreadable record"))
                 continue
             if not full:
                 rec[_AT] = (data, offset)
