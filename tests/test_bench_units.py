@@ -6,12 +6,15 @@ nvidia-ml-py makes), since no GPU exists on this machine.
 
 from __future__ import annotations
 
+import statistics
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from mxbench.bench import params as bp
-from mxbench.bench.cell import is_oom
+from mxbench.bench.cell import _gpu_util, is_oom
+from mxbench.bench.gpu_util import UtilSampler
 from mxbench.bench.model import forward_flops_per_image, train_flops_per_image
 from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
 from mxbench.bench.probe_tf import parse_not_compiled_for
@@ -162,6 +165,26 @@ class FakeNvml:
         return "GPU-1234"
 
 
+class BusyNvml(FakeNvml):
+    """``gpus`` GPUs whose utilisation readings come from a script, then stay at the last."""
+
+    def __init__(self, readings: list[int], gpus: int = 1) -> None:
+        super().__init__((7, 0))
+        self.readings, self.gpus, self.calls = readings, gpus, 0
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self.gpus
+
+    def nvmlDeviceGetUUID(self, h: int) -> bytes:
+        return f"GPU-{h}".encode()
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        value = self.readings[min(self.calls, len(self.readings) - 1)]
+        if h == self.gpus - 1:
+            self.calls += 1
+        return SimpleNamespace(gpu=value, memory=0)
+
+
 def test_nvml_probe_reads_every_field() -> None:
     fake = FakeNvml()
     gpus, driver = nvml_gpus(fake)
@@ -198,6 +221,61 @@ def test_gpu_used_takes_cc_from_nvml_and_cross_checks() -> None:
     assert dev["used_by_tf"] is True and dev["uuid"] == "GPU-1234" and "cc_framework" not in dev
     no_nvml = device_record(nvml=[], driver=None, framework_gpus=fw, used_gpu=True, cpu_model="x")
     assert (no_nvml["compute_capability"], no_nvml["cc_source"]) == ("7.0", "tensorflow")
+
+
+def test_util_sampler_polls_until_stopped_and_shuts_nvml_down() -> None:
+    fake = BusyNvml([40, 60, 80, 100])
+    sampler = UtilSampler(fake, interval_s=0.005)
+    t0 = time.perf_counter()
+    assert sampler.start()
+    while fake.calls < 4:
+        time.sleep(0.005)
+    sampler.stop()
+    assert fake.shutdown and len(sampler.samples) >= 5  # polls, plus one last at stop
+    assert [u for _, u in sampler.samples][:4] == [{"GPU-0": v} for v in (40, 60, 80, 100)]
+    every = [u["GPU-0"] for _, u in sampler.samples]
+    assert sampler.median_pct(t0, time.perf_counter(), uuid=None) == statistics.median(every)
+    assert sampler.median_pct(t0 - 10, t0 - 5, uuid=None) is None  # no sample in that window
+
+
+def test_util_sampler_median_is_of_the_window_and_of_the_gpu_used() -> None:
+    sampler = UtilSampler(BusyNvml([0], gpus=2), interval_s=0.1)
+    sampler.start()
+    sampler.stop()
+    sampler.samples = [  # warm-up (compilation, idle GPU), then the timed steps
+        (0.0, {"GPU-0": 5, "GPU-1": 0}), (1.0, {"GPU-0": 10, "GPU-1": 0}),
+        (2.0, {"GPU-0": 70, "GPU-1": 0}), (2.1, {"GPU-0": 74, "GPU-1": 0}),
+        (2.2, {"GPU-0": 90, "GPU-1": 0}), (2.35, {"GPU-0": 72, "GPU-1": 1}),
+    ]  # fmt: skip
+    # the timed window is 2.0 .. 2.3 s; a sample up to one interval later covers its end
+    assert sampler.median_pct(2.0, 2.3, uuid="GPU-0") == 73.0
+    assert sampler.median_pct(2.0, 2.3, uuid="GPU-1") == 0.0
+    assert sampler.median_pct(2.0, 2.3, uuid=None) is None  # two GPUs: which one is unknown
+
+
+def test_util_sampler_without_nvml_or_gpus_does_nothing() -> None:
+    class NoDriver(FakeNvml):
+        def nvmlInit(self) -> None:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    assert not UtilSampler(NoDriver()).start()
+    assert not UtilSampler(BusyNvml([50], gpus=0)).start()
+    sampler = UtilSampler(NoDriver())
+    sampler.stop()  # never started: nothing to stop
+    assert sampler.median_pct(0, 1e9, uuid=None) is None
+
+
+def test_gpu_util_is_recorded_for_gpu_runs_only() -> None:
+    sampler = UtilSampler(BusyNvml([0]))
+    sampler._handles = {"GPU-0": 0}
+    sampler.samples = [(1.0, {"GPU-0": 55}), (1.1, {"GPU-0": 65})]
+    state = {"util": sampler, "timed_window": (1.0, 1.1)}
+    gpu = {"metrics": {}, "device": {"kind": "gpu", "uuid": "GPU-0"}}
+    _gpu_util(gpu, state)
+    assert gpu["metrics"]["gpu_util_pct"] == 60.0
+    cpu = {"metrics": {"gpu_util_pct": None}, "device": {"kind": "cpu", "uuid": None}}
+    _gpu_util(cpu, state)  # a GPU was there, but TensorFlow ran on the CPU
+    assert cpu["metrics"]["gpu_util_pct"] is None
 
 
 def test_flops_match_the_published_estimate() -> None:

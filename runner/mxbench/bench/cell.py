@@ -16,6 +16,7 @@ from typing import Any
 
 from mxbench import __version__
 from mxbench.bench import probe
+from mxbench.bench.gpu_util import UtilSampler
 from mxbench.bench.params import BenchParams
 from mxbench.bench.timing import StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError
@@ -110,8 +111,14 @@ def _measure(
     log_ = StepLog()
     total = p.warmup_steps + p.steps
     timer = step_timer(log_, on_step)
-    model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
+    sampler = state["util"] = UtilSampler()
+    sampler.start()
+    try:
+        model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
+    finally:
+        sampler.stop()
     parts = split(log_, p.warmup_steps)
+    state["timed_window"] = (parts["first_timed_start"], log_.ends[-1])
     wall_minus_perf = time.time() - time.perf_counter()
 
     stats = summarize(parts["timed"])
@@ -155,6 +162,15 @@ def _loss_scale(model: Any) -> float | None:
     return float(keras.ops.convert_to_numpy(opt.dynamic_scale))
 
 
+def _gpu_util(rec: dict[str, Any], state: dict[str, Any]) -> None:
+    """The median NVML utilisation of the GPU that ran the timed steps (GPU runs only)."""
+    sampler, window = state.get("util"), state.get("timed_window")
+    if sampler is None or window is None or rec["device"].get("kind") != "gpu":
+        return
+    metrics = rec.setdefault("metrics", {})
+    metrics["gpu_util_pct"] = sampler.median_pct(*window, uuid=rec["device"].get("uuid"))
+
+
 def _probe_device(rec: dict[str, Any], state: dict[str, Any], cpu: dict[str, Any]) -> None:
     """Device and peak memory; never turns a measured record into a failure."""
     try:
@@ -170,6 +186,7 @@ def _probe_device(rec: dict[str, Any], state: dict[str, Any], cpu: dict[str, Any
         rec["device"] = probe.device_record(
             nvml=nvml, driver=driver, framework_gpus=fw_gpus, used_gpu=used, cpu_model=cpu["model"]
         )
+        _gpu_util(rec, state)
         peak = probe_tf.peak_gpu_memory_bytes(tf) if used and tf is not None else None
         metrics = rec.setdefault("metrics", {})
         if peak is not None:
