@@ -54,6 +54,35 @@ def test_files_follow_dockerignore_and_keep_the_dockerfile(ctx: Path) -> None:
     assert not any(f.startswith("tests") for f in files)
 
 
+def test_a_dockerfiles_own_ignore_file_replaces_the_shared_one(ctx: Path) -> None:
+    (ctx / "wheels").mkdir()
+    (ctx / "wheels" / "tf.whl").write_bytes(b"a big wheel")
+    (ctx / "Dockerfile.wheel").write_text("FROM debian\nCOPY wheels/ /w/\n")
+    (ctx / "Dockerfile.wheel.dockerignore").write_text("*\n!app/\n!wheels/\n")
+    plain, wheel = spec(ctx), spec(ctx, dockerfile="Dockerfile.wheel")
+    assert "wheels/tf.whl" not in plain.files() and "wheels/tf.whl" in wheel.files()
+    before = (plain.content_hash(), wheel.content_hash())
+    (ctx / "wheels" / "tf.whl").write_bytes(b"another wheel")
+    assert plain.content_hash() == before[0]  # the wheel is not in this image's context
+    assert wheel.content_hash() != before[1]
+
+
+def test_repository_images_see_wheels_only_where_used() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    cpu = images.ImageSpec("cpu", repo, "Dockerfile", target="cpu")
+    avx2 = images.ImageSpec("cpu-avx2", repo, "Dockerfile.cpu-avx2")
+    assert cpu.ignore_file == repo / ".dockerignore"
+    assert avx2.ignore_file == repo / "Dockerfile.cpu-avx2.dockerignore"
+    probe = repo / "wheels" / "mxbench-ignore-probe.whl"
+    probe.parent.mkdir(exist_ok=True)
+    probe.write_bytes(b"x")
+    try:
+        assert "wheels/mxbench-ignore-probe.whl" not in cpu.files()
+        assert "wheels/mxbench-ignore-probe.whl" in avx2.files()
+    finally:
+        probe.unlink()
+
+
 def test_hash_is_stable_and_ignores_excluded_files(ctx: Path) -> None:
     before = spec(ctx).content_hash()
     (ctx / "tests" / "t.py").write_text("x = 2\n")

@@ -3,7 +3,8 @@
 An image is named in the matrix (``images: {cpu: {dockerfile, target, context,
 build_args}}``). Its tag is ``mxbench-<name>:<hash>``, where the hash covers everything
 that decides what is inside: the Dockerfile, every file of the build context that
-``.dockerignore`` lets through, the target and the build arguments. So an unchanged image
+the ignore file lets through (``<Dockerfile>.dockerignore`` if there is one, else
+``.dockerignore``), the target and the build arguments. So an unchanged image
 is found and not rebuilt, and ``mxbench run`` finds exactly the image ``mxbench build``
 made from the same checkout (and refuses a stale one) without a registry.
 
@@ -51,12 +52,22 @@ class ImageSpec:
     def dockerfile_path(self) -> Path:
         return self.context / self.dockerfile
 
+    @property
+    def ignore_file(self) -> Path | None:
+        """``<Dockerfile>.dockerignore`` next to the Dockerfile when there is one (BuildKit's
+        rule: it replaces the context's), else the context's ``.dockerignore``."""
+        own = self.dockerfile_path.with_name(self.dockerfile_path.name + ".dockerignore")
+        if own.is_file():
+            return own
+        shared = self.context / ".dockerignore"
+        return shared if shared.is_file() else None
+
     def files(self) -> list[str]:
-        """Context files the daemon would see (``.dockerignore`` applied), sorted."""
+        """Context files the daemon would see (the ignore file applied), sorted."""
         from docker.utils.build import exclude_paths
 
-        ignore = self.context / ".dockerignore"
-        patterns = _dockerignore(ignore.read_text()) if ignore.is_file() else []
+        ignore = self.ignore_file
+        patterns = _dockerignore(ignore.read_text()) if ignore is not None else []
         return sorted(exclude_paths(str(self.context), patterns, dockerfile=self.dockerfile))
 
     def content_hash(self) -> str:
@@ -86,7 +97,9 @@ class ImageSpec:
         """
         import shutil
 
-        for rel in [*self.files(), ".dockerignore"]:
+        ignore = self.ignore_file
+        extra = [str(ignore.relative_to(self.context))] if ignore is not None else []
+        for rel in [*self.files(), *extra]:
             src = self.context / rel
             if src.is_file():
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
