@@ -89,6 +89,17 @@ def test_float16_emulated_on_x86_cpu_only() -> None:
     assert dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=arm_box)) is None
     bare_x86 = {"arch": "x86_64"}
     assert "emulated" in dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=bare_x86))
+    assert "XLA" not in text  # the records do not say whether XLA ran
+
+
+def test_float16_on_cpu_without_xla_points_to_jit_compile() -> None:
+    cells = {("float32", 8): 60.0, ("mixed_float16", 8): 14675.0}
+    off = {"jit_compile": False, "tf32": None}
+    text = dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=XEON_BF16, settings=off))
+    assert "XLA was off" in text and "--jit-compile on" in text
+    on = {"jit_compile": True, "tf32": None}
+    text = dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=XEON_BF16, settings=on))
+    assert "emulated" in text and "XLA" not in text
 
 
 def test_bf16_on_cpu_with_and_without_native_support() -> None:

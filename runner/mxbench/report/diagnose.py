@@ -103,10 +103,17 @@ def float16_emulated_on_cpu(t: Table) -> str | None:
     cpu = _d(t.info.get("cpu"))
     if devices.is_x86(cpu.get("model"), cpu.get("flags"), cpu.get("arch")) is not True:
         return None
-    return (
+    text = (
         "float16 on an x86 CPU is emulated (converted to float32 for every operation), so "
         f"mixed_float16 is expected to be much slower than float32{_observed(t, FLOAT16)}."
     )
+    if _d(t.info.get("settings")).get("jit_compile") is False:
+        text += (
+            " XLA was off here: each operation converts on its own. With jit_compile: on "
+            "(--jit-compile on) XLA fuses the conversions, which is usually many times "
+            "faster, though still not faster than float32."
+        )
+    return text
 
 
 def bf16_on_cpu(t: Table) -> str | None:
