@@ -37,6 +37,10 @@ def test_fan_out_keeps_order_and_runs_in_other_processes() -> None:
     ]
     pids = fanout.fan_out(lambda _: os.getpid(), list(range(6)), jobs=3, min_per_job=1)
     assert len(set(pids)) == 3 and pids[0] == os.getpid()
+    pids = fanout.fan_out(
+        lambda _: os.getpid(), list(range(6)), jobs=3, min_per_job=1, parent_works=False
+    )
+    assert len(set(pids)) == 3 and os.getpid() not in pids
 
 
 def test_fan_out_raises_a_workers_exception_in_the_parent() -> None:

@@ -46,9 +46,15 @@ def fan_out(
     items: Sequence[T],
     jobs: int | None = None,
     min_per_job: int = MIN_PER_JOB,
+    parent_works: bool = True,
 ) -> list[R]:
     """``[fn(x) for x in items]``, on up to ``jobs`` processes (default: one per CPU), each
-    given at least ``min_per_job`` items."""
+    given at least ``min_per_job`` items.
+
+    ``parent_works=False``: every run goes to a forked worker and this process only waits.
+    For work that leaves much garbage behind: a worker exits without freeing it, while
+    here it would be freed object by object before the results are complete.
+    """
     jobs = default_jobs() if jobs is None else jobs
     jobs = min(jobs, len(items) // max(1, min_per_job))
     if jobs <= 1 or not hasattr(os, "fork"):
@@ -59,9 +65,9 @@ def fan_out(
     sys.stderr.flush()
     workers: list[tuple[int, int]] = []  # (pid, read end of its pipe)
     try:
-        for run in runs[1:]:
+        for run in runs[1:] if parent_works else runs:
             workers.append(_fork(fn, run))
-        results = [fn(x) for x in runs[0]]
+        results = [fn(x) for x in runs[0]] if parent_works else []
         while workers:
             pid, fd = workers.pop(0)
             results.extend(_collect(pid, fd))

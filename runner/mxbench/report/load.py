@@ -32,7 +32,7 @@ class Loaded:
 
     winners: list[dict[str, Any]]
     attempts: dict[str, int]  # cell -> number of attempts, for cells tried more than once
-    records: int = 0  # lines read (bad ones included)
+    records: int = 0  # JSON objects read, those that break the contract included
     cells: int = 0  # distinct cells: len(winners) once merged
     files: list[Path] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)

@@ -63,7 +63,7 @@ def markdown(sources: list[Path], jobs: int | None = None) -> tuple[load.Loaded,
     jobs = fanout.default_jobs() if jobs is None else jobs
     total = sum(_size(f) for f in files)
     jobs = max(1, min(jobs, total // max(1, MIN_BYTES_PER_JOB), len({f.name for f in files})))
-    parts = fanout.fan_out(make_part, split(files, jobs), jobs, min_per_job=1)
+    parts = fanout.fan_out(make_part, split(files, jobs), jobs, min_per_job=1, parent_works=False)
     hosts = [p.hosts for p in parts]
     if sum(map(len, hosts)) != len(set().union(*hosts)):  # a host in two workers' files
         parts = [make_part(files)]
