@@ -10,6 +10,7 @@ numbers in the records are synthetic: this measures the report, not a GPU.
     python benchmarks/report_speed.py [--records 100000] [--attempts 1]
 
 --attempts N: each cell written N times (retries), so records / N distinct cells.
+--one-file: the whole fleet in one JSONL file (split by host shard, not by file).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def record(rng: random.Random, host: int, policy: str, batch: int, attempt: int)
     }  # fmt: skip
 
 
-def write_fleet(root: Path, records: int, attempts: int) -> int:
+def write_fleet(root: Path, records: int, attempts: int, one_file: bool = False) -> int:
     rng = random.Random(0)
     per_host = len(POLICIES) * len(BATCHES) * attempts
     hosts = -(-records // per_host)
@@ -104,7 +105,9 @@ def write_fleet(root: Path, records: int, attempts: int) -> int:
                     if written < records:
                         lines.append(json.dumps(record(rng, h, p, b, attempt)))
                         written += 1
-        (root / f"host{h}.jsonl").write_text("\n".join(lines) + "\n")
+        name = "fleet.jsonl" if one_file else f"host{h}.jsonl"
+        with open(root / name, "a", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
     return hosts
 
 
@@ -124,13 +127,15 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--attempts", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3, help="end-to-end runs per setting")
+    ap.add_argument("--one-file", action="store_true", help="the whole fleet in one JSONL file")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        hosts = write_fleet(root, args.records, args.attempts)
+        hosts = write_fleet(root, args.records, args.attempts, args.one_file)
         size = sum(f.stat().st_size for f in root.iterdir()) / 2**20
+        layout = "one file" if args.one_file else "one file per host"
         print(f"{args.records} records, {hosts} hosts, {args.attempts} attempt(s) per cell, "
-              f"{size:.0f} MiB of JSONL")  # fmt: skip
+              f"{size:.0f} MiB of JSONL, {layout}")  # fmt: skip
 
         from mxbench.report import fanout, load, render, tables
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,29 @@ def test_a_host_in_two_workers_files_falls_back_to_one_process(
     assert split == serial
     host00 = split.split("## host00")[1].split("## host01")[0]
     assert "700.0" in host00 and "OOM" not in host00  # the latest ok won across the files
+
+
+def test_one_big_file_is_split_by_host_shard(tmp_path: Path, always_split) -> None:
+    _fleet(tmp_path / "per-host", hosts=9)
+    lines = []
+    for f in sorted((tmp_path / "per-host").glob("*.jsonl")):
+        lines += f.read_text().splitlines()
+    lines.insert(5, '{"host": ["not", "a", "string"]}')  # no readable host: shard 0 warns
+    random.Random(0).shuffle(lines)  # hosts interleaved, as a hand-merged file may be
+    (tmp_path / "fleet.jsonl").write_text("\n".join(lines) + "\n")
+    args = ("--results", str(tmp_path / "fleet.jsonl"))
+    serial, serial_err = _report(tmp_path, *args, "-j", "1")
+    split, split_err = _report(tmp_path, *args, "-j", "3")
+    assert split == serial and split_err == serial_err
+    assert split_err.count("not JSON") == 3 and split_err.count("warning") == 4
+    assert all(f"## host{h:02d}" in split for h in range(9))
+
+
+def test_host_shards_are_stable_and_cover_every_host() -> None:
+    from mxbench.report.load import shard_of
+
+    hosts = [f"node-{i}" for i in range(200)]
+    shards = [shard_of(h, 4) for h in hosts]
+    assert set(shards) == {0, 1, 2, 3}
+    assert shard_of("node-7", 4) == shard_of("node-7", 4) == 2  # crc32: same in every process
+    assert shard_of(None, 4) == shard_of(["x"], 4) == 0

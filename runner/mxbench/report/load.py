@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,15 +139,22 @@ def pick(attempts: list[dict[str, Any]]) -> dict[str, Any]:
     return latest(ok or attempts)
 
 
-def load(sources: Iterable[Path | str], *, full: bool = False) -> Loaded:
+def load(
+    sources: Iterable[Path | str], *, full: bool = False, shard: tuple[int, int] | None = None
+) -> Loaded:
     """Read and merge. ``full=False`` skips the bulky per-record fields (cpu, software, run)
-    that only a table's heading needs: :func:`detail` reads them back for that one record."""
+    that only a table's heading needs: :func:`detail` reads them back for that one record.
+
+    ``shard=(k, n)``: only the records of the hosts in shard ``k`` of ``n`` (see
+    :func:`shard_of`), to split one report between processes; a line whose host cannot be
+    read belongs to shard 0, so each line is read, and warned about, exactly once.
+    """
     files = source_files(sources)
     out = Loaded(winners=[], attempts={}, files=files)
     first: dict[str, dict[str, Any]] = {}  # cell -> its first record (most cells have one)
     more: dict[str, list[dict[str, Any]]] = {}  # cell -> every attempt, for cells with several
     for path in files:
-        for lineno, data, offset, rec in _read(path, out.bad, full):
+        for lineno, data, offset, rec in _read(path, out.bad, full, shard):
             out.records += 1
             if not well_formed(rec):
                 out.bad.append(BadLine(path, lineno, problem(rec) or "unreadable record"))
@@ -188,8 +196,13 @@ def detail(rec: dict[str, Any]) -> dict[str, Any]:
     return full if isinstance(full, dict) else {k: v for k, v in rec.items() if k != _AT}
 
 
+def shard_of(host: object, n: int) -> int:
+    """The shard of a host: a stable hash of its name (the same in every process and run)."""
+    return zlib.crc32(host.encode()) % n if isinstance(host, str) else 0
+
+
 def _read(
-    path: Path, bad: list[BadLine], full: bool
+    path: Path, bad: list[BadLine], full: bool, shard: tuple[int, int] | None = None
 ) -> Iterator[tuple[int, bytes, int, dict[str, Any]]]:
     """(line number, the file's bytes, line start, record) for each readable line.
 
@@ -203,6 +216,8 @@ def _read(
     for lineno, line in enumerate(data.split(b"\n"), 1):
         start, offset = offset, offset + len(line) + 1
         if not line or line.isspace():
+            continue
+        if shard is not None and _line_shard(line, shard[1]) != shard[0]:
             continue
         try:
             rec = fast(line)
@@ -275,7 +290,18 @@ if msgspec is not None:
         device: _Device | None = None
         settings: _Settings | None = None
 
+    class _Host(msgspec.Struct):
+        host: Any = None
+
     _light_decoder = msgspec.json.Decoder(_Light)
+    _host_decoder = msgspec.json.Decoder(_Host)
+
+    def _line_shard(line: bytes, n: int) -> int:
+        try:
+            return shard_of(_host_decoder.decode(line).host, n)
+        except msgspec.DecodeError:
+            return 0
+
     _full_decoder = msgspec.json.Decoder()
     _to_builtins = msgspec.to_builtins
 
@@ -300,3 +326,10 @@ else:  # pragma: no cover - exercised where msgspec is not installed
             raise ValueError(exc.msg) from None
 
     _decode_light = _decode_full
+
+    def _line_shard(line: bytes, n: int) -> int:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            return 0
+        return shard_of(rec.get("host"), n) if isinstance(rec, dict) else 0

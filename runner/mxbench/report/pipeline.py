@@ -1,24 +1,38 @@
 """The markdown report of a large fleet, made on several processes, split by host.
 
-Every cell and every table belongs to one host, and mxbench writes one results file per
-host (``results/<host>.jsonl``). So the result files are dealt out to workers by file name
-(the same name in two directories goes to the same worker): each worker reads, merges,
-builds and renders the tables of its own hosts, and the parent puts the sections in order.
-Where one host turns up in two workers' files (hand-made files), that split is not valid
-and the report is made again in one process; the output never depends on the split.
+Every cell and every table belongs to one host, so hosts can be dealt out to workers: each
+reads, merges, builds and renders the tables of its own hosts, and the parent puts the
+sections in order. Two ways to deal them:
 
-Small inputs are made in this process: a worker costs a fork and copying results back.
+* by file: mxbench writes one results file per host (``results/<host>.jsonl``), so whole
+  files go to workers by name (the same name in two directories to the same worker),
+  balanced by size. Nothing is read twice. It is valid only if no host turns up in two
+  workers' files, which is checked.
+* by host shard (:func:`mxbench.report.load.shard_of`): every worker scans every line for
+  its host and parses in full only the lines of its own hosts. Always valid, for any
+  layout (one big file, hand-made files); the scan costs each worker a little.
+
+The first is used when the files balance, the second otherwise or when the first turns
+out invalid. Either way the output is byte for byte what one process makes. Small inputs
+are made in this process: a worker costs a fork and copying results back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from mxbench.report import fanout, load, render, tables
 
 # Below this much JSONL a second process saves less than it costs.
 MIN_BYTES_PER_JOB = 8 * 2**20
+# Split by file only when no worker gets more than this times its share of the bytes.
+BALANCED = 1.25
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -30,8 +44,8 @@ class Part:
     sections: list[tuple[tuple[str, ...], render.Section]]
 
 
-def make_part(files: list[Path]) -> Part:
-    loaded = load.load(files)
+def make_part(files: list[Path], shard: tuple[int, int] | None = None) -> Part:
+    loaded = load.load(files, shard=shard)
     sections = [(order, render.section(tables.make(slots))) for order, slots in
                 tables.group(loaded.winners)]  # fmt: skip
     hosts = {rec["host"] for rec in loaded.winners}
@@ -62,12 +76,23 @@ def markdown(sources: list[Path], jobs: int | None = None) -> tuple[load.Loaded,
     files = load.source_files(sources)
     jobs = fanout.default_jobs() if jobs is None else jobs
     total = sum(_size(f) for f in files)
-    jobs = max(1, min(jobs, total // max(1, MIN_BYTES_PER_JOB), len({f.name for f in files})))
-    parts = fanout.fan_out(make_part, split(files, jobs), jobs, min_per_job=1, parent_works=False)
-    hosts = [p.hosts for p in parts]
-    if sum(map(len, hosts)) != len(set().union(*hosts)):  # a host in two workers' files
-        parts = [make_part(files)]
+    jobs = max(1, min(jobs, total // max(1, MIN_BYTES_PER_JOB)))
+    if jobs == 1:
+        return _merge(files, [make_part(files)])
+    parts = None
+    groups = split(files, jobs)
+    if len(groups) == jobs and max(map(_total, groups)) <= BALANCED * total / jobs:
+        parts = _run(make_part, groups)
+        hosts = [p.hosts for p in parts]
+        if sum(map(len, hosts)) != len(set().union(*hosts)):  # a host in two workers' files
+            parts = None
+    if parts is None:
+        parts = _run(partial(make_part, files), [(k, jobs) for k in range(jobs)])
     return _merge(files, parts)
+
+
+def _run(fn: Callable[[T], Part], items: list[T]) -> list[Part]:
+    return fanout.fan_out(fn, items, len(items), min_per_job=1, parent_works=False)
 
 
 def _merge(files: list[Path], parts: list[Part]) -> tuple[load.Loaded, str]:
@@ -80,6 +105,10 @@ def _merge(files: list[Path], parts: list[Part]) -> tuple[load.Loaded, str]:
     merged.bad.sort(key=lambda b: (order.get(b.path, len(files)), b.lineno))
     sections = sorted((s for p in parts for s in p.sections), key=lambda pair: pair[0])
     return merged, render.markdown(merged, [s for _, s in sections])
+
+
+def _total(files: list[Path]) -> int:
+    return sum(_size(f) for f in files)
 
 
 def _size(path: Path) -> int:
