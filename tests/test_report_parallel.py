@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mxbench.cli import app
-from mxbench.report import fanout, pipeline
+from mxbench.report import fanout, load, pipeline
 from report_records import rec, write
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -140,3 +140,25 @@ def test_host_shards_are_stable_and_cover_every_host() -> None:
     assert set(shards) == {0, 1, 2, 3}
     assert shard_of("node-7", 4) == shard_of("node-7", 4) == 2  # crc32: same in every process
     assert shard_of(None, 4) == shard_of(["x"], 4) == 0
+
+
+def test_one_file_written_host_by_host_is_cut_where_the_host_changes(
+    tmp_path: Path, always_split
+) -> None:
+    _fleet(tmp_path / "per-host", hosts=9)
+    text = "".join(f.read_text() for f in sorted((tmp_path / "per-host").glob("*.jsonl")))
+    fleet = tmp_path / "fleet.jsonl"
+    fleet.write_text(text)
+    runs = pipeline.host_pieces([fleet], 3)
+    assert runs is not None and len(runs) == 3
+    data = fleet.read_bytes()
+    for (_, start, _), *_ in runs[1:]:  # each cut: a line start where the host changes
+        before = data[:start].splitlines()
+        after = data[start:].splitlines()
+        host = [load.host_of(x) for x in (before[-1], after[0])]  # None: not JSON
+        assert data[start - 1 : start] == b"\n" and host[0] != host[1]
+    args = ("--results", str(fleet))
+    serial, serial_err = _report(tmp_path, *args, "-j", "1")
+    split, split_err = _report(tmp_path, *args, "-j", "3")
+    assert split == serial and split_err == serial_err  # line numbers of later pieces too
+    assert split_err.count("not JSON") == 3

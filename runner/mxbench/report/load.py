@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from mxbench.errors import UsageError
 from mxbench.results import MIN_FIELDS, STATUSES, BadLine, ResultStore
@@ -139,8 +139,15 @@ def pick(attempts: list[dict[str, Any]]) -> dict[str, Any]:
     return latest(ok or attempts)
 
 
+Piece = tuple[Path, int, int]  # (file, first byte, end byte): whole lines of one file
+
+
 def load(
-    sources: Iterable[Path | str], *, full: bool = False, shard: tuple[int, int] | None = None
+    sources: Iterable[Path | str],
+    *,
+    full: bool = False,
+    shard: tuple[int, int] | None = None,
+    pieces: list[Piece] | None = None,
 ) -> Loaded:
     """Read and merge. ``full=False`` skips the bulky per-record fields (cpu, software, run)
     that only a table's heading needs: :func:`detail` reads them back for that one record.
@@ -148,13 +155,19 @@ def load(
     ``shard=(k, n)``: only the records of the hosts in shard ``k`` of ``n`` (see
     :func:`shard_of`), to split one report between processes; a line whose host cannot be
     read belongs to shard 0, so each line is read, and warned about, exactly once.
+
+    ``pieces``: read these byte ranges instead of whole files (``sources`` is then unused).
     """
-    files = source_files(sources)
+    if pieces is None:
+        files = source_files(sources)
+        pieces = [(f, 0, -1) for f in files]
+    else:
+        files = list(dict.fromkeys(path for path, _, _ in pieces))
     out = Loaded(winners=[], attempts={}, files=files)
     first: dict[str, dict[str, Any]] = {}  # cell -> its first record (most cells have one)
     more: dict[str, list[dict[str, Any]]] = {}  # cell -> every attempt, for cells with several
-    for path in files:
-        for lineno, data, offset, rec in _read(path, out.bad, full, shard):
+    for path, begin, end in pieces:
+        for lineno, data, offset, rec in _read(path, out.bad, full, shard, begin, end):
             out.records += 1
             if not well_formed(rec):
                 out.bad.append(BadLine(path, lineno, problem(rec) or "unreadable record"))
@@ -202,22 +215,33 @@ def shard_of(host: object, n: int) -> int:
 
 
 def _read(
-    path: Path, bad: list[BadLine], full: bool, shard: tuple[int, int] | None = None
+    path: Path,
+    bad: list[BadLine],
+    full: bool,
+    shard: tuple[int, int] | None = None,
+    begin: int = 0,
+    end: int = -1,
 ) -> Iterator[tuple[int, bytes, int, dict[str, Any]]]:
-    """(line number, the file's bytes, line start, record) for each readable line.
+    """(line number, the bytes read, line start in them, record) for each readable line of
+    one file, or of bytes ``begin`` to ``end`` of it (a line start; -1: the end of the file).
 
     Same rules and messages as :func:`mxbench.results.read_jsonl`, but decoded with msgspec
     when it is installed (several times faster on 100,000 records); a line it rejects goes
     through the standard json module, so the verdict and message never depend on it.
     """
     fast = _decode_full if full else _decode_light
-    data = path.read_bytes()
+    first_line = 1
+    with open(path, "rb") as fh:
+        if begin:
+            first_line += _newlines(fh, begin)
+            fh.seek(begin)
+        data = fh.read() if end < 0 else fh.read(end - begin)
     offset = 0
-    for lineno, line in enumerate(data.split(b"\n"), 1):
+    for lineno, line in enumerate(data.split(b"\n"), first_line):
         start, offset = offset, offset + len(line) + 1
         if not line or line.isspace():
             continue
-        if shard is not None and _line_shard(line, shard[1]) != shard[0]:
+        if shard is not None and shard_of(host_of(line), shard[1]) != shard[0]:
             continue
         try:
             rec = fast(line)
@@ -228,6 +252,19 @@ def _read(
             if rec is None:
                 continue
         yield lineno, data, start, rec
+
+
+def _newlines(fh: BinaryIO, end: int) -> int:
+    """How many lines end before byte ``end`` (for the line numbers of a later piece)."""
+    fh.seek(0)
+    count, left = 0, end
+    while left > 0:
+        chunk = fh.read(min(left, 1 << 22))
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        left -= len(chunk)
+    return count
 
 
 def _decode_slow(line: bytes, path: Path, lineno: int, bad: list[BadLine]) -> dict | None:
@@ -296,11 +333,12 @@ if msgspec is not None:
     _light_decoder = msgspec.json.Decoder(_Light)
     _host_decoder = msgspec.json.Decoder(_Host)
 
-    def _line_shard(line: bytes, n: int) -> int:
+    def host_of(line: bytes) -> object:
+        """The ``host`` of one JSONL line, read without parsing the rest; None if unreadable."""
         try:
-            return shard_of(_host_decoder.decode(line).host, n)
+            return _host_decoder.decode(line).host
         except msgspec.DecodeError:
-            return 0
+            return None
 
     _full_decoder = msgspec.json.Decoder()
     _to_builtins = msgspec.to_builtins
@@ -327,9 +365,9 @@ else:  # pragma: no cover - exercised where msgspec is not installed
 
     _decode_light = _decode_full
 
-    def _line_shard(line: bytes, n: int) -> int:
+    def host_of(line: bytes) -> object:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            return 0
-        return shard_of(rec.get("host"), n) if isinstance(rec, dict) else 0
+            return None
+        return rec.get("host") if isinstance(rec, dict) else None

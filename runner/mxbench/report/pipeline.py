@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from mxbench.report import fanout, load, render, tables
 
@@ -44,8 +44,12 @@ class Part:
     sections: list[tuple[tuple[str, ...], render.Section]]
 
 
-def make_part(files: list[Path], shard: tuple[int, int] | None = None) -> Part:
-    loaded = load.load(files, shard=shard)
+def make_part(
+    files: list[Path],
+    shard: tuple[int, int] | None = None,
+    pieces: list[load.Piece] | None = None,
+) -> Part:
+    loaded = load.load(files, shard=shard, pieces=pieces)
     sections = [(order, render.section(tables.make(slots))) for order, slots in
                 tables.group(loaded.winners)]  # fmt: skip
     hosts = {rec["host"] for rec in loaded.winners}
@@ -82,13 +86,84 @@ def markdown(sources: list[Path], jobs: int | None = None) -> tuple[load.Loaded,
     parts = None
     groups = split(files, jobs)
     if len(groups) == jobs and max(map(_total, groups)) <= BALANCED * total / jobs:
-        parts = _run(make_part, groups)
-        hosts = [p.hosts for p in parts]
-        if sum(map(len, hosts)) != len(set().union(*hosts)):  # a host in two workers' files
-            parts = None
+        parts = _valid(_run(make_part, groups))
+    elif (pieces := host_pieces(files, jobs)) is not None:
+        parts = _valid(_run(partial(make_part, [], None), pieces))
     if parts is None:
         parts = _run(partial(make_part, files), [(k, jobs) for k in range(jobs)])
     return _merge(files, parts)
+
+
+def host_pieces(files: list[Path], jobs: int) -> list[list[load.Piece]] | None:
+    """The files cut into ``jobs`` runs of whole lines, each cut where the host changes:
+    for files written host by host (one big file, say). None when the lines of different
+    hosts are interleaved, which only host shards can split."""
+    total = _total(files)
+    targets = [total * k // jobs for k in range(1, jobs)]
+    runs: list[list[load.Piece]] = [[] for _ in range(jobs)]
+    k, base = 0, 0
+    for f in files:
+        size, start = _size(f), 0
+        with open(f, "rb") as fh:
+            while k < len(targets) and targets[k] < base + size:
+                cut = _host_change(fh, max(targets[k] - base, start))
+                if cut is None:
+                    return None
+                if cut > start:
+                    runs[k].append((f, start, cut))
+                    start = cut
+                k += 1
+        if start < size:
+            runs[k].append((f, start, -1))
+        base += size
+    return [r for r in runs if r]
+
+
+# Lines looked at after a cut: a file written host by host changes host a few times in
+# them; one with interleaved hosts changes at almost every line.
+_WINDOW = 64
+_MAX_CHANGES = 16
+_MAX_RUN = 1_000_000  # lines of one host before cutting anyway (the check catches it)
+
+
+def _host_change(fh: BinaryIO, pos: int) -> int | None:
+    """The start of the first line after ``pos`` whose host differs from the one before."""
+    fh.seek(pos)
+    if pos:
+        fh.readline()  # to the next line start
+    start = fh.tell()
+    line = fh.readline()
+    if not line:
+        return start
+    host = load.host_of(line)
+    for _ in range(_MAX_RUN):
+        start = fh.tell()
+        line = fh.readline()
+        if not line:
+            return start
+        if load.host_of(line) != host:
+            return start if _changes(fh, start) <= _MAX_CHANGES else None
+    return start
+
+
+def _changes(fh: BinaryIO, start: int) -> int:
+    """Host changes between consecutive lines among the _WINDOW lines from ``start``."""
+    fh.seek(start)
+    changes, host = 0, load.host_of(fh.readline())
+    for _ in range(_WINDOW - 1):
+        line = fh.readline()
+        if not line:
+            break
+        other = load.host_of(line)
+        changes += other != host
+        host = other
+    return changes
+
+
+def _valid(parts: list[Part]) -> list[Part] | None:
+    """The parts, unless a host turned up in two of them (then the split was not valid)."""
+    hosts = [p.hosts for p in parts]
+    return parts if sum(map(len, hosts)) == len(set().union(*hosts)) else None
 
 
 def _run(fn: Callable[[T], Part], items: list[T]) -> list[Part]:
