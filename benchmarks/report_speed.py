@@ -10,7 +10,8 @@ numbers in the records are synthetic: this measures the report, not a GPU.
     python benchmarks/report_speed.py [--records 100000] [--attempts 1]
 
 --attempts N: each cell written N times (retries), so records / N distinct cells.
---one-file: the whole fleet in one JSONL file (split by host shard, not by file).
+--one-file: the whole fleet in one JSONL file, written host by host (cut into byte ranges);
+--one-file --shuffle: its lines shuffled, hosts interleaved (split by host shard).
 """
 
 from __future__ import annotations
@@ -128,12 +129,20 @@ def main() -> None:
     ap.add_argument("--attempts", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3, help="end-to-end runs per setting")
     ap.add_argument("--one-file", action="store_true", help="the whole fleet in one JSONL file")
+    ap.add_argument("--shuffle", action="store_true",
+                    help="with --one-file: hosts interleaved line by line")  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         hosts = write_fleet(root, args.records, args.attempts, args.one_file)
+        if args.one_file and args.shuffle:
+            lines = (root / "fleet.jsonl").read_text().splitlines()
+            random.Random(0).shuffle(lines)
+            (root / "fleet.jsonl").write_text("\n".join(lines) + "\n")
         size = sum(f.stat().st_size for f in root.iterdir()) / 2**20
-        layout = "one file" if args.one_file else "one file per host"
+        layout = "one file per host"
+        if args.one_file:
+            layout = "one file, hosts interleaved" if args.shuffle else "one file, host by host"
         print(f"{args.records} records, {hosts} hosts, {args.attempts} attempt(s) per cell, "
               f"{size:.0f} MiB of JSONL, {layout}")  # fmt: skip
 

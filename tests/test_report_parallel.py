@@ -33,26 +33,21 @@ def _die_on_seven(x: int) -> int:
 
 
 def test_fan_out_keeps_order_and_runs_in_other_processes() -> None:
-    assert fanout.fan_out(_square, list(range(10)), jobs=3, min_per_job=1) == [
-        x * x for x in range(10)
-    ]
-    pids = fanout.fan_out(lambda _: os.getpid(), list(range(6)), jobs=3, min_per_job=1)
-    assert len(set(pids)) == 3 and pids[0] == os.getpid()
-    pids = fanout.fan_out(
-        lambda _: os.getpid(), list(range(6)), jobs=3, min_per_job=1, parent_works=False
-    )
-    assert len(set(pids)) == 3 and os.getpid() not in pids
+    assert fanout.fan_out(_square, list(range(10)), jobs=3) == [x * x for x in range(10)]
+    pids = fanout.fan_out(lambda _: os.getpid(), list(range(6)), jobs=3)
+    assert len(set(pids)) == 3 and os.getpid() not in pids  # this process only waits
+    assert fanout.fan_out(lambda _: os.getpid(), [0, 1], jobs=1) == [os.getpid()] * 2
 
 
 def test_fan_out_raises_a_workers_exception_in_the_parent() -> None:
     with pytest.raises(ValueError, match="bad item 7 in pid") as info:
-        fanout.fan_out(_fail_on_seven, list(range(10)), jobs=2, min_per_job=1)
+        fanout.fan_out(_fail_on_seven, list(range(10)), jobs=2)
     assert f"pid {os.getpid()}" not in str(info.value)  # it happened in the worker
 
 
 def test_fan_out_reports_a_worker_that_died() -> None:
     with pytest.raises(RuntimeError, match=r"died .*exit status 3"):
-        fanout.fan_out(_die_on_seven, list(range(10)), jobs=2, min_per_job=1)
+        fanout.fan_out(_die_on_seven, list(range(10)), jobs=2)
 
 
 def _fleet(root: Path, hosts: int) -> None:
@@ -94,7 +89,7 @@ def test_split_keeps_same_named_files_together(tmp_path: Path) -> None:
     files = [tmp_path / d / f"h{i}.jsonl" for d in ("a", "b") for i in range(4)]
     for f in files:
         write(f, [rec(f.stem)])
-    groups = pipeline.split(files, 3)
+    groups = pipeline.split(files, 3, {f: f.stat().st_size for f in files})
     assert len(groups) == 3
     for g in groups:
         assert {f.name for f in g} == {f.name for f in g if f.parent.name == "a"}
@@ -149,7 +144,7 @@ def test_one_file_written_host_by_host_is_cut_where_the_host_changes(
     text = "".join(f.read_text() for f in sorted((tmp_path / "per-host").glob("*.jsonl")))
     fleet = tmp_path / "fleet.jsonl"
     fleet.write_text(text)
-    runs = pipeline.host_pieces([fleet], 3)
+    runs = pipeline.host_pieces([fleet], 3, {fleet: fleet.stat().st_size})
     assert runs is not None and len(runs) == 3
     data = fleet.read_bytes()
     for (_, start, _), *_ in runs[1:]:  # each cut: a line start where the host changes

@@ -1,14 +1,13 @@
-"""Spread a report's per-table work over worker processes.
+"""Spread a report's work over forked worker processes.
 
-A 100,000-record fleet makes thousands of tables, and building and rendering each one is
-independent of the others. Workers are forked, so they see the parent's records as they
-are (copy-on-write, nothing is serialised on the way in); each takes a contiguous run of
-the items and sends its results back, pickled, through a pipe. The parent works on the
-first run itself, then reads the others in order, so the output is the same as a serial
-``[fn(x) for x in items]`` and so is any exception (re-raised in the parent).
+The markdown report of a large fleet is made in parts, one per worker (see
+:mod:`mxbench.report.pipeline`). Workers are forked, so they see the parent's state as it
+is (copy-on-write, nothing is serialised on the way in); each takes a contiguous run of
+the items and sends its results back, pickled, through a pipe. The parent reads them in
+order, so the output is the same as a serial ``[fn(x) for x in items]``, and so is any
+exception (re-raised in the parent).
 
-Where there is no ``os.fork`` (Windows), one job is asked for, or there are too few items
-to be worth a process, it simply runs serially.
+Where there is no ``os.fork`` (Windows) or one job is asked for, it simply runs serially.
 """
 
 from __future__ import annotations
@@ -25,9 +24,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 MAX_JOBS = 8
-# Below this many items per worker a fork (a few ms, plus copy-on-write faults) costs more
-# than it saves.
-MIN_PER_JOB = 250
 
 
 def usable_cpus() -> int:
@@ -41,38 +37,29 @@ def default_jobs() -> int:
     return max(1, min(MAX_JOBS, usable_cpus()))
 
 
-def fan_out(
-    fn: Callable[[T], R],
-    items: Sequence[T],
-    jobs: int | None = None,
-    min_per_job: int = MIN_PER_JOB,
-    parent_works: bool = True,
-) -> list[R]:
-    """``[fn(x) for x in items]``, on up to ``jobs`` processes (default: one per CPU), each
-    given at least ``min_per_job`` items.
+def fan_out(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
+    """``[fn(x) for x in items]``, with the items in ``jobs`` runs on as many workers.
 
-    ``parent_works=False``: every run goes to a forked worker and this process only waits.
-    For work that leaves much garbage behind: a worker exits without freeing it, while
-    here it would be freed object by object before the results are complete.
+    This process only waits: the work it is given leaves much garbage behind, which a
+    worker never frees (it exits), while here it would be freed object by object before
+    the results are complete.
     """
-    jobs = default_jobs() if jobs is None else jobs
-    jobs = min(jobs, len(items) // max(1, min_per_job))
+    jobs = min(jobs, len(items))
     if jobs <= 1 or not hasattr(os, "fork"):
         return [fn(x) for x in items]
     bounds = [len(items) * i // jobs for i in range(jobs + 1)]
-    runs = [items[bounds[i] : bounds[i + 1]] for i in range(jobs)]
     sys.stdout.flush()
     sys.stderr.flush()
     workers: list[tuple[int, int]] = []  # (pid, read end of its pipe)
+    results: list[R] = []
     try:
-        for run in runs[1:] if parent_works else runs:
-            workers.append(_fork(fn, run))
-        results = [fn(x) for x in runs[0]] if parent_works else []
+        for i in range(jobs):
+            workers.append(_fork(fn, items[bounds[i] : bounds[i + 1]]))
         while workers:
             pid, fd = workers.pop(0)
             results.extend(_collect(pid, fd))
     finally:
-        for pid, fd in workers:  # an error or Ctrl-C in the parent: stop the rest
+        for pid, fd in workers:  # an error or Ctrl-C here: stop the rest
             _stop(pid, fd)
     return results
 

@@ -169,8 +169,9 @@ def load(
     for path, begin, end in pieces:
         for lineno, data, offset, rec in _read(path, out.bad, full, shard, begin, end):
             out.records += 1
-            if not well_formed(rec):
-                out.bad.append(BadLine(path, lineno, problem(rec) or "unreadable record"))
+            why = problem(rec)
+            if why:
+                out.bad.append(BadLine(path, lineno, why))
                 continue
             if not full:
                 rec[_AT] = (data, offset)

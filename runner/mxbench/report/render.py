@@ -9,8 +9,6 @@ from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
-from tabulate import tabulate
-
 from mxbench.report import annotate
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
@@ -29,15 +27,11 @@ def cell_text(e: Entry | None) -> str:
         return ""
     if e.status != "ok":
         return STATUS_TEXT.get(e.status, e.status)
-    m, lo, hi = e.median, e.p25, e.p75
-    if m is None:
+    if e.median is None:
         return "ok"
-    med = f"{m:.2f}" if m < 10 else f"{m:.1f}"  # ms(), inlined: 100,000 cells in a fleet
-    if lo is None or hi is None:
-        return med
-    low = f"{lo:.2f}" if lo < 10 else f"{lo:.1f}"
-    high = f"{hi:.2f}" if hi < 10 else f"{hi:.1f}"
-    return f"{med} [{low}–{high}]"
+    if e.p25 is not None and e.p75 is not None:
+        return f"{ms(e.median)} [{ms(e.p25)}–{ms(e.p75)}]"
+    return ms(e.median)
 
 
 def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
@@ -51,10 +45,6 @@ def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
         for slot in entries
         if slot[0] != BASELINE and (BASELINE, slot[1]) in entries
     }
-
-
-def speedup_text(t: Table, policy: str, batch: int) -> str:
-    return speedup_texts(t).get((policy, batch), "")
 
 
 def table_rows(
@@ -224,6 +214,8 @@ th{background:#eee} td:first-child{text-align:left}
 
 
 def _html_table(headers: list[str], rows: list[list[str]]) -> str:
+    from tabulate import tabulate  # only the HTML page needs it: kept off markdown's start
+
     return tabulate(rows, headers, tablefmt="html", disable_numparse=True)
 
 

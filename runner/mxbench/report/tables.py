@@ -74,12 +74,6 @@ class Table:
             parts.append(f"image {self.image_name}")
         return " · ".join(parts)
 
-    def records(self) -> list[dict[str, Any]]:
-        return [r for e in self.entries.values() for r in e.records]
-
-    def ok_records(self) -> list[dict[str, Any]]:
-        return [r for e in self.entries.values() if e.status == "ok" for r in e.records]
-
     def speedup(self, policy: str, batch: int) -> float | None:
         """float32 median / policy median, when both ran."""
         return self.speedups.get((policy, batch))
@@ -149,13 +143,13 @@ def entry(records: list[dict[str, Any]]) -> Entry:
         status = rec["status"]
         e = Entry(status, records=records)
         _add_facts(e, rec)
-        if status != "ok":
-            return e
-        metrics = rec.get("metrics")
-        step = metrics.get("step_ms") if type(metrics) is dict else None
-        if type(step) is dict and (median := _num(step.get("median"))) is not None:
+        if status == "ok" and (step := _step(rec)) is not None:
             n = step.get("n")
-            e.median, e.p25, e.p75 = median, _num(step.get("p25")), _num(step.get("p75"))
+            e.median, e.p25, e.p75 = (
+                _num(step["median"]),
+                _num(step.get("p25")),
+                _num(step.get("p75")),
+            )
             e.n = n if type(n) is int else None
         return e
     ok = [r for r in records if r["status"] == "ok"]
