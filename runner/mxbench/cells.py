@@ -9,12 +9,14 @@ changing anything that changes the number gives a new key.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from mxbench.errors import UsageError
 from mxbench.matrix import Matrix
+from mxbench.params import Params
 
 
 @dataclass(frozen=True)
@@ -22,40 +24,34 @@ class Cell:
     host: str
     engine: str
     image: str | None  # image name from the matrix; None for engines without images
-    params: dict[str, Any] = field(hash=False)
+    params: Params
     image_spec: dict[str, Any] | None = field(default=None, hash=False, compare=False)
     timeout_s: float = 1800.0
     key: str = ""
 
     def bench_args(self) -> list[str]:
         """Arguments of ``mxbench bench`` that measure this cell (after the word ``bench``)."""
-        p = self.params
-        return [
-            "--model", str(p["model"]),
-            "--policy", str(p["policy"]),
-            "--batch-size", str(p["batch_size"]),
-            "--image-size", str(p["image_size"]),
-            "--steps", str(p["steps"]),
-            "--warmup-steps", str(p["warmup_steps"]),
-            "--data", str(p["data"]),
-            "--jit-compile", str(p["jit_compile"]),
-        ]  # fmt: skip
+        return self.params.bench_args()
 
     def label(self) -> str:
         p = self.params
         img = f" [{self.image}]" if self.image else ""
-        rep = f" #{p['repeat']}" if p.get("repeat") else ""
-        return f"{self.host}{img} {p['policy']} bs={p['batch_size']}{rep}"
+        rep = f" #{p.repeat}" if p.repeat else ""
+        return f"{self.host}{img} {p.policy} bs={p.batch_size}{rep}"
 
 
-def cell_key(host: str, image: str | None, image_spec: dict | None, params: dict) -> str:
-    ident = {"host": host, "image": image, "image_spec": image_spec, "params": params}
+def cell_key(host: str, image: str | None, image_spec: dict | None, params: Params) -> str:
+    """A hash of what the cell measures. Params that are not set (``repeat`` of a matrix
+    without repeats) are left out, so keys stay stable when a parameter is added."""
+    ident = {"host": host, "image": image, "image_spec": image_spec,
+             "params": params.key_fields()}  # fmt: skip
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
-    """All cells, in a deterministic order: host, image, policy, batch size, repeat."""
+    """All cells, in a deterministic order: host, image, then the parameters in the order
+    :class:`~mxbench.params.Params` declares them (policy, batch size, ...), then repeat."""
     names = [h.name for h in matrix.hosts]
     if hosts:
         unknown = [h for h in hosts if h not in names]
@@ -64,6 +60,10 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
                 f"--host {unknown[0]!r}: no such host in the matrix (hosts: {', '.join(names)})"
             )
     b = matrix.benchmark
+    sweep = matrix.sweep()
+    combos = [
+        dict(zip(sweep, values, strict=True)) for values in itertools.product(*sweep.values())
+    ]
     cells: list[Cell] = []
     for host in matrix.hosts:
         if hosts and host.name not in hosts:
@@ -71,32 +71,20 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
         images: list[str | None] = list(getattr(host, "images", None) or [None])
         for image in images:
             spec = matrix.images[image].model_dump() if image else _runtime_identity(host)
-            for policy in matrix.axes.policy:
-                for batch_size in matrix.axes.batch_size:
-                    for repeat in range(b.repeats):
-                        params: dict[str, Any] = {
-                            "model": b.model,
-                            "policy": policy,
-                            "batch_size": batch_size,
-                            "image_size": b.image_size,
-                            "data": b.data,
-                            "warmup_steps": b.warmup_steps,
-                            "steps": b.steps,
-                            "jit_compile": b.jit_compile,
-                        }
-                        if b.repeats > 1:
-                            params["repeat"] = repeat
-                        cells.append(
-                            Cell(
-                                host=host.name,
-                                engine=host.engine,
-                                image=image,
-                                params=params,
-                                image_spec=spec,
-                                timeout_s=host.timeout_s or b.timeout_s,
-                                key=cell_key(host.name, image, spec, params),
-                            )
+            for combo in combos:
+                for repeat in range(b.repeats):
+                    params = Params(**combo, repeat=repeat if b.repeats > 1 else None)
+                    cells.append(
+                        Cell(
+                            host=host.name,
+                            engine=host.engine,
+                            image=image,
+                            params=params,
+                            image_spec=spec,
+                            timeout_s=host.timeout_s or b.timeout_s,
+                            key=cell_key(host.name, image, spec, params),
                         )
+                    )
     return cells
 
 

@@ -9,48 +9,60 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections import Counter
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 
+from mxbench import params
 from mxbench.errors import UsageError
 
-POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
-Policy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16"]
-JitCompile = Literal["auto", "on", "off"]
 DEFAULT_CELL_TIMEOUT_S = 1800.0
-# The smallest input the model accepts: three stride-2 convolutions with kernels up to 11.
-MIN_IMAGE_SIZE = 16
+MAX_REPEATS = 100
+MAX_CELL_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Benchmark(_Strict):
-    """What every cell measures (the experiment's defaults, except the step count)."""
+def _param_type(f: params.Field) -> Any:
+    """A parameter's type for pydantic, with the bounds :class:`~mxbench.params.Params`
+    declares (strict: ``true`` is not batch size 1, ``"32"`` is not 32)."""
+    if f.choices is not None:
+        if {"on", "off"} <= set(f.choices):  # YAML 1.1 reads a bare on / off as a boolean
+            return Annotated[f.type, BeforeValidator(_on_off)]
+        return f.type
+    if f.type is str:
+        return Annotated[str, Field(min_length=1, max_length=4096, strict=True)]
+    return Annotated[f.type, Field(ge=f.ge, le=f.le, strict=True)]
 
-    model: Literal["blog-cnn"] = "blog-cnn"
-    image_size: Annotated[int, Field(ge=MIN_IMAGE_SIZE)] = 256
-    data: str = "synthetic"
-    warmup_steps: Annotated[int, Field(ge=0)] = 5
-    steps: Annotated[int, Field(ge=1)] = 50
-    repeats: Annotated[int, Field(ge=1)] = 1
-    jit_compile: JitCompile = "auto"
-    timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_CELL_TIMEOUT_S
 
-    @field_validator("data")
+def _on_off(value: Any) -> Any:
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+class _BenchmarkBase(_Strict):
+    """What every cell measures: one value per parameter (the experiment's defaults, except
+    the step count), plus how often and how long."""
+
+    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS, strict=True)] = 1
+    timeout_s: Annotated[float, Field(gt=0, le=MAX_CELL_TIMEOUT_S)] = DEFAULT_CELL_TIMEOUT_S
+
+    @field_validator("data", check_fields=False)
     @classmethod
     def _data(cls, v: str) -> str:
         if not v.strip():
@@ -58,23 +70,42 @@ class Benchmark(_Strict):
         return v
 
 
-class Axes(_Strict):
-    policy: Annotated[list[Policy], Field(min_length=1)] = ["float32", "mixed_float16"]
-    batch_size: Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1)] = [
-        32,
-        64,
-        128,
-        256,
-        512,
-    ]
+class _AxesBase(_Strict):
+    """Parameters swept: a list of values each (a cell per combination)."""
 
-    @field_validator("policy", "batch_size")
+    @field_validator("*")
     @classmethod
-    def _unique(cls, v: list[Any]) -> list[Any]:
-        dup = sorted({str(x) for x in v if v.count(x) > 1})
+    def _unique(cls, v: list[Any] | None) -> list[Any] | None:
+        if v is None:
+            return v
+        dup = sorted({str(x) for x, n in Counter(v).items() if n > 1})
         if dup:
             raise ValueError(f"duplicate values: {', '.join(dup)}")
         return v
+
+
+_SWEPT = [f for f in params.fields() if f.spec.role != "repeat"]
+
+if TYPE_CHECKING:  # the generated models, as far as a type checker can know them
+    Benchmark = _BenchmarkBase
+    Axes = _AxesBase
+else:
+    Benchmark = create_model(
+        "Benchmark",
+        __base__=_BenchmarkBase,
+        **{f.name: (_param_type(f), f.default) for f in _SWEPT},
+    )
+    Axes = create_model(
+        "Axes",
+        __base__=_AxesBase,
+        **{
+            f.name: (
+                Annotated[list[_param_type(f)], Field(min_length=1)] | None,
+                list(f.spec.axis) if f.spec.axis else None,
+            )
+            for f in _SWEPT
+        },
+    )
 
 
 class Image(_Strict):
@@ -181,6 +212,11 @@ class Matrix(_Strict):
 
     @model_validator(mode="after")
     def _references(self) -> Matrix:
+        for name in sorted(self.axes.model_fields_set & self.benchmark.model_fields_set):
+            raise _PathError(
+                ("axes", name),
+                f"also set under benchmark.{name}: give one value there or a list here",
+            )
         seen: set[str] = set()
         for i, host in enumerate(self.hosts):
             if host.name in seen:
@@ -194,6 +230,21 @@ class Matrix(_Strict):
                         f"image {image!r} is not defined under 'images' (defined: {known})",
                     )
         return self
+
+    def sweep(self) -> dict[str, list[Any]]:
+        """Every parameter's values, in :class:`~mxbench.params.Params` order: the list under
+        ``axes``, else the one value under ``benchmark``, else the experiment's sweep (policy,
+        batch size) or default."""
+        out: dict[str, list[Any]] = {}
+        for f in _SWEPT:
+            listed = getattr(self.axes, f.name)
+            if f.name in self.axes.model_fields_set or (
+                listed is not None and f.name not in self.benchmark.model_fields_set
+            ):
+                out[f.name] = list(listed)
+            else:
+                out[f.name] = [getattr(self.benchmark, f.name)]
+        return out
 
     def host(self, name: str) -> LocalHost | DockerHost | SlurmHost:
         for h in self.hosts:
@@ -267,12 +318,20 @@ def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) ->
             msg = "unknown engine: expected one of local, docker, slurm"
         elif err["type"] == "union_tag_not_found":
             msg = "missing 'engine' (one of local, docker, slurm)"
-        elif err["type"] == "literal_error" and "policy" in loc:
-            msg = f"unknown policy {err.get('input')!r}: expected one of {', '.join(POLICIES)}"
+        elif err["type"] == "literal_error" and (named := _param_in(loc)) is not None:
+            choices = ", ".join(named.choices or ())
+            msg = f"unknown {named.name} {err.get('input')!r}: expected one of {choices}"
         msg = msg.removeprefix("Value error, ")
         lines.append(_format_one(loc, msg, node, source))
     head = f"{source}: invalid matrix ({len(lines)} problem{'s' if len(lines) > 1 else ''})"
     return head + "\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _param_in(loc: tuple[Any, ...]) -> params.Field | None:
+    """The parameter a benchmark / axes error location is about."""
+    if len(loc) >= 2 and loc[0] in ("benchmark", "axes"):
+        return next((f for f in _SWEPT if f.name == loc[1]), None)
+    return None
 
 
 def _strip_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -19,7 +19,7 @@ from mxbench.cells import Cell
 from mxbench.engines import Engine, EngineUnavailable, engine_class, to_record
 from mxbench.matrix import Matrix
 from mxbench.progress import CellProgress
-from mxbench.results import ResultStore, new_record
+from mxbench.results import Image, Record, ResultStore, new_record
 
 FAILED_STATUSES = frozenset({"error", "timeout"})
 
@@ -63,9 +63,9 @@ def run_cells(
 ) -> RunSummary:
     summary = RunSummary()
 
-    def save(record: dict[str, Any]) -> None:
+    def save(record: Record) -> None:
         summary.paths.add(str(store.append(record)))
-        summary.counts[record["status"]] += 1
+        summary.counts[record.status] += 1
 
     with _sigterm_as_interrupt():
         for host_name, host_cells in group_by_host(cells).items():
@@ -85,7 +85,7 @@ def run_cells(
                         cell=cell.key,
                         host=cell.host,
                         engine=cell.engine,
-                        image={"name": cell.image, "id": None},
+                        image=Image(name=cell.image),
                     )
                     save(record)
                     progress.finish(cell.label(), record)

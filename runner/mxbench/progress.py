@@ -21,6 +21,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from mxbench.results import Record
+
 STATUS_STYLE = {
     "ok": "green",
     "oom": "yellow",
@@ -30,15 +32,13 @@ STATUS_STYLE = {
 }
 
 
-def summarize(record: dict[str, Any]) -> str:
+def summarize(record: Record) -> str:
     """One short phrase for a finished cell: the median, or why there is none."""
-    status = record.get("status", "?")
-    if status == "ok":
-        step = (record.get("metrics") or {}).get("step_ms") or {}
-        med = step.get("median")
-        return f"ok {med:.1f} ms/step" if isinstance(med, (int, float)) else "ok"
-    err = (record.get("error") or "").strip().splitlines()
-    return f"{status}: {err[0][:100]}" if err else status
+    if record.status == "ok":
+        step = record.step
+        return f"ok {step.median:.1f} ms/step" if step and step.median else "ok"
+    err = (record.error or "").strip().splitlines()
+    return f"{record.status}: {err[0][:100]}" if err else record.status
 
 
 class CellProgress:
@@ -86,10 +86,10 @@ class CellProgress:
         if self._progress is not None:
             self._progress.update(self._task, description=f"{self._label} {note}".rstrip())
 
-    def finish(self, label: str, record: dict[str, Any]) -> None:
+    def finish(self, label: str, record: Record) -> None:
         self.done += 1
-        status = record.get("status", "?")
-        wall = (record.get("run") or {}).get("wall_s")
+        status = record.status
+        wall = record.run.get("wall_s")
         secs = f" ({wall:.1f} s)" if isinstance(wall, (int, float)) else ""
         line = f"[{self.done}/{self.total}] {label}: {summarize(record)}{secs}"
         if self._progress is not None:

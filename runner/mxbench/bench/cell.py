@@ -14,13 +14,27 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from mxbench import __version__
 from mxbench.bench import probe
 from mxbench.bench.gpu_util import UtilSampler
-from mxbench.bench.params import BenchParams
 from mxbench.bench.timing import StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError
-from mxbench.results import new_record, tail
+from mxbench.params import Params
+from mxbench.results import (
+    Cpu,
+    Device,
+    Metrics,
+    ModelInfo,
+    Record,
+    Settings,
+    Software,
+    StepStats,
+    new_record,
+    now_iso,
+    tail,
+)
 
 _OOM_NAMES = ("ResourceExhaustedError", "OutOfMemoryError", "MemoryError")
 _OOM_TEXT = ("resource_exhausted", "out of memory", "oom when allocating", "failed to allocate")
@@ -39,17 +53,18 @@ def backend_name() -> str:
 
 
 def run_cell(
-    p: BenchParams,
+    p: Params,
     started_at: float | None = None,
     on_step: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
+) -> Record:
     """Measure the cell described by ``p`` (already validated) into a result record."""
     started_at = started_at or probe.process_start_time() or time.time()
-    rec = new_record(params=p.as_dict(), status="ok")
-    cpu = probe.cpu_info()
-    rec["cpu"] = cpu
-    rec["software"] = _software()
-    rec["settings"] = {**probe.number_settings(), "policy": p.policy}
+    rec = new_record(params=p, status="ok")
+    rec.cpu = msgspec.convert(probe.cpu_info(), Cpu)
+    rec.software = Software(
+        python=sys.version.split()[0], backend=backend_name(), mxbench=__version__
+    )
+    rec.settings = Settings(**probe.number_settings(), policy=p.policy)
     state: dict[str, Any] = {"tf": None, "model": None}
     try:
         _measure(p, rec, state, started_at, on_step)
@@ -57,23 +72,16 @@ def run_cell(
         raise
     except Exception as exc:  # failure is data
         traceback.print_exc(file=sys.stderr)
-        rec["status"] = "oom" if is_oom(exc) else "error"
-        rec["error"] = tail(f"{type(exc).__name__}: {exc}")
-    _probe_device(rec, state, cpu)
+        rec.status = "oom" if is_oom(exc) else "error"
+        rec.error = tail(f"{type(exc).__name__}: {exc}")
+    _probe_device(rec, state)
+    rec.time = now_iso()
     return rec
 
 
-def _software() -> dict[str, Any]:
-    return {
-        "python": sys.version.split()[0],
-        "backend": backend_name(),
-        "mxbench": __version__,
-    }
-
-
 def _measure(
-    p: BenchParams,
-    rec: dict[str, Any],
+    p: Params,
+    rec: Record,
     state: dict[str, Any],
     started_at: float,
     on_step: Callable[[int], None] | None,
@@ -87,12 +95,12 @@ def _measure(
 
         tf, log = probe_tf.import_tensorflow()
         state["tf"] = tf
-        rec["cpu"]["tf_not_compiled_for"] = probe_tf.parse_not_compiled_for(log)
-        rec["software"].update(probe_tf.build_info(tf))
-        rec["settings"]["tf32"] = probe_tf.tf32_enabled(tf)
+        rec.cpu.tf_not_compiled_for = probe_tf.parse_not_compiled_for(log)
+        rec.software = msgspec.structs.replace(rec.software, **probe_tf.build_info(tf))
+        rec.settings.tf32 = probe_tf.tf32_enabled(tf)
     import keras
 
-    rec["software"]["keras"] = keras.__version__
+    rec.software.keras = keras.__version__
     import_s = time.perf_counter() - t0
 
     keras.utils.set_random_seed(0)
@@ -100,8 +108,8 @@ def _measure(
     model = blog.build_model(p.image_size)
     state["model"] = model
     blog.compile_model(model, p.jit_compile)
-    rec["model"] = {"name": p.model, "parameters": int(model.count_params())}
-    rec["settings"].update(_dtype_settings(model, p.policy))
+    rec.model = ModelInfo(name=p.model, parameters=int(model.count_params()))
+    _dtype_settings(rec.settings, model, p.policy)
 
     if p.synthetic:
         ds = data.synthetic(p.batch_size, p.image_size, blog.NUM_CLASSES, backend_name())
@@ -124,33 +132,30 @@ def _measure(
     stats = summarize(parts["timed"])
     flops = blog.train_flops_per_image(p.image_size)
     images_per_s = p.batch_size * 1000.0 / stats["median"]
-    rec["settings"]["jit_compile"] = bool(model.jit_compile)
-    rec["metrics"] = {
-        "step_ms": stats,
-        "images_per_s": round(images_per_s, 3),
-        "first_step_ms": round(parts["first_step_s"] * 1000.0, 3),
-        "warmup_ms": round(parts["warmup_s"] * 1000.0, 3),
-        "startup_s": round(parts["first_timed_start"] + wall_minus_perf - started_at, 3),
-        "import_s": round(import_s, 3),
-        "loss_first": log_.step_loss(p.warmup_steps),
-        "loss_last": log_.step_loss(total - 1),
-        "loss_scale": _loss_scale(model),
-        "train_flops_per_image": flops,
-        "achieved_tflops": round(flops * images_per_s / 1e12, 6),
-        "gpu_util_pct": None,
-    }
+    rec.settings.jit_compile = bool(model.jit_compile)
+    rec.metrics = Metrics(
+        step_ms=StepStats(**stats),
+        images_per_s=round(images_per_s, 3),
+        first_step_ms=round(parts["first_step_s"] * 1000.0, 3),
+        warmup_ms=round(parts["warmup_s"] * 1000.0, 3),
+        startup_s=round(parts["first_timed_start"] + wall_minus_perf - started_at, 3),
+        import_s=round(import_s, 3),
+        loss_first=log_.step_loss(p.warmup_steps),
+        loss_last=log_.step_loss(total - 1),
+        loss_scale=_loss_scale(model),
+        train_flops_per_image=flops,
+        achieved_tflops=round(flops * images_per_s / 1e12, 6),
+    )
 
 
-def _dtype_settings(model: Any, policy: str) -> dict[str, Any]:
+def _dtype_settings(settings: Settings, model: Any, policy: str) -> None:
     import keras
 
     first = model.layers[0]
-    return {
-        "compute_dtype": str(first.compute_dtype),
-        "variable_dtype": str(first.kernel.dtype),
-        "loss_scaling": isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer),
-        "pure_float16": policy == "float16",
-    }
+    settings.compute_dtype = str(first.compute_dtype)
+    settings.variable_dtype = str(first.kernel.dtype)
+    settings.loss_scaling = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    settings.pure_float16 = policy == "float16"
 
 
 def _loss_scale(model: Any) -> float | None:
@@ -162,17 +167,8 @@ def _loss_scale(model: Any) -> float | None:
     return float(keras.ops.convert_to_numpy(opt.dynamic_scale))
 
 
-def _gpu_util(rec: dict[str, Any], state: dict[str, Any]) -> None:
-    """The median NVML utilisation of the GPU that ran the timed steps (GPU runs only)."""
-    sampler, window = state.get("util"), state.get("timed_window")
-    if sampler is None or window is None or rec["device"].get("kind") != "gpu":
-        return
-    metrics = rec.setdefault("metrics", {})
-    metrics["gpu_util_pct"] = sampler.median_pct(*window, uuid=rec["device"].get("uuid"))
-
-
-def _probe_device(rec: dict[str, Any], state: dict[str, Any], cpu: dict[str, Any]) -> None:
-    """Device and peak memory; never turns a measured record into a failure."""
+def _probe_device(rec: Record, state: dict[str, Any]) -> None:
+    """Device, GPU utilisation and peak memory; never turns a measured record into a failure."""
     try:
         nvml, driver = probe.nvml_gpus()
         tf, model = state["tf"], state["model"]
@@ -183,15 +179,25 @@ def _probe_device(rec: dict[str, Any], state: dict[str, Any], cpu: dict[str, Any
 
             fw_gpus = probe_tf.accepted_gpus(tf)
             used = probe_tf.variables_on_gpu(model) if model is not None else bool(fw_gpus)
-        rec["device"] = probe.device_record(
-            nvml=nvml, driver=driver, framework_gpus=fw_gpus, used_gpu=used, cpu_model=cpu["model"]
+        rec.device = msgspec.convert(
+            probe.device_record(
+                nvml=nvml,
+                driver=driver,
+                framework_gpus=fw_gpus,
+                used_gpu=used,
+                cpu_model=rec.cpu.model,
+            ),
+            Device,
         )
-        _gpu_util(rec, state)
+        sampler, window = state.get("util"), state.get("timed_window")
+        if sampler is not None and window is not None and rec.device.kind == "gpu":
+            # The median NVML utilisation of the GPU that ran the timed steps.
+            rec.metrics.gpu_util_pct = sampler.median_pct(*window, uuid=rec.device.uuid)
         peak = probe_tf.peak_gpu_memory_bytes(tf) if used and tf is not None else None
-        metrics = rec.setdefault("metrics", {})
         if peak is not None:
-            metrics.update(peak_memory_bytes=peak, peak_memory_kind="gpu")
+            rec.metrics.peak_memory_bytes, rec.metrics.peak_memory_kind = peak, "gpu"
         else:
-            metrics.update(peak_memory_bytes=probe.peak_rss_bytes(), peak_memory_kind="rss")
+            rec.metrics.peak_memory_bytes = probe.peak_rss_bytes()
+            rec.metrics.peak_memory_kind = "rss"
     except Exception as exc:
         print(f"mxbench bench: device probe failed: {exc!r}", file=sys.stderr)

@@ -8,62 +8,58 @@ inside.
 
 from __future__ import annotations
 
-import json
+import inspect
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 
-from mxbench.bench.params import BenchParams, validate
+from mxbench import params
+from mxbench.bench.params import validate
 from mxbench.bench.stdio import stdout_to_stderr, write_line
+from mxbench.params import Params
+from mxbench.results import encode
 
 _IMPORTED_AT = time.time()
 
 
-def bench(
-    model: str = typer.Option("blog-cnn", help="Benchmark model (blog-cnn: the published CNN)."),
-    policy: str = typer.Option(
-        "float32", help="Dtype policy: float32, mixed_float16, mixed_bfloat16, float16 (pure)."
-    ),
-    batch_size: int = typer.Option(32, "--batch-size", help="Images per training step."),
-    image_size: int = typer.Option(256, "--image-size", help="Input side in pixels (>= 16)."),
-    steps: int = typer.Option(50, help="Timed training steps."),
-    warmup_steps: int = typer.Option(5, "--warmup-steps", help="Untimed steps first."),
-    data: str = typer.Option(
-        "synthetic", help="'synthetic', or a directory in Imagenette layout (train/<class>/)."
-    ),
-    jit_compile: str = typer.Option("auto", "--jit-compile", help="XLA: auto, on or off."),
-) -> None:
+def bench(**options: Any) -> None:
     """Measure one cell (one fresh process) and print one JSON result record on stdout."""
-    params = validate(
-        BenchParams(
-            model=model,
-            policy=policy,
-            batch_size=batch_size,
-            image_size=image_size,
-            data=data,
-            warmup_steps=warmup_steps,
-            steps=steps,
-            jit_compile=jit_compile,
-        )
-    )
+    params = validate(Params(**options))
     from mxbench.bench.cell import run_cell
     from mxbench.bench.probe import process_start_time
 
     started = process_start_time() or _IMPORTED_AT
     with stdout_to_stderr() as real_stdout, _progress(params) as on_step:
         record = run_cell(params, started_at=started, on_step=on_step)
-        write_line(real_stdout, json.dumps(record, default=str))
-    status = record["status"]
-    median = record.get("metrics", {}).get("step_ms", {}).get("median")
-    summary = f"{params.policy} bs={params.batch_size} {params.image_size}px: {status}"
-    typer.echo(summary + (f", median {median:.2f} ms/step" if median else ""), err=True)
+        write_line(real_stdout, encode(record).decode().rstrip("\n"))
+    step = record.step
+    summary = f"{params.policy} bs={params.batch_size} {params.image_size}px: {record.status}"
+    typer.echo(summary + (f", median {step.median:.2f} ms/step" if step else ""), err=True)
+
+
+def _option(f: params.Field) -> inspect.Parameter:
+    """The typer option of one parameter, from its declaration in :class:`Params`."""
+    assert f.spec.flag is not None
+    return inspect.Parameter(
+        f.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(f.default, f.spec.flag, help=f.spec.help, min=f.ge, max=f.le),
+        annotation=f.type,
+    )
+
+
+# typer reads the options from the signature: one per parameter that has a bench flag.
+bench.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [_option(f) for f in params.fields() if f.spec.flag], return_annotation=None
+)
 
 
 @contextmanager
-def _progress(params: BenchParams) -> Iterator[Callable[[int], None] | None]:
+def _progress(params: Params) -> Iterator[Callable[[int], None] | None]:
     """A rich progress bar on an interactive stderr; nothing (and no cost) otherwise."""
     if not sys.stderr.isatty():
         yield None

@@ -5,10 +5,14 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from mxbench.errors import MxbenchError
+
+if TYPE_CHECKING:
+    from mxbench.cells import Cell
 
 
 def run(
@@ -105,25 +109,26 @@ def run(
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
 
 
-def _print_plan(cells: list) -> None:
+def _print_plan(cells: list[Cell]) -> None:
+    """One row per cell: where it runs, the parameters that have a plan column, its key."""
     from rich.console import Console
     from rich.table import Table
 
+    from mxbench import params
+
+    shown = [f for f in params.fields() if f.spec.column]
+    if not any(c.params.repeat is not None for c in cells):
+        shown = [f for f in shown if f.spec.role != "repeat"]
     table = Table(title=f"mxbench plan: {len(cells)} cell(s)", title_justify="left")
-    for col in ("host", "engine", "image", "policy", "batch", "px", "steps", "data", "key"):
-        table.add_column(col, justify="right" if col in ("batch", "px", "steps") else "left")
+    for col in ("host", "engine", "image"):
+        table.add_column(col)
+    for f in shown:
+        table.add_column(f.spec.column, justify="right" if f.type is int else "left")
+    table.add_column("key")
     for c in cells:
-        p = c.params
+        values = [getattr(c.params, f.name) for f in shown]
         table.add_row(
-            c.host,
-            c.engine,
-            c.image or "-",
-            p["policy"],
-            str(p["batch_size"]),
-            str(p["image_size"]),
-            f"{p['warmup_steps']}+{p['steps']}",
-            p["data"],
-            c.key,
+            c.host, c.engine, c.image or "-", *("-" if v is None else str(v) for v in values), c.key
         )
     Console(width=max(120, Console().width)).print(table)
     print(f"{len(cells)} cell(s)")

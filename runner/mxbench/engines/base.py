@@ -18,9 +18,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import msgspec
+
 from mxbench.cells import Cell
 from mxbench.matrix import Matrix
-from mxbench.results import new_record, parse_bench_output, tail
+from mxbench.results import Image, Record, Status, new_record, parse_bench_output, tail
 
 
 class EngineUnavailable(Exception):
@@ -46,7 +48,7 @@ class Outcome:
     wall_s: float = 0.0
     timed_out: bool = False
     oom_killed: bool = False  # killed by the kernel / cgroup / scheduler for memory
-    status: str | None = None  # an engine-decided status (e.g. "unsupported", "timeout")
+    status: Status | None = None  # an engine-decided status (e.g. "unsupported", "timeout")
     reason: str | None = None  # why, when status is set
     image: dict[str, Any] | None = None  # {"name", "id", "labels"} for containerised runs
     extra: dict[str, Any] = field(default_factory=dict)  # engine details (job id, container)
@@ -80,27 +82,28 @@ class Engine(ABC):
         return ""
 
 
-def to_record(cell: Cell, outcome: Outcome) -> dict[str, Any]:
+def to_record(cell: Cell, outcome: Outcome) -> Record:
     """The result record for one attempt, whatever happened."""
-    image = {"name": cell.image, "id": None}
+    image = Image(name=cell.image)
     if outcome.image:
-        image.update(outcome.image)
-    stamp = {"cell": cell.key, "host": cell.host, "engine": cell.engine, "image": image}
-
+        image = msgspec.convert({"name": cell.image, **outcome.image}, Image)
     parsed = parse_bench_output(outcome.stdout) if outcome.stdout else None
     if parsed is not None and not outcome.timed_out and outcome.status is None:
-        record = parsed
-        record.update(stamp)
-        record["params"] = {**cell.params, **(record.get("params") or {})}
+        record = msgspec.structs.replace(
+            parsed, cell=cell.key, host=cell.host, engine=cell.engine, image=image,
+            params=cell.params,
+        )  # fmt: skip
     else:
         status, error = _failure(cell, outcome)
-        record = new_record(params=cell.params, status=status, error=error, **stamp)
-    record.setdefault("run", {})
-    record["run"].update({"wall_s": round(outcome.wall_s, 3), **outcome.extra})
+        record = new_record(
+            params=cell.params, status=status, error=error, cell=cell.key, host=cell.host,
+            engine=cell.engine, image=image,
+        )  # fmt: skip
+    record.run = {**record.run, "wall_s": round(outcome.wall_s, 3), **outcome.extra}
     return record
 
 
-def _failure(cell: Cell, o: Outcome) -> tuple[str, str]:
+def _failure(cell: Cell, o: Outcome) -> tuple[Status, str]:
     if o.status:
         return o.status, o.reason or o.status
     if o.timed_out:

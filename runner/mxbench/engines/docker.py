@@ -184,7 +184,7 @@ class DockerEngine(Engine):
             command=cell.bench_args(),
             environment=dict(self.host.env),
             device_requests=device_requests(self.host.gpus),
-            volumes=data_mount(str(cell.params["data"])),
+            volumes=data_mount(cell.params.data),
             labels={"io.mxbench.cell": cell.key, "io.mxbench.host": cell.host},
             detach=True,
         )

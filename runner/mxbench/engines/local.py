@@ -44,7 +44,7 @@ class LocalEngine(Engine):
         if self.host.python and not shutil.which(self.host.python):
             raise EngineUnavailable(f"python interpreter {self.host.python!r} not found")
         for cell in cells:
-            data = cell.params.get("data", "synthetic")
+            data = cell.params.data
             if data != "synthetic" and not os.path.isdir(data):
                 raise EngineUnavailable(f"data directory {data!r} does not exist on this host")
 

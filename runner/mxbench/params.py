@@ -1,0 +1,184 @@
+"""The cell parameters, declared once.
+
+:class:`Params` is the single definition of what one cell measures: each field's type,
+bounds and default, and (in its :class:`Spec`) its help text, its ``mxbench bench`` flag, its
+column in the plan and the CSV, and its role in a report table. Everything else derives
+from it: the matrix schema (``benchmark:`` one value, ``axes:`` a list), the options of
+``mxbench bench``, the cell key, the ``--dry-run`` plan, the record's ``params`` (the same
+type, decoded by the report), the tables' setup and the DataFrame's columns. A new
+parameter is one field here plus the code that uses it.
+
+Light on purpose: the bench imports it inside images (msgspec only; no pydantic, no typer).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from functools import cache
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+Model = Literal["blog-cnn"]
+Policy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16"]
+JitCompile = Literal["auto", "on", "off"]
+MODELS: tuple[str, ...] = typing.get_args(Model)
+POLICIES: tuple[str, ...] = typing.get_args(Policy)
+JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
+BASELINE = "float32"
+SYNTHETIC = "synthetic"
+# The smallest input the model accepts: three stride-2 convolutions with kernels up to 11.
+MIN_IMAGE_SIZE = 16
+# Upper bounds: far beyond any real run, low enough that a typo (an extra zero or three)
+# is caught at load time instead of allocating for hours.
+MAX_BATCH_SIZE = 65536
+MAX_IMAGE_SIZE = 8192
+MAX_STEPS = 1_000_000
+
+Role = Literal["slot", "setup", "precision", "repeat"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How a parameter shows up beyond its type.
+
+    ``role``: ``slot`` places a record inside a table (policy, batch size); ``setup`` chooses
+    the table (a different value is a different experiment); ``precision`` changes how
+    precisely a cell is measured, not what (steps); ``repeat`` tells attempts apart.
+    ``flag``: the ``mxbench bench`` option (None: not a bench option). ``column``: the
+    heading in the ``--dry-run`` plan (None: not shown). ``axis``: the default list of values
+    when the matrix names the parameter nowhere (the experiment's sweep), else one default.
+    """
+
+    help: str
+    role: Role = "setup"
+    flag: str | None = None
+    column: str | None = None
+    axis: tuple[Any, ...] | None = None
+
+
+class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
+    """What one cell measures. Defaults are the published experiment's."""
+
+    model: Annotated[Model, Spec("Benchmark model (blog-cnn: the published CNN).",
+                                 flag="--model")] = "blog-cnn"  # fmt: skip
+    policy: Annotated[
+        Policy,
+        Spec("Keras dtype policy; float16 is pure float16 (no float32 master weights, no loss "
+             "scaling).", role="slot", flag="--policy", column="policy",
+             axis=("float32", "mixed_float16")),
+    ] = "float32"  # fmt: skip
+    batch_size: Annotated[
+        int,
+        Meta(ge=1, le=MAX_BATCH_SIZE),
+        Spec("Images per training step.", role="slot", flag="--batch-size", column="batch",
+             axis=(32, 64, 128, 256, 512)),
+    ] = 32  # fmt: skip
+    image_size: Annotated[
+        int,
+        Meta(ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE),
+        Spec(f"Input side in pixels (at least {MIN_IMAGE_SIZE}: three stride-2 convolutions).",
+             flag="--image-size", column="px"),
+    ] = 256  # fmt: skip
+    data: Annotated[
+        str,
+        Meta(min_length=1, max_length=4096),
+        Spec("'synthetic', or a directory in Imagenette layout (train/<class>/*.jpg).",
+             flag="--data", column="data"),
+    ] = SYNTHETIC  # fmt: skip
+    warmup_steps: Annotated[
+        int,
+        Meta(ge=0, le=MAX_STEPS),
+        Spec("Untimed steps first (tracing, compilation, autotuning).", role="precision",
+             flag="--warmup-steps", column="warmup"),
+    ] = 5  # fmt: skip
+    steps: Annotated[
+        int,
+        Meta(ge=1, le=MAX_STEPS),
+        Spec("Timed training steps.", role="precision", flag="--steps", column="steps"),
+    ] = 50
+    jit_compile: Annotated[
+        JitCompile,
+        Spec("XLA compilation: auto (Keras decides), on or off.", flag="--jit-compile",
+             column="jit"),
+    ] = "auto"  # fmt: skip
+    repeat: Annotated[
+        Annotated[int, Meta(ge=0)] | None,
+        Spec("Which repetition of the cell (matrix benchmark.repeats > 1).", role="repeat",
+             column="rep"),
+    ] = None  # fmt: skip
+
+    @property
+    def synthetic(self) -> bool:
+        return self.data == SYNTHETIC
+
+    def key_fields(self) -> dict[str, Any]:
+        """The fields that identify the cell (its key): every field that is set."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+    def bench_args(self) -> list[str]:
+        """``mxbench bench`` options that measure these params."""
+        out: list[str] = []
+        for f in fields():
+            value = getattr(self, f.name)
+            if f.spec.flag and value is not None:
+                out += [f.spec.flag, str(value)]
+        return out
+
+
+@dataclass(frozen=True)
+class Field:
+    """One parameter: the struct field with its type, bounds, default and :class:`Spec`."""
+
+    name: str
+    type: Any  # the Python type (int, str, a Literal), without Annotated metadata
+    default: Any
+    spec: Spec
+    ge: int | None = None
+    le: int | None = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def values(self) -> tuple[Any, ...]:
+        """Values used when a matrix does not name the parameter."""
+        return self.spec.axis if self.spec.axis is not None else (self.default,)
+
+
+@cache
+def fields() -> tuple[Field, ...]:
+    """The parameters, in declaration order (the order cells are expanded in)."""
+    hints = typing.get_type_hints(Params, include_extras=True)
+    out = []
+    for f in msgspec.structs.fields(Params):
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        base, meta = args[0], args[1:]
+        spec = next(m for m in meta if isinstance(m, Spec))
+        bounds = next((m for m in meta if isinstance(m, Meta)), None)
+        union = typing.get_origin(base) in (typing.Union, types.UnionType)
+        inner = next(a for a in typing.get_args(base) if a is not type(None)) if union else base
+        choices = typing.get_args(inner) if typing.get_origin(inner) is Literal else None
+        out.append(
+            Field(
+                name=f.name,
+                type=base,
+                default=f.default,
+                spec=spec,
+                ge=getattr(bounds, "ge", None),
+                le=getattr(bounds, "le", None),
+                choices=choices,
+            )
+        )
+    return tuple(out)
+
+
+def field(name: str) -> Field:
+    return next(f for f in fields() if f.name == name)
+
+
+def names(*roles: Role) -> tuple[str, ...]:
+    """Names of the parameters with these roles (all when none given)."""
+    return tuple(f.name for f in fields() if not roles or f.spec.role in roles)
