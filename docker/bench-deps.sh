@@ -5,7 +5,7 @@
 set -eu
 tf="$1"
 pip="/opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check -q"
-$pip "$tf" "keras>=3.3" "psutil>=5.9" "nvidia-ml-py>=12" "typer>=0.12" "rich>=13"
+$pip "$tf" "msgspec>=0.18" "keras>=3.3" "psutil>=5.9" "nvidia-ml-py>=12" "typer>=0.12" "rich>=13"
 /opt/venv/bin/python - <<'PY'
 import importlib.metadata as md
 for dist in ("tensorflow", "tensorflow-cpu", "tf-nightly"):

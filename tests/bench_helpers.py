@@ -15,7 +15,7 @@ _GUARDED_MAIN = """
 import sys
 class _Block:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {"docker", "pandas", "matplotlib"}:
+        if name.split(".")[0] in {"docker", "pandas", "matplotlib", "yaml"}:
             raise ImportError(f"mxbench bench imported {name}")
 sys.meta_path.insert(0, _Block())
 from mxbench.cli import main

@@ -20,13 +20,8 @@ from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
 from mxbench.bench.probe_tf import parse_not_compiled_for
 from mxbench.bench.timing import StepLog, split, summarize
 from mxbench.errors import UsageError
-
-
-def test_limits_match_the_matrix_schema() -> None:
-    from mxbench import matrix
-
-    assert bp.MIN_IMAGE_SIZE == matrix.MIN_IMAGE_SIZE
-    assert bp.POLICIES == matrix.POLICIES
+from mxbench.params import Params
+from mxbench.results import Device, new_record
 
 
 @pytest.mark.parametrize(
@@ -44,21 +39,21 @@ def test_limits_match_the_matrix_schema() -> None:
 )
 def test_bad_arguments_name_the_option(change: dict, needle: str) -> None:
     with pytest.raises(UsageError) as err:
-        bp.validate(bp.BenchParams(**change))
+        bp.validate(Params(**change))
     assert needle in str(err.value)
     assert "\n" not in str(err.value)
 
 
 def test_data_dir_needs_train_images(tmp_path) -> None:
     with pytest.raises(UsageError, match="no train/ folder"):
-        bp.validate(bp.BenchParams(data=str(tmp_path)))
+        bp.validate(Params(data=str(tmp_path)))
     (tmp_path / "train" / "n01").mkdir(parents=True)
     with pytest.raises(UsageError, match="no images under train"):
-        bp.validate(bp.BenchParams(data=str(tmp_path)))
+        bp.validate(Params(data=str(tmp_path)))
 
 
 def test_defaults_are_the_experiments() -> None:
-    p = bp.validate(bp.BenchParams())
+    p = bp.validate(Params())
     assert (p.image_size, p.warmup_steps, p.steps, p.data) == (256, 5, 50, "synthetic")
 
 
@@ -270,12 +265,14 @@ def test_gpu_util_is_recorded_for_gpu_runs_only() -> None:
     sampler._handles = {"GPU-0": 0}
     sampler.samples = [(1.0, {"GPU-0": 55}), (1.1, {"GPU-0": 65})]
     state = {"util": sampler, "timed_window": (1.0, 1.1)}
-    gpu = {"metrics": {}, "device": {"kind": "gpu", "uuid": "GPU-0"}}
+    gpu = new_record(params=Params(), status="ok")
+    gpu.device = Device(kind="gpu", uuid="GPU-0")
     _gpu_util(gpu, state)
-    assert gpu["metrics"]["gpu_util_pct"] == 60.0
-    cpu = {"metrics": {"gpu_util_pct": None}, "device": {"kind": "cpu", "uuid": None}}
+    assert gpu.metrics.gpu_util_pct == 60.0
+    cpu = new_record(params=Params(), status="ok")
+    cpu.device = Device(kind="cpu")
     _gpu_util(cpu, state)  # a GPU was there, but TensorFlow ran on the CPU
-    assert cpu["metrics"]["gpu_util_pct"] is None
+    assert cpu.metrics.gpu_util_pct is None
 
 
 def test_flops_match_the_published_estimate() -> None:

@@ -10,7 +10,19 @@ from pathlib import Path
 from mxbench.cells import expand
 from mxbench.engines.base import Outcome, to_record
 from mxbench.matrix import parse_matrix
-from mxbench.results import SCHEMA, BadLine, ResultStore, new_record, parse_bench_output
+from mxbench.params import Params
+from mxbench.results import (
+    SCHEMA,
+    BadLine,
+    Metrics,
+    ResultStore,
+    StepStats,
+    decode,
+    encode,
+    new_record,
+    parse_bench_output,
+    read_records,
+)
 
 MATRIX = parse_matrix(
     "hosts:\n  - name: box\n    engine: local\naxes:\n  policy: [float32]\n  batch_size: [8]\n"
@@ -21,8 +33,8 @@ CELL = expand(MATRIX)[0]
 def _writer(root: str, tag: str, n: int) -> None:
     store = ResultStore(root)
     for i in range(n):
-        rec = new_record(params={"i": i, "pad": tag * 20000}, status="ok", cell=f"{tag}{i}")
-        rec["host"] = "shared"
+        rec = new_record(params=Params(), status="ok", cell=f"{tag}{i}", host="shared")
+        rec.error = tag * 20000
         store.append(rec)
 
 
@@ -44,47 +56,95 @@ def test_latest_record_decides_resume(tmp_path: Path) -> None:
     store = ResultStore(tmp_path)
     for cell, status in [("c1", "error"), ("c1", "ok"), ("c2", "ok"), ("c2", "timeout"),
                          ("c3", "oom"), ("c4", "unsupported")]:  # fmt: skip
-        store.append(new_record(params={}, status=status, cell=cell, host="h"))
+        store.append(new_record(params=Params(), status=status, cell=cell, host="h"))
     assert store.done_cells() == {"c1", "c3"}
 
 
 def test_bad_lines_are_reported_and_skipped(tmp_path: Path) -> None:
     path = tmp_path / "h.jsonl"
-    good = json.dumps(new_record(params={}, status="ok", cell="x", host="h"))
-    path.write_text(good + "\n{truncated\n[1, 2]\n\n" + good + "\n")
+    good = encode(new_record(params=Params(), status="ok", cell="x", host="h")).decode()
+    typo = good.replace('"batch_size":32', '"batch_size":"32"')
+    path.write_text(good + "{truncated\n[1, 2]\n\n" + typo + good)
     bad: list[BadLine] = []
-    recs = list(ResultStore(tmp_path).records(bad))
-    assert len(recs) == 2
-    assert [(b.path.name, b.lineno) for b in bad] == [("h.jsonl", 2), ("h.jsonl", 3)]
+    recs = list(read_records(path, bad))
+    assert [n for n, _ in recs] == [1, 6]
+    assert [(b.path.name, b.lineno) for b in bad] == [
+        ("h.jsonl", 2), ("h.jsonl", 3), ("h.jsonl", 5)
+    ]  # fmt: skip
+    assert bad[0].reason.startswith("not JSON")
+    assert "$.params.batch_size" in bad[2].reason
 
 
 def test_bench_record_found_after_stray_stdout() -> None:
-    rec = new_record(params={"a": 1}, status="ok")
-    out = "some library said hello\n{not json}\n" + json.dumps(rec) + "\n"
+    rec = new_record(params=Params(), status="ok")
+    out = "some library said hello\n{not json}\n" + encode(rec).decode()
     assert parse_bench_output(out) == rec
     assert parse_bench_output('{"schema": "other"}\n') is None
 
 
 def test_outcome_with_record_is_stamped() -> None:
-    bench = new_record(params={"policy": "float32"}, status="ok")
-    bench["metrics"] = {"step_ms": {"median": 5.0, "p25": 4.0, "p75": 6.0, "n": 3}}
-    rec = to_record(CELL, Outcome(returncode=0, stdout=json.dumps(bench) + "\n", wall_s=1.5))
-    assert rec["schema"] == SCHEMA
-    assert (rec["cell"], rec["host"], rec["engine"]) == (CELL.key, "box", "local")
-    assert rec["params"]["batch_size"] == 8 and rec["status"] == "ok"
-    assert rec["run"]["wall_s"] == 1.5
+    bench = new_record(params=Params(batch_size=8), status="ok")
+    bench.metrics = Metrics(step_ms=StepStats(median=5.0, p25=4.0, p75=6.0, n=3))
+    rec = to_record(CELL, Outcome(returncode=0, stdout=encode(bench).decode(), wall_s=1.5))
+    assert rec.schema == SCHEMA
+    assert (rec.cell, rec.host, rec.engine) == (CELL.key, "box", "local")
+    assert rec.params.batch_size == 8 and rec.status == "ok"
+    assert rec.run["wall_s"] == 1.5 and rec.metrics == bench.metrics
 
 
 def test_failures_become_records() -> None:
     timeout = to_record(CELL, Outcome(returncode=-9, stderr="x\nstuck", timed_out=True))
-    assert timeout["status"] == "timeout" and "stuck" in timeout["error"]
+    assert timeout.status == "timeout" and "stuck" in (timeout.error or "")
     killed = to_record(CELL, Outcome(returncode=-signal.SIGKILL, stderr="loading"))
-    assert killed["status"] == "oom"
+    assert killed.status == "oom"
     crash = to_record(CELL, Outcome(returncode=1, stderr="Traceback...\nValueError: boom"))
-    assert crash["status"] == "error" and "ValueError: boom" in crash["error"]
+    assert crash.status == "error" and "ValueError: boom" in (crash.error or "")
     silent = to_record(CELL, Outcome(returncode=0, stdout="nothing useful"))
-    assert silent["status"] == "error" and "no result record" in silent["error"]
+    assert silent.status == "error" and "no result record" in (silent.error or "")
     unsupported = to_record(CELL, Outcome(returncode=None, status="unsupported", reason="no GPU"))
-    assert (unsupported["status"], unsupported["error"]) == ("unsupported", "no GPU")
+    assert (unsupported.status, unsupported.error) == ("unsupported", "no GPU")
     for rec in (timeout, killed, crash, silent, unsupported):
-        assert rec["cell"] == CELL.key and rec["params"] == CELL.params
+        assert rec.cell == CELL.key and rec.params == CELL.params
+
+
+def test_docs_record_md_is_generated_from_the_type() -> None:
+    from mxbench.record_doc import render
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "record.md"
+    assert doc.read_text(encoding="utf-8") == render(), (
+        "docs/record.md is out of date: python -m mxbench.record_doc > docs/record.md"
+    )
+
+
+def test_records_of_earlier_versions_still_load() -> None:
+    # A line exactly as mxbench wrote it before the record became a type (commit ae84a5e),
+    # and the transcribed published records (fewer params, no cpu/software).
+    old = (
+        '{"schema": "mxbench.result/1", "cell": "40dc925c236dcb3d", "time": '
+        '"2026-11-21T12:00:00+00:00", "host": "local", "engine": "local", "image": {"name": '
+        'null, "id": null}, "params": {"model": "blog-cnn", "policy": "float32", "batch_size": '
+        '8, "image_size": 64, "data": "synthetic", "warmup_steps": 2, "steps": 10, '
+        '"jit_compile": "auto"}, "status": "ok", "metrics": {"step_ms": {"median": 50.1, '
+        '"p25": 49.0, "p75": 51.2, "mean": 50.3, "min": 48.7, "max": 55.0, "n": 10}, '
+        '"images_per_s": 159.7, "first_step_ms": 2100.0, "warmup_ms": 2150.0, "startup_s": '
+        '7.1, "import_s": 4.0, "loss_first": 2.3, "loss_last": 2.2, "loss_scale": null, '
+        '"train_flops_per_image": 137387520, "achieved_tflops": 0.02, "gpu_util_pct": null, '
+        '"peak_memory_bytes": 737320960, "peak_memory_kind": "rss"}, "device": {"kind": "cpu", '
+        '"name": "AMD EPYC", "compute_capability": null, "memory_bytes": null, "driver": null, '
+        '"uuid": null, "used_by_tf": null, "present_gpus": [], "cc_source": null}, "cpu": '
+        '{"model": "AMD EPYC", "arch": "x86_64", "cores": 2, "logical_cpus": 2, "flags": '
+        '["avx2", "fma"], "tf_not_compiled_for": ["AVX2", "FMA"]}, "software": {"python": '
+        '"3.11.7", "backend": "tensorflow", "mxbench": "0.1.0", "tensorflow": "2.21.0"}, '
+        '"settings": {"onednn": null, "xla_flags": null, "tf32_override": null, "policy": '
+        '"float32", "tf32": true, "jit_compile": false}, "model": {"name": "blog-cnn", '
+        '"parameters": 1096394}, "run": {"wall_s": 9.2, "pid": 123}, "error": null}'
+    )
+    rec = decode(old)
+    assert rec.problem() is None and rec.step is not None and rec.step.median == 50.1
+    assert rec.params == Params(batch_size=8, image_size=64, warmup_steps=2, steps=10)
+    assert rec.cpu.tf_not_compiled_for == ["AVX2", "FMA"] and rec.run["pid"] == 123
+    published = Path(__file__).resolve().parents[1] / "examples" / "published"
+    bad: list[BadLine] = []
+    recs = [r for f in sorted(published.glob("*.jsonl")) for _, r in read_records(f, bad)]
+    assert not bad and len(recs) > 20 and all(r.problem() is None for r in recs)
+    assert {r.device.compute_capability for r in recs} == {"5.2", "6.1", "7.0"}

@@ -40,7 +40,9 @@ class Cell:
         return f"{self.host}{img} {p.policy} bs={p.batch_size}{rep}"
 
 
-def cell_key(host: str, image: str | None, image_spec: dict | None, params: Params) -> str:
+def cell_key(
+    host: str, image: str | None, image_spec: dict[str, Any] | None, params: Params
+) -> str:
     """A hash of what the cell measures. Params that are not set (``repeat`` of a matrix
     without repeats) are left out, so keys stay stable when a parameter is added."""
     ident = {"host": host, "image": image, "image_spec": image_spec,

@@ -43,8 +43,14 @@ Positive = Annotated[float, Meta(gt=0, lt=1e15)]
 Count = Annotated[int, Meta(ge=0)]
 
 
-class _Part(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A sub-object: unset fields are left out of the line, and read back as their default."""
+def Doc(text: str) -> Meta:
+    """A field's description: it goes into docs/record.md (:mod:`mxbench.record_doc`)."""
+    return Meta(description=text)
+
+
+class _Part(msgspec.Struct, kw_only=True):
+    """A sub-object of the record. Every field is written (null when unknown); a line that
+    lacks one (an older mxbench, a hand-made record) reads it back as its default."""
 
 
 class StepStats(_Part):
@@ -62,17 +68,25 @@ class StepStats(_Part):
 class Metrics(_Part):
     step_ms: StepStats | None = None
     images_per_s: Positive | None = None
-    first_step_ms: float | None = None  # the first warm-up step (tracing, compilation)
-    warmup_ms: float | None = None  # all warm-up steps together
-    startup_s: float | None = None  # process start -> first timed step
-    import_s: float | None = None  # importing the framework
-    loss_first: float | None = None  # training loss at the first / last timed step
+    first_step_ms: Annotated[float | None, Doc("the first warm-up step (tracing, compilation)")] = (
+        None
+    )
+    warmup_ms: Annotated[float | None, Doc("all warm-up steps together")] = None
+    startup_s: Annotated[float | None, Doc("process start -> first timed step")] = None
+    import_s: Annotated[float | None, Doc("importing the framework")] = None
+    loss_first: Annotated[float | None, Doc("training loss at the first / last timed step")] = None
     loss_last: float | None = None
-    loss_scale: float | None = None  # final dynamic loss scale (mixed_float16), else null
+    loss_scale: Annotated[
+        float | None, Doc("final dynamic loss scale (mixed_float16), else null")
+    ] = None
     peak_memory_bytes: Count | None = None
     peak_memory_kind: Literal["gpu", "rss"] | None = None
-    gpu_util_pct: Annotated[float, Meta(ge=0, le=100)] | None = None  # NVML median, timed steps
-    train_flops_per_image: float | None = None  # analytic, forward + backward (~3x forward)
+    gpu_util_pct: Annotated[
+        Annotated[float, Meta(ge=0, le=100)] | None, Doc("NVML median, timed steps")
+    ] = None
+    train_flops_per_image: Annotated[
+        float | None, Doc("analytic, forward + backward (~3x forward)")
+    ] = None
     achieved_tflops: float | None = None
 
 
@@ -87,37 +101,46 @@ class Device(_Part):
 
     kind: Literal["gpu", "cpu"] | None = None
     name: str | None = None
-    compute_capability: str | None = None  # "7.0"; null for CPUs
+    compute_capability: Annotated[str | None, Doc('"7.0"; null for CPUs')] = None
     memory_bytes: Count | None = None
     driver: str | None = None
     uuid: str | None = None
-    used_by_tf: bool | None = None  # false: a GPU is present, the framework ran on the CPU
+    used_by_tf: Annotated[
+        bool | None, Doc("false: a GPU is present, the framework ran on the CPU")
+    ] = None
     present_gpus: list[PresentGpu] = []
     cc_source: Literal["nvml", "tensorflow"] | None = None
-    cc_framework: str | None = None  # the framework's own CC when it disagrees with NVML
+    cc_framework: Annotated[
+        str | None, Doc("the framework's own CC when it disagrees with NVML")
+    ] = None
 
 
 class Cpu(_Part):
     model: str | None = None
-    arch: str | None = None  # platform.machine(): x86_64, aarch64, ...
-    cores: Count | None = None  # usable by this process
+    arch: Annotated[str | None, Doc("platform.machine(): x86_64, aarch64, ...")] = None
+    cores: Annotated[Count | None, Doc("usable by this process")] = None
     logical_cpus: Count | None = None
-    # The ISA extensions that matter for training speed (mxbench.bench.probe.ISA_FLAGS).
-    flags: list[str] = []
-    # What TF's cpu_feature_guard says the binary was not compiled for; null if unknown.
-    tf_not_compiled_for: list[str] | None = None
+    flags: Annotated[
+        list[str], Doc("The ISA extensions that matter for training speed (probe.ISA_FLAGS).")
+    ] = []
+    tf_not_compiled_for: Annotated[
+        list[str] | None,
+        Doc("What TF's cpu_feature_guard says the binary was not compiled for; null: unknown."),
+    ] = None
 
 
 class Software(_Part):
     python: str | None = None
-    backend: str | None = None  # Keras backend
+    backend: Annotated[str | None, Doc("Keras backend")] = None
     mxbench: str | None = None
     tensorflow: str | None = None
     tf_git_version: str | None = None
     keras: str | None = None
     cuda: str | None = None
     cudnn: str | None = None
-    cuda_compute_capabilities: list[str] | None = None  # what the TF binary was built for
+    cuda_compute_capabilities: Annotated[
+        list[str] | None, Doc("what the TF binary was built for")
+    ] = None
     is_cuda_build: bool | None = None
 
 
@@ -125,11 +148,11 @@ class Settings(_Part):
     """What changes the numbers besides the params."""
 
     policy: str | None = None
-    jit_compile: bool | None = None  # whether Keras really compiled with XLA
+    jit_compile: Annotated[bool | None, Doc("whether Keras really compiled with XLA")] = None
     tf32: bool | None = None
-    onednn: str | None = None  # TF_ENABLE_ONEDNN_OPTS
+    onednn: Annotated[str | None, Doc("TF_ENABLE_ONEDNN_OPTS")] = None
     xla_flags: str | None = None
-    tf32_override: str | None = None  # NVIDIA_TF32_OVERRIDE
+    tf32_override: Annotated[str | None, Doc("NVIDIA_TF32_OVERRIDE")] = None
     compute_dtype: str | None = None
     variable_dtype: str | None = None
     loss_scaling: bool | None = None
@@ -137,10 +160,10 @@ class Settings(_Part):
 
 
 class Image(_Part):
-    name: str | None = None  # the matrix's image name (or a Slurm container image)
-    id: str | None = None  # the Docker image id
-    labels: dict[str, str] = {}  # io.mxbench.* provenance labels
-    runtime: str | None = None  # Slurm container runtime (pyxis, apptainer)
+    name: Annotated[str | None, Doc("the matrix's image name (or a Slurm container image)")] = None
+    id: Annotated[str | None, Doc("the Docker image id")] = None
+    labels: Annotated[dict[str, str], Doc("io.mxbench.* provenance labels")] = {}
+    runtime: Annotated[str | None, Doc("Slurm container runtime (pyxis, apptainer)")] = None
 
 
 class ModelInfo(_Part):
@@ -152,8 +175,8 @@ class Record(msgspec.Struct, kw_only=True):
     """One attempt at one cell: the line ``results/<host>.jsonl`` gets."""
 
     schema: str = SCHEMA
-    cell: str | None = None  # the stable cell key (stamped by the orchestrator)
-    time: str | None = None  # ISO-8601, when the attempt ended
+    cell: Annotated[str | None, Doc("the stable cell key (stamped by the orchestrator)")] = None
+    time: Annotated[str | None, Doc("ISO-8601, when the attempt ended")] = None
     host: str | None = None
     engine: str | None = None
     image: Image = msgspec.field(default_factory=Image)
@@ -165,9 +188,11 @@ class Record(msgspec.Struct, kw_only=True):
     software: Software = msgspec.field(default_factory=Software)
     settings: Settings = msgspec.field(default_factory=Settings)
     model: ModelInfo | None = None
-    run: dict[str, Any] = {}  # wall_s and engine details (container, Slurm job, pid)
-    error: str | None = None  # the message's tail when status is not ok
-    source: str | None = None  # where a record not measured by mxbench comes from
+    run: Annotated[
+        dict[str, Any], Doc("wall_s and engine details (container, Slurm job, pid)")
+    ] = {}
+    error: Annotated[str | None, Doc("the message's tail when status is not ok")] = None
+    source: Annotated[str | None, Doc("where a record not measured by mxbench comes from")] = None
 
     def problem(self) -> str | None:
         """Why this record cannot stand for a cell in a table, or None when it can."""

@@ -64,7 +64,7 @@ def run_cell(
     rec.software = Software(
         python=sys.version.split()[0], backend=backend_name(), mxbench=__version__
     )
-    rec.settings = Settings(**probe.number_settings(), policy=p.policy)
+    rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
     state: dict[str, Any] = {"tf": None, "model": None}
     try:
         _measure(p, rec, state, started_at, on_step)
@@ -134,7 +134,7 @@ def _measure(
     images_per_s = p.batch_size * 1000.0 / stats["median"]
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
-        step_ms=StepStats(**stats),
+        step_ms=msgspec.convert(stats, StepStats),
         images_per_s=round(images_per_s, 3),
         first_step_ms=round(parts["first_step_s"] * 1000.0, 3),
         warmup_ms=round(parts["warmup_s"] * 1000.0, 3),
@@ -167,6 +167,13 @@ def _loss_scale(model: Any) -> float | None:
     return float(keras.ops.convert_to_numpy(opt.dynamic_scale))
 
 
+def _gpu_util(rec: Record, state: dict[str, Any]) -> None:
+    """The median NVML utilisation of the GPU that ran the timed steps (GPU runs only)."""
+    sampler, window = state.get("util"), state.get("timed_window")
+    if sampler is not None and window is not None and rec.device.kind == "gpu":
+        rec.metrics.gpu_util_pct = sampler.median_pct(*window, uuid=rec.device.uuid)
+
+
 def _probe_device(rec: Record, state: dict[str, Any]) -> None:
     """Device, GPU utilisation and peak memory; never turns a measured record into a failure."""
     try:
@@ -189,10 +196,7 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
             ),
             Device,
         )
-        sampler, window = state.get("util"), state.get("timed_window")
-        if sampler is not None and window is not None and rec.device.kind == "gpu":
-            # The median NVML utilisation of the GPU that ran the timed steps.
-            rec.metrics.gpu_util_pct = sampler.median_pct(*window, uuid=rec.device.uuid)
+        _gpu_util(rec, state)
         peak = probe_tf.peak_gpu_memory_bytes(tf) if used and tf is not None else None
         if peak is not None:
             rec.metrics.peak_memory_bytes, rec.metrics.peak_memory_kind = peak, "gpu"

@@ -41,7 +41,7 @@ def synthetic(batch_size: int, image_size: int, num_classes: int, backend: str) 
 def _repeated_batch_class() -> type:
     import keras
 
-    class _RepeatedBatch(keras.utils.PyDataset):
+    class _RepeatedBatch(keras.utils.PyDataset):  # type: ignore[misc]  # keras is untyped
         """The same batch ``steps`` times (backends without tf.data)."""
 
         def __init__(self, x: np.ndarray, y: np.ndarray, length: int = 1 << 30) -> None:

@@ -36,9 +36,10 @@ class UtilSampler:
         nvml = self._nvml
         if nvml is None:
             try:
-                import pynvml as nvml  # nvidia-ml-py
+                import pynvml  # nvidia-ml-py
             except ImportError:
                 return False
+            nvml = pynvml
         try:
             nvml.nvmlInit()
         except Exception:

@@ -38,7 +38,7 @@ def compile_model(model: Any, jit_compile: str) -> None:
 
     Keras adds dynamic loss scaling itself under ``mixed_float16`` (not under pure float16).
     """
-    jit: bool | str = {"auto": "auto", "on": True, "off": False}[jit_compile]
+    jit: bool | str = "auto" if jit_compile == "auto" else jit_compile == "on"
     model.compile(
         loss="sparse_categorical_crossentropy",
         optimizer="adam",

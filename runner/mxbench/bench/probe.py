@@ -36,7 +36,8 @@ ISA_FLAGS = frozenset(
 
 
 def cpu_info(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
-    model, flags = None, []
+    model: str | None = None
+    flags: list[str] = []
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -69,9 +70,10 @@ def nvml_gpus(nvml: Any = None) -> tuple[list[dict[str, Any]], str | None]:
     """GPUs NVML reports, and the driver version; ``([], None)`` without NVML or a driver."""
     if nvml is None:
         try:
-            import pynvml as nvml  # nvidia-ml-py
+            import pynvml  # nvidia-ml-py
         except ImportError:
             return [], None
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _callback_base() -> type:
+def _callback_base() -> Any:
     import keras
 
     return keras.callbacks.Callback
@@ -45,11 +45,11 @@ def step_timer(log: StepLog, on_step: Callable[[int], None] | None = None) -> An
     """A Keras callback filling ``log``; ``on_step(k)`` after each step (progress display)."""
 
     class StepTimer(_callback_base()):  # type: ignore[misc]
-        def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             if log.begin is None:
                 log.begin = time.perf_counter()
 
-        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             log.ends.append(time.perf_counter())
             log.mean_losses.append(float((logs or {}).get("loss", float("nan"))))
             if on_step is not None:

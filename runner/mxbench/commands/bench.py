@@ -44,11 +44,16 @@ def bench(**options: Any) -> None:
 def _option(f: params.Field) -> inspect.Parameter:
     """The typer option of one parameter, from its declaration in :class:`Params`."""
     assert f.spec.flag is not None
+    help = f.spec.help
+    if f.choices:
+        help += f" One of: {', '.join(f.choices)}."
+    # Plain str / int: the values are checked by validate(), which names the option in one
+    # line (typer's own check would print a multi-line box).
     return inspect.Parameter(
         f.name,
         inspect.Parameter.KEYWORD_ONLY,
-        default=typer.Option(f.default, f.spec.flag, help=f.spec.help, min=f.ge, max=f.le),
-        annotation=f.type,
+        default=typer.Option(f.default, f.spec.flag, help=help),
+        annotation=int if f.type is int else str,
     )
 
 

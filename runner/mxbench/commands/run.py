@@ -123,7 +123,7 @@ def _print_plan(cells: list[Cell]) -> None:
     for col in ("host", "engine", "image"):
         table.add_column(col)
     for f in shown:
-        table.add_column(f.spec.column, justify="right" if f.type is int else "left")
+        table.add_column(f.spec.column or f.name, justify="right" if f.type is int else "left")
     table.add_column("key")
     for c in cells:
         values = [getattr(c.params, f.name) for f in shown]
