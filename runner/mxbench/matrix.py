@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import stat
 from collections import Counter
 from importlib import resources
 from pathlib import Path
@@ -33,6 +34,11 @@ from mxbench.errors import UsageError
 DEFAULT_CELL_TIMEOUT_S = 1800.0
 MAX_REPEATS = 100
 MAX_CELL_TIMEOUT_S = 7 * 24 * 3600.0
+# Each cell is a fresh process (or container, or job) of seconds to minutes: a matrix of more
+# cells than this is a typo (a stray zero in an axis) far more often than a plan.
+MAX_CELLS = 10_000
+# A duration in seconds: a number (not a YAML boolean), positive, finite, at most a week.
+Seconds = Annotated[float, Field(gt=0, le=MAX_CELL_TIMEOUT_S, allow_inf_nan=False, strict=True)]
 
 
 class _Strict(BaseModel):
@@ -60,7 +66,7 @@ class _BenchmarkBase(_Strict):
     the step count), plus how often and how long."""
 
     repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS, strict=True)] = 1
-    timeout_s: Annotated[float, Field(gt=0, le=MAX_CELL_TIMEOUT_S)] = DEFAULT_CELL_TIMEOUT_S
+    timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
 
     @field_validator("data", check_fields=False)
     @classmethod
@@ -211,8 +217,26 @@ class Matrix(_Strict):
         return self._source
 
     @model_validator(mode="after")
+    def _size(self) -> Matrix:
+        sweep = self.sweep()
+        per_image = self.benchmark.repeats
+        for values in sweep.values():
+            per_image *= len(values)
+        cells = sum(per_image * max(1, len(getattr(h, "images", None) or [])) for h in self.hosts)
+        if cells > MAX_CELLS:
+            axes = " x ".join(f"{len(v)} {k}" for k, v in sweep.items() if len(v) > 1)
+            raise _PathError(
+                ("axes",),
+                f"the matrix expands to {cells:,} cells ({len(self.hosts)} host(s), {axes}, "
+                f"{self.benchmark.repeats} repeat(s)); at most {MAX_CELLS:,}: each cell is a "
+                "fresh process of seconds to minutes. Split it into several matrices",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _references(self) -> Matrix:
-        for name in sorted(self.axes.model_fields_set & self.benchmark.model_fields_set):
+        swept = {n for n in self.axes.model_fields_set if getattr(self.axes, n) is not None}
+        for name in sorted(swept & self.benchmark.model_fields_set):
             raise _PathError(
                 ("axes", name),
                 f"also set under benchmark.{name}: give one value there or a list here",
@@ -220,14 +244,14 @@ class Matrix(_Strict):
         seen: set[str] = set()
         for i, host in enumerate(self.hosts):
             if host.name in seen:
-                raise _PathError(("hosts", i, "name"), f"duplicate host name {host.name!r}")
+                raise _PathError(("hosts", i, "name"), f"duplicate host name {_echo(host.name)}")
             seen.add(host.name)
             for j, image in enumerate(getattr(host, "images", [])):
                 if image not in self.images:
                     known = ", ".join(sorted(self.images)) or "none defined"
                     raise _PathError(
                         ("hosts", i, "images", j),
-                        f"image {image!r} is not defined under 'images' (defined: {known})",
+                        f"image {_echo(image)} is not defined under 'images' (defined: {known})",
                     )
         return self
 
@@ -238,8 +262,9 @@ class Matrix(_Strict):
         out: dict[str, list[Any]] = {}
         for f in _SWEPT:
             listed = getattr(self.axes, f.name)
-            if f.name in self.axes.model_fields_set or (
-                listed is not None and f.name not in self.benchmark.model_fields_set
+            if listed is not None and (
+                f.name in self.axes.model_fields_set
+                or f.name not in self.benchmark.model_fields_set
             ):
                 out[f.name] = list(listed)
             else:
@@ -270,28 +295,72 @@ def default_matrix_path() -> Path:
     return Path(str(resources.files("mxbench") / "defaults" / "local.yaml"))
 
 
+# A matrix is a page of YAML; anything much larger is a mistake (or an attack).
+MAX_MATRIX_BYTES = 1 << 20
+# YAML nodes after alias expansion: far beyond a real matrix, refused before building it.
+MAX_YAML_NODES = 200_000
+MAX_PROBLEMS_SHOWN = 20
+
+
+# libyaml's parser when PyYAML was built with it (seven times faster on a long axis).
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_matrix(path: Path | str) -> Matrix:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: matrix file not found") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read matrix file ({exc})") from None
+    text = _read_matrix_file(path)
     matrix = parse_matrix(text, str(path))
     matrix._source = path.resolve()
     return matrix
 
 
-def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
+def _read_matrix_file(path: Path) -> str:
+    """The file's text; any failure to read it is one line (exit 2). A FIFO, a device or a
+    socket is never opened (that could block), and a huge file is not read."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        st = path.stat()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: matrix file not found") from None
+    except OSError as exc:  # a symlink loop, a name too long, no permission on a directory
+        raise UsageError(f"{path}: cannot read matrix file ({exc.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{path}: is a directory, not a matrix file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{path}: not a regular file (a FIFO, device or socket)")
+    if st.st_size > MAX_MATRIX_BYTES:
+        raise UsageError(
+            f"{path}: {st.st_size:,} bytes is too large for a matrix file "
+            f"(at most {MAX_MATRIX_BYTES:,})"
+        )
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_MATRIX_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read matrix file ({exc.strerror})") from None
+    if len(data) > MAX_MATRIX_BYTES:
+        raise UsageError(f"{path}: too large for a matrix file (at most {MAX_MATRIX_BYTES:,})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _check_nodes(node, source)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UsageError(f"{source}{where}: malformed YAML: {problem}") from None
+    except RecursionError:
+        raise UsageError(f"{source}: YAML nested too deeply") from None
+    finally:
+        loader.dispose()
     if data is None:
         raise UsageError(f"{source}: the matrix is empty (it needs at least 'hosts')")
     if not isinstance(data, dict):
@@ -302,9 +371,71 @@ def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
         raise UsageError(_format_errors(exc, node, source)) from None
 
 
+def _check_nodes(root: yaml.Node, source: str) -> None:
+    """Refuse, before anything is built: duplicate keys in a mapping (YAML would silently
+    keep the last), and aliases that expand to more than MAX_YAML_NODES nodes or refer to
+    themselves (a "billion laughs" document). Linear in the document's distinct nodes."""
+    size: dict[int, int] = {}  # id(node) -> nodes it expands to (aliases counted each time)
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            active.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in children)
+            if size[key] > MAX_YAML_NODES:
+                raise UsageError(
+                    f"{source}:{node.start_mark.line + 1}: YAML aliases expand to more than "
+                    f"{MAX_YAML_NODES:,} nodes (an alias bomb?); refused"
+                )
+            continue
+        if key in size:
+            continue
+        if key in active:
+            raise UsageError(
+                f"{source}:{node.start_mark.line + 1}: a YAML alias refers to itself; refused"
+            )
+        active.add(key)
+        if isinstance(node, yaml.MappingNode):
+            _no_duplicate_keys(node, source)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in size)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _no_duplicate_keys(node: yaml.MappingNode, source: str) -> None:
+    first: dict[str, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode):
+            continue
+        line = key.start_mark.line + 1
+        if key.value in first and key.value != "<<":
+            raise UsageError(
+                f"{source}:{line}: duplicate key {_echo(key.value)} (first on line "
+                f"{first[key.value]}); YAML would silently keep only the last"
+            )
+        first.setdefault(key.value, line)
+
+
+def _echo(value: object, limit: int = 40) -> str:
+    """A user's value quoted back in a message, shortened: a message stays one short line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
     lines = []
-    for err in exc.errors(include_url=False):
+    errors = exc.errors(include_url=False)
+    for err in errors[:MAX_PROBLEMS_SHOWN]:
         loc = tuple(err["loc"])
         ctx_err = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_err, _PathError):
@@ -318,13 +449,20 @@ def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) ->
             msg = "unknown engine: expected one of local, docker, slurm"
         elif err["type"] == "union_tag_not_found":
             msg = "missing 'engine' (one of local, docker, slurm)"
+        elif isinstance(err.get("input"), bool) and err["type"] in _NUMBER_ERRORS:
+            msg = f"expected a number, not the YAML boolean {str(err['input']).lower()}"
         elif err["type"] == "literal_error" and (named := _param_in(loc)) is not None:
             choices = ", ".join(named.choices or ())
-            msg = f"unknown {named.name} {err.get('input')!r}: expected one of {choices}"
+            msg = f"unknown {named.name} {_echo(err.get('input'))}: expected one of {choices}"
         msg = msg.removeprefix("Value error, ")
         lines.append(_format_one(loc, msg, node, source))
-    head = f"{source}: invalid matrix ({len(lines)} problem{'s' if len(lines) > 1 else ''})"
+    if len(errors) > len(lines):
+        lines.append(f"... and {len(errors) - len(lines)} more")
+    head = f"{source}: invalid matrix ({len(errors)} problem{'s' if len(errors) > 1 else ''})"
     return head + "\n" + "\n".join(f"  {line}" for line in lines)
+
+
+_NUMBER_ERRORS = frozenset({"int_type", "float_type", "int_parsing", "float_parsing"})
 
 
 def _param_in(loc: tuple[Any, ...]) -> params.Field | None:
