@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 from mxbench.cells import expand
 from mxbench.engines.base import Outcome, to_record
@@ -148,3 +154,53 @@ def test_records_of_earlier_versions_still_load() -> None:
     recs = [r for f in sorted(published.glob("*.jsonl")) for _, r in read_records(f, bad)]
     assert not bad and len(recs) > 20 and all(r.problem() is None for r in recs)
     assert {r.device.compute_capability for r in recs} == {"5.2", "6.1", "7.0"}
+
+
+def test_a_torn_last_line_is_ended_before_the_next_record(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path)
+    first = new_record(params=Params(), status="ok", cell="c1", host="h")
+    path = store.append(first)
+    whole = path.read_bytes()
+    path.write_bytes(whole + whole[: len(whole) // 2])  # a crash in the middle of a write
+    store.append(new_record(params=Params(), status="ok", cell="c2", host="h"))
+    bad: list[BadLine] = []
+    assert [r.cell for _, r in read_records(path, bad)] == ["c1", "c2"]
+    assert [b.lineno for b in bad] == [2]  # the torn line is still reported, not glued
+
+
+def test_an_interrupt_during_appends_is_delivered_and_lines_stay_whole(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path)
+    rec = new_record(params=Params(), status="ok", cell="c1", host="h")
+    rec.error = "x" * 5_000_000  # a write long enough to be interrupted
+    got: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        timer = threading.Timer(0.001, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        for _ in range(5):
+            store.append(rec)
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert got == [signal.SIGINT]  # held during a write, never lost
+    assert [r.cell for _, r in read_records(store.path_for("h"))] == ["c1"] * 5
+
+
+@pytest.mark.parametrize("kind", ["file", "host-file-is-dir", "unwritable-parent"])
+def test_results_are_checked_before_the_first_cell(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "results"
+    if kind == "file":
+        target.write_text("not a directory")
+    elif kind == "host-file-is-dir":
+        (target / "box.jsonl").mkdir(parents=True)
+    else:
+        target = Path("/proc/mxbench-results")
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("hosts:\n  - name: box\n    engine: local\n    python: /bin/false\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxbench", "run", "-m", str(matrix), "--results", str(target)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"--results {target}" in proc.stderr and "Traceback" not in proc.stderr
+    assert "cell(s) to run" not in proc.stderr  # refused before planning to measure

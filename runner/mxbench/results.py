@@ -17,11 +17,14 @@ directories from many machines can be merged by copying them side by side.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import fcntl
 import os
 import re
-from collections.abc import Iterator
+import signal
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,6 +32,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from mxbench.errors import UsageError
 from mxbench.params import Params
 
 SCHEMA = "mxbench.result/1"
@@ -295,6 +299,17 @@ def tail(text: str, lines: int = 20, chars: int = 4000) -> str:
     return out[-chars:]
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM are held (delivered right after) while the block runs."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _safe_name(host: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", host) or "host"
 
@@ -337,23 +352,54 @@ class ResultStore:
         return self.root / f"{_safe_name(host)}.jsonl"
 
     def append(self, record: Record) -> Path:
+        """Append one line. A torn last line (a crash mid-write) is ended first, so this
+        record stays whole (the report still warns about the torn one); SIGINT / SIGTERM
+        wait until the line is written, so an interrupt never leaves half a record."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path_for(record.host or "unknown")
         data = encode(record)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with _signals_held():
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fsync(fd)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    size = os.fstat(fd).st_size
+                    if size and os.pread(fd, 1, size - 1) != b"\n":
+                        data = b"\n" + data
+                    view = memoryview(data)
+                    while view:
+                        written = os.write(fd, view)
+                        view = view[written:]
+                    os.fsync(fd)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+                os.close(fd)
         return path
+
+    def check_writable(self, hosts: Iterable[str]) -> None:
+        """Before anything is measured: the directory exists or can be made, is writable,
+        and each host's file, where it exists, is a regular file. UsageError says why."""
+        where = f"--results {self.root}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise UsageError(f"{where}: exists and is not a directory") from None
+        except OSError as exc:
+            raise UsageError(f"{where}: cannot create the directory ({exc.strerror})") from None
+        if not self.root.is_dir():
+            raise UsageError(f"{where}: exists and is not a directory")
+        try:
+            with tempfile.TemporaryFile(dir=self.root):
+                pass
+        except OSError as exc:
+            raise UsageError(f"{where}: cannot write there ({exc.strerror})") from None
+        for host in sorted(set(hosts)):
+            path = self.path_for(host)
+            if os.path.lexists(path) and not path.is_file():
+                raise UsageError(f"{where}: {path.name} exists and is not a regular file")
+            if path.is_file() and not os.access(path, os.W_OK):
+                raise UsageError(f"{where}: {path.name} is not writable")
 
     def files(self) -> list[Path]:
         return sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else []

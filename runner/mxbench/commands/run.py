@@ -34,7 +34,11 @@ def run(
         False, "--resume", help="Skip cells whose latest record is ok (or oom: a final answer)."
     ),
     dry_run: bool = typer.Option(
-        False, "--dry-run", "-n", help="Print the plan (one row per cell) and exit."
+        False,
+        "--dry-run",
+        "-n",
+        help="Print the plan (one row per cell) and exit; with --resume, only the cells "
+        "that would run.",
     ),
     host: list[str] = typer.Option(
         [], "--host", "-H", help="Run only this host (repeatable).", show_default=False
@@ -65,16 +69,18 @@ def run(
     mx = load_matrix(matrix_path)
     cells = expand(mx, host or None)
 
-    if dry_run:
-        _print_plan(cells)
-        return
-
     store = ResultStore(results)
     skipped = 0
     if resume:
         done = store.done_cells()
         skipped = sum(1 for c in cells if c.key in done)
         cells = [c for c in cells if c.key not in done]
+    if dry_run:  # the plan of what would really run (with --resume: without the done cells)
+        _print_plan(cells)
+        if skipped:
+            print(f"{skipped} cell(s) already done in {results}/, skipped (--resume)")
+        return
+    store.check_writable(c.host for c in cells)  # before anything is measured
     where = "embedded default matrix" if matrix is None else str(matrix_path)
     print(
         f"mxbench: {len(cells)} cell(s) to run from {where}"
