@@ -34,17 +34,18 @@ def build(
 ) -> None:
     """Build each image the matrix names on each docker host that uses it.
 
-    Images are tagged mxbench-<name>:<content hash> (Dockerfile, context, target, build
+    Images are tagged `mxbench-<name>:<content hash>` (Dockerfile, context, target, build
     arguments), so an unchanged image is found and not rebuilt, and `mxbench run` uses
     exactly this build. The build log streams under a progress display. Exit code 0 when
     every image is there, 1 when a build failed or a daemon is unreachable, 2 for bad usage.
 
     Examples:
 
-      mxbench build -m matrix.yaml
-
-      mxbench build -m matrix.yaml --image cpu --host cpu-box \\
+    ```
+    mxbench build -m matrix.yaml
+    mxbench build -m matrix.yaml --image cpu --host cpu-box \\
         --ca-bundle /etc/ssl/certs/ca-certificates.crt
+    ```
     """
     from mxbench.matrix import load_matrix
 

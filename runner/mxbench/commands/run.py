@@ -44,21 +44,23 @@ def run(
         [], "--host", "-H", help="Run only this host (repeatable).", show_default=False
     ),
 ) -> None:
-    """Measure every cell (host x image x policy x batch size) of a matrix.
+    """Measure every cell (host x image x parameters) of a matrix.
 
     Each cell runs in a fresh process (or container, or Slurm job) and leaves one JSON
-    record in RESULTS/<host>.jsonl the moment it finishes; Ctrl-C keeps what is done and
+    record in `RESULTS/<host>.jsonl` the moment it finishes; Ctrl-C keeps what is done and
     prints the command that resumes. Exit code 0 when every cell ended ok / oom /
-    unsupported, 1 when any errored or timed out, 2 for a bad matrix.
+    unsupported, 1 when any errored or timed out, 2 for a bad matrix or bad options, 130
+    when interrupted (Ctrl-C or SIGTERM).
 
     Examples:
 
-      mxbench run                                  # embedded local default
-
-      mxbench run -m matrix.yaml --dry-run         # what would run
-
-      mxbench run -m matrix.yaml --host v100 --resume
+    ```
+    mxbench run                                      # embedded local default
+    mxbench run -m matrix.yaml --dry-run             # what would run
+    mxbench run -m matrix.yaml --host v100 --resume  # one host, skip done cells
+    ```
     """
+
     from mxbench.cells import expand
     from mxbench.matrix import default_matrix_path, load_matrix
     from mxbench.orchestrate import run_cells
