@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mxbench.cells import expand
 from mxbench.engines.slurm import SlurmEngine
@@ -231,3 +233,35 @@ def test_bad_slurm_host_keys_are_matrix_errors(line: str, message: str) -> None:
 def test_slurm_time_formats_are_accepted(limit: str) -> None:
     _, host, _ = _host(f"time_limit: '{limit}'")
     assert host.time_limit == limit
+
+
+_TEXT = st.text(max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    partition=st.none() | _TEXT, gres=st.none() | _TEXT, constraint=st.none() | _TEXT,
+    account=st.none() | _TEXT, workdir=_TEXT.filter(bool),
+    sbatch_options=st.lists(_TEXT, max_size=3),
+    env=st.dictionaries(_TEXT, _TEXT, max_size=3),
+    python=st.none() | _TEXT, container_image=st.none() | _TEXT,
+)  # fmt: skip
+def test_no_input_can_add_a_line_to_the_job_script(**fields: object) -> None:
+    _, host, cells = _host()
+    # model_construct skips the matrix's own validation: this is the builder's guarantee.
+    hostile = type(host).model_construct(**{**host.model_dump(), **fields})
+    run_dir = Path(str(fields["workdir"]))
+    try:
+        opts = sbatch_directives(hostile, cells, run_dir, "a0", array=True)
+        script = job_script(hostile, cells, run_dir, "a0", array=True)
+    except ValueError:  # refused (a control character, a bad env name, unbalanced quotes)
+        return
+    lines = script.splitlines()
+    env = fields["env"]
+    assert isinstance(env, dict)
+    # shebang, #SBATCH lines, comment, PYTHONUNBUFFERED, exports, task=, case, one line per
+    # cell, default case, esac, "$@", rc=, echo rc, exit
+    assert len(lines) == 1 + len(opts) + 2 + len(env) + 2 + len(cells) + 6
+    assert sum(line.startswith("#SBATCH ") for line in lines) == len(opts)
+    check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -53,8 +54,21 @@ def _param_type(f: params.Field) -> Any:
             return Annotated[f.type, BeforeValidator(_on_off)]
         return f.type
     if f.type is str:
-        return Annotated[str, Field(min_length=1, max_length=4096, strict=True)]
+        return OneLine
     return Annotated[f.type, Field(ge=f.ge, le=f.le, strict=True)]
+
+
+def _one_line(value: str) -> str:
+    m = re.search(f"[{params.CONTROL_CHARS}]", value)
+    if m:
+        raise ValueError(f"control character {m.group()!r} not allowed (one line of text)")
+    return value
+
+
+# Text that reaches a command line, a batch script or a message: one line, bounded.
+OneLine = Annotated[
+    str, Field(min_length=1, max_length=4096, strict=True), AfterValidator(_one_line)
+]
 
 
 def _on_off(value: Any) -> Any:

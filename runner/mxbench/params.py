@@ -38,6 +38,11 @@ MAX_BATCH_SIZE = 65536
 MAX_IMAGE_SIZE = 8192
 MAX_STEPS = 1_000_000
 
+# Characters that end a line somewhere (a shell, a #SBATCH directive, Python's splitlines):
+# never allowed in a value that reaches a command line, a script or a one-line message.
+CONTROL_CHARS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
+ONE_LINE = f"\\A[^{CONTROL_CHARS}]*\\Z"  # for msgspec (Python's re; $ would allow a final \n)
+
 Role = Literal["slot", "setup", "precision", "repeat"]
 
 
@@ -85,7 +90,7 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     ] = 256  # fmt: skip
     data: Annotated[
         str,
-        Meta(min_length=1, max_length=4096),
+        Meta(min_length=1, max_length=4096, pattern=ONE_LINE),
         Spec("'synthetic', or a directory in Imagenette layout (train/<class>/*.jpg).",
              flag="--data", column="data"),
     ] = SYNTHETIC  # fmt: skip

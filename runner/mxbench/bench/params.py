@@ -51,4 +51,6 @@ def _message(p: Params, text: str) -> str:
     what = what[0].lower() + what[1:]
     if f.choices is not None:
         what = f"expected one of {', '.join(f.choices)}"
+    elif "matching regex" in what:
+        what = "must be one line of text (no control characters)"
     return f"{f.spec.flag or f.name} {value!r}: {what}"

@@ -9,6 +9,7 @@ would submit can be read, tested and resubmitted by hand: the script carries its
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,24 @@ from pathlib import Path
 
 from mxbench.cells import Cell
 from mxbench.matrix import SlurmHost
+from mxbench.params import CONTROL_CHARS
+
+# A control character (a newline above all, or a Unicode line separator) would end a
+# #SBATCH or export line early and start a new one: the rest of the value would run.
+_CONTROL = re.compile(f"[{CONTROL_CHARS}]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class UnsafeScriptValue(ValueError):
+    """A value that cannot be written into a batch script as one line (matrix validation
+    refuses it earlier; this is the builder's own guarantee)."""
+
+
+def _one_line(what: str, value: str) -> str:
+    m = _CONTROL.search(value)
+    if m:
+        raise UnsafeScriptValue(f"{what}: control character {m.group()!r} in {value[:40]!r}")
+    return value
 
 
 def bench_command(host: SlurmHost, cell: Cell) -> list[str]:
@@ -70,25 +89,35 @@ def sbatch_directives(
 def job_script(
     host: SlurmHost, cells: Sequence[Cell], run_dir: Path, prefix: str, array: bool
 ) -> str:
-    """A batch script that runs cell ``$SLURM_ARRAY_TASK_ID`` and leaves its exit code."""
+    """A batch script that runs cell ``$SLURM_ARRAY_TASK_ID`` and leaves its exit code.
+
+    Every value from the matrix is checked to be one line (:class:`UnsafeScriptValue`) and
+    shell-quoted, so the script has exactly the lines written here whatever the input.
+    """
     lines = ["#!/bin/bash"]
     lines += [
-        f"#SBATCH {shlex.quote(o)}" for o in sbatch_directives(host, cells, run_dir, prefix, array)
+        f"#SBATCH {shlex.quote(_one_line('sbatch option', o))}"
+        for o in sbatch_directives(host, cells, run_dir, prefix, array)
     ]
     lines += [
         "# Written by mxbench: one cell per array task; stdout carries the result record.",
         "export PYTHONUNBUFFERED=1",
     ]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(host.env.items())]
+    for k, v in sorted(host.env.items()):
+        if not _ENV_NAME.fullmatch(k):
+            raise UnsafeScriptValue(f"env: {k[:40]!r} is not a variable name")
+        lines.append(f"export {k}={shlex.quote(_one_line(f'env.{k}', v))}")
     task = '"${SLURM_ARRAY_TASK_ID:-0}"' if array else "0"
     lines.append(f"task={task}")
     lines.append('case "$task" in')
     for i, cell in enumerate(cells):
-        lines.append(f"  {i}) set -- {shlex.join(bench_command(host, cell))} ;;")
+        argv = [_one_line("bench command", a) for a in bench_command(host, cell)]
+        lines.append(f"  {i}) set -- {shlex.join(argv)} ;;")
     lines.append('  *) echo "mxbench: no cell for task $task" >&2; exit 2 ;;')
     lines.append("esac")
     lines.append('"$@"')
     lines.append("rc=$?")
-    lines.append(f'echo "$rc" > {shlex.quote(str(run_dir))}/{prefix}-"$task".rc')
+    rc_dir = shlex.quote(_one_line("workdir", str(run_dir)))
+    lines.append(f'echo "$rc" > {rc_dir}/{shlex.quote(prefix)}-"$task".rc')
     lines.append('exit "$rc"')
     return "\n".join(lines) + "\n"
