@@ -7,6 +7,7 @@ several assertions (module-scoped fixtures).
 from __future__ import annotations
 
 import json
+import os
 
 import msgspec
 import pytest
@@ -42,7 +43,7 @@ def test_params_echo_the_arguments(f32: BenchRun) -> None:
     assert f32.record["params"] == {
         "model": "blog-cnn", "policy": "float32", "batch_size": 8, "image_size": 32,
         "data": "synthetic", "warmup_steps": 2, "steps": 6, "jit_compile": "off",
-        "repeat": None,
+        "backend": "tensorflow", "repeat": None,
     }  # fmt: skip
 
 
@@ -128,3 +129,26 @@ def test_record_is_json_serialisable_roundtrip(f32: BenchRun) -> None:
     parsed = parse_bench_output(f32.stdout)
     assert parsed is not None
     assert json.loads(encode(parsed)) == f32.record
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_other_keras_backends_measure_and_say_which_framework(backend: str) -> None:
+    pytest.importorskip(backend)
+    run = run_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
+    assert run.returncode == 0, run.stderr
+    rec = run.record
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["params"]["backend"] == backend and rec["software"]["backend"] == backend
+    assert rec["software"][backend] and rec["software"]["tensorflow"] is None
+    assert rec["device"]["framework"] == backend and rec["device"]["kind"] == "cpu"
+    assert rec["settings"]["compute_dtype"] == "bfloat16"
+    assert rec["settings"]["matmul_precision"]
+    assert rec["metrics"]["step_ms"]["n"] == 6 and rec["metrics"]["step_ms"]["median"] > 0
+
+
+def test_a_backend_that_is_not_installed_is_exit_2_with_the_pip_line() -> None:
+    # The guarded runner blocks imports by name: make "torch" unimportable for this run.
+    env = {**os.environ, "MXBENCH_TEST_BLOCK": "torch"}
+    run = run_bench("--backend", "torch", *SMALL, env=env)
+    assert run.returncode == 2, run.stderr
+    assert "pip install 'mxbench[torch]'" in run.stderr and "Traceback" not in run.stderr

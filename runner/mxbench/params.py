@@ -25,9 +25,11 @@ from msgspec import Meta
 Model = Literal["blog-cnn"]
 Policy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16"]
 JitCompile = Literal["auto", "on", "off"]
+Backend = Literal["tensorflow", "jax", "torch"]
 MODELS: tuple[str, ...] = typing.get_args(Model)
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
+BACKENDS: tuple[str, ...] = typing.get_args(Backend)
 BASELINE = "float32"
 SYNTHETIC = "synthetic"
 # The smallest input the model accepts: three stride-2 convolutions with kernels up to 11.
@@ -63,6 +65,7 @@ class Spec:
     flag: str | None = None
     column: str | None = None
     axis: tuple[Any, ...] | None = None
+    key_default: bool = True
 
 
 class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -110,6 +113,11 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         Spec("XLA compilation: auto (Keras decides), on or off.", flag="--jit-compile",
              column="jit"),
     ] = "auto"  # fmt: skip
+    backend: Annotated[
+        Backend,
+        Spec("Keras 3 backend that runs the model: tensorflow, jax or torch.", flag="--backend",
+             column="backend", key_default=False),
+    ] = "tensorflow"  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0)] | None,
         Spec("Which repetition of the cell (matrix benchmark.repeats > 1).", role="repeat",
@@ -121,8 +129,14 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         return self.data == SYNTHETIC
 
     def key_fields(self) -> dict[str, Any]:
-        """The fields that identify the cell (its key): every field that is set."""
-        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+        """The fields that identify the cell (its key): every field that is set, except
+        those declared ``key_default=False`` while at their default."""
+        return {
+            f.name: value
+            for f in fields()
+            if (value := getattr(self, f.name)) is not None
+            and (f.spec.key_default or value != f.default)
+        }
 
     def bench_args(self) -> list[str]:
         """``mxbench bench`` options that measure these params."""

@@ -109,11 +109,14 @@ class Device(_Part):
     memory_bytes: Count | None = None
     driver: str | None = None
     uuid: str | None = None
+    framework: Annotated[str | None, Doc("the Keras backend that ran the model")] = None
     used_by_tf: Annotated[
-        bool | None, Doc("false: a GPU is present, the framework ran on the CPU")
-    ] = None
+        bool | None,
+        Doc("whether `framework` ran the model on the GPU (false: a GPU is present, the "
+            "framework ran on the CPU); the name is historical, it means any backend"),
+    ] = None  # fmt: skip
     present_gpus: list[PresentGpu] = []
-    cc_source: Literal["nvml", "tensorflow"] | None = None
+    cc_source: Annotated[str | None, Doc("nvml, or the framework that told it")] = None
     cc_framework: Annotated[
         str | None, Doc("the framework's own CC when it disagrees with NVML")
     ] = None
@@ -139,6 +142,9 @@ class Software(_Part):
     mxbench: str | None = None
     tensorflow: str | None = None
     tf_git_version: str | None = None
+    jax: str | None = None
+    jaxlib: str | None = None
+    torch: str | None = None
     keras: str | None = None
     cuda: str | None = None
     cudnn: str | None = None
@@ -153,7 +159,12 @@ class Settings(_Part):
 
     policy: str | None = None
     jit_compile: Annotated[bool | None, Doc("whether Keras really compiled with XLA")] = None
-    tf32: bool | None = None
+    tf32: Annotated[
+        bool | None, Doc("float32 matmuls/convolutions may use TF32 (the backend's setting)")
+    ] = None
+    matmul_precision: Annotated[
+        str | None, Doc("the backend's own float32 matmul setting, as it names it")
+    ] = None
     onednn: Annotated[str | None, Doc("TF_ENABLE_ONEDNN_OPTS")] = None
     xla_flags: str | None = None
     tf32_override: Annotated[str | None, Doc("NVIDIA_TF32_OVERRIDE")] = None

@@ -7,7 +7,6 @@ arguments (:class:`mxbench.errors.UsageError`) escape.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
@@ -17,7 +16,7 @@ from typing import Any
 import msgspec
 
 from mxbench import __version__
-from mxbench.bench import probe
+from mxbench.bench import backends, probe
 from mxbench.bench.gpu_util import UtilSampler
 from mxbench.bench.timing import StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError
@@ -48,10 +47,6 @@ def is_oom(exc: BaseException) -> bool:
     return any(t in text for t in _OOM_TEXT)
 
 
-def backend_name() -> str:
-    return os.environ.get("KERAS_BACKEND", "tensorflow")
-
-
 def run_cell(
     p: Params,
     started_at: float | None = None,
@@ -61,11 +56,9 @@ def run_cell(
     started_at = started_at or probe.process_start_time() or time.time()
     rec = new_record(params=p, status="ok")
     rec.cpu = msgspec.convert(probe.cpu_info(), Cpu)
-    rec.software = Software(
-        python=sys.version.split()[0], backend=backend_name(), mxbench=__version__
-    )
+    rec.software = Software(python=sys.version.split()[0], backend=p.backend, mxbench=__version__)
     rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
-    state: dict[str, Any] = {"tf": None, "model": None}
+    state: dict[str, Any] = {"backend": None, "model": None}
     try:
         _measure(p, rec, state, started_at, on_step)
     except UsageError:
@@ -90,14 +83,16 @@ def _measure(
     from mxbench.bench import model as blog
 
     t0 = time.perf_counter()
-    if backend_name() == "tensorflow":
-        from mxbench.bench import probe_tf
-
-        tf, log = probe_tf.import_tensorflow()
-        state["tf"] = tf
-        rec.cpu.tf_not_compiled_for = probe_tf.parse_not_compiled_for(log)
-        rec.software = msgspec.structs.replace(rec.software, **probe_tf.build_info(tf))
-        rec.settings.tf32 = probe_tf.tf32_enabled(tf)
+    backend = backends.select(p.backend)
+    try:
+        backend.load(rec)
+    except ImportError as exc:
+        extra = backends.EXTRAS[p.backend]
+        raise UsageError(
+            f"--backend {p.backend}: {exc.name or 'the framework'} is not installed here "
+            f"(pip install 'mxbench[{extra}]')"
+        ) from None
+    state["backend"] = backend
     import keras
 
     rec.software.keras = keras.__version__
@@ -112,7 +107,7 @@ def _measure(
     _dtype_settings(rec.settings, model, p.policy)
 
     if p.synthetic:
-        ds = data.synthetic(p.batch_size, p.image_size, blog.NUM_CLASSES, backend_name())
+        ds = backend.dataset(*data.synthetic_batch(p.batch_size, p.image_size, blog.NUM_CLASSES))
     else:
         ds = data.image_folder(p.data, p.batch_size, p.image_size)
 
@@ -178,14 +173,12 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
     """Device, GPU utilisation and peak memory; never turns a measured record into a failure."""
     try:
         nvml, driver = probe.nvml_gpus()
-        tf, model = state["tf"], state["model"]
+        backend, model = state["backend"], state["model"]
         fw_gpus: list[dict[str, Any]] = []
         used = False
-        if tf is not None:
-            from mxbench.bench import probe_tf
-
-            fw_gpus = probe_tf.accepted_gpus(tf)
-            used = probe_tf.variables_on_gpu(model) if model is not None else bool(fw_gpus)
+        if backend is not None:
+            fw_gpus = backend.accepted_gpus()
+            used = backend.model_on_gpu(model) if model is not None else bool(fw_gpus)
         rec.device = msgspec.convert(
             probe.device_record(
                 nvml=nvml,
@@ -193,11 +186,13 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
                 framework_gpus=fw_gpus,
                 used_gpu=used,
                 cpu_model=rec.cpu.model,
+                framework=rec.params.backend,
             ),
             Device,
         )
         _gpu_util(rec, state)
-        peak = probe_tf.peak_gpu_memory_bytes(tf) if used and tf is not None else None
+        rec.device.framework = rec.params.backend
+        peak = backend.peak_gpu_memory_bytes() if used and backend is not None else None
         if peak is not None:
             rec.metrics.peak_memory_bytes, rec.metrics.peak_memory_kind = peak, "gpu"
         else:

@@ -28,16 +28,6 @@ def synthetic_batch(
     return x, y
 
 
-def synthetic(batch_size: int, image_size: int, num_classes: int, backend: str) -> Any:
-    """An endless source of the same batch, in the cheapest form the backend takes."""
-    x, y = synthetic_batch(batch_size, image_size, num_classes)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.data.Dataset.from_tensors((x, y)).repeat()
-    return repeated_batch(x, y)
-
-
 def _repeated_batch_class() -> type:
     import keras
 

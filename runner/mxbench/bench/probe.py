@@ -108,6 +108,7 @@ def device_record(
     framework_gpus: list[dict[str, Any]],
     used_gpu: bool,
     cpu_model: str | None,
+    framework: str = "tensorflow",
 ) -> dict[str, Any]:
     """What the run was measured on.
 
@@ -136,7 +137,7 @@ def device_record(
     fw = framework_gpus[0] if framework_gpus else {}
     hw = nvml[0] if nvml else {}
     cc = hw.get("compute_capability") or fw.get("compute_capability")
-    source = "nvml" if hw.get("compute_capability") else ("tensorflow" if cc else None)
+    source = "nvml" if hw.get("compute_capability") else (framework if cc else None)
     rec = {
         "kind": "gpu",
         "name": hw.get("name") or fw.get("name"),

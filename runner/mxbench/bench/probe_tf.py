@@ -90,9 +90,3 @@ def peak_gpu_memory_bytes(tf: Any) -> int | None:
         return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
     except (ValueError, RuntimeError, KeyError):
         return None
-
-
-def variables_on_gpu(model: Any) -> bool:
-    """Whether TensorFlow placed the model's weights on a GPU (what 'used' means here)."""
-    devices = [str(getattr(getattr(w, "value", w), "device", "")) for w in model.weights]
-    return any(":GPU:" in d.upper() for d in devices)

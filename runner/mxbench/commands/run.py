@@ -118,25 +118,36 @@ def run(
 
 
 def _print_plan(cells: list[Cell]) -> None:
-    """One row per cell: where it runs, the parameters that have a plan column, its key."""
+    """One row per cell: where it runs, the parameters that vary (policy and batch size
+    always), its key; the parameters every cell shares in one line above."""
     from rich.console import Console
     from rich.table import Table
 
     from mxbench import params
 
-    shown = [f for f in params.fields() if f.spec.column]
-    if not any(c.params.repeat is not None for c in cells):
-        shown = [f for f in shown if f.spec.role != "repeat"]
+    def varies(f: params.Field) -> bool:
+        return len({getattr(c.params, f.name) for c in cells}) > 1
+
+    shown = [f for f in params.fields() if f.spec.role == "slot" or varies(f)]
+    same = [f for f in params.fields() if f not in shown and cells]
+    console = Console(width=max(120, Console().width))
+    if same:
+        console.print(
+            "same for every cell: "
+            + " · ".join(f"{f.name} {getattr(cells[0].params, f.name)}" for f in same
+                         if getattr(cells[0].params, f.name) is not None),
+            highlight=False, markup=False,
+        )  # fmt: skip
     table = Table(title=f"mxbench plan: {len(cells)} cell(s)", title_justify="left")
     for col in ("host", "engine", "image"):
         table.add_column(col)
     for f in shown:
         table.add_column(f.spec.column or f.name, justify="right" if f.type is int else "left")
-    table.add_column("key")
+    table.add_column("key", no_wrap=True)
     for c in cells:
         values = [getattr(c.params, f.name) for f in shown]
         table.add_row(
             c.host, c.engine, c.image or "-", *("-" if v is None else str(v) for v in values), c.key
         )
-    Console(width=max(120, Console().width)).print(table)
+    console.print(table)
     print(f"{len(cells)} cell(s)")
