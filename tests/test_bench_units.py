@@ -60,7 +60,8 @@ def test_defaults_are_the_experiments() -> None:
 def test_summary_statistics() -> None:
     s = summarize([0.010, 0.030, 0.020, 0.040, 0.100])
     assert s == {
-        "median": 30.0, "p25": 20.0, "p75": 40.0, "mean": 40.0, "min": 10.0, "max": 100.0, "n": 5
+        "median": 30.0, "p25": 20.0, "p75": 40.0, "mean": 40.0, "min": 10.0, "max": 100.0, "n": 5,
+        "samples": [10.0, 30.0, 20.0, 40.0, 100.0],
     }  # fmt: skip
     one = summarize([0.005])
     assert one["median"] == one["p25"] == one["p75"] == 5.0 and one["n"] == 1

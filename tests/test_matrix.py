@@ -54,8 +54,8 @@ def test_repo_matrix_and_embedded_default_load() -> None:
 def test_cell_keys_did_not_change_across_versions() -> None:
     # Computed by mxbench before the parameters were declared once (commit ae84a5e):
     # --resume must keep recognising cells measured by earlier versions.
-    keys = [c.key for c in expand(load_matrix(default_matrix_path()))]
-    assert keys == ["40dc925c236dcb3d", "e2d265699d6cb579", "41215be570443d02", "b093fcf02b1259bc"]
+    keys = {c.key for c in expand(load_matrix(default_matrix_path()))}
+    assert keys == {"40dc925c236dcb3d", "e2d265699d6cb579", "41215be570443d02", "b093fcf02b1259bc"}
 
 
 def test_any_parameter_is_one_value_or_an_axis() -> None:
@@ -171,3 +171,15 @@ def test_slurm_container_image_is_part_of_the_key() -> None:
     a = expand(parse_matrix(base.format("tf:2.21")))
     b = expand(parse_matrix(base.format("tf:2.17")))
     assert {c.key for c in a}.isdisjoint({c.key for c in b})
+
+
+def test_policies_alternate_within_a_batch_size_and_repeat() -> None:
+    m = parse_matrix(
+        LOCAL + "benchmark:\n  repeats: 2\n"
+        "axes:\n  policy: [float32, mixed_bfloat16]\n  batch_size: [8, 16]\n"
+    )
+    order = [(c.params.batch_size, c.params.repeat, c.params.policy[:5]) for c in expand(m)]
+    assert order == [
+        (8, 0, "float"), (8, 0, "mixed"), (8, 1, "float"), (8, 1, "mixed"),
+        (16, 0, "float"), (16, 0, "mixed"), (16, 1, "float"), (16, 1, "mixed"),
+    ]  # fmt: skip

@@ -52,8 +52,8 @@ def cell_key(
 
 
 def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
-    """All cells, in a deterministic order: host, image, then the parameters in the order
-    :class:`~mxbench.params.Params` declares them (policy, batch size, ...), then repeat."""
+    """All cells, in a deterministic order: host, image, the parameters in the order
+    :class:`~mxbench.params.Params` declares them (batch size, ...), repeat, policy."""
     names = [h.name for h in matrix.hosts]
     if hosts:
         unknown = [h for h in hosts if h not in names]
@@ -63,8 +63,15 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
             )
     b = matrix.benchmark
     sweep = matrix.sweep()
+    # Policies innermost, repeats just outside them: the policies compared at one batch
+    # size run back to back, alternating (A B A B ...), so slow drift on a shared machine
+    # falls on both sides of the ratio instead of on one.
+    inner = sweep.pop("policy")
     combos = [
-        dict(zip(sweep, values, strict=True)) for values in itertools.product(*sweep.values())
+        {**dict(zip(sweep, values, strict=True)), "policy": policy, "repeat": repeat}
+        for values in itertools.product(*sweep.values())
+        for repeat in (range(b.repeats) if b.repeats > 1 else [None])
+        for policy in inner
     ]
     cells: list[Cell] = []
     for host in matrix.hosts:
@@ -74,19 +81,18 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
         for image in images:
             spec = matrix.images[image].model_dump() if image else _runtime_identity(host)
             for combo in combos:
-                for repeat in range(b.repeats):
-                    params = Params(**combo, repeat=repeat if b.repeats > 1 else None)
-                    cells.append(
-                        Cell(
-                            host=host.name,
-                            engine=host.engine,
-                            image=image,
-                            params=params,
-                            image_spec=spec,
-                            timeout_s=host.timeout_s or b.timeout_s,
-                            key=cell_key(host.name, image, spec, params),
-                        )
+                params = Params(**combo)
+                cells.append(
+                    Cell(
+                        host=host.name,
+                        engine=host.engine,
+                        image=image,
+                        params=params,
+                        image_spec=spec,
+                        timeout_s=host.timeout_s or b.timeout_s,
+                        key=cell_key(host.name, image, spec, params),
                     )
+                )
     return cells
 
 

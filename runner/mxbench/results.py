@@ -67,6 +67,7 @@ class StepStats(_Part):
     min: Positive | None = None
     max: Positive | None = None
     n: Count | None = None
+    samples: Annotated[list[Positive], Doc("every timed step, in order (ms): the raw samples")] = []
 
 
 class Metrics(_Part):
@@ -80,6 +81,11 @@ class Metrics(_Part):
     import_s: Annotated[float | None, Doc("importing the framework")] = None
     loss_first: Annotated[float | None, Doc("training loss at the first / last timed step")] = None
     loss_last: float | None = None
+    losses: Annotated[
+        list[float | None],
+        Doc("training loss of every timed step (same seed, same data for every policy); "
+            "null where it was not finite"),
+    ] = []  # fmt: skip
     loss_scale: Annotated[
         float | None, Doc("final dynamic loss scale (mixed_float16), else null")
     ] = None

@@ -7,6 +7,7 @@ arguments (:class:`mxbench.errors.UsageError`) escape.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import traceback
@@ -137,10 +138,15 @@ def _measure(
         import_s=round(import_s, 3),
         loss_first=log_.step_loss(p.warmup_steps),
         loss_last=log_.step_loss(total - 1),
+        losses=[_finite(log_.step_loss(k)) for k in range(p.warmup_steps, total)],
         loss_scale=_loss_scale(model),
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6),
     )
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _dtype_settings(settings: Settings, model: Any, policy: str) -> None:

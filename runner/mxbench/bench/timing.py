@@ -58,8 +58,9 @@ def step_timer(log: StepLog, on_step: Callable[[int], None] | None = None) -> An
     return StepTimer()
 
 
-def summarize(durations_s: Sequence[float]) -> dict[str, float | int]:
-    """Median, quartiles, mean, min, max (ms) and n of the timed steps."""
+def summarize(durations_s: Sequence[float]) -> dict[str, Any]:
+    """Median, quartiles, mean, min, max (ms), n, and every timed step's time (ms, in
+    order: the raw samples any other statistic can be recomputed from)."""
     ms = [d * 1000.0 for d in durations_s]
     if not ms:
         raise ValueError("no timed steps")
@@ -75,6 +76,7 @@ def summarize(durations_s: Sequence[float]) -> dict[str, float | int]:
         "min": round(min(ms), 4),
         "max": round(max(ms), 4),
         "n": len(ms),
+        "samples": [round(x, 4) for x in ms],
     }
 
 
