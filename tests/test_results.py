@@ -204,3 +204,12 @@ def test_results_are_checked_before_the_first_cell(tmp_path: Path, kind: str) ->
     assert proc.returncode == 2, proc.stderr
     assert f"--results {target}" in proc.stderr and "Traceback" not in proc.stderr
     assert "cell(s) to run" not in proc.stderr  # refused before planning to measure
+
+
+def test_a_label_is_stamped_and_resume_counts_only_its_own_records(tmp_path: Path) -> None:
+    ResultStore(tmp_path).append(new_record(params=Params(), status="ok", cell="c1", host="h"))
+    labelled = ResultStore(tmp_path, label="driver-550")
+    assert labelled.done_cells() == set()  # a new label measures everything again
+    labelled.append(new_record(params=Params(), status="ok", cell="c1", host="h"))
+    assert labelled.done_cells() == {"c1"} and ResultStore(tmp_path).done_cells() == {"c1"}
+    assert [r.label for _, r in read_records(tmp_path / "h.jsonl")] == [None, "driver-550"]

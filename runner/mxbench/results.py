@@ -212,6 +212,10 @@ class Record(msgspec.Struct, kw_only=True):
     run: Annotated[
         dict[str, Any], Doc("wall_s and engine details (container, Slurm job, pid)")
     ] = {}
+    label: Annotated[
+        str | None,
+        Doc("`mxbench run --label NAME`: which run (e.g. a driver upgrade) it belongs to"),
+    ] = None
     error: Annotated[str | None, Doc("the message's tail when status is not ok")] = None
     source: Annotated[str | None, Doc("where a record not measured by mxbench comes from")] = None
 
@@ -362,8 +366,9 @@ class ResultStore:
     crash loses at most the record being written.
     """
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, label: str | None = None) -> None:
         self.root = Path(root)
+        self.label = label  # stamped on every record appended (mxbench run --label)
 
     def path_for(self, host: str) -> Path:
         return self.root / f"{_safe_name(host)}.jsonl"
@@ -374,6 +379,8 @@ class ResultStore:
         wait until the line is written, so an interrupt never leaves half a record."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path_for(record.host or "unknown")
+        if self.label is not None and record.label is None:
+            record.label = self.label
         data = encode(record)
         with _signals_held():
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
@@ -422,11 +429,12 @@ class ResultStore:
         return sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else []
 
     def latest_by_cell(self) -> dict[str, Record]:
-        """Latest record per cell key (file order is append order, so last wins)."""
+        """Latest record per cell key (file order is append order, so last wins); with a
+        label, among that label's records only (a new label measures everything again)."""
         latest: dict[str, Record] = {}
         for path in self.files():
             for _, rec in read_records(path):
-                if rec.cell:
+                if rec.cell and (self.label is None or rec.label == self.label):
                     latest[rec.cell] = rec
         return latest
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mxbench.errors import MxbenchError
+from mxbench.errors import MxbenchError, UsageError
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
@@ -43,6 +44,15 @@ def run(
     host: list[str] = typer.Option(
         [], "--host", "-H", help="Run only this host (repeatable).", show_default=False
     ),
+    label: str | None = typer.Option(
+        None,
+        "--label",
+        "-l",
+        help="Name this run (e.g. driver-550): stored in every record, selectable in "
+        "`mxbench report --label` and `mxbench compare`. With --resume, only cells done "
+        "under this label are skipped.",
+        show_default=False,
+    ),
 ) -> None:
     """Measure every cell (host x image x parameters) of a matrix.
 
@@ -71,7 +81,12 @@ def run(
     mx = load_matrix(matrix_path)
     cells = expand(mx, host or None)
 
-    store = ResultStore(results)
+    if label is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:+@-]{0,99}", label):
+        raise UsageError(
+            f"--label {label[:40]!r}: use up to 100 letters, digits and . _ : + @ - "
+            "(starting with a letter or digit)"
+        )
+    store = ResultStore(results, label)
     skipped = 0
     if resume:
         done = store.done_cells()
@@ -105,6 +120,8 @@ def run(
             again += ["--results", str(results)]
         for h in host:
             again += ["--host", h]
+        if label is not None:
+            again += ["--label", label]
         again.append("--resume")
         print(
             f"\nmxbench: interrupted. {summary.done} finished cell(s) are saved in "
