@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from mxbench.cells import cell_key
-from mxbench.results import SCHEMA
+from mxbench.params import Params
+from mxbench.results import SCHEMA, Record, decode
 
 
 def rec(
@@ -25,7 +26,7 @@ def rec(
     params = {"model": "blog-cnn", "policy": policy, "batch_size": batch, "image_size": 256}
     out: dict[str, Any] = {
         "schema": SCHEMA,
-        "cell": cell_key(host, None, None, params),
+        "cell": cell_key(host, None, None, Params(**params)),
         "host": host,
         "status": status,
         "params": params,
@@ -51,3 +52,12 @@ def write(path: Path, records: list[dict[str, Any]], extra_lines: tuple[str, ...
     lines = [json.dumps(r) for r in records] + list(extra_lines)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def typed(record: dict[str, Any]) -> Record:
+    """The dict as the Record the report reads (what decoding its JSON line gives)."""
+    return decode(json.dumps(record))
+
+
+def typed_all(records: list[dict[str, Any]]) -> list[Record]:
+    return [typed(r) for r in records]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mxbench.report.load import load, pick
 from mxbench.report.tables import build
-from report_records import rec, write
+from report_records import rec, typed, write
 
 
 def mxbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -23,19 +23,20 @@ def mxbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_latest_ok_wins_over_later_failure_and_earlier_ok() -> None:
-    early = rec(median=120.0, time="2026-01-01T00:00:00+00:00")
-    late_ok = rec(median=100.0, time="2026-01-02T00:00:00+00:00")
-    later_oom = rec(status="oom", time="2026-01-03T00:00:00+00:00")
+    early = typed(rec(median=120.0, time="2026-01-01T00:00:00+00:00"))
+    late_ok = typed(rec(median=100.0, time="2026-01-02T00:00:00+00:00"))
+    later_oom = typed(rec(status="oom", time="2026-01-03T00:00:00+00:00"))
     assert pick([early, later_oom, late_ok]) is late_ok
     assert pick([late_ok, early]) is late_ok  # by time, not by read order
 
 
 def test_no_ok_shows_latest_status_and_offsets_compare_as_instants() -> None:
-    err = rec(status="error", time="2026-01-02T10:00:00+02:00")  # 08:00 UTC
-    oom = rec(status="oom", time="2026-01-02T09:00:00+00:00")
-    assert pick([oom, err])["status"] == "oom"
+    err = typed(rec(status="error", time="2026-01-02T10:00:00+02:00"))  # 08:00 UTC
+    oom = typed(rec(status="oom", time="2026-01-02T09:00:00+00:00"))
+    assert pick([oom, err]).status == "oom"
     # equal or missing times: the record read last wins
-    a, b = rec(status="timeout", time=None), rec(status="unsupported", time=None)
+    a = typed(rec(status="timeout", time=None))
+    b = typed(rec(status="unsupported", time=None))
     assert pick([a, b]) is b
 
 
@@ -46,7 +47,7 @@ def test_merges_dirs_and_files_across_hosts(tmp_path: Path) -> None:
     )
     write(tmp_path / "b.jsonl", [rec("h2", median=50.0)])
     loaded = load([tmp_path / "a", tmp_path / "b.jsonl"])
-    assert loaded.records == 3 and not loaded.bad
+    assert loaded.read == 3 and not loaded.bad
     tables = build(loaded.winners)
     assert [t.host for t in tables] == ["h1", "h2"]
     assert tables[0].speedup("mixed_float16", 32) == 1.5
@@ -58,6 +59,7 @@ def test_repeats_in_one_slot_take_the_median_of_medians(tmp_path: Path) -> None:
         r = rec(median=ms)
         r["params"]["repeat"] = i
         r["cell"] = f"cell{i}"
+        r["metrics"]["step_ms"]["samples"] = [ms] * 50
         recs.append(r)
     (t,) = build(load([write(tmp_path / "r.jsonl", recs)]).winners)
     e = t.entries[("float32", 32)]
@@ -78,11 +80,11 @@ def test_corrupt_line_warns_with_file_and_line_and_report_renders(tmp_path: Path
     proc = mxbench("--results", str(tmp_path / "res"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"{path}:4: not JSON" in proc.stderr
-    assert f"{path}:5: not a JSON object" in proc.stderr
-    assert f"{path}:6: missing contract field(s): cell, status, params" in proc.stderr
+    assert f"{path}:5: Expected `object`, got `array`" in proc.stderr
+    assert f"{path}:6: Object missing required field `params`" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "| 32      | 80.0 [78.4–82.4]" in proc.stdout
-    assert "3 unreadable line(s) skipped" in proc.stdout
+    assert "|    32 |      80.0 [78.4–82.4] |" in proc.stdout
+    assert "3 unreadable line(s) or file(s) skipped" in proc.stdout
 
 
 def test_minimum_contract_records_render(tmp_path: Path) -> None:
@@ -96,8 +98,8 @@ def test_minimum_contract_records_render(tmp_path: Path) -> None:
     out = proc.stdout
     assert "## bare · unknown device" in out
     assert "device not recorded" in out
-    row = next(ln for ln in out.splitlines() if ln.startswith("| 64"))
-    assert [c.strip() for c in row.strip("|").split("|")] == ["64", "ok", "OOM", "–"]
+    row = next(ln for ln in out.splitlines() if ln.replace(" ", "").startswith("|64|"))
+    assert [c.strip() for c in row.strip("|").split("|")] == ["64", "ok", "OOM", "–", "", ""]
     for fmt in ("--csv", "--html"):
         assert mxbench(fmt, cwd=tmp_path).returncode == 0
 
@@ -106,7 +108,8 @@ def test_missing_results_path_is_usage_error(tmp_path: Path) -> None:
     proc = mxbench("--results", "nope", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "mxbench: error: --results nope: no such file or directory"
-    assert mxbench(cwd=tmp_path).returncode == 2  # no ./results either
+    bare = mxbench(cwd=tmp_path)  # no ./results either: says what to run first
+    assert bare.returncode == 2 and "measure first (mxbench run)" in bare.stderr
 
 
 def test_two_formats_is_usage_error(tmp_path: Path) -> None:
@@ -121,7 +124,7 @@ def test_no_records_exits_1_with_a_clear_line(tmp_path: Path) -> None:
     write(tmp_path / "junk.jsonl", [], extra_lines=("not json",))
     proc = mxbench("--results", "empty", "--results", "junk.jsonl", cwd=tmp_path)
     assert proc.returncode == 1
-    assert "no result records found in empty, junk.jsonl" in proc.stderr
+    assert "no result records found in empty, junk.jsonl: run `mxbench run`" in proc.stderr
     assert "junk.jsonl:1: not JSON" in proc.stderr
 
 

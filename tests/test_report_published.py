@@ -39,7 +39,8 @@ def section(report: str, host: str) -> str:
 
 
 def rows(text: str) -> dict[int, list[str]]:
-    """batch -> cells of the markdown table in a section (float32, mixed_float16, speedup)."""
+    """batch -> cells of the markdown table in a section (float32, mixed_float16, speedup,
+    images/s float32, images/s mixed_float16)."""
     out = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -62,7 +63,8 @@ def test_numbers_speedups_and_oom(report: str, host: str, table: dict, cc: str) 
     got = rows(text)
     assert sorted(got) == sorted(table)
     for batch, (mixed, fp32) in table.items():
-        f32_cell, mixed_cell, speedup = got[batch]
+        f32_cell, mixed_cell, speedup, f32_rate, _ = got[batch]
+        assert f32_rate == (f"{batch * 1000 / fp32:.0f}" if fp32 else "")
         assert f32_cell == expected_cell(fp32)
         assert mixed_cell == expected_cell(mixed)
         want = f"{fp32 / mixed:.2f}" if mixed and fp32 else "–"

@@ -10,13 +10,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from tabulate import tabulate
 
 from conftest import require_service
-from mxbench.report import render
+from mxbench.report import frame, markdown, text
 from mxbench.report.load import load
 from mxbench.report.plot import png
 from mxbench.report.tables import build
+from report_records import rec, write
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "examples" / "published"
@@ -25,30 +25,32 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 @pytest.fixture(scope="module")
 def published() -> tuple:
-    loaded = load([PUBLISHED], full=True)
+    loaded = load([PUBLISHED])
     return loaded, build(loaded.winners)
 
 
-def test_markdown_tables_match_tabulate_github(published: tuple) -> None:
+def test_markdown_tables_are_github_pipe_tables(published: tuple) -> None:
     _, tables = published
     for t in tables:
-        headers, rows = render.table_rows(t)
-        want = tabulate(rows, headers, tablefmt="github", disable_numparse=True)
-        assert render._md(headers, rows) == want
-    headers, rows = render.summary_rows(tables)
-    assert render._md(headers, rows) == tabulate(
-        rows, headers, tablefmt="github", disable_numparse=True
-    )
+        headers, rows = text.table_rows(t)
+        lines = markdown.table(headers, rows).splitlines()
+        assert len(lines) == len(rows) + 2
+        assert all(line.count("|") == len(headers) + 1 for line in lines)  # no stray column
+        parsed = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+        assert parsed[0] == headers and parsed[2:] == rows  # same cells as the text
+        assert set(lines[1]) <= set("|-:")
+    # numbers right-aligned: the batch column's rule ends with a colon
+    assert markdown.table(["batch"], [["32"]]).splitlines()[1] == "|------:|"
 
 
 def test_csv_is_tidy_one_row_per_cell(published: tuple) -> None:
     loaded, tables = published
-    rows = list(csv.DictReader(io.StringIO(render.to_csv(loaded, tables))))
-    assert len(rows) == 30 and tuple(rows[0]) == render.CSV_COLUMNS
+    rows = list(csv.DictReader(io.StringIO(frame.to_csv(loaded, tables))))
+    assert len(rows) == 30 and tuple(rows[0]) == frame.COLUMNS
     v100_512 = {
         r["policy"]: r for r in rows if r["host"] == "blog-v100" and r["batch_size"] == "512"
     }
-    assert v100_512["float32"]["step_ms_median"] == "415"
+    assert float(v100_512["float32"]["step_ms_median"]) == 415
     assert v100_512["mixed_float16"]["speedup_vs_float32"] == str(round(415 / 377, 4))
     assert v100_512["mixed_float16"]["compute_capability"] == "7.0"
     oom = [r for r in rows if r["host"] == "blog-m2200" and r["status"] == "oom"]
@@ -56,6 +58,23 @@ def test_csv_is_tidy_one_row_per_cell(published: tuple) -> None:
         ("float32", "256"), ("float32", "512"), ("mixed_float16", "512")
     ]  # fmt: skip
     assert all(r["speedup_vs_float32"] == "" for r in oom)
+
+
+def test_load_results_is_one_tidy_row_per_cell(tmp_path: Path) -> None:
+    import mxbench
+
+    df = mxbench.load_results(PUBLISHED)
+    assert len(df) == 30 and tuple(df.columns) == frame.COLUMNS
+    v100 = df[(df.host == "blog-v100") & (df.batch_size == 256)].set_index("policy")
+    assert v100.loc["mixed_float16", "speedup_vs_float32"] == round(206 / 188, 4)
+    assert v100.loc["float32", "compute_capability"] == "7.0"
+    assert set(df.backend) == {"tensorflow"} and df.step_ms_median.dtype.kind == "f"
+    # every attempt, not only the winners
+    first = rec(status="oom", time="2026-01-01T00:00:00+00:00")
+    twice = write(tmp_path / "h.jsonl", [first, rec(median=50.0, time="2026-01-02T00:00:00Z")])
+    assert len(mxbench.load_results(twice)) == 1
+    every = mxbench.load_results(twice, latest=False)
+    assert list(every.status) == ["oom", "ok"] and set(every.attempts) == {2}
 
 
 def test_plot_is_a_png_with_one_line_per_policy(published: tuple) -> None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
+
 from mxbench.cells import cell_key
+from mxbench.params import Params
 from mxbench.results import SCHEMA
 
 SOURCE = (
@@ -41,6 +44,7 @@ def records() -> dict[str, list[dict]]:
                 params = {
                     "model": "blog-cnn", "policy": policy, "batch_size": batch,
                     "image_size": 256, "data": "imagenette/320px (v1)",
+                    "jit_compile": "off",  # TF 2.1's Keras fit: no XLA
                 }  # fmt: skip
                 metrics: dict = {}
                 if ms is not None:
@@ -50,7 +54,7 @@ def records() -> dict[str, list[dict]]:
                         metrics["gpu_util_pct"] = GPU_UTIL[(host, batch)]
                 recs.append({
                     "schema": SCHEMA,
-                    "cell": cell_key(host, None, None, params),
+                    "cell": cell_key(host, None, None, msgspec.convert(params, Params)),
                     "time": "2020-01-13T00:00:00+00:00",
                     "host": host, "engine": None, "image": {"name": None, "id": None},
                     "params": params,

@@ -4,10 +4,29 @@ Data flow (one direction):
 
     matrix.yaml -> Matrix -> [Cell] -> engines -> records (results) -> report -> tables
 
-Modules follow it: ``matrix`` (schema, loading), ``cells`` (expansion, stable keys),
-``engines`` (how a bench command reaches a machine), ``results`` (record contract, JSONL
-store, resume), ``report`` (merge, tables, diagnosis, rendering). ``bench`` is what runs
-inside an image: one cell, one process, one JSON record on stdout.
+Modules follow it: ``params`` (the cell parameters, declared once), ``matrix`` (schema,
+loading), ``cells`` (expansion, stable keys), ``engines`` (how a bench command reaches a
+machine), ``results`` (the record type, JSONL store, resume), ``report`` (merge, tables,
+diagnosis, rendering), ``stats`` (intervals and verdicts). ``bench`` is what runs inside an
+image: one cell, one process, one JSON record on stdout.
+
+The public Python API is :func:`load_results` (pandas; imported on first use).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+__all__ = ["__version__", "load_results"]
+
+if TYPE_CHECKING:
+    from mxbench.report.frame import load_results
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load_results":  # pandas stays out of `mxbench --help` and the bench
+        from mxbench.report.frame import load_results
+
+        return load_results
+    raise AttributeError(f"module 'mxbench' has no attribute {name!r}")

@@ -286,7 +286,14 @@ def decode(line: bytes | str) -> Record:
     except msgspec.ValidationError as exc:
         raise BadRecord(_reason(str(exc))) from None
     except msgspec.DecodeError as exc:
+        if isinstance(line, str):
+            line = line.encode("utf-8", "replace")
+        if _NON_FINITE.search(line):
+            raise BadRecord("not JSON (NaN / Infinity are not JSON numbers)") from None
         raise BadRecord(f"not JSON ({_reason(str(exc))})") from None
+
+
+_NON_FINITE = re.compile(rb"[:\[,]\s*-?(NaN|Infinity)\s*[,}\]]")
 
 
 def _reason(text: str, limit: int = 200) -> str:

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import gc
 import sys
-from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import typer
 
 from mxbench.errors import MxbenchError, UsageError
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from mxbench.report.tables import Table
 
 MAX_WARNINGS = 50
 
@@ -34,23 +27,20 @@ def report(
     html: bool = typer.Option(
         False, "--html", help="One self-contained HTML page: tables, diagnosis, PNG plots."
     ),
-    output: Path = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
-    jobs: int = typer.Option(
-        0,
-        "--jobs",
-        "-j",
-        min=0,
-        help="Processes for the markdown report of a large fleet (result files are split "
-        "between them by host). 0: one per CPU, up to 8; 1: this process only.",
+    label: str | None = typer.Option(
+        None, "--label", "-l", help="Only the records of `mxbench run --label LABEL`."
     ),
+    output: Path = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
 ) -> None:
-    """Tables per (host, device, image): ms/step per policy and batch size, speedups over
-    float32, device annotations and a diagnosis; then a summary across devices.
+    """Tables per (host, device, image, setup): ms/step per policy and batch size, the
+    speedup over float32 with its 95% interval and a verdict, images/s, device annotations
+    and a diagnosis; then a summary across devices.
 
     Exactly one of --markdown, --csv, --html (markdown when none is given). Several
-    attempts of a cell: the latest ok wins, else the latest attempt's status shows
-    (OOM, error, timeout, unsupported). Unreadable lines are skipped with a warning.
-    Exit 0 ok, 1 no records found, 2 bad usage (e.g. a --results path that does not exist).
+    attempts of a cell: the latest ok wins, else the latest attempt's status shows (OOM,
+    error, timeout, unsupported), and the report says how many older attempts it hides.
+    Unreadable lines and files are skipped with a `file:line: reason` warning. Exit 0 ok,
+    1 no records found, 2 bad usage (e.g. a --results path that does not exist).
     """
     chosen = [name for name, on in (("markdown", markdown), ("csv", csv), ("html", html)) if on]
     if len(chosen) > 1:
@@ -59,50 +49,53 @@ def report(
     sources = list(results) if results else [Path("results")]
     if output is not None and output.is_dir():
         raise UsageError(f"--output {output}: is a directory")
+    if not results and not Path("results").exists():
+        raise UsageError(
+            "no ./results directory here: measure first (mxbench run), or name result "
+            "directories or files with --results"
+        )
 
-    from rich.console import Console
+    from mxbench.report import load, tables
 
-    from mxbench.report import load, pipeline, render, tables
-
-    # A short-lived process building ~100 small objects per record: the cyclic garbage
-    # collector would rescan them all again and again (measured: a third of the run time).
-    gc.disable()
-    err = Console(stderr=True)
-    if fmt == "markdown":  # the large-fleet path: spread over processes (pipeline)
-        loaded, text = pipeline.markdown(sources, jobs or None)
-    else:
-        with err.status("reading results", spinner="dots") if err.is_terminal else nullcontext():
-            loaded = load.load(sources, full=fmt == "csv")
-        built = tables.build(loaded.winners)
-        if fmt == "csv":
-            text = render.to_csv(loaded, built)
-        else:
-            text = render.to_html(loaded, built, _plots(built, err))
+    loaded = load.load(sources, label=label)
     for bad in loaded.bad[:MAX_WARNINGS]:
-        typer.echo(f"mxbench: warning: {bad.path}:{bad.lineno}: {bad.reason} (skipped)", err=True)
+        where = f"{bad.path}:{bad.lineno}" if bad.lineno else str(bad.path)
+        typer.echo(f"mxbench: warning: {where}: {bad.reason} (skipped)", err=True)
     if len(loaded.bad) > MAX_WARNINGS:
         more = len(loaded.bad) - MAX_WARNINGS
         typer.echo(f"mxbench: warning: {more} more unreadable line(s) skipped", err=True)
-    if not loaded.cells:
+    if not loaded.winners:
         where = ", ".join(str(s) for s in sources)
-        raise MxbenchError(f"no result records found in {where}")
+        which = f" with label {label!r}" if label else ""
+        raise MxbenchError(
+            f"no result records{which} found in {where}: run `mxbench run` first "
+            "(or point --results at result files)"
+        )
+    built = tables.build(loaded.winners)
+    if fmt == "csv":
+        from mxbench.report import frame
+
+        text = frame.to_csv(loaded, built)
+    elif fmt == "html":
+        text = _html(loaded, built)
+    else:
+        from mxbench.report import markdown as md
+
+        text = md.render(loaded, built)
     _write(text, output)
 
 
-def _plots(built: list[Table], err: Console) -> dict[int, str]:
+def _html(loaded: Any, built: list[Any]) -> str:
+    from rich.console import Console
     from rich.progress import Progress
 
+    from mxbench.report import html
     from mxbench.report.plot import png_base64
 
-    plots: dict[int, str] = {}
+    err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
-        task = progress.add_task("plotting", total=len(built))
-        for i, t in enumerate(built):
-            data = png_base64(t)
-            if data:
-                plots[i] = data
-            progress.advance(task)
-    return plots
+        task = progress.add_task("tables and plots", total=len(built))
+        return html.render(loaded, built, png_base64, lambda: progress.advance(task))
 
 
 def _write(text: str, output: Path | None) -> None:

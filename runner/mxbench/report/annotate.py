@@ -7,14 +7,9 @@ AVX2/FMA ("compiled in" only when TF's own probe said so, never guessed).
 
 from __future__ import annotations
 
-from typing import Any
-
 from mxbench.report import devices
 from mxbench.report.tables import Table
-
-
-def _d(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+from mxbench.results import Record
 
 
 def _yes(flag: bool) -> str:
@@ -26,26 +21,25 @@ def gpu_cc(table: Table) -> tuple[devices.Capability | None, bool]:
     return table.capability
 
 
-def software_line(rec: dict[str, Any]) -> str:
-    sw = _d(rec.get("software"))
-    parts = []
-    for key, label in (("tensorflow", "TF"), ("keras", "Keras"), ("cuda", "CUDA"),
-                       ("cudnn", "cuDNN")):  # fmt: skip
-        if sw.get(key):
-            parts.append(f"{label} {sw[key]}")
-    backend = sw.get("backend")
-    if backend and backend != "tensorflow":
-        parts.append(f"backend {backend}")
+def software_line(rec: Record) -> str:
+    sw = rec.software
+    parts = [
+        f"{label} {value}"
+        for label, value in (("TF", sw.tensorflow), ("JAX", sw.jax), ("PyTorch", sw.torch),
+                             ("Keras", sw.keras), ("CUDA", sw.cuda), ("cuDNN", sw.cudnn))
+        if value
+    ]  # fmt: skip
+    if sw.backend and sw.backend != "tensorflow":
+        parts.append(f"backend {sw.backend}")
     return " · ".join(parts)
 
 
-def compiled_for_avx2_fma(rec: dict[str, Any]) -> bool | None:
+def compiled_for_avx2_fma(rec: Record) -> bool | None:
     """True/False from TF's cpu_feature_guard probe; None when the record does not say."""
-    missing = _d(rec.get("cpu")).get("tf_not_compiled_for")
-    if not isinstance(missing, list):
+    missing = rec.cpu.tf_not_compiled_for
+    if missing is None:
         return None
-    upper = {str(m).upper() for m in missing}
-    return not ({"AVX2", "FMA"} & upper)
+    return not ({"AVX2", "FMA"} & {m.upper() for m in missing})
 
 
 def gpu_line(table: Table) -> str:
@@ -62,14 +56,13 @@ def gpu_line(table: Table) -> str:
     )
 
 
-def cpu_line(rec: dict[str, Any]) -> str:
-    cpu = _d(rec.get("cpu"))
-    parts = [f"CPU {cpu.get('model') or _d(rec.get('device')).get('name') or 'model unknown'}"]
-    if cpu.get("cores"):
-        parts[0] += f" ({cpu['cores']} cores)"
-    flags = cpu.get("flags")
-    if isinstance(flags, list) and flags:
-        have = {str(f).lower() for f in flags}
+def cpu_line(rec: Record) -> str:
+    cpu = rec.cpu
+    parts = [f"CPU {cpu.model or rec.device.name or 'model unknown'}"]
+    if cpu.cores:
+        parts[0] += f" ({cpu.cores} cores)"
+    if cpu.flags:
+        have = {f.lower() for f in cpu.flags}
         parts += [f"{name}: {_yes(flag in have)}" for flag, name in devices.CPU_FEATURES]
     else:
         parts.append("instruction set not recorded")
@@ -78,14 +71,14 @@ def cpu_line(rec: dict[str, Any]) -> str:
         parts.append("TF binary: AVX2/FMA compiled in")
     elif compiled is False:
         parts.append("TF binary: not compiled for AVX2/FMA")
-    else:
+    elif rec.software.tensorflow or not rec.software.backend:
         parts.append("TF binary: AVX2/FMA build unknown")
     return " · ".join(parts)
 
 
 def lines(table: Table) -> list[str]:
     rec = table.info
-    kind = table.device.get("kind")
+    kind = table.device.kind
     out = []
     if kind == "gpu":
         out.append(gpu_line(table))
@@ -99,6 +92,8 @@ def lines(table: Table) -> list[str]:
     setup = " · ".join(f"{k} {v}" for k, v in table.setup.items() if v not in (None, ""))
     if setup:
         out.append(f"setup: {setup}")
-    if rec.get("source"):
-        out.append(f"source: {rec['source']}")
+    if rec.label:
+        out.append(f"label: {rec.label}")
+    if rec.source:
+        out.append(f"source: {rec.source}")
     return out

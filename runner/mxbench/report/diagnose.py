@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from mxbench.bench.model import train_flops_per_image
+from mxbench.params import BASELINE
 from mxbench.report import devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
-from mxbench.report.tables import BASELINE, Table
+from mxbench.report.tables import Table
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})
@@ -26,10 +27,6 @@ FAR_BELOW_PEAK = 0.25
 class Note:
     rule: str
     text: str
-
-
-def _d(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _fmt_range(values: list[float]) -> str:
@@ -50,11 +47,11 @@ def _observed(t: Table, policies: frozenset[str]) -> str:
 
 
 def _is_gpu(t: Table) -> bool:
-    return t.device.get("kind") == "gpu"
+    return t.device.kind == "gpu"
 
 
 def _is_cpu(t: Table) -> bool:
-    return t.device.get("kind") == "cpu"
+    return t.device.kind == "cpu"
 
 
 def no_fp16_tensor_cores(t: Table) -> str | None:
@@ -100,14 +97,14 @@ def tf32_baseline(t: Table) -> str | None:
 def float16_emulated_on_cpu(t: Table) -> str | None:
     if not _is_cpu(t) or not FLOAT16 & set(t.policies):
         return None
-    cpu = _d(t.info.get("cpu"))
-    if devices.is_x86(cpu.get("model"), cpu.get("flags"), cpu.get("arch")) is not True:
+    cpu = t.info.cpu
+    if devices.is_x86(cpu.model, cpu.flags, cpu.arch) is not True:
         return None
     text = (
         "float16 on an x86 CPU is emulated (converted to float32 for every operation), so "
         f"mixed_float16 is expected to be much slower than float32{_observed(t, FLOAT16)}."
     )
-    if _d(t.info.get("settings")).get("jit_compile") is False:
+    if t.info.settings.jit_compile is False:
         text += (
             " XLA was off here: each operation converts on its own. With jit_compile: on "
             "(--jit-compile on) XLA fuses the conversions, which is usually many times "
@@ -119,7 +116,7 @@ def float16_emulated_on_cpu(t: Table) -> str | None:
 def bf16_on_cpu(t: Table) -> str | None:
     if not _is_cpu(t) or not BFLOAT16 & set(t.policies):
         return None
-    native = devices.native_bf16(_d(t.info.get("cpu")).get("flags"))
+    native = devices.native_bf16(t.info.cpu.flags)
     if native is None:
         return None
     if native:
@@ -196,17 +193,20 @@ def input_bound(t: Table) -> str | None:
 
 def silent_cpu_fallback(t: Table) -> str | None:
     dev = t.device
-    gpus = [g for g in dev.get("present_gpus") or [] if isinstance(g, dict)]
-    if dev.get("used_by_tf") is not False and not (_is_cpu(t) and gpus):
+    gpus = dev.present_gpus
+    if dev.used_by_tf is not False and not (_is_cpu(t) and gpus):
         return None
     names = ", ".join(
-        f"{g.get('name', 'GPU')} (CC {g['compute_capability']})" if g.get("compute_capability")
-        else str(g.get("name", "GPU"))
+        f"{g.name or 'GPU'} (CC {g.compute_capability})" if g.compute_capability
+        else g.name or "GPU"
         for g in gpus
     ) or "a GPU"  # fmt: skip
-    text = f"Silent CPU fallback: {names} present, but TensorFlow ran on the CPU."
-    ccs = [devices.parse_cc(g.get("compute_capability")) for g in gpus]
-    if any(cc is not None and cc < (6, 0) for cc in ccs):
+    framework = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}.get(
+        dev.framework or t.info.params.backend, "the framework"
+    )
+    text = f"Silent CPU fallback: {names} present, but {framework} ran on the CPU."
+    ccs = [devices.parse_cc(g.compute_capability) for g in gpus]
+    if framework == "TensorFlow" and any(cc is not None and cc < (6, 0) for cc in ccs):
         text += (
             " Official TF GPU builds from 2.18 ignore compute capability < 6.0 (Maxwell): "
             "use TF 2.17 or a newer GPU."
@@ -223,17 +223,6 @@ def pure_float16(t: Table) -> str | None:
     )
 
 
-def blog_cnn_train_flops(image_size: int) -> float:
-    """Analytic FLOPs of one training step per image (forward x 3) for the blog CNN."""
-    size, channels, macs = image_size, 3, 0
-    for filters, kernel in ((32, 5), (64, 7), (128, 11)):
-        size = -(-size // 2)  # stride 2, padding "same"
-        macs += size * size * filters * kernel * kernel * channels
-        channels = filters
-    macs += channels * 10
-    return 3 * 2 * macs
-
-
 def _peak_key(policy: str, cap: devices.Capability | None, tf32: bool) -> str | None:
     if policy in FLOAT16:
         return "fp16"
@@ -245,13 +234,13 @@ def _peak_key(policy: str, cap: devices.Capability | None, tf32: bool) -> str | 
 
 
 def achieved_vs_peak(t: Table) -> str | None:
-    peaks = devices.peaks(t.device.get("name")) if _is_gpu(t) else None
+    peaks = devices.peaks(t.device.name) if _is_gpu(t) else None
     if not peaks:
         return None
     cap, _ = gpu_cc(t)
     flops = None
     if t.setup.get("model", "blog-cnn") == "blog-cnn":
-        flops = blog_cnn_train_flops(int(t.setup.get("image_size") or 256))
+        flops = train_flops_per_image(int(t.setup.get("image_size") or 256))
     best: dict[str, tuple[float, bool]] = {}  # policy -> (TFLOP/s, estimated)
     tf32_on: dict[str, bool] = {}  # policy -> every ok run had TF32 on (or did not say)
     for (policy, b), e in t.entries.items():
@@ -274,21 +263,20 @@ def achieved_vs_peak(t: Table) -> str | None:
         if key not in peaks:
             continue
         share = value / peaks[key]
-        est = " (estimated from the model's FLOPs)" if estimated else ""
+        how = " (estimated from the model's FLOPs)" if estimated else ""
         low = ", far below: the fast path is largely unused" if share < FAR_BELOW_PEAK else ""
         parts.append(
-            f"{policy} reaches {value:.1f} TFLOP/s{est}, {share:.0%} of the "
+            f"{policy} reaches {value:.1f} TFLOP/s{how}, {share:.0%} of the "
             f"{peaks[key]:g} TFLOP/s {key} peak{low}"
         )
     return ("Achieved vs peak: " + "; ".join(parts) + ".") if parts else None
 
 
 def isa_claim_mismatch(t: Table) -> str | None:
-    labels = _d(t.image.get("labels"))
-    claim = str(labels.get("io.mxbench.isa-claim") or "").lower()
+    claim = t.image.labels.get("io.mxbench.isa-claim", "").lower()
     claimed = {x.strip() for x in claim.split(",")} & {"avx2", "fma"}
-    missing = _d(t.info.get("cpu")).get("tf_not_compiled_for")
-    if not claimed or compiled_for_avx2_fma(t.info) is not False or not isinstance(missing, list):
+    missing = t.info.cpu.tf_not_compiled_for
+    if not claimed or compiled_for_avx2_fma(t.info) is not False or missing is None:
         return None
     absent = sorted(claimed & {str(m).lower() for m in missing})
     if not absent:

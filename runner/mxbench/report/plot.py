@@ -7,6 +7,16 @@ import io
 
 from mxbench.report.tables import Table
 
+MAX_LABEL = 80
+
+
+def plain(label: str) -> str:
+    """A label matplotlib draws as it is: no mathtext (``$`` escaped), one short line."""
+    label = " ".join(label.split())
+    if len(label) > MAX_LABEL:
+        label = label[: MAX_LABEL - 1] + "…"
+    return label.replace("$", r"\$")
+
 
 def png(t: Table) -> bytes | None:
     """The plot of one table, or None when it has no timed cell."""
@@ -29,13 +39,13 @@ def png(t: Table) -> bytes | None:
     try:
         for policy, points in series.items():
             xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", label=policy)
+            ax.plot(xs, ys, marker="o", label=plain(policy))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(t.batches, [str(b) for b in t.batches])
         ax.set_xlabel("batch size")
         ax.set_ylabel("ms / step (median)")
-        ax.set_title(t.title, fontsize=9)
+        ax.set_title(plain(t.title), fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
         fig.tight_layout()

@@ -1,0 +1,127 @@
+"""What every format shows, as text: cell values, speedups with their intervals, the rows
+of a table and of the summary, the intro. Formats differ only in how they frame and escape
+it (:mod:`.markdown`, :mod:`.html`; the CSV is the DataFrame of :mod:`.frame`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mxbench import stats
+from mxbench.params import BASELINE
+from mxbench.report.load import Loaded
+from mxbench.report.tables import Entry, Table
+
+STATUS_TEXT = {"oom": "OOM", "error": "error", "timeout": "timeout", "unsupported": "unsupported"}
+DASH = "–"
+VERDICT_MARK = {"faster": "faster", "slower": "slower", "no clear difference": "≈ same"}
+
+
+def ms(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def cell_text(e: Entry | None) -> str:
+    if e is None:
+        return ""
+    if e.status != "ok":
+        return STATUS_TEXT.get(e.status, e.status)
+    if e.median is None:
+        return "ok"
+    text = ms(e.median)
+    if e.p25 is not None and e.p75 is not None:
+        text += f" [{ms(e.p25)}–{ms(e.p75)}]"
+    share = stats.noisy(e.median, e.p25, e.p75)
+    if share is not None:
+        text += f" noisy (IQR {share:.0%})"
+    return text
+
+
+def ratio_text(r: stats.Ratio | None) -> str:
+    """``1.07 [1.03–1.11] faster``; the bare ratio when there is nothing to resample."""
+    if r is None:
+        return DASH
+    if r.n < 2:
+        return f"{r.value:.2f}"
+    return f"{r.text()} {VERDICT_MARK[r.verdict]}"
+
+
+def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
+    """The speedup columns' text per (policy, batch size); a dash where the policy or
+    float32 gave no time (OOM, error); no key where either slot is empty."""
+    if BASELINE not in t.policies:
+        return {}
+    return {
+        slot: ratio_text(t.ratios.get(slot))
+        for slot in t.entries
+        if slot[0] != BASELINE and (BASELINE, slot[1]) in t.entries
+    }
+
+
+def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
+    texts = speedup_texts(t)
+    headers = ["batch"] + [f"{p} ms/step [IQR]" for p in t.policies]
+    headers += [f"speedup {p} [95% CI]" for p in t.reduced]
+    headers += ["images/s " + p for p in t.policies]
+    rows = []
+    for b in t.batches:
+        row = [str(b)] + [cell_text(t.entries.get((p, b))) for p in t.policies]
+        row += [texts.get((p, b), "") for p in t.reduced]
+        for p in t.policies:
+            e = t.entries.get((p, b))
+            row.append(f"{b * 1000 / e.median:.0f}" if e is not None and e.median else "")
+        rows.append(row)
+    return headers, rows
+
+
+def interval_note(t: Table) -> str | None:
+    overs = {r.over for r in t.ratios.values() if r.n >= 2}
+    if not overs:
+        return None
+    how = " and ".join(sorted(overs))
+    return (
+        f"Speedup intervals: 95% bootstrap over {how} (steps of one process understate "
+        "process-to-process noise; use benchmark.repeats >= 3)."
+        if "steps" in overs
+        else f"Speedup intervals: 95% bootstrap over {how}."
+    )
+
+
+@dataclass(frozen=True)
+class Brief:
+    """What the summary across devices takes from one table."""
+
+    title: str
+    reduced: list[str]
+    batches: list[int]
+    speedups: dict[tuple[str, int], str]
+
+
+def brief(t: Table) -> Brief:
+    return Brief(t.title, t.reduced, t.batches, speedup_texts(t))
+
+
+def summary_rows(tables: Sequence[Table]) -> tuple[list[str], list[list[str]]]:
+    briefs = [brief(t) for t in tables]
+    batches = sorted({b for t in briefs for b in t.batches})
+    headers = ["device", "policy", *map(str, batches)]
+    rows = [
+        [t.title, p, *(t.speedups.get((p, b), "") for b in batches)]
+        for t in briefs for p in t.reduced
+    ]  # fmt: skip
+    return headers, rows
+
+
+def intro(loaded: Loaded, tables: Sequence[Table]) -> str:
+    text = (
+        f"{loaded.read} records from {len(loaded.files)} file(s), {len(loaded.winners)} cells, "
+        f"{len(tables)} table(s). Cells: median ms per step [p25–p75]; speedup = float32 "
+        "median / policy median with its 95% interval and a verdict (≈ same: the interval "
+        "contains 1.0); latest ok attempt per cell."
+    )
+    older = sum(n - 1 for n in loaded.attempts.values())
+    if older:
+        text += f" {older} older attempt(s) of {len(loaded.attempts)} cell(s) not shown."
+    if loaded.bad:
+        text += f" {len(loaded.bad)} unreadable line(s) or file(s) skipped."
+    return text

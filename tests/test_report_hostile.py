@@ -1,0 +1,199 @@
+"""Hostile result files: the report never crashes on content, never hangs on a file, and
+nothing in a record can change the structure of the markdown, CSV or HTML it appears in."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from mxbench.cli import app
+from mxbench.errors import MxbenchError
+from report_records import rec, write
+
+FORMATS = ("--markdown", "--csv", "--html")
+
+
+def _report(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, ["report", *args])
+    if isinstance(res.exception, MxbenchError):  # what `mxbench` (cli.main) prints and exits
+        return res.exception.exit_code, res.stdout, res.stderr + str(res.exception)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res.exit_code, res.stdout, res.stderr
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("mxbench: warning:")]
+
+
+# Any JSON value, nested, with the awkward ones well represented.
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0, -1, 1e-310, 1e308, 2**63, -(2**63) - 1, "", "nan", "=1+1", "|"]),
+    st.text(max_size=20),
+)
+_JSON = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_FIELDS = st.sampled_from(
+    ["host", "cell", "status", "params", "metrics", "device", "cpu", "software", "settings",
+     "image", "time", "error", "run", "schema", "model", "source"]
+)  # fmt: skip
+_PATHS = st.sampled_from(
+    [("params", "policy"), ("params", "batch_size"), ("metrics", "step_ms"),
+     ("metrics", "step_ms", "median"), ("metrics", "step_ms", "p25"), ("device", "name"),
+     ("device", "compute_capability"), ("device", "kind"), ("cpu", "flags"), ("image", "labels"),
+     ("metrics", "gpu_util_pct"), ("settings", "tf32"), ("device", "present_gpus")]
+)  # fmt: skip
+
+
+def _set(obj: dict, path: tuple[str, ...], value: object) -> None:
+    for key in path[:-1]:
+        nxt = obj.get(key)
+        if not isinstance(nxt, dict):
+            nxt = obj[key] = {}
+        obj = nxt
+    obj[path[-1]] = value
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> dict:
+    """A valid record with a few fields replaced by anything at all."""
+    base = rec(host=draw(st.sampled_from(["h1", "h2"])), batch=draw(st.sampled_from([8, 16])))
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            base[draw(_FIELDS)] = draw(_JSON)
+        else:
+            _set(base, draw(_PATHS), draw(_JSON))
+    return base
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(records=st.lists(_records(), min_size=1, max_size=6), fmt=st.sampled_from(FORMATS))
+def test_any_record_renders_or_is_skipped_with_one_warning(
+    records: list[dict], fmt: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = write(tmp_path_factory.mktemp("r") / "h.jsonl", [rec(host="anchor"), *records])
+    code, out, err = _report("--results", str(path), fmt)
+    assert code == 0, err
+    assert "Traceback" not in err
+    for warning in _warnings(err):
+        assert f"{path}:" in warning and warning.endswith("(skipped)")
+    for text in ("nan", "inf"):
+        assert f" {text} " not in out.lower().replace("|", " ")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"metrics": {"step_ms": {"median": 0}}}, "median"),
+        ({"metrics": {"step_ms": {"median": -3.0}}}, "median"),
+        ({"metrics": {"step_ms": {"median": 1e999}}}, "Infinity"),
+        ({"metrics": {"step_ms": {"median": 1e300, "samples": [1e300, 1e999]}}}, ""),
+        ({"params": {"policy": "float32", "batch_size": 2**70}}, "batch_size"),
+        ({"params": {"policy": ["float32"], "batch_size": 8}}, "policy"),
+        ({"host": {"name": "h"}}, "host"),
+        ({"device": {"name": "x" * 1_000_000}}, ""),
+    ],
+)
+def test_bad_values_are_skipped_the_same_way_in_every_format(
+    tmp_path: Path, fmt: str, change: dict, reason: str
+) -> None:
+    bad = rec(host="h1", batch=16)
+    bad.update(change)
+    path = write(tmp_path / "h1.jsonl", [rec(host="h1", batch=8), bad])
+    code, out, err = _report("--results", str(path), fmt)
+    assert code == 0, err
+    warnings = _warnings(err)
+    if reason:
+        assert len(warnings) == 1 and f"{path}:2:" in warnings[0] and reason in warnings[0]
+    assert "nan" not in out.lower().split() and "inf" not in out.lower().split()
+
+
+def test_unreadable_result_files_are_warned_about_not_fatal(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.jsonl", [rec(host="h1")])
+    (tmp_path / "dir.jsonl").mkdir()
+    os.mkfifo(tmp_path / "fifo.jsonl")  # must not hang
+    (tmp_path / "loop.jsonl").symlink_to(tmp_path / "loop.jsonl")
+    for fmt in FORMATS:
+        code, out, err = _report("--results", str(tmp_path), fmt)
+        assert code == 0, err
+        names = " ".join(_warnings(err))
+        assert "dir.jsonl" in names and "fifo.jsonl" in names and "loop.jsonl" in names
+        assert "h1" in out
+    assert good.exists()
+
+
+HOSTILE = "a|b\nc<script>alert(1)</script>"
+
+
+def test_markdown_escapes_what_it_interpolates(tmp_path: Path) -> None:
+    r = rec(host=HOSTILE, device={"kind": "gpu", "name": "GPU | <b>x</b>\n# heading"})
+    r["image"] = {"name": "img|x", "id": None}
+    failed = rec(host=HOSTILE, batch=64, status="error", error="boom | <i>\n## fake")
+    path = write(tmp_path / "h.jsonl", [r, failed])
+    code, out, _ = _report("--results", str(path), "--markdown")
+    assert code == 0
+    assert "<script>" not in out and "<b>" not in out and "<i>" not in out
+    lines = out.splitlines()
+    assert not any(line.startswith(("# heading", "## fake", "c<")) for line in lines)
+    # every row of every table has its header's number of (unescaped) column separators
+    pipes = [len(re.findall(r"(?<!\\)\|", line)) if line.startswith("|") else 0 for line in lines]
+    for i in range(1, len(lines)):
+        if pipes[i] and pipes[i - 1]:
+            assert pipes[i] == pipes[i - 1], lines[i]
+    assert "a\\|b c&lt;script>" in out
+
+
+@pytest.mark.parametrize("prefix", ["=", "+", "-", "@", "\t", "\r"])
+def test_csv_neutralises_formulas(tmp_path: Path, prefix: str) -> None:
+    path = write(tmp_path / "h.jsonl", [rec(host=f"{prefix}HYPERLINK(1)", status="error",
+                                            error=f"{prefix}cmd|' /C calc'!A0")])  # fmt: skip
+    code, out, _ = _report("--results", str(path), "--csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    for row in rows:
+        for value in row.values():
+            assert not (value or "").startswith(("=", "+", "@", "\t", "\r")) or value.startswith(
+                "'"
+            )
+            if value and value[0] == "-":
+                float(value)  # only numbers may start with a minus
+
+
+def test_html_stays_escaped(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "h.jsonl", [rec(host=HOSTILE, device={"kind": "gpu", "name": "$x^2$ <b>"})]
+    )
+    code, out, _ = _report("--results", str(path), "--html")
+    assert code == 0
+    assert "<script>alert" not in out and "<b>" not in out
+
+
+def test_no_results_says_what_to_run_first(tmp_path: Path) -> None:
+    code, _, err = _report("--results", str(tmp_path))
+    assert code == 1
+    assert "mxbench run" in err
+
+
+def test_records_are_json(tmp_path: Path) -> None:
+    # guard for the helpers above: rec() writes real JSON lines
+    path = write(tmp_path / "h.jsonl", [rec()])
+    assert json.loads(path.read_text())["host"] == "h1"
