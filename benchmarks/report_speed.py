@@ -1,23 +1,21 @@
-"""How fast `mxbench report --markdown` renders a large synthetic fleet (target: 100,000
-records in under 3 s).
+"""How fast `mxbench report --markdown` renders a large synthetic fleet, against the time
+plain `json.loads` takes over the same lines (the goal: the report is no slower).
 
-Writes full-size records (every field of docs/record.md) to a temporary results directory,
-one JSONL file per host, then times the real command end to end in a fresh process
-(interpreter start, reading, merging, tables, diagnosis, markdown), on one process
-(--jobs 1) and on the default one per CPU, and once in-process stage by stage. The
+Writes full-size records (every field of docs/record.md, with 50 raw step samples and
+losses each) to a temporary results directory, one JSONL file per host (or one file with
+--one-file), then times, alternately and --repeats times each, in fresh processes:
+  A. `python -c` reading every line of the files with json.loads (nothing else);
+  B. `mxbench report --markdown` (interpreter start, decoding, merging, tables, speedup
+     intervals, diagnosis, markdown).
+and prints medians with the spread, the ratio B / A, and B's stages in one process. The
 numbers in the records are synthetic: this measures the report, not a GPU.
 
-    python benchmarks/report_speed.py [--records 100000] [--attempts 1]
-
---attempts N: each cell written N times (retries), so records / N distinct cells.
---one-file: the whole fleet in one JSONL file, written host by host (cut into byte ranges);
---one-file --shuffle: its lines shuffled, hosts interleaved (split by host shard).
+    python benchmarks/report_speed.py [--records 100000] [--attempts 1] [--one-file]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import random
@@ -30,6 +28,7 @@ from pathlib import Path
 
 from mxbench.bench.probe import ISA_FLAGS
 from mxbench.cells import cell_key
+from mxbench.params import Params
 from mxbench.results import SCHEMA
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
@@ -57,18 +56,21 @@ def record(rng: random.Random, host: int, policy: str, batch: int, attempt: int)
     name, cc = GPUS[host % len(GPUS)]
     params = {"model": "blog-cnn", "policy": policy, "batch_size": batch, "image_size": 256,
               "data": "synthetic", "warmup_steps": 5, "steps": 50,
-              "jit_compile": "auto"}  # fmt: skip
+              "jit_compile": "auto", "backend": "tensorflow"}  # fmt: skip
     med = batch * rng.uniform(0.5, 1.5)
+    samples = [round(med * rng.uniform(0.95, 1.08), 4) for _ in range(50)]
     status = "ok" if attempt or rng.random() > 0.05 else rng.choice(("oom", "error", "timeout"))
     return {
-        "schema": SCHEMA, "cell": cell_key(f"host{host}", "gpu", None, params),
+        "schema": SCHEMA, "cell": cell_key(f"host{host}", "gpu", None, Params(**params)),
         "time": f"2026-11-21T12:{attempt:02d}:00+00:00", "host": f"host{host}",
         "engine": "docker",
         "image": {"name": "gpu", "id": "sha256:" + "ab" * 32,
                   "labels": {"io.mxbench.tf-version": "2.21.0", "io.mxbench.isa-claim": ""}},
         "params": params, "status": status,
         "metrics": {"step_ms": {"median": med, "p25": med * 0.98, "p75": med * 1.02,
-                                "mean": med, "min": med * 0.9, "max": med * 1.2, "n": 50},
+                                "mean": med, "min": med * 0.9, "max": med * 1.2, "n": 50,
+                                "samples": samples},
+                    "losses": [round(2.3 - i * 0.001, 6) for i in range(50)],
                     "images_per_s": batch / med * 1000, "first_step_ms": 3000.0,
                     "warmup_ms": 4000.0, "startup_s": 9.0, "loss_first": 2.3, "loss_last": 2.2,
                     "loss_scale": 32768.0, "peak_memory_bytes": 2**33, "peak_memory_kind": "gpu",
@@ -112,66 +114,80 @@ def write_fleet(root: Path, records: int, attempts: int, one_file: bool = False)
     return hosts
 
 
-def _time_command(root: Path, jobs: int) -> float:
-    cmd = [sys.executable, "-m", "mxbench", "report", "--results", str(root), "--markdown",
-           "--output", str(root / "report.md"), "--jobs", str(jobs)]  # fmt: skip
+_JSON_LOADS = """
+import json, pathlib, sys
+n = 0
+for path in sorted(pathlib.Path(sys.argv[1]).glob("*.jsonl")):
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                json.loads(line)
+                n += 1
+print(n)
+"""
+
+
+def _time(cmd: list[str]) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.exit(f"report failed: {proc.stderr.strip()}")
+        sys.exit(f"{cmd[:4]} failed: {proc.stderr.strip()[-500:]}")
     return wall
+
+
+def _spread(values: list[float]) -> str:
+    return (
+        f"median {statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f})"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--attempts", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=3, help="end-to-end runs per setting")
+    ap.add_argument("--repeats", type=int, default=5, help="runs of each, alternating")
     ap.add_argument("--one-file", action="store_true", help="the whole fleet in one JSONL file")
-    ap.add_argument("--shuffle", action="store_true",
-                    help="with --one-file: hosts interleaved line by line")  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         hosts = write_fleet(root, args.records, args.attempts, args.one_file)
-        if args.one_file and args.shuffle:
-            lines = (root / "fleet.jsonl").read_text().splitlines()
-            random.Random(0).shuffle(lines)
-            (root / "fleet.jsonl").write_text("\n".join(lines) + "\n")
         size = sum(f.stat().st_size for f in root.iterdir()) / 2**20
-        layout = "one file per host"
-        if args.one_file:
-            layout = "one file, hosts interleaved" if args.shuffle else "one file, host by host"
+        layout = "one file, host by host" if args.one_file else "one file per host"
         print(f"{args.records} records, {hosts} hosts, {args.attempts} attempt(s) per cell, "
               f"{size:.0f} MiB of JSONL, {layout}")  # fmt: skip
 
-        from mxbench.report import fanout, load, render, tables
+        from mxbench.report import load, markdown, tables
 
-        gc.disable()  # as the command does
         t0 = time.perf_counter()
         loaded = load.load([root])
         t1 = time.perf_counter()
         built = tables.build(loaded.winners)
+        for t in built:
+            _ = t.ratios  # the intervals (computed lazily by the renderer otherwise)
         t2 = time.perf_counter()
-        text = render.markdown(loaded, built)
+        text = markdown.render(loaded, built)
         t3 = time.perf_counter()
-        gc.enable()
-        n_tables = len(built)
-        del loaded, built
-        mib = len(text) / 2**20
-        print(f"in one process: load {t1 - t0:.2f} s, tables {t2 - t1:.2f} s, "
-              f"markdown {t3 - t2:.2f} s ({n_tables} tables, "
-              f"{mib:.1f} MiB)")  # fmt: skip
+        print(
+            f"in one process: load {t1 - t0:.2f} s, tables + intervals {t2 - t1:.2f} s, "
+            f"markdown {t3 - t2:.2f} s ({len(built)} tables, {len(text) / 2**20:.1f} MiB)"
+        )
+        del loaded, built, text
 
-        cpus = fanout.usable_cpus()
-        for jobs in sorted({1, fanout.default_jobs()}):
-            walls = sorted(_time_command(root, jobs) for _ in range(args.repeats))
-            wall = statistics.median(walls)
-            verdict = "OK" if wall < 3.0 else "TOO SLOW"
-            print(f"mxbench report --markdown --jobs {jobs}: median {wall:.2f} s of "
-                  f"{', '.join(f'{w:.2f}' for w in walls)} (target < 3 s: {verdict})")  # fmt: skip
-        print(f"{cpus} usable CPUs, load average {os.getloadavg()[0]:.1f}")
+        loads = [sys.executable, "-c", _JSON_LOADS, str(root)]
+        report = [sys.executable, "-m", "mxbench", "report", "--results", str(root),
+                  "--markdown", "--output", str(root / "report.md")]  # fmt: skip
+        a: list[float] = []
+        b: list[float] = []
+        for _ in range(args.repeats):  # alternate, so drift on a shared machine hits both
+            a.append(_time(loads))
+            b.append(_time(report))
+        ratios = [y / x for x, y in zip(a, b, strict=True)]
+        print(f"A json.loads of every line:     {_spread(a)}")
+        print(f"B mxbench report --markdown:    {_spread(b)}")
+        print(f"B / A: median {statistics.median(ratios):.2f} "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f}); goal <= 1")  # fmt: skip
+        print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

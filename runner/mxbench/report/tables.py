@@ -10,7 +10,7 @@ setup that chooses a table is every parameter whose role is ``setup``
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -59,6 +59,9 @@ class Table:
     entries: dict[tuple[str, int], Entry]
     policies: list[str]
     batches: list[int]
+    # (policy, batch) -> the speedup over float32 with its interval, where both ran
+    # (filled by :func:`build`, for every table at once).
+    ratios: dict[tuple[str, int], stats.Ratio] = field(default_factory=dict)
 
     @cached_property
     def capability(self) -> tuple[Capability | None, bool]:
@@ -90,19 +93,6 @@ class Table:
         """float32 median / policy median, when both ran."""
         ratio = self.ratios.get((policy, batch))
         return ratio.value if ratio is not None else None
-
-    @cached_property
-    def ratios(self) -> dict[tuple[str, int], stats.Ratio]:
-        """(policy, batch) -> the speedup over float32 with its interval, where both ran."""
-        out = {}
-        for (policy, batch), other in self.entries.items():
-            base = self.entries.get((BASELINE, batch))
-            if policy == BASELINE or base is None or not base.median or not other.median:
-                continue
-            ratio = stats.speedup(base.samples(), other.samples())
-            if ratio is not None:
-                out[policy, batch] = ratio
-        return out
 
     @cached_property
     def reduced(self) -> list[str]:
@@ -187,5 +177,17 @@ def make(slots: Slots) -> Table:
 
 
 def build(winners: list[Record]) -> list[Table]:
-    """Every table, in :func:`group`'s order."""
-    return [make(slots) for slots in group(winners)]
+    """Every table, in :func:`group`'s order, with its speedup intervals."""
+    built = [make(slots) for slots in group(winners)]
+    where: list[tuple[Table, tuple[str, int]]] = []
+    pairs = []
+    for t in built:
+        for (policy, batch), other in t.entries.items():
+            base = t.entries.get((BASELINE, batch))
+            if policy != BASELINE and base is not None and base.median and other.median:
+                where.append((t, (policy, batch)))
+                pairs.append((base.samples(), other.samples()))
+    for (t, slot), ratio in zip(where, stats.speedups(pairs), strict=True):
+        if ratio is not None:
+            t.ratios[slot] = ratio
+    return built
