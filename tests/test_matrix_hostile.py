@@ -165,3 +165,43 @@ def test_any_value_in_any_field_is_accepted_or_named(section: str, key: str, val
         parse_matrix(doc)
     except UsageError as exc:
         assert f"{section}.{key}" in str(exc) or "invalid matrix" in str(exc)
+
+
+SLURM = "hosts:\n  - name: c\n    engine: slurm\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "path"),
+    [
+        ('    partition: "debug\\nrm -rf ~"\n', "hosts[0].partition"),
+        ('    gres: "gpu:1\\r#SBATCH --wrap=x"\n', "hosts[0].gres"),
+        ('    account: "a\\u2028b"\n', "hosts[0].account"),
+        ('    workdir: "/tmp/x\\n"\n', "hosts[0].workdir"),
+        ('    sbatch_options: ["--qos=high\\necho pwned"]\n', "hosts[0].sbatch_options[0]"),
+        ('    env: {"A B": "1"}\n', "hosts[0].env"),
+        ('    env: {"$(id)": "1"}\n', "hosts[0].env"),
+        ('    env: {OK: "1\\nexport X=2"}\n', "hosts[0].env.OK"),
+        ('    python: "/usr/bin/python3\\x00"\n', "hosts[0].python"),
+        ('    container_image: "img\\n"\n', "hosts[0].container_image"),
+        ("    timeout_s: .inf\n", "hosts[0].timeout_s"),
+        ("    timeout_s: true\n", "hosts[0].timeout_s"),
+    ],
+)
+def test_values_that_reach_a_script_are_one_line_at_load_time(extra: str, path: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        parse_matrix(SLURM + extra, "m.yaml")
+    assert f"m.yaml:4: {path}" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'hosts: [{name: d, engine: docker, images: [x], docker_host: "ssh://a\\nb"}]\nimages: {x: {}}',
+        'hosts: [{name: d, engine: docker, images: [x]}]\nimages: {x: {build_args: {"A;B": "1"}}}',
+        'hosts: [{name: d, engine: docker, images: [x]}]\nimages: {x: {target: "cpu\\nRUN x"}}',
+        'hosts: [{name: l, engine: local, env: {"PATH\\n": "x"}}]',
+    ],
+)
+def test_docker_and_local_values_are_checked_too(text: str) -> None:
+    with pytest.raises(UsageError, match=r"hosts\[0\]|images\.x"):
+        parse_matrix(text)

@@ -71,6 +71,10 @@ OneLine = Annotated[
 ]
 
 
+# An environment variable or build argument name.
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
+
+
 def _on_off(value: Any) -> Any:
     return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
@@ -131,23 +135,23 @@ else:
 class Image(_Strict):
     """How to build one image (``mxbench build``)."""
 
-    dockerfile: str = "Dockerfile"
-    target: str | None = None
-    context: str = "."
-    build_args: dict[str, str] = {}
+    dockerfile: OneLine = "Dockerfile"
+    target: OneLine | None = None
+    context: OneLine = "."
+    build_args: dict[EnvName, OneLine] = {}
 
 
 class _HostBase(_Strict):
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-    timeout_s: Annotated[float, Field(gt=0)] | None = None  # overrides benchmark.timeout_s
-    env: dict[str, str] = {}  # extra environment for the bench (e.g. TF_ENABLE_ONEDNN_OPTS)
+    timeout_s: Seconds | None = None  # overrides benchmark.timeout_s
+    env: dict[EnvName, OneLine] = {}  # extra environment for the bench (TF_ENABLE_ONEDNN_OPTS)
 
 
 class LocalHost(_HostBase):
     """This machine, a fresh subprocess per cell, no container (the embedded default)."""
 
     engine: Literal["local"]
-    python: str | None = None  # interpreter with mxbench[tf]; default: the one running mxbench
+    python: OneLine | None = None  # interpreter with mxbench[tf]; default: the one running mxbench
 
 
 Gpus = Literal["all", "none"] | list[str]
@@ -155,10 +159,10 @@ Gpus = Literal["all", "none"] | list[str]
 
 class DockerHost(_HostBase):
     engine: Literal["docker"]
-    docker_host: str | None = None  # unix://, tcp://, ssh://user@host[:port]; absent = local
-    context: str | None = None  # a docker CLI context name
+    docker_host: OneLine | None = None  # unix://, tcp://, ssh://user@host[:port]; absent = local
+    context: OneLine | None = None  # a docker CLI context name
     gpus: Gpus = "none"
-    images: Annotated[list[str], Field(min_length=1)]
+    images: Annotated[list[OneLine], Field(min_length=1)]
 
     @model_validator(mode="after")
     def _one_address(self) -> DockerHost:
@@ -169,17 +173,17 @@ class DockerHost(_HostBase):
 
 class SlurmHost(_HostBase):
     engine: Literal["slurm"]
-    partition: str | None = None
-    gres: str | None = None  # e.g. gpu:v100:1
-    constraint: str | None = None
-    account: str | None = None
-    time_limit: str | None = None  # sbatch --time, e.g. "00:30:00"
-    sbatch_options: list[str] = []
+    partition: OneLine | None = None
+    gres: OneLine | None = None  # e.g. gpu:v100:1
+    constraint: OneLine | None = None
+    account: OneLine | None = None
+    time_limit: OneLine | None = None  # sbatch --time, e.g. "00:30:00"
+    sbatch_options: list[OneLine] = []
     # How the bench runs on the nodes: one of container_image (pyxis / apptainer) or python.
-    container_image: str | None = None
+    container_image: OneLine | None = None
     container_runtime: Literal["pyxis", "apptainer"] | None = None
-    python: str | None = None  # interpreter with mxbench[tf] on the shared filesystem
-    workdir: str | None = None  # shared directory for job scripts and outputs
+    python: OneLine | None = None  # interpreter with mxbench[tf] on the shared filesystem
+    workdir: OneLine | None = None  # shared directory for job scripts and outputs
     array: bool = True  # many cells as one job array
 
     @field_validator("time_limit")
@@ -190,7 +194,7 @@ class SlurmHost(_HostBase):
             r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:unlimited|infinite)", v.strip()
         ):
             return v
-        raise ValueError(f"{v!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
+        raise ValueError(f"{_echo(v)} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
 
     @field_validator("sbatch_options")
     @classmethod
@@ -199,9 +203,9 @@ class SlurmHost(_HostBase):
             try:
                 words = shlex.split(opt)
             except ValueError as exc:
-                raise ValueError(f"{opt!r}: {exc}") from None
+                raise ValueError(f"{_echo(opt)}: {exc}") from None
             if not words or not words[0].startswith("-"):
-                raise ValueError(f"{opt!r}: each item is one sbatch option, like '--qos=high'")
+                raise ValueError(f"{_echo(opt)}: each item is one sbatch option, like '--qos=high'")
         return v
 
     @model_validator(mode="after")
