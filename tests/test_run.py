@@ -141,3 +141,19 @@ def test_unusable_host_is_recorded_not_fatal(tmp_path: Path) -> None:
     recs = records(results)
     assert len(recs) == 4 and all("/nope" in r["error"] for r in recs)
     assert os.path.exists(results / "box.jsonl")
+
+
+def test_a_local_python_without_mxbench_stops_before_any_cell(tmp_path: Path) -> None:
+    bare = tmp_path / "bare"  # a real interpreter with nothing installed
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    path = write_matrix(tmp_path)
+    text = path.read_text().replace(
+        "engine: local", f"engine: local\n    python: {bare}/bin/python"
+    )
+    path.write_text(text)
+    results = tmp_path / "results"
+    proc = mxbench("run", "-m", str(path), "-r", str(results))
+    assert proc.returncode == 2, proc.stderr
+    assert f"{bare}/bin/python cannot import mxbench" in proc.stderr
+    assert "-m pip install 'mxbench[tf]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert records(results) == []  # nothing attempted, nothing recorded

@@ -67,10 +67,15 @@ def run_cells(
         summary.paths.add(str(store.append(record)))
         summary.counts[record.status] += 1
 
+    by_host = group_by_host(cells)
+    engines: dict[str, Engine] = {}
+    for host_name, host_cells in by_host.items():  # every host's usage, before any cell runs
+        host = matrix.host(host_name)
+        engines[host_name] = engine_class(host.engine)(host, matrix)
+        engines[host_name].check(host_cells)
     with _sigterm_as_interrupt():
-        for host_name, host_cells in group_by_host(cells).items():
-            host = matrix.host(host_name)
-            engine: Engine = engine_class(host.engine)(host, matrix)
+        for host_name, host_cells in by_host.items():
+            engine = engines[host_name]
             engine.on_progress = lambda *_, e=engine: progress.set_note(e.progress_note())
             try:
                 progress.start(host_name, "(preparing)")

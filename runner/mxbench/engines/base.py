@@ -63,6 +63,10 @@ class Engine(ABC):
         # Called by engines with a queue whenever their progress_note() changes.
         self.on_progress: Callable[..., None] | None = None
 
+    def check(self, cells: Sequence[Cell]) -> None:  # noqa: B027 - optional hook
+        """Fast checks of the user's setup before any cell of any host runs: raise
+        :class:`~mxbench.errors.UsageError` (exit 2) for what only the user can fix."""
+
     def prepare(self, cells: Sequence[Cell]) -> None:  # noqa: B027 - optional hook
         """Check the host can run ``cells``; raise :class:`EngineUnavailable` if not."""
 

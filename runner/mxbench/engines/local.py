@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 from mxbench.cells import Cell
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome
+from mxbench.errors import UsageError
 from mxbench.matrix import LocalHost, Matrix
 
 
@@ -39,6 +41,28 @@ class LocalEngine(Engine):
 
     def command(self, cell: Cell) -> list[str]:
         return [self.python, "-m", "mxbench", "bench", *cell.bench_args()]
+
+    def check(self, cells: Sequence[Cell]) -> None:
+        """The interpreter exists and can import mxbench and each backend the cells use;
+        else exit 2 with the pip line that fixes it (not one error record per cell)."""
+        from mxbench.bench.backends import EXTRAS
+
+        python = self.python
+        if self.host.python and not shutil.which(python):
+            raise UsageError(f"host {self.host.name}: python interpreter {python!r} not found")
+        modules = {"mxbench": "tf"} | {b: EXTRAS[b] for b in {c.params.backend for c in cells}}
+        for module, extra in modules.items():
+            probe = [python, "-c", _FIND_SPEC, module]
+            try:
+                found = subprocess.run(probe, capture_output=True, timeout=60, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise UsageError(f"host {self.host.name}: cannot run {python!r}: {exc}") from None
+            if found.returncode != 0:
+                pip = shlex.join([python, "-m", "pip", "install", f"mxbench[{extra}]"])
+                raise UsageError(
+                    f"host {self.host.name}: {python} cannot import {module}; install it "
+                    f"there with: {pip}"
+                )
 
     def prepare(self, cells: Sequence[Cell]) -> None:
         if self.host.python and not shutil.which(self.host.python):
@@ -92,6 +116,10 @@ class LocalEngine(Engine):
             self._cancelled = True
             if self._proc is not None:
                 _kill_group(self._proc)
+
+
+# Whether the interpreter can import a module, without importing it (TF takes seconds).
+_FIND_SPEC = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
