@@ -79,7 +79,7 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
             continue
         images: list[str | None] = list(getattr(host, "images", None) or [None])
         for image in images:
-            spec = matrix.images[image].model_dump() if image else _runtime_identity(host)
+            spec = _image_identity(matrix, image) if image else _runtime_identity(host)
             for combo in combos:
                 params = Params(**combo)
                 cells.append(
@@ -100,3 +100,9 @@ def _runtime_identity(host: object) -> dict[str, Any] | None:
     """What a host without matrix images runs the bench in (a Slurm container image)."""
     container = getattr(host, "container_image", None)
     return {"container_image": container} if container else None
+
+
+def _image_identity(matrix: Matrix, image: str) -> dict[str, Any]:
+    """The build recipe of a matrix image, as the cell key hashes it (permissions such as
+    ``allow_outside`` change where a build may read, not what it builds)."""
+    return matrix.images[image].model_dump(exclude={"allow_outside"})

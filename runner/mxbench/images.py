@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import ssl
+import stat
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,7 +70,21 @@ class ImageSpec:
 
         ignore = self.ignore_file
         patterns = _dockerignore(ignore.read_text()) if ignore is not None else []
-        return sorted(exclude_paths(str(self.context), patterns, dockerfile=self.dockerfile))
+        found = []
+        for rel in exclude_paths(str(self.context), patterns, dockerfile=self.dockerfile):
+            found.append(rel)
+            if len(found) > MAX_CONTEXT_FILES:
+                raise UsageError(
+                    f"images.{self.name}.context: {self.context} has more than "
+                    f"{MAX_CONTEXT_FILES:,} files; narrow it with a .dockerignore"
+                )
+            mode = (self.context / rel).lstat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                raise UsageError(
+                    f"images.{self.name}.context: {rel} is a FIFO, socket or device (never "
+                    "read into a build); remove it or list it in .dockerignore"
+                )
+        return sorted(found)
 
     def content_hash(self) -> str:
         h = hashlib.sha256()
@@ -158,7 +174,14 @@ def resolve(name: str, image: Image | Mapping[str, Any], bases: Iterable[Path]) 
     tried: list[str] = []
     for base in bases:
         context = (base / img.context).resolve()
-        if (context / img.dockerfile).is_file():
+        dockerfile = (context / img.dockerfile).resolve()
+        if dockerfile.is_file():
+            for key, path in (("context", context), ("dockerfile", dockerfile)):
+                if not img.allow_outside and not path.is_relative_to(base.resolve()):
+                    raise UsageError(
+                        f"images.{name}.{key}: {path} is outside {base.resolve()} (the "
+                        f"matrix's folder); set images.{name}.allow_outside: true to allow it"
+                    )
             return ImageSpec(name, context, img.dockerfile, img.target, dict(img.build_args))
         tried.append(str(context / img.dockerfile))
     raise UsageError(
@@ -247,19 +270,42 @@ class Built:
     seconds: float = 0.0
 
 
+MAX_CONTEXT_FILES = 100_000
+MAX_CA_BUNDLE_BYTES = 10 << 20
+
+
+def read_ca_bundle(path: Path) -> str:
+    """The PEM text of a CA bundle, checked (a regular file, not huge, certificates that
+    OpenSSL loads); UsageError naming ``--ca-bundle`` otherwise. Never opens a FIFO."""
+    where = f"--ca-bundle {path}"
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise UsageError(f"{where}: {exc.strerror.lower() if exc.strerror else exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{where}: not a regular file")
+    if st.st_size > MAX_CA_BUNDLE_BYTES:
+        raise UsageError(f"{where}: {st.st_size:,} bytes is too large for a CA bundle")
+    try:
+        pem = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{where}: cannot read ({exc})") from None
+    if "-----BEGIN CERTIFICATE-----" not in pem:
+        raise UsageError(f"{where}: not a PEM certificate bundle (no BEGIN CERTIFICATE)")
+    try:
+        ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError) as exc:
+        raise UsageError(f"{where}: not a valid PEM certificate bundle ({exc})") from None
+    return pem
+
+
 def context_archive(spec: ImageSpec, ca_bundle: Path | None = None) -> io.BytesIO:
     """The build context as a tar stream (plus the CA bundle, when given)."""
     from docker.utils.build import create_archive
 
     extra = []
     if ca_bundle is not None:
-        try:
-            pem = ca_bundle.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--ca-bundle {ca_bundle}: cannot read ({exc})") from None
-        if "-----BEGIN CERTIFICATE-----" not in pem:
-            raise UsageError(f"--ca-bundle {ca_bundle}: not a PEM certificate bundle")
-        extra.append((CA_BUNDLE_PATH, pem))
+        extra.append((CA_BUNDLE_PATH, read_ca_bundle(ca_bundle)))
     buf = io.BytesIO()
     fh = create_archive(str(spec.context), files=spec.files(), fileobj=buf, extra_files=extra)
     fh.seek(0)

@@ -139,6 +139,9 @@ class Image(_Strict):
     target: OneLine | None = None
     context: OneLine = "."
     build_args: dict[EnvName, OneLine] = {}
+    # A context or Dockerfile outside the matrix file's folder is refused unless set: a
+    # matrix from elsewhere must not send, say, a home directory to a remote daemon.
+    allow_outside: bool = False
 
 
 class _HostBase(_Strict):

@@ -47,10 +47,11 @@ def build(
         --ca-bundle /etc/ssl/certs/ca-certificates.crt
     ```
     """
+    from mxbench.images import read_ca_bundle
     from mxbench.matrix import load_matrix
 
-    if ca_bundle is not None and not ca_bundle.is_file():
-        raise UsageError(f"--ca-bundle {ca_bundle}: no such file")
+    if ca_bundle is not None:
+        read_ca_bundle(ca_bundle)  # before any daemon is contacted
     m = load_matrix(matrix)
     plan = _plan(m, host, image)
     if not plan:

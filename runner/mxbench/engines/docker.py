@@ -133,7 +133,8 @@ class DockerEngine(Engine):
             self._images[name] = self._find_image(name, spec)
 
     def _find_image(self, name: str, spec_dict: dict[str, Any] | None) -> dict[str, Any]:
-        spec = images.resolve(name, spec_dict or self.matrix.images[name], self._bases())
+        recipe = self.matrix.images.get(name) or spec_dict or {}
+        spec = images.resolve(name, recipe, self._bases())
         tag = spec.tag()
         image = images.find(self._client, tag)
         if image is None:
