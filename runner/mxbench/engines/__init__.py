@@ -17,7 +17,8 @@ _ENGINES = {
 
 def engine_class(name: str) -> type[Engine]:
     module, cls = _ENGINES[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    engine: type[Engine] = getattr(importlib.import_module(module), cls)
+    return engine
 
 
 __all__ = ["Engine", "EngineUnavailable", "Outcome", "engine_class", "to_record"]

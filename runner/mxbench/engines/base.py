@@ -32,7 +32,7 @@ class EngineUnavailable(Exception):
     lacks, ``error`` for a host that should work but does not.
     """
 
-    def __init__(self, reason: str, status: str = "error") -> None:
+    def __init__(self, reason: str, status: Status = "error") -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
