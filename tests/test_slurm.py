@@ -189,8 +189,8 @@ def test_memory_kill_is_oom_and_a_failing_bench_is_an_error(tmp_path: Path) -> N
     engine.prepare(cells)
     [(cell, outcome)] = list(engine.run(cells))
     record = to_record(cell, outcome)
-    assert record["status"] == "oom", record["error"]
-    assert "exceeding its memory" in record["error"]
+    assert record.status == "oom", record.error
+    assert "exceeding its memory" in (record.error or "")
     assert seen[-1].done == 1 and seen[-1].queued == seen[-1].running == 0
     assert engine.progress_note().endswith("1/1 done")
 
@@ -198,16 +198,16 @@ def test_memory_kill_is_oom_and_a_failing_bench_is_an_error(tmp_path: Path) -> N
     engine, cells = _engine(tmp_path, "python: /bin/false")
     [(cell, outcome)] = list(engine.run(cells))
     record = to_record(cell, outcome)
-    assert record["status"] == "error"
-    assert "failed with exit code 1 (state FAILED" in record["error"]
-    assert record["run"]["slurm"]["exit_code"] == "1:0"
+    assert record.status == "error"
+    assert "failed with exit code 1 (state FAILED" in (record.error or "")
+    assert record.run["slurm"]["exit_code"] == "1:0"
 
 
 def test_cells_as_separate_jobs_without_arrays(tmp_path: Path) -> None:
     engine, cells = _engine(tmp_path, "array: false", policies="float32, mixed_float16")
     results = [to_record(c, o) for c, o in engine.run(cells)]
-    assert [r["status"] for r in results] == ["ok", "ok"], [r["error"] for r in results]
-    ids = [r["run"]["slurm"]["job_id"] for r in results]
+    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
+    ids = [r.run["slurm"]["job_id"] for r in results]
     assert all("_" not in i for i in ids) and len(set(ids)) == 2
 
 
