@@ -12,7 +12,7 @@ import sys
 import typer
 
 from mxbench import __version__
-from mxbench.commands import bench, build, report, run
+from mxbench.commands import bench, build, compare, report, run
 from mxbench.errors import MxbenchError
 
 app = typer.Typer(
@@ -49,6 +49,7 @@ def _root(
 app.command("build")(build.build)
 app.command("run")(run.run)
 app.command("report")(report.report)
+app.command("compare")(compare.compare)
 app.command("bench")(bench.bench)
 
 

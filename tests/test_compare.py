@@ -1,0 +1,57 @@
+"""`mxbench compare`: two runs of the same matrix, a regression only when it is one."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+from report_records import rec, write
+
+
+def _run(tmp: Path, name: str, scale: float, seed: int, label: str | None = None) -> Path:
+    rng = random.Random(seed)
+    records = []
+    for policy in ("float32", "mixed_bfloat16"):
+        for batch in (8, 32):
+            base = batch * (1.0 if policy == "float32" else 0.8) * scale
+            samples = [round(base * rng.uniform(0.97, 1.03), 4) for _ in range(50)]
+            r = rec("box", policy, batch, median=sorted(samples)[25], label=label)
+            r["metrics"]["step_ms"]["samples"] = samples
+            records.append(r)
+    return write(tmp / name / "box.jsonl", records).parent
+
+
+def _compare(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mxbench", "compare", *args],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_two_runs_of_the_same_machine_are_no_regression(tmp_path: Path) -> None:
+    a, b = _run(tmp_path, "a", 1.0, 1), _run(tmp_path, "b", 1.0, 2)
+    proc = _compare(str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert "4 cell(s) compared, 0 regression(s)" in proc.stdout
+
+
+def test_a_slowed_run_is_flagged_and_exits_1(tmp_path: Path) -> None:
+    a, b = _run(tmp_path, "a", 1.0, 1), _run(tmp_path, "b", 1.2, 2)
+    proc = _compare(str(a), str(b), "--json")
+    assert proc.returncode == 1 and "4 cell(s) regressed by more than 5%" in proc.stderr
+    changes = json.loads(proc.stdout)
+    assert len(changes) == 4 and all(c["regressed"] and c["verdict"] == "slower" for c in changes)
+    assert all(0.15 < c["change"] < 0.25 and c["low"] > 0 for c in changes)
+    assert _compare(str(a), str(b), "--threshold", "30").returncode == 0  # within tolerance
+
+
+def test_labels_select_the_two_sides_of_one_directory(tmp_path: Path) -> None:
+    one = tmp_path / "one"
+    base = _run(tmp_path, "x", 1.0, 1, label="old") / "box.jsonl"
+    new = _run(tmp_path, "y", 0.7, 2, label="new") / "box.jsonl"
+    one.mkdir()
+    (one / "box.jsonl").write_text(base.read_text() + new.read_text())
+    proc = _compare(str(one), str(one), "--base-label", "old", "--new-label", "new")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("faster") == 4
