@@ -183,3 +183,29 @@ def test_policies_alternate_within_a_batch_size_and_repeat() -> None:
         (8, 0, "float"), (8, 0, "mixed"), (8, 1, "float"), (8, 1, "mixed"),
         (16, 0, "float"), (16, 0, "mixed"), (16, 1, "float"), (16, 1, "mixed"),
     ]  # fmt: skip
+
+
+def test_engines_register_their_host_models_and_stay_light() -> None:
+    from mxbench.engines import ENGINES
+    from mxbench.schema import HostBase
+
+    assert set(ENGINES) == {"local", "docker", "slurm"}
+    assert all(issubclass(e.host_model, HostBase) for e in ENGINES.values())
+    m = parse_matrix(
+        "images: {gpu: {}}\nhosts:\n  - {name: a, engine: local}\n"
+        "  - {name: b, engine: docker, images: [gpu]}\n"
+        "  - {name: c, engine: slurm, container_image: 'tf:2.21'}\n"
+    )
+    assert [type(h).__module__ for h in m.hosts] == [
+        "mxbench.engines.local", "mxbench.engines.docker", "mxbench.engines.slurm"
+    ]  # fmt: skip
+    assert [h.needs_build for h in m.hosts] == [False, True, False]
+    assert next(c.image for c in expand(m) if c.host == "b") == "gpu"
+    assert {c.image_spec["container_image"] for c in expand(m) if c.host == "c"} == {"tf:2.21"}
+    # loading a matrix never imports the docker SDK (a local-only user need not have it)
+    probe = (
+        "import sys, mxbench.matrix; print(sorted(m for m in sys.modules"
+        " if m.split('.')[0] in ('docker', 'paramiko', 'requests')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -77,15 +77,15 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
     for host in matrix.hosts:
         if hosts and host.name not in hosts:
             continue
-        images: list[str | None] = list(getattr(host, "images", None) or [None])
+        images: list[str | None] = [*host.image_names()] or [None]
         for image in images:
-            spec = _image_identity(matrix, image) if image else _runtime_identity(host)
+            spec = _image_identity(matrix, image) if image else host.runtime_identity()
             for combo in combos:
                 params = Params(**combo)
                 cells.append(
                     Cell(
                         host=host.name,
-                        engine=host.engine,
+                        engine=host.engine_name,
                         image=image,
                         params=params,
                         image_spec=spec,
@@ -94,12 +94,6 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
                     )
                 )
     return cells
-
-
-def _runtime_identity(host: object) -> dict[str, Any] | None:
-    """What a host without matrix images runs the bench in (a Slurm container image)."""
-    container = getattr(host, "container_image", None)
-    return {"container_image": container} if container else None
 
 
 def _image_identity(matrix: Matrix, image: str) -> dict[str, Any]:

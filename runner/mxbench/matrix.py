@@ -7,8 +7,8 @@ are rejected everywhere: a typo must not pass silently.
 
 from __future__ import annotations
 
-import re
-import shlex
+import functools
+import operator
 import stat
 from collections import Counter
 from importlib import resources
@@ -17,10 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
@@ -30,20 +27,15 @@ from pydantic import (
 )
 
 from mxbench import params
+from mxbench.engines import ENGINES
 from mxbench.errors import UsageError
+from mxbench.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
 
 DEFAULT_CELL_TIMEOUT_S = 1800.0
 MAX_REPEATS = 100
-MAX_CELL_TIMEOUT_S = 7 * 24 * 3600.0
 # Each cell is a fresh process (or container, or job) of seconds to minutes: a matrix of more
 # cells than this is a typo (a stray zero in an axis) far more often than a plan.
 MAX_CELLS = 10_000
-# A duration in seconds: a number (not a YAML boolean), positive, finite, at most a week.
-Seconds = Annotated[float, Field(gt=0, le=MAX_CELL_TIMEOUT_S, allow_inf_nan=False, strict=True)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _param_type(f: params.Field) -> Any:
@@ -58,28 +50,11 @@ def _param_type(f: params.Field) -> Any:
     return Annotated[f.type, Field(ge=f.ge, le=f.le, strict=True)]
 
 
-def _one_line(value: str) -> str:
-    m = re.search(f"[{params.CONTROL_CHARS}]", value)
-    if m:
-        raise ValueError(f"control character {m.group()!r} not allowed (one line of text)")
-    return value
-
-
-# Text that reaches a command line, a batch script or a message: one line, bounded.
-OneLine = Annotated[
-    str, Field(min_length=1, max_length=4096, strict=True), AfterValidator(_one_line)
-]
-
-
-# An environment variable or build argument name.
-EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=200)]
-
-
 def _on_off(value: Any) -> Any:
     return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
 
-class _BenchmarkBase(_Strict):
+class _BenchmarkBase(Strict):
     """What every cell measures: one value per parameter (the experiment's defaults, except
     the step count), plus how often and how long."""
 
@@ -94,7 +69,7 @@ class _BenchmarkBase(_Strict):
         return v
 
 
-class _AxesBase(_Strict):
+class _AxesBase(Strict):
     """Parameters swept: a list of values each (a cell per combination)."""
 
     @field_validator("*")
@@ -132,7 +107,7 @@ else:
     )
 
 
-class Image(_Strict):
+class Image(Strict):
     """How to build one image (``mxbench build``)."""
 
     dockerfile: OneLine = "Dockerfile"
@@ -144,86 +119,17 @@ class Image(_Strict):
     allow_outside: bool = False
 
 
-class _HostBase(_Strict):
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-    timeout_s: Seconds | None = None  # overrides benchmark.timeout_s
-    env: dict[EnvName, OneLine] = {}  # extra environment for the bench (TF_ENABLE_ONEDNN_OPTS)
+# The host union, from the engines that registered themselves (mxbench.engines).
+if TYPE_CHECKING:
+    Host = HostBase
+else:
+    Host = Annotated[  # built at import time, from the registry
+        functools.reduce(operator.or_, (e.host_model for e in ENGINES.values())),
+        Field(discriminator="engine"),
+    ]
 
 
-class LocalHost(_HostBase):
-    """This machine, a fresh subprocess per cell, no container (the embedded default)."""
-
-    engine: Literal["local"]
-    python: OneLine | None = None  # interpreter with mxbench[tf]; default: the one running mxbench
-
-
-Gpus = Literal["all", "none"] | list[str]
-
-
-class DockerHost(_HostBase):
-    engine: Literal["docker"]
-    docker_host: OneLine | None = None  # unix://, tcp://, ssh://user@host[:port]; absent = local
-    context: OneLine | None = None  # a docker CLI context name
-    gpus: Gpus = "none"
-    images: Annotated[list[OneLine], Field(min_length=1)]
-
-    @model_validator(mode="after")
-    def _one_address(self) -> DockerHost:
-        if self.docker_host and self.context:
-            raise ValueError("give docker_host or context, not both")
-        return self
-
-
-class SlurmHost(_HostBase):
-    engine: Literal["slurm"]
-    partition: OneLine | None = None
-    gres: OneLine | None = None  # e.g. gpu:v100:1
-    constraint: OneLine | None = None
-    account: OneLine | None = None
-    time_limit: OneLine | None = None  # sbatch --time, e.g. "00:30:00"
-    sbatch_options: list[OneLine] = []
-    # How the bench runs on the nodes: one of container_image (pyxis / apptainer) or python.
-    container_image: OneLine | None = None
-    container_runtime: Literal["pyxis", "apptainer"] | None = None
-    python: OneLine | None = None  # interpreter with mxbench[tf] on the shared filesystem
-    workdir: OneLine | None = None  # shared directory for job scripts and outputs
-    array: bool = True  # many cells as one job array
-
-    @field_validator("time_limit")
-    @classmethod
-    def _time_limit(cls, v: str | None) -> str | None:
-        # sbatch --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or unlimited.
-        if v is None or re.fullmatch(
-            r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:unlimited|infinite)", v.strip()
-        ):
-            return v
-        raise ValueError(f"{_echo(v)} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
-
-    @field_validator("sbatch_options")
-    @classmethod
-    def _sbatch_options(cls, v: list[str]) -> list[str]:
-        for opt in v:
-            try:
-                words = shlex.split(opt)
-            except ValueError as exc:
-                raise ValueError(f"{_echo(opt)}: {exc}") from None
-            if not words or not words[0].startswith("-"):
-                raise ValueError(f"{_echo(opt)}: each item is one sbatch option, like '--qos=high'")
-        return v
-
-    @model_validator(mode="after")
-    def _how(self) -> SlurmHost:
-        if self.container_image and self.python:
-            raise ValueError("give container_image or python, not both")
-        if self.container_runtime and not self.container_image:
-            raise ValueError("container_runtime needs container_image")
-        return self
-
-
-Host = Annotated[LocalHost | DockerHost | SlurmHost, Field(discriminator="engine")]
-
-
-class Matrix(_Strict):
+class Matrix(Strict):
     version: Literal[1] = 1
     benchmark: Benchmark = Benchmark()
     axes: Axes = Axes()
@@ -243,7 +149,7 @@ class Matrix(_Strict):
         per_image = self.benchmark.repeats
         for values in sweep.values():
             per_image *= len(values)
-        cells = sum(per_image * max(1, len(getattr(h, "images", None) or [])) for h in self.hosts)
+        cells = sum(per_image * max(1, len(h.image_names())) for h in self.hosts)
         if cells > MAX_CELLS:
             axes = " x ".join(f"{len(v)} {k}" for k, v in sweep.items() if len(v) > 1)
             raise _PathError(
@@ -265,14 +171,14 @@ class Matrix(_Strict):
         seen: set[str] = set()
         for i, host in enumerate(self.hosts):
             if host.name in seen:
-                raise _PathError(("hosts", i, "name"), f"duplicate host name {_echo(host.name)}")
+                raise _PathError(("hosts", i, "name"), f"duplicate host name {echo(host.name)}")
             seen.add(host.name)
-            for j, image in enumerate(getattr(host, "images", [])):
+            for j, image in enumerate(host.image_names()):
                 if image not in self.images:
                     known = ", ".join(sorted(self.images)) or "none defined"
                     raise _PathError(
                         ("hosts", i, "images", j),
-                        f"image {_echo(image)} is not defined under 'images' (defined: {known})",
+                        f"image {echo(image)} is not defined under 'images' (defined: {known})",
                     )
         return self
 
@@ -292,7 +198,7 @@ class Matrix(_Strict):
                 out[f.name] = [getattr(self.benchmark, f.name)]
         return out
 
-    def host(self, name: str) -> LocalHost | DockerHost | SlurmHost:
+    def host(self, name: str) -> HostBase:
         for h in self.hosts:
             if h.name == name:
                 return h
@@ -441,16 +347,10 @@ def _no_duplicate_keys(node: yaml.MappingNode, source: str) -> None:
         line = key.start_mark.line + 1
         if key.value in first and key.value != "<<":
             raise UsageError(
-                f"{source}:{line}: duplicate key {_echo(key.value)} (first on line "
+                f"{source}:{line}: duplicate key {echo(key.value)} (first on line "
                 f"{first[key.value]}); YAML would silently keep only the last"
             )
         first.setdefault(key.value, line)
-
-
-def _echo(value: object, limit: int = 40) -> str:
-    """A user's value quoted back in a message, shortened: a message stays one short line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
@@ -467,14 +367,14 @@ def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) ->
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not in matrix schema v1; a typo?)"
         elif err["type"] == "union_tag_invalid":
-            msg = "unknown engine: expected one of local, docker, slurm"
+            msg = f"unknown engine: expected one of {', '.join(ENGINES)}"
         elif err["type"] == "union_tag_not_found":
-            msg = "missing 'engine' (one of local, docker, slurm)"
+            msg = f"missing 'engine' (one of {', '.join(ENGINES)})"
         elif isinstance(err.get("input"), bool) and err["type"] in _NUMBER_ERRORS:
             msg = f"expected a number, not the YAML boolean {str(err['input']).lower()}"
         elif err["type"] == "literal_error" and (named := _param_in(loc)) is not None:
             choices = ", ".join(named.choices or ())
-            msg = f"unknown {named.name} {_echo(err.get('input'))}: expected one of {choices}"
+            msg = f"unknown {named.name} {echo(err.get('input'))}: expected one of {choices}"
         msg = msg.removeprefix("Value error, ")
         lines.append(_format_one(loc, msg, node, source))
     if len(errors) > len(lines):
@@ -497,12 +397,7 @@ def _strip_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     # pydantic inserts the discriminator value ("docker") after the list index.
     out: list[Any] = []
     for i, part in enumerate(loc):
-        if (
-            part in ("local", "docker", "slurm")
-            and i >= 2
-            and loc[i - 2] == "hosts"
-            and isinstance(loc[i - 1], int)
-        ):
+        if part in ENGINES and i >= 2 and loc[i - 2] == "hosts" and isinstance(loc[i - 1], int):
             continue
         out.append(part)
     return tuple(out)

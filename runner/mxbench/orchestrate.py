@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mxbench.cells import Cell
-from mxbench.engines import Engine, EngineUnavailable, engine_class, to_record
+from mxbench.engines import Engine, EngineUnavailable, Outcome, engine_class, to_record
 from mxbench.matrix import Matrix
 from mxbench.progress import CellProgress
-from mxbench.results import Image, Record, ResultStore, new_record
+from mxbench.results import Record, ResultStore
 
 FAILED_STATUSES = frozenset({"error", "timeout"})
 
@@ -71,7 +71,7 @@ def run_cells(
     engines: dict[str, Engine] = {}
     for host_name, host_cells in by_host.items():  # every host's usage, before any cell runs
         host = matrix.host(host_name)
-        engines[host_name] = engine_class(host.engine)(host, matrix)
+        engines[host_name] = engine_class(host.engine_name)(host, matrix)
         engines[host_name].check(host_cells)
     with _sigterm_as_interrupt():
         for host_name, host_cells in by_host.items():
@@ -82,16 +82,8 @@ def run_cells(
                 engine.prepare(host_cells)
             except EngineUnavailable as exc:
                 progress.message(f"{host_name}: {exc.status}: {exc.reason}")
-                for cell in host_cells:
-                    record = new_record(
-                        params=cell.params,
-                        status=exc.status,
-                        error=exc.reason,
-                        cell=cell.key,
-                        host=cell.host,
-                        engine=cell.engine,
-                        image=Image(name=cell.image),
-                    )
+                for cell in host_cells:  # the same record-making function as any outcome
+                    record = to_record(cell, Outcome(None, status=exc.status, reason=exc.reason))
                     save(record)
                     progress.finish(cell.label(), record)
                 continue

@@ -69,14 +69,14 @@ def _plan(m: Any, hosts: list[str], wanted: list[str]) -> list[tuple[Any, list[s
         if h not in names:
             known = ", ".join(names)
             raise UsageError(f"--host {h!r}: no such host in the matrix (hosts: {known})")
-        if m.host(h).engine != "docker":
-            raise UsageError(f"--host {h!r}: engine {m.host(h).engine}, no images to build")
+        if not m.host(h).needs_build:
+            raise UsageError(f"--host {h!r}: engine {m.host(h).engine_name}, no images to build")
     images.specs(m, wanted)  # validates --image names and resolves every Dockerfile early
     plan = []
     for h in m.hosts:
-        if h.engine != "docker" or (hosts and h.name not in hosts):
+        if not h.needs_build or (hosts and h.name not in hosts):
             continue
-        todo = [i for i in h.images if not wanted or i in wanted]
+        todo = [i for i in h.image_names() if not wanted or i in wanted]
         if todo:
             plan.append((h, todo))
     used = {i for _, todo in plan for i in todo}

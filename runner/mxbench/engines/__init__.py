@@ -1,24 +1,15 @@
-"""Engines: how a cell's bench command reaches a machine (one module per engine)."""
+"""Engines: how a cell's bench command reaches a machine. Each engine module defines its
+host model and registers itself (:func:`mxbench.engines.base.register`); importing this
+package imports them all (none imports the docker SDK until a docker host is used)."""
 
 from __future__ import annotations
 
-import importlib
-
-from mxbench.engines.base import Engine, EngineUnavailable, Outcome, to_record
-
-# engine name -> "module:Class", imported only when a host uses it (docker's SDK is not
-# needed to run locally).
-_ENGINES = {
-    "local": "mxbench.engines.local:LocalEngine",
-    "docker": "mxbench.engines.docker:DockerEngine",
-    "slurm": "mxbench.engines.slurm:SlurmEngine",
-}
+from mxbench.engines import docker, local, slurm  # noqa: F401 - registers the engines
+from mxbench.engines.base import ENGINES, Engine, EngineUnavailable, Outcome, to_record
 
 
 def engine_class(name: str) -> type[Engine]:
-    module, cls = _ENGINES[name].split(":")
-    engine: type[Engine] = getattr(importlib.import_module(module), cls)
-    return engine
+    return ENGINES[name]
 
 
-__all__ = ["Engine", "EngineUnavailable", "Outcome", "engine_class", "to_record"]
+__all__ = ["ENGINES", "Engine", "EngineUnavailable", "Outcome", "engine_class", "to_record"]

@@ -13,15 +13,18 @@ outcomes as they complete. :meth:`Engine.cancel` is called on Ctrl-C from anothe
 from __future__ import annotations
 
 import signal
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import msgspec
 
-from mxbench.cells import Cell
-from mxbench.matrix import Matrix
+from mxbench.schema import HostBase
+
+if TYPE_CHECKING:
+    from mxbench.cells import Cell
+    from mxbench.matrix import Matrix
 from mxbench.results import Image, Record, Status, new_record, parse_bench_output, tail
 
 
@@ -56,6 +59,7 @@ class Outcome:
 
 class Engine(ABC):
     name: ClassVar[str]
+    host_model: ClassVar[type[HostBase]]  # the `hosts:` entry this engine runs
 
     def __init__(self, host: Any, matrix: Matrix) -> None:
         self.host = host
@@ -75,8 +79,9 @@ class Engine(ABC):
         for cell in cells:
             yield cell, self.run_one(cell)
 
-    @abstractmethod
-    def run_one(self, cell: Cell) -> Outcome: ...
+    def run_one(self, cell: Cell) -> Outcome:
+        """One cell (engines that work cell by cell); batch engines override :meth:`run`."""
+        raise NotImplementedError(f"engine {self.name} runs cells in batches: use run()")
 
     def cancel(self) -> None:  # noqa: B027 - optional hook
         """Stop what is running (Ctrl-C). Must be safe to call from a signal handler thread."""
@@ -122,3 +127,16 @@ def _failure(cell: Cell, o: Outcome) -> tuple[Status, str]:
 def _tail(o: Outcome) -> str:
     t = tail(o.stderr or o.stdout)
     return f"\n{t}" if t else ""
+
+
+# engine name -> engine class, filled by @register as the engine modules are imported
+# (mxbench.engines imports them all). The matrix's host union, its messages and
+# `mxbench build`'s question "does this host need images" come from here.
+ENGINES: dict[str, type[Engine]] = {}
+E = TypeVar("E", bound=type[Engine])
+
+
+def register(cls: E) -> E:
+    """Class decorator: make an engine (and its ``host_model``) known by its ``name``."""
+    ENGINES[cls.name] = cls
+    return cls

@@ -20,13 +20,42 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from mxbench import images
-from mxbench.cells import Cell
-from mxbench.engines.base import Engine, EngineUnavailable, Outcome
+from pydantic import Field, model_validator
+
+from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
 from mxbench.errors import MxbenchError
-from mxbench.matrix import DockerHost, Matrix
+from mxbench.schema import HostBase, OneLine
+
+if TYPE_CHECKING:
+    from mxbench.cells import Cell
+    from mxbench.matrix import Matrix
+
+Gpus = Literal["all", "none"] | list[str]
+
+
+class DockerHost(HostBase):
+    """A Docker Engine (local socket, ssh://, tcp:// or a docker context); each cell in a
+    fresh container of one of the host's matrix images (built by `mxbench build`)."""
+
+    needs_build: ClassVar[bool] = True
+
+    engine: Literal["docker"]
+    docker_host: OneLine | None = None  # unix://, tcp://, ssh://user@host[:port]; absent = local
+    context: OneLine | None = None  # a docker CLI context name
+    gpus: Gpus = "none"
+    images: Annotated[list[OneLine], Field(min_length=1)]
+
+    def image_names(self) -> list[str]:
+        return list(self.images)
+
+    @model_validator(mode="after")
+    def _one_address(self) -> DockerHost:
+        if self.docker_host and self.context:
+            raise ValueError("give docker_host or context, not both")
+        return self
+
 
 CONNECT_TIMEOUT_S = 60
 
@@ -99,8 +128,10 @@ def data_mount(data: str) -> dict[str, dict[str, str]]:
     return {data: {"bind": data, "mode": "ro"}}
 
 
+@register
 class DockerEngine(Engine):
     name: ClassVar[str] = "docker"
+    host_model = DockerHost
     host: DockerHost
 
     def __init__(self, host: DockerHost, matrix: Matrix) -> None:
@@ -133,6 +164,8 @@ class DockerEngine(Engine):
             self._images[name] = self._find_image(name, spec)
 
     def _find_image(self, name: str, spec_dict: dict[str, Any] | None) -> dict[str, Any]:
+        from mxbench import images
+
         recipe = self.matrix.images.get(name) or spec_dict or {}
         spec = images.resolve(name, recipe, self._bases())
         tag = spec.tag()
@@ -147,6 +180,8 @@ class DockerEngine(Engine):
         return {"name": name, "id": image.id, "labels": labels, "tag": tag}
 
     def _bases(self) -> list[Path]:
+        from mxbench import images
+
         return images.base_dirs(self.matrix)
 
     def _build_command(self, image: str) -> str:

@@ -18,15 +18,28 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from mxbench.cells import Cell
-from mxbench.engines.base import Engine, EngineUnavailable, Outcome
+from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
 from mxbench.errors import UsageError
-from mxbench.matrix import LocalHost, Matrix
+from mxbench.schema import HostBase, OneLine
+
+if TYPE_CHECKING:
+    from mxbench.cells import Cell
+    from mxbench.matrix import Matrix
 
 
+class LocalHost(HostBase):
+    """This machine, a fresh subprocess per cell, no container (the embedded default)."""
+
+    engine: Literal["local"]
+    python: OneLine | None = None  # interpreter with mxbench[tf]; default: the running one
+
+
+@register
 class LocalEngine(Engine):
-    name = "local"
+    name: ClassVar[str] = "local"
+    host_model = LocalHost
     host: LocalHost
 
     def __init__(self, host: LocalHost, matrix: Matrix) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -33,10 +34,11 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from mxbench.cells import Cell
-from mxbench.engines.base import Engine, EngineUnavailable, Outcome
+from pydantic import field_validator, model_validator
+
+from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
 from mxbench.engines.slurm_script import job_script, runtime
 from mxbench.engines.slurm_states import (
     FINAL_STATES,
@@ -48,8 +50,61 @@ from mxbench.engines.slurm_states import (
     state_reason,
 )
 from mxbench.errors import UsageError
-from mxbench.matrix import SlurmHost
 from mxbench.results import parse_bench_output, tail
+from mxbench.schema import HostBase, OneLine, echo
+
+if TYPE_CHECKING:
+    from mxbench.cells import Cell
+
+
+class SlurmHost(HostBase):
+    engine: Literal["slurm"]
+    partition: OneLine | None = None
+    gres: OneLine | None = None  # e.g. gpu:v100:1
+    constraint: OneLine | None = None
+    account: OneLine | None = None
+    time_limit: OneLine | None = None  # sbatch --time, e.g. "00:30:00"
+    sbatch_options: list[OneLine] = []
+    # How the bench runs on the nodes: one of container_image (pyxis / apptainer) or python.
+    container_image: OneLine | None = None
+    container_runtime: Literal["pyxis", "apptainer"] | None = None
+    python: OneLine | None = None  # interpreter with mxbench[tf] on the shared filesystem
+    workdir: OneLine | None = None  # shared directory for job scripts and outputs
+    array: bool = True  # many cells as one job array
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time_limit(cls, v: str | None) -> str | None:
+        # sbatch --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or unlimited.
+        if v is None or re.fullmatch(
+            r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:unlimited|infinite)", v.strip()
+        ):
+            return v
+        raise ValueError(f"{echo(v)} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
+
+    @field_validator("sbatch_options")
+    @classmethod
+    def _sbatch_options(cls, v: list[str]) -> list[str]:
+        for opt in v:
+            try:
+                words = shlex.split(opt)
+            except ValueError as exc:
+                raise ValueError(f"{echo(opt)}: {exc}") from None
+            if not words or not words[0].startswith("-"):
+                raise ValueError(f"{echo(opt)}: each item is one sbatch option, like '--qos=high'")
+        return v
+
+    def runtime_identity(self) -> dict[str, Any] | None:
+        return {"container_image": self.container_image} if self.container_image else None
+
+    @model_validator(mode="after")
+    def _how(self) -> SlurmHost:
+        if self.container_image and self.python:
+            raise ValueError("give container_image or python, not both")
+        if self.container_runtime and not self.container_image:
+            raise ValueError("container_runtime needs container_image")
+        return self
+
 
 MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (task ids 0..1000)
 
@@ -83,8 +138,10 @@ class _Submission:
 # --------------------------------------------------------------------------- the engine
 
 
+@register
 class SlurmEngine(Engine):
-    name = "slurm"
+    name: ClassVar[str] = "slurm"
+    host_model = SlurmHost
     host: SlurmHost
 
     poll_s: float = 5.0  # between two polls of the controller (env MXBENCH_SLURM_POLL_S)
@@ -109,7 +166,7 @@ class SlurmEngine(Engine):
             )
         info = self._try(["sinfo", "-h", "-o", "%P"])
         if info.returncode != 0:
-            raise EngineUnavailable(f"Slurm controller not reachable: {_first(info)}")
+            raise EngineUnavailable(f"Slurm controller not reachable: {_last_line(info)}")
         if not cells:
             return
         # Ask the controller whether it would accept this job (partition, gres, account,
@@ -122,13 +179,7 @@ class SlurmEngine(Engine):
         script = job_script(self.host, cells, work, "test", self.host.array)
         test = self._try(["sbatch", "--test-only"], stdin=script)
         if test.returncode != 0:
-            raise EngineUnavailable(f"sbatch rejects the job for this host: {_first(test)}")
-
-    def run_one(self, cell: Cell) -> Outcome:
-        done = list(self.run([cell]))
-        if not done:
-            return Outcome(returncode=None, status="error", reason="cancelled before submission")
-        return done[0][1]
+            raise EngineUnavailable(f"sbatch rejects the job for this host: {_last_line(test)}")
 
     def run(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, Outcome]]:
         if not cells:
@@ -187,7 +238,7 @@ class SlurmEngine(Engine):
         script.write_text(job_script(self.host, cells, self.run_dir, sub.prefix, sub.array))
         res = self._try(["sbatch", "--parsable", str(script)])
         if res.returncode != 0:
-            return f"sbatch refused the job: {_first(res)}"
+            return f"sbatch refused the job: {_last_line(res)}"
         sub.job_id = res.stdout.strip().split(";")[0]
         self._submitted.append(sub.job_id)
         self.progress.job_ids.append(sub.job_id)
@@ -338,7 +389,7 @@ def _poll_s(text: str | None, default: float) -> float:
     return value
 
 
-def _first(res: subprocess.CompletedProcess[str]) -> str:
+def _last_line(res: subprocess.CompletedProcess[str]) -> str:
     text = (res.stderr or res.stdout).strip()
     return text.splitlines()[-1] if text else f"exit code {res.returncode}"
 

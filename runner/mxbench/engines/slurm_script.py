@@ -14,10 +14,13 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mxbench.cells import Cell
-from mxbench.matrix import SlurmHost
 from mxbench.params import CONTROL_CHARS
+
+if TYPE_CHECKING:
+    from mxbench.cells import Cell
+    from mxbench.engines.slurm import SlurmHost
 
 # A control character (a newline above all, or a Unicode line separator) would end a
 # #SBATCH or export line early and start a new one: the rest of the value would run.
