@@ -1,7 +1,7 @@
 """What a device can do: NVIDIA compute capabilities Maxwell..Blackwell, peaks, CPU features.
 
 Facts, not measurements: the capability rules are NVIDIA's (float16 Tensor Cores from 7.0,
-bfloat16 and TF32 Tensor Cores from 8.0, FP8 from 8.9); the peak dense rates are vendor
+bfloat16 and TF32 Tensor Cores from 8.0); the peak dense rates are vendor
 figures (TFLOP/s) and only listed where the figure is well known.
 """
 
@@ -27,10 +27,6 @@ class Capability:
     @property
     def tf32(self) -> bool:
         return self.cc >= (8, 0)
-
-    @property
-    def fp8(self) -> bool:
-        return self.cc >= (8, 9)
 
     @property
     def label(self) -> str:
