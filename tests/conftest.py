@@ -7,14 +7,26 @@ after starting them, so a broken setup can never turn into a silently green run.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+
+
+def slurm_up() -> bool:
+    """A Slurm controller answers and its node is usable."""
+    import shutil
+
+    if shutil.which("sinfo") is None:
+        return False
+    res = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+    return res.returncode == 0 and any(s in res.stdout for s in ("idle", "mix", "alloc"))
 
 
 def require_service(available: bool, what: str) -> None:
@@ -29,3 +41,94 @@ def require_service(available: bool, what: str) -> None:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+# --- the real `cpu` image on the real Docker engine (test_docker, test_engine_contract) ---
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE_IMAGE = os.environ.get("MXBENCH_BASE_IMAGE", "mxbench-base:bookworm")
+CA = "/etc/ssl/certs/ca-certificates.crt"
+SSH = "ssh://root@127.0.0.1"
+
+
+def _docker_ok() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.images.get(BASE_IMAGE)
+        return True
+    except Exception:
+        return False
+
+
+def _ssh_ok() -> bool:
+    try:
+        import docker
+
+        docker.DockerClient(base_url=SSH, timeout=20, use_ssh_client=False).ping()
+        return True
+    except Exception:
+        return False
+
+
+def mxbench(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mxbench", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def matrix_text(hosts: str, *, build_args: str = "", timeout_s: float = 300) -> str:
+    return f"""
+version: 1
+benchmark: {{image_size: 32, warmup_steps: 1, steps: 3, timeout_s: {timeout_s}}}
+axes: {{policy: [float32], batch_size: [4]}}
+images:
+  cpu:
+    dockerfile: Dockerfile
+    target: cpu
+    build_args: {{BASE_IMAGE: "{BASE_IMAGE}"{build_args}}}
+hosts:
+{hosts}
+"""
+
+
+def records(results: Path) -> list[dict]:
+    out = []
+    for f in sorted(results.glob("*.jsonl")):
+        out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return out
+
+
+@pytest.fixture(scope="session")
+def ctx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A frozen copy of the build context (and the matrix's home)."""
+    require_service(_docker_ok(), f"a Docker engine with the base image {BASE_IMAGE}")
+    dest = tmp_path_factory.mktemp("ctx")
+    from mxbench import images
+
+    images.ImageSpec("cpu", ROOT, "Dockerfile", "cpu").snapshot(dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def built(ctx: Path) -> dict:
+    """`mxbench build` of the cpu image on the local socket, timed."""
+    m = ctx / "build.yaml"
+    m.write_text(matrix_text("  - {name: box, engine: docker, images: [cpu]}"))
+    t0 = time.monotonic()
+    out = mxbench("build", "--matrix", str(m), "--ca-bundle", CA, cwd=ctx)
+    seconds = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr[-3000:]
+    from mxbench import images
+    from mxbench.matrix import load_matrix
+
+    tag = images.specs(load_matrix(m))["cpu"].tag()
+    state = "reused" if "reused" in out.stdout else "built"
+    print(f"\nmxbench build (cpu image): {seconds:.1f} s ({state})")
+    return {"matrix": m, "tag": tag, "stdout": out.stdout, "seconds": seconds}

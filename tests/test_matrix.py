@@ -209,3 +209,45 @@ def test_engines_register_their_host_models_and_stay_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("2g", 2 * 2**30), ("512m", 512 * 2**20), ("1.5G", 3 * 2**29), ("7340032", 7 * 2**20),
+     (" 64mb ", 64 * 2**20), ("1t", 2**40)],
+)  # fmt: skip
+def test_memory_limit_in_dockers_notation(text: str, expected: int) -> None:
+    for engine in ("local", "docker", "slurm"):
+        extra = ", images: [x]" if engine == "docker" else ""
+        m = parse_matrix(
+            f"images: {{x: {{}}}}\nhosts:\n  - {{name: h, engine: {engine}, "
+            f"memory_limit: '{text}'{extra}}}\n"
+        )
+        assert m.hosts[0].memory_limit == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [("'2 gigs'", "expected a size such as 2g"), ("true", "expected a size"),
+     ("1k", "greater than or equal to 6291456"), ("[1]", "expected a size"),
+     ("'-1g'", "expected a size"), ("9999t", "less than or equal")],
+)  # fmt: skip
+def test_bad_memory_limits_are_named(value: str, needle: str) -> None:
+    with pytest.raises(UsageError, match="memory_limit") as err:
+        parse_matrix(f"hosts:\n  - {{name: h, engine: local, memory_limit: {value}}}\n")
+    assert needle in str(err.value)
+
+
+def test_memory_limit_is_part_of_the_key_only_when_set() -> None:
+    plain = expand(parse_matrix(LOCAL))
+    limited = expand(
+        parse_matrix(LOCAL.replace("engine: local", "engine: local\n    memory_limit: 2g"))
+    )
+    other = expand(
+        parse_matrix(LOCAL.replace("engine: local", "engine: local\n    memory_limit: 1g"))
+    )
+    assert [c.key for c in plain] == [
+        cell_key(c.host, c.image, c.image_spec, c.params) for c in plain
+    ]  # no limit: the keys of earlier versions
+    keys = [{c.key for c in cells} for cells in (plain, limited, other)]
+    assert keys[0].isdisjoint(keys[1]) and keys[1].isdisjoint(keys[2])

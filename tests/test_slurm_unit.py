@@ -112,6 +112,19 @@ def test_sbatch_directives_carry_every_host_option(tmp_path: Path) -> None:
     assert f"--output={tmp_path}/c3-0.out" in single
 
 
+def test_memory_limit_is_sbatch_mem_in_mib_rounded_up(tmp_path: Path) -> None:
+    mx = parse_matrix(
+        "hosts:\n  - {name: c, engine: slurm, memory_limit: 1.5g}\n"
+        "  - {name: d, engine: slurm, memory_limit: '10000000'}\n"
+    )
+    cells = expand(mx)
+    for host, mem in zip(mx.hosts, ("--mem=1536M", "--mem=10M"), strict=True):
+        opts = sbatch_directives(
+            host, [c for c in cells if c.host == host.name], tmp_path, "a", True
+        )
+        assert mem in opts
+
+
 def test_time_limit_defaults_to_the_cell_timeout_in_whole_minutes() -> None:
     _, host, cells = _host()
     assert time_limit(host, cells) == "3"  # 125 s -> 3 minutes

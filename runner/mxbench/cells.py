@@ -41,12 +41,19 @@ class Cell:
 
 
 def cell_key(
-    host: str, image: str | None, image_spec: dict[str, Any] | None, params: Params
+    host: str,
+    image: str | None,
+    image_spec: dict[str, Any] | None,
+    params: Params,
+    limits: dict[str, Any] | None = None,
 ) -> str:
     """A hash of what the cell measures. Params that are not set (``repeat`` of a matrix
-    without repeats) are left out, so keys stay stable when a parameter is added."""
-    ident = {"host": host, "image": image, "image_spec": image_spec,
-             "params": params.key_fields()}  # fmt: skip
+    without repeats) and host limits that are absent are left out, so keys stay stable
+    when a parameter or a limit is added."""
+    ident: dict[str, Any] = {"host": host, "image": image, "image_spec": image_spec,
+                             "params": params.key_fields()}  # fmt: skip
+    if limits:
+        ident["limits"] = limits
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -90,7 +97,7 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
                         params=params,
                         image_spec=spec,
                         timeout_s=host.timeout_s or b.timeout_s,
-                        key=cell_key(host.name, image, spec, params),
+                        key=cell_key(host.name, image, spec, params, host.limits()),
                     )
                 )
     return cells

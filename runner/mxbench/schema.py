@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from mxbench import params
 
@@ -40,6 +40,33 @@ EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=2
 # A duration in seconds: a number (not a YAML boolean), positive, finite, at most a week.
 Seconds = Annotated[float, Field(gt=0, le=MAX_CELL_TIMEOUT_S, allow_inf_nan=False, strict=True)]
 
+_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+MIN_MEMORY_LIMIT = 6 * 2**20  # Docker's own floor for a container's memory limit
+
+
+def parse_bytes(value: object) -> object:
+    """Docker's memory notation: bytes as an integer, or a number with a unit ``b``, ``k``,
+    ``m``, ``g`` or ``t`` (powers of 1024; ``2g``, ``512m``, ``1.5g``)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"expected a size such as 2g or 512m, got {echo(value)}")
+    if isinstance(value, int):
+        return value
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)b?\s*", value, flags=re.IGNORECASE)
+    if not m:
+        raise ValueError(f"expected a size such as 2g or 512m, got {echo(value)}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+# A memory limit in bytes, written as Docker writes it; at least 6 MiB, at most 1 PiB.
+MemoryLimit = Annotated[int, BeforeValidator(parse_bytes), Field(ge=MIN_MEMORY_LIMIT, le=2**50)]
+
+
+def format_bytes(n: int) -> str:
+    for unit in ("t", "g", "m", "k"):
+        if n % _UNITS[unit] == 0:
+            return f"{n // _UNITS[unit]}{unit}"
+    return str(n)
+
 
 class HostBase(Strict):
     """What every host entry has. Engine modules subclass it with an ``engine`` literal and
@@ -51,6 +78,9 @@ class HostBase(Strict):
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     timeout_s: Seconds | None = None  # overrides benchmark.timeout_s
     env: dict[EnvName, OneLine] = {}  # extra environment for the bench (TF_ENABLE_ONEDNN_OPTS)
+    # Memory the bench may use (Docker's notation, 2g / 512m): a cgroup on a local host, the
+    # container's limit on a docker host, --mem on Slurm. Past it the cell is an `oom` record.
+    memory_limit: MemoryLimit | None = None
 
     @property
     def engine_name(self) -> str:
@@ -64,3 +94,8 @@ class HostBase(Strict):
     def runtime_identity(self) -> dict[str, Any] | None:
         """What the bench runs in when the host has no matrix image (part of the cell key)."""
         return None
+
+    def limits(self) -> dict[str, Any]:
+        """Limits that change what a cell can do (``memory_limit``): part of the cell key
+        when set, so a cell measured under another limit is not taken as done."""
+        return {"memory_limit": self.memory_limit} if self.memory_limit is not None else {}

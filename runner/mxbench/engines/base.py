@@ -121,7 +121,7 @@ def _failure(cell: Cell, o: Outcome) -> tuple[Status, str]:
         return "oom", "the bench process was killed (out of memory)" + _tail(o)
     if o.returncode == 0:
         return "error", "the bench printed no result record" + _tail(o)
-    return "error", f"the bench exited with code {o.returncode}" + _tail(o)
+    return "error", f"the bench failed with exit code {o.returncode}" + _tail(o)
 
 
 def _tail(o: Outcome) -> str:

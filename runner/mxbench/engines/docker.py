@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
 from mxbench.errors import MxbenchError
-from mxbench.schema import HostBase, OneLine
+from mxbench.schema import HostBase, OneLine, format_bytes
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
@@ -222,6 +222,9 @@ class DockerEngine(Engine):
             device_requests=device_requests(self.host.gpus),
             volumes=data_mount(cell.params.data),
             labels={"io.mxbench.cell": cell.key, "io.mxbench.host": cell.host},
+            # memory_limit: the container's limit, with no swap beyond it
+            mem_limit=self.host.memory_limit,
+            memswap_limit=self.host.memory_limit,
             detach=True,
         )
         with self._lock:
@@ -247,13 +250,22 @@ class DockerEngine(Engine):
             with self._lock:
                 self._running = None
             _quietly(lambda: container.remove(force=True))
+        oom = bool(state.get("OOMKilled")) and not timed_out
+        limit = self.host.memory_limit
         return Outcome(
             returncode=None if timed_out else state.get("ExitCode"),
             stdout=stdout,
             stderr=stderr,
             wall_s=wall,
             timed_out=timed_out,
-            oom_killed=bool(state.get("OOMKilled")),
+            oom_killed=oom,
+            status="oom" if oom and limit else None,
+            reason=(
+                "the container was killed for going past the host's memory_limit of "
+                f"{format_bytes(limit)}"
+                if oom and limit
+                else None
+            ),
             image=public,
             extra={"container": container.short_id, "docker_host": address(self.host)},
         )

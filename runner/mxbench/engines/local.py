@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
+from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
 from mxbench.errors import UsageError
-from mxbench.schema import HostBase, OneLine
+from mxbench.schema import HostBase, OneLine, format_bytes
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
@@ -80,6 +81,11 @@ class LocalEngine(Engine):
     def prepare(self, cells: Sequence[Cell]) -> None:
         if self.host.python and not shutil.which(self.host.python):
             raise EngineUnavailable(f"python interpreter {self.host.python!r} not found")
+        if self.host.memory_limit is not None:
+            try:
+                MemoryCgroup(self.host.memory_limit, "check").remove()
+            except CgroupUnavailable as exc:
+                raise EngineUnavailable(f"memory_limit: {exc}", status="unsupported") from None
         for cell in cells:
             data = cell.params.data
             if data != "synthetic" and not os.path.isdir(data):
@@ -87,6 +93,31 @@ class LocalEngine(Engine):
 
     def run_one(self, cell: Cell) -> Outcome:
         env = {**os.environ, **self.host.env, "PYTHONUNBUFFERED": "1"}
+        with self._lock:
+            if self._cancelled:
+                return Outcome(returncode=None, status="error", reason="cancelled")
+        if self.host.memory_limit is None:
+            return self._run(cell, env, None)
+        try:
+            cgroup = MemoryCgroup(self.host.memory_limit, cell.key)
+        except CgroupUnavailable as exc:
+            return Outcome(None, status="unsupported", reason=f"memory_limit: {exc}")
+        try:
+            outcome = self._run(cell, env, cgroup)
+            outcome.oom_killed = cgroup.oom_kills() > 0
+            if outcome.oom_killed and not outcome.timed_out and outcome.returncode != 0:
+                outcome.status = "oom"
+                outcome.reason = (
+                    "the bench was killed by the kernel for going past the host's "
+                    f"memory_limit of {format_bytes(self.host.memory_limit)}"
+                )
+            outcome.extra["memory_limit_bytes"] = self.host.memory_limit
+            outcome.extra["cgroup_peak_bytes"] = cgroup.peak_bytes()
+            return outcome
+        finally:
+            cgroup.remove()
+
+    def _run(self, cell: Cell, env: dict[str, str], cgroup: MemoryCgroup | None) -> Outcome:
         start = time.monotonic()
         with self._lock:
             if self._cancelled:
@@ -99,6 +130,7 @@ class LocalEngine(Engine):
                 text=True,
                 env=env,
                 start_new_session=True,  # Ctrl-C goes to us; we decide what the cell gets
+                preexec_fn=cgroup.enter if cgroup else None,
             )
             self._proc = proc
         timed_out = False

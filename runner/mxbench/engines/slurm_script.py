@@ -84,6 +84,8 @@ def sbatch_directives(
         value = getattr(host, key)
         if value:
             opts.append(f"--{key}={value}")
+    if host.memory_limit is not None:  # sbatch --mem is in MiB
+        opts.append(f"--mem={math.ceil(host.memory_limit / 2**20)}M")
     for extra in host.sbatch_options:
         opts.extend(shlex.split(extra))
     return opts
