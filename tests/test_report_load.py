@@ -99,7 +99,7 @@ def test_minimum_contract_records_render(tmp_path: Path) -> None:
     assert "## bare · unknown device" in out
     assert "device not recorded" in out
     row = next(ln for ln in out.splitlines() if ln.replace(" ", "").startswith("|64|"))
-    assert [c.strip() for c in row.strip("|").split("|")] == ["64", "ok", "OOM", "–", "", ""]
+    assert [c.strip() for c in row.strip("|").split("|")] == ["64", "ok", "", "OOM", "", "–"]
     for fmt in ("--csv", "--html"):
         assert mxbench(fmt, cwd=tmp_path).returncode == 0
 

@@ -39,8 +39,8 @@ def section(report: str, host: str) -> str:
 
 
 def rows(text: str) -> dict[int, list[str]]:
-    """batch -> cells of the markdown table in a section (float32, mixed_float16, speedup,
-    images/s float32, images/s mixed_float16)."""
+    """batch -> cells of the markdown table in a section (float32 ms and images/s,
+    mixed_float16 ms and images/s, speedup)."""
     out = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -63,7 +63,7 @@ def test_numbers_speedups_and_oom(report: str, host: str, table: dict, cc: str) 
     got = rows(text)
     assert sorted(got) == sorted(table)
     for batch, (mixed, fp32) in table.items():
-        f32_cell, mixed_cell, speedup, f32_rate, _ = got[batch]
+        f32_cell, f32_rate, mixed_cell, _, speedup = got[batch]
         assert f32_rate == (f"{batch * 1000 / fp32:.0f}" if fp32 else "")
         assert f32_cell == expected_cell(fp32)
         assert mixed_cell == expected_cell(mixed)
@@ -73,11 +73,11 @@ def test_numbers_speedups_and_oom(report: str, host: str, table: dict, cc: str) 
 
 
 def test_exact_published_speedups(report: str) -> None:
-    assert rows(section(report, "blog-v100"))[256][2] == "1.10"  # 206 / 188
-    assert rows(section(report, "blog-titan-xp"))[32][2] == "0.86"  # 38 / 44
+    assert rows(section(report, "blog-v100"))[256][4] == "1.10"  # 206 / 188
+    assert rows(section(report, "blog-titan-xp"))[32][4] == "0.86"  # 38 / 44
     m2200 = rows(section(report, "blog-m2200"))
-    assert m2200[256][:2] == ["OOM", "1000.0"]
-    assert m2200[512][:2] == ["OOM", "OOM"]
+    assert m2200[256][:4] == ["OOM", "", "1000.0", "256"]  # ms/step, images/s per policy
+    assert m2200[512][:4] == ["OOM", "", "OOM", ""]
 
 
 def test_tensor_core_annotations_and_diagnosis(report: str) -> None:

@@ -14,7 +14,7 @@ from mxbench.bench.model import train_flops_per_image
 from mxbench.params import BASELINE
 from mxbench.report import devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
-from mxbench.report.tables import Table
+from mxbench.report.tables import LOSS_TOLERANCE, Table
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})
@@ -42,8 +42,22 @@ def _speedups(t: Table, policies: frozenset[str]) -> list[float]:
 
 
 def _observed(t: Table, policies: frozenset[str]) -> str:
+    """`` (observed speedup 0.95–1.02, no clear difference)``: the range and the verdict
+    of the intervals (when they agree)."""
     speedups = _speedups(t, policies)
-    return f" (observed speedup {_fmt_range(speedups)})" if speedups else ""
+    if not speedups:
+        return ""
+    verdicts = set()
+    for slot, r in t.ratios.items():
+        loss = t.parity.get(slot)
+        if slot[0] in policies and r.n >= 2 and (loss is None or loss.trusted):
+            verdicts.add(r.verdict)
+    said = ""
+    if len(verdicts) == 1:
+        said = f", {verdicts.pop()}"
+    elif verdicts:
+        said = ", the verdict varies with batch size"
+    return f" (observed speedup {_fmt_range(speedups)}{said})"
 
 
 def _is_gpu(t: Table) -> bool:
@@ -214,6 +228,30 @@ def silent_cpu_fallback(t: Table) -> str | None:
     return text
 
 
+def loss_parity(t: Table) -> str | None:
+    diverged: dict[str, list[int]] = {}
+    differs: dict[str, list[str]] = {}
+    for (policy, b), loss in sorted(t.parity.items(), key=lambda kv: kv[0][1]):
+        if not loss.trusted:
+            diverged.setdefault(policy, []).append(b)
+        elif loss.state == "differs" and loss.diff is not None:
+            differs.setdefault(policy, []).append(f"{loss.diff:+.0%} at batch {b}")
+    parts = []
+    if diverged:
+        which = "; ".join(f"{p} at batch {', '.join(map(str, bs))}" for p, bs in diverged.items())
+        parts.append(
+            f"Loss diverged: {which} trained to a non-finite loss (same seed and data as "
+            "float32), so its step times time a broken training run: not a speedup."
+        )
+    if differs:
+        which = "; ".join(f"{p} {', '.join(d)}" for p, d in differs.items())
+        parts.append(
+            f"Loss differs from float32's by more than {LOSS_TOLERANCE:.0%} ({which}): check "
+            "that this policy trains to the same quality before trusting its speed."
+        )
+    return " ".join(parts) or None
+
+
 def pure_float16(t: Table) -> str | None:
     if "float16" not in t.policies and not any(e.pure_float16 for e in t.entries.values()):
         return None
@@ -295,6 +333,7 @@ RULES: tuple[Callable[[Table], str | None], ...] = (
     tf32_baseline,
     float16_emulated_on_cpu,
     bf16_on_cpu,
+    loss_parity,
     pure_float16,
     overhead_bound,
     input_bound,

@@ -22,10 +22,10 @@ _SPECIAL = re.compile(r"([\\`*|]|(?<=\])\()")  # and "](" that would open a link
 MAX_TEXT = 300  # characters of one interpolated value (a 1 MB device name stays a name)
 
 
-def escape(value: str) -> str:
+def escape(value: str, limit: int | None = MAX_TEXT) -> str:
     """One line of text that renders as itself in GitHub markdown (and inside a table)."""
-    if len(value) > MAX_TEXT:
-        value = value[: MAX_TEXT - 1] + "…"
+    if limit is not None and len(value) > limit:
+        value = value[: limit - 1] + "…"
     value = _TAG.sub("&lt;", _CONTROL.sub(" ", value))
     return _SPECIAL.sub(r"\\\1", value)
 
@@ -34,7 +34,11 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     """A GitHub pipe table (cells escaped), numbers right-aligned."""
     headers = [escape(h) for h in headers]
     rows = [[escape(c) for c in row] for row in rows]
-    right = [all(_numeric(row[i]) for row in rows if row[i]) for i in range(len(headers))]
+    right = [
+        any(_numeric(row[i]) for row in rows)
+        and all(_numeric(row[i]) or row[i] in _NOT_A_NUMBER for row in rows if row[i])
+        for i in range(len(headers))
+    ]
     widths = [max(len(h), *(len(r[i]) for r in rows), 3) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
@@ -46,6 +50,10 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     rule = "|" + "|".join(("-" * (w + 1) + ":") if r else "-" * (w + 2)
                           for w, r in zip(widths, right, strict=True)) + "|"  # fmt: skip
     return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+
+
+# What stands in a numeric column where a slot has no number (a status, a dash).
+_NOT_A_NUMBER = frozenset({*text.STATUS_TEXT.values(), text.DASH, "ok"})
 
 
 def _numeric(cell: str) -> bool:
@@ -77,7 +85,7 @@ def section(t: Table) -> str:
 
 
 def render(loaded: Loaded, tables: Sequence[Table]) -> str:
-    out = ["# mxbench report", "", escape(text.intro(loaded, tables)), ""]
+    out = ["# mxbench report", "", escape(text.intro(loaded, tables), limit=None), ""]
     out += [section(t) for t in tables]
     headers, rows = text.summary_rows(tables)
     if rows:

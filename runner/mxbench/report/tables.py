@@ -9,10 +9,11 @@ setup that chooses a table is every parameter whose role is ``setup``
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from mxbench import params, stats
 from mxbench.params import BASELINE, POLICIES
@@ -39,6 +40,20 @@ class Entry:
     tf32_off: bool = False  # a record ran with TF32 disabled
     pure_float16: bool = False  # a record ran pure float16 (no master weights, no scaling)
 
+    def losses(self) -> list[float | None]:
+        """Training loss of every timed step of every ok record (None: not finite); the
+        first and last loss alone for records written before per-step losses."""
+        out: list[float | None] = []
+        for r in self.records:
+            m = r.metrics
+            if r.status != "ok":
+                continue
+            if m.losses:
+                out.extend(m.losses)
+            elif m.loss_first is not None or m.loss_last is not None:
+                out += [m.loss_first, m.loss_last]
+        return out
+
     def samples(self) -> list[list[float]]:
         """Step times (ms) of each ok record: its raw samples, else its median alone."""
         out = []
@@ -47,6 +62,49 @@ class Entry:
             if step is not None and step.median is not None:
                 out.append(list(step.samples) or [step.median])
         return out
+
+
+# A policy's mean training loss over the timed steps may differ from float32's by this
+# much (relative) before the report flags it: same seed and data, only rounding differs.
+LOSS_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Parity:
+    """How a policy's training loss compares with float32's at the same batch size."""
+
+    state: Literal["diverged", "differs", "matches", "no baseline"]
+    loss: float | None  # mean loss over the timed steps (None: diverged)
+    base: float | None = None  # float32's
+    diff: float | None = None  # relative difference from float32's
+
+    @property
+    def trusted(self) -> bool:
+        """A speedup with this loss is a speedup."""
+        return self.state != "diverged"
+
+    def text(self) -> str:
+        if self.state == "diverged":
+            return "loss diverged (non-finite)"
+        if self.state == "differs" and self.diff is not None:
+            return f"loss {self.diff:+.0%} vs float32"
+        return ""
+
+
+def parity(e: Entry, base: Entry | None) -> Parity | None:
+    """Loss parity of one slot (None when it recorded no loss)."""
+    losses = e.losses()
+    if not losses:
+        return None
+    if any(v is None or not math.isfinite(v) for v in losses):
+        return Parity("diverged", None)
+    mean = statistics.fmean(v for v in losses if v is not None)
+    base_losses = base.losses() if base is not None and base is not e else []
+    if not base_losses or any(v is None or not math.isfinite(v) for v in base_losses):
+        return Parity("no baseline", mean)
+    ref = statistics.fmean(v for v in base_losses if v is not None)
+    diff = (mean - ref) / abs(ref) if ref else (0.0 if mean == ref else math.inf)
+    return Parity("differs" if abs(diff) > LOSS_TOLERANCE else "matches", mean, ref, diff)
 
 
 @dataclass
@@ -62,6 +120,8 @@ class Table:
     # (policy, batch) -> the speedup over float32 with its interval, where both ran
     # (filled by :func:`build`, for every table at once).
     ratios: dict[tuple[str, int], stats.Ratio] = field(default_factory=dict)
+    # (policy, batch) -> its training loss against float32's (filled by :func:`build`)
+    parity: dict[tuple[str, int], Parity] = field(default_factory=dict)
 
     @cached_property
     def capability(self) -> tuple[Capability | None, bool]:
@@ -184,6 +244,9 @@ def build(winners: list[Record]) -> list[Table]:
     for t in built:
         for (policy, batch), other in t.entries.items():
             base = t.entries.get((BASELINE, batch))
+            loss = parity(other, base)
+            if loss is not None:
+                t.parity[policy, batch] = loss
             if policy != BASELINE and base is not None and base.median and other.median:
                 where.append((t, (policy, batch)))
                 pairs.append((base.samples(), other.samples()))

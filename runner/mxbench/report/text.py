@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from mxbench import stats
 from mxbench.params import BASELINE
 from mxbench.report.load import Loaded
-from mxbench.report.tables import Entry, Table
+from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
 
 STATUS_TEXT = {"oom": "OOM", "error": "error", "timeout": "timeout", "unsupported": "unsupported"}
 DASH = "–"
@@ -37,13 +37,19 @@ def cell_text(e: Entry | None) -> str:
     return text
 
 
-def ratio_text(r: stats.Ratio | None) -> str:
-    """``1.07 [1.03–1.11] faster``; the bare ratio when there is nothing to resample."""
+def ratio_text(r: stats.Ratio | None, loss: Parity | None = None) -> str:
+    """``1.07 [1.03–1.11] faster``; the bare ratio when there is nothing to resample. A
+    diverged loss replaces the verdict (it is not a speedup); a loss off float32's by more
+    than the tolerance is said after it."""
     if r is None:
         return DASH
-    if r.n < 2:
-        return f"{r.value:.2f}"
-    return f"{r.text()} {VERDICT_MARK[r.verdict]}"
+    figure = f"{r.value:.2f}" if r.n < 2 else r.text()
+    if loss is not None and not loss.trusted:
+        return f"{figure} loss diverged, not a speedup"
+    text = figure if r.n < 2 else f"{figure} {VERDICT_MARK[r.verdict]}"
+    if loss is not None and loss.state == "differs":
+        text += f", {loss.text()}"
+    return text
 
 
 def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
@@ -52,26 +58,35 @@ def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
     if BASELINE not in t.policies:
         return {}
     return {
-        slot: ratio_text(t.ratios.get(slot))
+        slot: ratio_text(t.ratios.get(slot), t.parity.get(slot))
         for slot in t.entries
         if slot[0] != BASELINE and (BASELINE, slot[1]) in t.entries
     }
 
 
 def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
+    """Per policy its ms/step [IQR] and images/s side by side, then the speedups."""
     texts = speedup_texts(t)
-    headers = ["batch"] + [f"{p} ms/step [IQR]" for p in t.policies]
+    headers = ["batch"]
+    for p in t.policies:
+        headers += [f"{p} ms/step [IQR]", f"{p} images/s"]
     headers += [f"speedup {p} [95% CI]" for p in t.reduced]
-    headers += ["images/s " + p for p in t.policies]
     rows = []
     for b in t.batches:
-        row = [str(b)] + [cell_text(t.entries.get((p, b))) for p in t.policies]
-        row += [texts.get((p, b), "") for p in t.reduced]
+        row = [str(b)]
         for p in t.policies:
             e = t.entries.get((p, b))
-            row.append(f"{b * 1000 / e.median:.0f}" if e is not None and e.median else "")
+            rate = f"{b * 1000 / e.median:.0f}" if e is not None and e.median else ""
+            row += [_with_loss(t, p, b), rate]
+        row += [texts.get((p, b), "") for p in t.reduced]
         rows.append(row)
     return headers, rows
+
+
+def _with_loss(t: Table, policy: str, batch: int) -> str:
+    text = cell_text(t.entries.get((policy, batch)))
+    loss = t.parity.get((policy, batch))
+    return f"{text} loss diverged" if loss is not None and not loss.trusted else text
 
 
 def interval_note(t: Table) -> str | None:
@@ -117,7 +132,9 @@ def intro(loaded: Loaded, tables: Sequence[Table]) -> str:
         f"{loaded.read} records from {len(loaded.files)} file(s), {len(loaded.winners)} cells, "
         f"{len(tables)} table(s). Cells: median ms per step [p25–p75]; speedup = float32 "
         "median / policy median with its 95% interval and a verdict (≈ same: the interval "
-        "contains 1.0); latest ok attempt per cell."
+        "contains 1.0); latest ok attempt per cell. Loss parity: each policy's mean training "
+        f"loss over the timed steps against float32's (same seed, same data), flagged beyond "
+        f"{LOSS_TOLERANCE:.0%}; a non-finite loss is 'diverged', and its speedup is not one."
     )
     older = sum(n - 1 for n in loaded.attempts.values())
     if older:
