@@ -19,7 +19,7 @@ from mxbench.cli import app
 from mxbench.errors import MxbenchError
 from report_records import rec, write
 
-FORMATS = ("--markdown", "--csv", "--html")
+FORMATS = ("--markdown", "--csv", "--html", "--json")
 
 
 def _report(*args: str) -> tuple[int, str, str]:
@@ -97,6 +97,8 @@ def test_any_record_renders_or_is_skipped_with_one_warning(
         assert f"{path}:" in warning and warning.endswith("(skipped)")
     for text in ("nan", "inf"):
         assert f" {text} " not in out.lower().replace("|", " ")
+    if fmt == "--json":  # strict JSON: no NaN / Infinity constants
+        json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON export"))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -6,6 +6,7 @@ import csv
 import io
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from conftest import require_service
 from mxbench.report import frame, markdown, text
 from mxbench.report.load import load
-from mxbench.report.plot import png
+from mxbench.report.plot import png, speedup_png
 from mxbench.report.tables import build
 from report_records import rec, write
 
@@ -83,6 +84,30 @@ def test_plot_is_a_png_with_one_line_per_policy(published: tuple) -> None:
     assert data is not None and data[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_speedup_plot_draws_the_band_the_1_line_and_oom(published: tuple) -> None:
+    import matplotlib.pyplot as plt
+
+    _, tables = published
+    m2200 = next(t for t in tables if "M2200" in t.title)
+    drawn: list = []
+    real_close = plt.close
+    plt.close = lambda fig=None: drawn.append(fig)  # keep the figure to look at it
+    try:
+        data = speedup_png(m2200)
+    finally:
+        plt.close = real_close
+    assert data is not None and data[:8] == b"\x89PNG\r\n\x1a\n"
+    (fig,) = drawn
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "float32 (1.0)" in labels and "mixed_float16" in labels
+    notes = [a.get_text() for a in ax.texts]
+    assert "OOM\nfloat32" in notes and "OOM\nfloat32, mixed_float16" in notes  # 256, 512
+    real_close(fig)
+    no_compare = [t for t in tables if not t.reduced]
+    assert all(speedup_png(t) is None for t in no_compare)
+
+
 def _chromium(*args: str, user_dir: Path) -> subprocess.CompletedProcess[str]:
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run",
@@ -123,7 +148,7 @@ def test_html_renders_tables_and_plots_in_headless_chromium(tmp_path: Path) -> N
         dom = _chromium("--dump-dom", probe.as_uri(), user_dir=Path(user_dir))
     assert dom.returncode == 0, dom.stderr[-2000:]
     imgs = dom.stdout.split('data-imgs="', 1)[1].split('"', 1)[0].split()
-    assert imgs == ["true:600x360"] * 3  # three plots, decoded at 6x3.6 in, 100 dpi
+    assert imgs == ["true:600x360"] * 6  # two plots per table, decoded at 6x3.6 in, 100 dpi
     rows = dom.stdout.split('data-rows="', 1)[1].split('"', 1)[0].split()
     assert rows == ["6", "6", "6", "4"]  # header + 5 batch sizes, x3; summary: header + 3
     assert "1.10" in dom.stdout and "OOM" in dom.stdout
@@ -139,3 +164,26 @@ def test_html_renders_tables_and_plots_in_headless_chromium(tmp_path: Path) -> N
     # the plot lines are matplotlib's blue and orange; the rest of the page is grey-scale
     colour = (abs(pixels[..., 0] - pixels[..., 2]) > 0.3).sum()
     assert colour > 500, "no coloured plot pixels in the screenshot"
+
+
+def test_json_export_is_the_tables_as_data(tmp_path: Path) -> None:
+    import json
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxbench", "report", "--results", str(PUBLISHED), "--json"],
+        capture_output=True, text=True, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "mxbench.report/1" and doc["cells"] == 30
+    by_title = {t["host"]: t for t in doc["tables"]}
+    v100 = by_title["blog-v100"]
+    assert v100["capability"]["compute_capability"] == "7.0"
+    assert v100["capability"]["fp16_tensor_cores"] is True
+    row = next(r for r in v100["rows"] if r["batch_size"] == 256 and r["policy"] != "float32")
+    assert row["speedup"]["value"] == round(206 / 188, 4)
+    assert row["step_ms"]["median"] == 188.0 and row["images_per_s"] == round(256000 / 188, 2)
+    m2200 = by_title["blog-m2200"]
+    oom = next(r for r in m2200["rows"] if r["batch_size"] == 512 and r["policy"] == "float32")
+    assert oom["status"] == "oom" and oom["speedup"] is None and oom["step_ms"]["median"] is None
+    assert any(d["rule"] == "no_fp16_tensor_cores" for d in m2200["diagnosis"])

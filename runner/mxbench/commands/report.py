@@ -27,6 +27,12 @@ def report(
     html: bool = typer.Option(
         False, "--html", help="One self-contained HTML page: tables, diagnosis, PNG plots."
     ),
+    json_: bool = typer.Option(
+        False,
+        "--json",
+        help="The merged tables as one JSON document (schema mxbench.report/1): per table "
+        "its rows with numbers, intervals, verdicts, loss parity, and the diagnosis.",
+    ),
     label: str | None = typer.Option(
         None, "--label", "-l", help="Only the records of `mxbench run --label LABEL`."
     ),
@@ -36,13 +42,14 @@ def report(
     speedup over float32 with its 95% interval and a verdict, images/s, device annotations
     and a diagnosis; then a summary across devices.
 
-    Exactly one of --markdown, --csv, --html (markdown when none is given). Several
+    Exactly one of --markdown, --csv, --html, --json (markdown when none is given). Several
     attempts of a cell: the latest ok wins, else the latest attempt's status shows (OOM,
     error, timeout, unsupported), and the report says how many older attempts it hides.
     Unreadable lines and files are skipped with a `file:line: reason` warning. Exit 0 ok,
     1 no records found, 2 bad usage (e.g. a --results path that does not exist).
     """
-    chosen = [name for name, on in (("markdown", markdown), ("csv", csv), ("html", html)) if on]
+    formats = (("markdown", markdown), ("csv", csv), ("html", html), ("json", json_))
+    chosen = [name for name, on in formats if on]
     if len(chosen) > 1:
         raise UsageError(f"choose one output format, not {' and '.join('--' + c for c in chosen)}")
     fmt = chosen[0] if chosen else "markdown"
@@ -78,6 +85,10 @@ def report(
         text = frame.to_csv(loaded, built)
     elif fmt == "html":
         text = _html(loaded, built)
+    elif fmt == "json":
+        from mxbench.report import export
+
+        text = export.render(loaded, built)
     else:
         from mxbench.report import markdown as md
 
@@ -90,12 +101,12 @@ def _html(loaded: Any, built: list[Any]) -> str:
     from rich.progress import Progress
 
     from mxbench.report import html
-    from mxbench.report.plot import png_base64
+    from mxbench.report.plot import pngs_base64
 
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
         task = progress.add_task("tables and plots", total=len(built))
-        return html.render(loaded, built, png_base64, lambda: progress.advance(task))
+        return html.render(loaded, built, pngs_base64, lambda: progress.advance(task))
 
 
 def _write(text: str, output: Path | None) -> None:

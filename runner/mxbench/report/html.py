@@ -1,4 +1,4 @@
-"""The report as one self-contained HTML page: tables, diagnosis, a PNG plot per table.
+"""The report as one self-contained HTML page: tables, diagnosis, PNG plots per table.
 
 Everything from a record is HTML-escaped; plot labels are plain text (no mathtext). Plots
 are drawn for the first :data:`MAX_PLOTS` tables only (a matplotlib figure costs tens of
@@ -42,10 +42,11 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def render(
     loaded: Loaded,
     tables: Sequence[Table],
-    plot: Callable[[Table], str | None],
+    plot: Callable[[Table], list[tuple[str, str]]],
     on_table: Callable[[], None] = lambda: None,
 ) -> str:
-    """``plot``: a table -> base64 PNG (or None); ``on_table`` after each table (progress)."""
+    """``plot``: a table -> its plots as (alt text, base64 PNG); ``on_table`` after each
+    table (progress)."""
     esc = html.escape
     out = [
         "<!DOCTYPE html>",
@@ -63,9 +64,7 @@ def render(
         note = text.interval_note(t)
         if note:
             out.append(f'<p class="meta">{esc(note)}</p>')
-        data = plot(t) if i < MAX_PLOTS else None
-        if data:
-            alt = f"ms/step against batch size, {t.title}"
+        for alt, data in plot(t) if i < MAX_PLOTS else []:
             out.append(f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">')
         notes = diagnose(t)
         if notes:

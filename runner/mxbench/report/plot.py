@@ -1,10 +1,14 @@
-"""ms/step against batch size, one line per policy, as a PNG (matplotlib, no display)."""
+"""The plots of one table, as PNGs (matplotlib, no display): ms/step against batch size,
+one line per policy; and the speedup over float32 against batch size with its 95% band,
+the 1.0 line, and the batch sizes where a side ran out of memory or diverged marked."""
 
 from __future__ import annotations
 
 import base64
 import io
+from typing import Any
 
+from mxbench.params import BASELINE
 from mxbench.report.tables import Table
 
 MAX_LABEL = 80
@@ -18,13 +22,28 @@ def plain(label: str) -> str:
     return label.replace("$", r"\$")
 
 
-def png(t: Table) -> bytes | None:
-    """The plot of one table, or None when it has no timed cell."""
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(plt: Any, fig: Any) -> bytes:
+    try:
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def png(t: Table) -> bytes | None:
+    """ms/step against batch size, or None when the table has no timed cell."""
+    plt = _pyplot()
     series = {}
     for p in t.policies:
         points = [
@@ -48,14 +67,77 @@ def png(t: Table) -> bytes | None:
         ax.set_title(plain(t.title), fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-    finally:
+    except BaseException:
         plt.close(fig)
-    return buf.getvalue()
+        raise
+    return _save(plt, fig)
 
 
-def png_base64(t: Table) -> str | None:
-    data = png(t)
-    return base64.b64encode(data).decode("ascii") if data else None
+def speedup_png(t: Table) -> bytes | None:
+    """Speedup over float32 against batch size, or None when nothing was compared."""
+    if not t.reduced or not (t.ratios or _failed(t)):
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    try:
+        ax.axhline(1.0, color="black", linewidth=1, label="float32 (1.0)")
+        for policy in t.reduced:
+            _speedup_line(ax, t, policy)
+        for b, who in _failed(t):
+            ax.annotate(f"OOM\n{who}", (b, 1.0), textcoords="offset points", xytext=(0, 8),
+                        ha="center", fontsize=7, color="crimson")  # fmt: skip
+            ax.plot([b], [1.0], marker="x", color="crimson", linestyle="none")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(t.batches, [str(b) for b in t.batches])
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("speedup over float32 (95% band)")
+        ax.set_title(plain(t.title), fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    except BaseException:
+        plt.close(fig)
+        raise
+    return _save(plt, fig)
+
+
+def _speedup_line(ax: Any, t: Table, policy: str) -> None:
+    points = [(b, r) for b in t.batches if (r := t.ratios.get((policy, b)))]
+    if not points:
+        return
+    xs = [b for b, _ in points]
+    (line,) = ax.plot(xs, [r.value for _, r in points], marker="o", label=plain(policy))
+    if any(r.n >= 2 for _, r in points):
+        lows, highs = [r.low for _, r in points], [r.high for _, r in points]
+        ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.2, linewidth=0)
+    bad = [(b, r.value) for b, r in points if not _trusted(t, policy, b)]
+    if bad:
+        label = f"{plain(policy)}: loss diverged"
+        ax.scatter(*zip(*bad, strict=True), s=120, facecolors="none", edgecolors="red",
+                   label=label)  # fmt: skip
+
+
+def _trusted(t: Table, policy: str, batch: int) -> bool:
+    loss = t.parity.get((policy, batch))
+    return loss is None or loss.trusted
+
+
+def _failed(t: Table) -> list[tuple[int, str]]:
+    """Batch sizes where float32 or a compared policy ran out of memory, and which."""
+    out = []
+    for b in t.batches:
+        who = [p for p in (BASELINE, *t.reduced)
+               if (e := t.entries.get((p, b))) is not None and e.status == "oom"]  # fmt: skip
+        if who:
+            out.append((b, ", ".join(plain(p) for p in who)))
+    return out
+
+
+def pngs_base64(t: Table) -> list[tuple[str, str]]:
+    """(alt text, base64 PNG) of each plot the table has."""
+    out = []
+    for alt, draw in (("ms/step against batch size", png),
+                      ("speedup over float32 against batch size", speedup_png)):  # fmt: skip
+        data = draw(t)
+        if data:
+            out.append((f"{alt}, {t.title}", base64.b64encode(data).decode("ascii")))
+    return out
