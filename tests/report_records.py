@@ -20,10 +20,13 @@ def rec(
     time: str | None = "2026-01-01T00:00:00+00:00",
     device: dict[str, Any] | None = None,
     minimal: bool = False,
+    backend: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """A record; ``minimal``: only the contract minimum (schema, cell, host, status, params)."""
     params = {"model": "blog-cnn", "policy": policy, "batch_size": batch, "image_size": 256}
+    if backend is not None:
+        params["backend"] = backend
     out: dict[str, Any] = {
         "schema": SCHEMA,
         "cell": cell_key(host, None, None, Params(**params)),

@@ -14,7 +14,7 @@ import pytest
 
 from mxbench.bench import params as bp
 from mxbench.bench.cell import _gpu_util, is_oom
-from mxbench.bench.gpu_util import UtilSampler
+from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.model import forward_flops_per_image, train_flops_per_image
 from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
 from mxbench.bench.probe_tf import parse_not_compiled_for
@@ -221,27 +221,27 @@ def test_gpu_used_takes_cc_from_nvml_and_cross_checks() -> None:
 
 def test_util_sampler_polls_until_stopped_and_shuts_nvml_down() -> None:
     fake = BusyNvml([40, 60, 80, 100])
-    sampler = UtilSampler(fake, interval_s=0.005)
+    sampler = HealthSampler(fake, interval_s=0.005)
     t0 = time.perf_counter()
     assert sampler.start()
     while fake.calls < 4:
         time.sleep(0.005)
     sampler.stop()
     assert fake.shutdown and len(sampler.samples) >= 5  # polls, plus one last at stop
-    assert [u for _, u in sampler.samples][:4] == [{"GPU-0": v} for v in (40, 60, 80, 100)]
-    every = [u["GPU-0"] for _, u in sampler.samples]
+    assert [u["GPU-0"]["util"] for _, u in sampler.samples][:4] == [40, 60, 80, 100]
+    every = [u["GPU-0"]["util"] for _, u in sampler.samples]
     assert sampler.median_pct(t0, time.perf_counter(), uuid=None) == statistics.median(every)
     assert sampler.median_pct(t0 - 10, t0 - 5, uuid=None) is None  # no sample in that window
 
 
 def test_util_sampler_median_is_of_the_window_and_of_the_gpu_used() -> None:
-    sampler = UtilSampler(BusyNvml([0], gpus=2), interval_s=0.1)
+    sampler = HealthSampler(BusyNvml([0], gpus=2), interval_s=0.1)
     sampler.start()
     sampler.stop()
     sampler.samples = [  # warm-up (compilation, idle GPU), then the timed steps
-        (0.0, {"GPU-0": 5, "GPU-1": 0}), (1.0, {"GPU-0": 10, "GPU-1": 0}),
-        (2.0, {"GPU-0": 70, "GPU-1": 0}), (2.1, {"GPU-0": 74, "GPU-1": 0}),
-        (2.2, {"GPU-0": 90, "GPU-1": 0}), (2.35, {"GPU-0": 72, "GPU-1": 1}),
+        (t, {"GPU-0": {"util": a}, "GPU-1": {"util": b}})
+        for t, a, b in [(0.0, 5, 0), (1.0, 10, 0), (2.0, 70, 0), (2.1, 74, 0), (2.2, 90, 0),
+                        (2.35, 72, 1)]
     ]  # fmt: skip
     # the timed window is 2.0 .. 2.3 s; a sample up to one interval later covers its end
     assert sampler.median_pct(2.0, 2.3, uuid="GPU-0") == 73.0
@@ -254,26 +254,75 @@ def test_util_sampler_without_nvml_or_gpus_does_nothing() -> None:
         def nvmlInit(self) -> None:
             raise RuntimeError("NVML Shared Library Not Found")
 
-    assert not UtilSampler(NoDriver()).start()
-    assert not UtilSampler(BusyNvml([50], gpus=0)).start()
-    sampler = UtilSampler(NoDriver())
+    assert not HealthSampler(NoDriver()).start()
+    assert not HealthSampler(BusyNvml([50], gpus=0)).start()
+    sampler = HealthSampler(NoDriver())
     sampler.stop()  # never started: nothing to stop
     assert sampler.median_pct(0, 1e9, uuid=None) is None
 
 
+class HotNvml(BusyNvml):
+    """BusyNvml with clocks, power and temperature; the hot GPU power-caps then throttles
+    for heat; some fields are not supported (as on older boards)."""
+
+    def __init__(self, temps: list[int]) -> None:
+        super().__init__([99])
+        self.temps = temps
+
+    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
+        return 1410 if clock == 1 else 1215
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return 398_000
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
+        return 400_000
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        return self.temps[min(self.calls, len(self.temps) - 1)]
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
+        t = self.temps[min(self.calls, len(self.temps) - 1)]
+        return 0x4 | (0x40 if t >= 90 else 0) | 0x1  # power cap; heat; idle (not kept)
+
+
+def test_health_sampler_records_clocks_power_heat_and_throttling() -> None:
+    fake = HotNvml([80, 85, 91, 92])
+    sampler = HealthSampler(fake, interval_s=0.005)
+    t0 = time.perf_counter()
+    assert sampler.start()
+    while fake.calls < 4:
+        time.sleep(0.005)
+    sampler.stop()
+    h = sampler.health(t0, time.perf_counter(), uuid=None)
+    assert h is not None and h.samples == len(sampler.samples)
+    assert (h.sm_clock_mhz, h.memory_clock_mhz) == (1410.0, 1215.0)
+    assert (h.power_w, h.power_limit_w) == (398.0, 400.0)
+    assert h.temperature_max_c == 92.0
+    assert h.throttle_reasons == ["sw_power_cap", "hw_thermal_slowdown"]
+    # a board without clocks / power / throttle reasons: the rest still comes
+    bare = HealthSampler(BusyNvml([50]), interval_s=0.005)
+    assert bare.start()
+    bare.stop()
+    h = bare.health(0, time.perf_counter(), uuid=None)
+    assert h is not None and h.sm_clock_mhz is None and h.throttle_reasons == []
+    assert bare.median_pct(0, time.perf_counter(), uuid=None) == 50.0
+
+
 def test_gpu_util_is_recorded_for_gpu_runs_only() -> None:
-    sampler = UtilSampler(BusyNvml([0]))
+    sampler = HealthSampler(BusyNvml([0]))
     sampler._handles = {"GPU-0": 0}
-    sampler.samples = [(1.0, {"GPU-0": 55}), (1.1, {"GPU-0": 65})]
+    sampler.samples = [(1.0, {"GPU-0": {"util": 55}}), (1.1, {"GPU-0": {"util": 65}})]
     state = {"util": sampler, "timed_window": (1.0, 1.1)}
     gpu = new_record(params=Params(), status="ok")
     gpu.device = Device(kind="gpu", uuid="GPU-0")
     _gpu_util(gpu, state)
     assert gpu.metrics.gpu_util_pct == 60.0
+    assert gpu.metrics.gpu_health is not None and gpu.metrics.gpu_health.samples == 2
     cpu = new_record(params=Params(), status="ok")
     cpu.device = Device(kind="cpu")
     _gpu_util(cpu, state)  # a GPU was there, but TensorFlow ran on the CPU
-    assert cpu.metrics.gpu_util_pct is None
+    assert cpu.metrics.gpu_util_pct is None and cpu.metrics.gpu_health is None
 
 
 def test_flops_match_the_published_estimate() -> None:

@@ -78,6 +78,43 @@ def test_tf32_baseline_on_cc_8_unless_disabled() -> None:
     assert dg.tf32_baseline(table(A100, SLOW, settings={"tf32": False})) is None
 
 
+def test_tf32_baseline_names_the_backends_setting() -> None:
+    torch = table(A100, SLOW, backend="torch",
+                  settings={"tf32": True, "matmul_precision": "matmul.allow_tf32=False, "
+                            "cudnn.allow_tf32=True"})  # fmt: skip
+    assert "PyTorch: matmul.allow_tf32=False, cudnn.allow_tf32=True" in dg.tf32_baseline(torch)
+    jax = table(A100, SLOW, backend="jax", settings={"matmul_precision": "default"})
+    assert "(JAX: default)" in dg.tf32_baseline(jax)
+    assert "(TensorFlow's default)" in dg.tf32_baseline(table(A100, SLOW))
+
+
+def _health(reasons: list[str], hot: float = 70.0) -> dict:
+    return {"throttle_reasons": reasons, "temperature_max_c": hot, "samples": 40}
+
+
+def test_throttled_names_the_reason_the_slots_and_the_heat() -> None:
+    recs = [
+        rec("h", "float32", 256, median=100.0, device=A100,
+            metrics={"step_ms": {"median": 100.0}, "gpu_health": _health(["sw_power_cap"])}),
+        rec("h", "mixed_float16", 256, median=60.0, device=A100,
+            metrics={"step_ms": {"median": 60.0},
+                     "gpu_health": _health(["hw_thermal_slowdown", "sw_power_cap"], 91.0)}),
+        rec("h", "float32", 64, median=30.0, device=A100,
+            metrics={"step_ms": {"median": 30.0},
+                     "gpu_health": _health(["applications_clocks_setting"])}),
+    ]  # fmt: skip
+    (t,) = build(typed_all(recs))
+    note = dg.throttled(t)
+    assert note is not None
+    assert "power cap at float32 batch 256, mixed_float16 batch 256" in note
+    assert "thermal (hardware) at mixed_float16 batch 256" in note and "91 °C" in note
+    assert "batch 64" not in note  # a clock setting is not a slowdown
+    calm = [rec("h", "float32", 64, device=A100,
+                metrics={"step_ms": {"median": 30.0}, "gpu_health": _health([])})]  # fmt: skip
+    (t,) = build(typed_all(calm))
+    assert dg.throttled(t) is None
+
+
 def test_float16_emulated_on_x86_cpu_only() -> None:
     cells = {("float32", 16): 2500.0, ("mixed_float16", 16): 10500.0}
     text = dg.float16_emulated_on_cpu(table(CPU_DEV, cells, cpu=XEON_BF16))

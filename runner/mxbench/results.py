@@ -70,6 +70,23 @@ class StepStats(_Part):
     samples: Annotated[list[Positive], Doc("every timed step, in order (ms): the raw samples")] = []
 
 
+class GpuHealth(_Part):
+    """NVML readings of the GPU that ran the timed steps, over those steps."""
+
+    sm_clock_mhz: Annotated[float | None, Doc("median SM clock")] = None
+    memory_clock_mhz: Annotated[float | None, Doc("median memory clock")] = None
+    power_w: Annotated[float | None, Doc("median power draw")] = None
+    power_limit_w: Annotated[float | None, Doc("the enforced power limit")] = None
+    temperature_c: Annotated[float | None, Doc("median GPU temperature")] = None
+    temperature_max_c: float | None = None
+    throttle_reasons: Annotated[
+        list[str],
+        Doc("every clock-throttle reason NVML reported during the timed steps "
+            "(sw_power_cap, hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown, ...)"),
+    ] = []  # fmt: skip
+    samples: Annotated[int, Doc("NVML polls inside the timed steps")] = 0
+
+
 class Metrics(_Part):
     step_ms: StepStats | None = None
     images_per_s: Positive | None = None
@@ -93,6 +110,9 @@ class Metrics(_Part):
     peak_memory_kind: Literal["gpu", "rss"] | None = None
     gpu_util_pct: Annotated[
         Annotated[float, Meta(ge=0, le=100)] | None, Doc("NVML median, timed steps")
+    ] = None
+    gpu_health: Annotated[
+        GpuHealth | None, Doc("clocks, power, temperature, throttling (GPU runs, NVML)")
     ] = None
     train_flops_per_image: Annotated[
         float | None, Doc("analytic, forward + backward (~3x forward)")

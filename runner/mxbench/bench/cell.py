@@ -18,7 +18,7 @@ import msgspec
 
 from mxbench import __version__
 from mxbench.bench import backends, probe
-from mxbench.bench.gpu_util import UtilSampler
+from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError
 from mxbench.params import Params
@@ -115,7 +115,7 @@ def _measure(
     log_ = StepLog()
     total = p.warmup_steps + p.steps
     timer = step_timer(log_, on_step)
-    sampler = state["util"] = UtilSampler()
+    sampler = state["util"] = HealthSampler()
     sampler.start()
     try:
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
@@ -169,10 +169,11 @@ def _loss_scale(model: Any) -> float | None:
 
 
 def _gpu_util(rec: Record, state: dict[str, Any]) -> None:
-    """The median NVML utilisation of the GPU that ran the timed steps (GPU runs only)."""
+    """NVML utilisation and health of the GPU that ran the timed steps (GPU runs only)."""
     sampler, window = state.get("util"), state.get("timed_window")
     if sampler is not None and window is not None and rec.device.kind == "gpu":
         rec.metrics.gpu_util_pct = sampler.median_pct(*window, uuid=rec.device.uuid)
+        rec.metrics.gpu_health = sampler.health(*window, uuid=rec.device.uuid)
 
 
 def _probe_device(rec: Record, state: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
 from mxbench.report.tables import LOSS_TOLERANCE, Table
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
+FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})
 OVERHEAD_MS = 10.0
 LOW_UTIL_PCT = 80.0
@@ -101,10 +102,13 @@ def tf32_baseline(t: Table) -> str | None:
         return None
     if any(e.tf32_off for (p, _), e in t.entries.items() if p == BASELINE):
         return None
+    framework = FRAMEWORKS.get(t.info.device.framework or t.info.params.backend, "the framework")
+    setting = t.info.settings.matmul_precision
+    how = f"{framework}: {setting}" if setting else f"{framework}'s default"
     return (
         f"TF32 in the baseline: on compute capability {cap.label} the float32 runs already "
-        "use TF32 Tensor Cores (TensorFlow's default), so mixed precision is compared with a "
-        "Tensor Core baseline, not with true float32."
+        f"use TF32 Tensor Cores ({how}), so mixed precision is compared with a Tensor Core "
+        "baseline, not with true float32."
     )
 
 
@@ -215,9 +219,7 @@ def silent_cpu_fallback(t: Table) -> str | None:
         else g.name or "GPU"
         for g in gpus
     ) or "a GPU"  # fmt: skip
-    framework = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}.get(
-        dev.framework or t.info.params.backend, "the framework"
-    )
+    framework = FRAMEWORKS.get(dev.framework or t.info.params.backend, "the framework")
     text = f"Silent CPU fallback: {names} present, but {framework} ran on the CPU."
     ccs = [devices.parse_cc(g.compute_capability) for g in gpus]
     if framework == "TensorFlow" and any(cc is not None and cc < (6, 0) for cc in ccs):
@@ -226,6 +228,36 @@ def silent_cpu_fallback(t: Table) -> str | None:
             "use TF 2.17 or a newer GPU."
         )
     return text
+
+
+# NVML throttle reasons that slow a busy GPU down (not: idle, a clock setting, sync boost).
+SLOWDOWNS = {
+    "sw_power_cap": "power cap",
+    "hw_power_brake_slowdown": "power brake",
+    "hw_slowdown": "hardware slowdown (power or heat)",
+    "sw_thermal_slowdown": "thermal",
+    "hw_thermal_slowdown": "thermal (hardware)",
+}
+
+
+def throttled(t: Table) -> str | None:
+    where: dict[str, list[str]] = {}  # kind of slowdown -> slots
+    hottest: float | None = None
+    for (policy, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        kinds = sorted({SLOWDOWNS[r] for r in e.throttled if r in SLOWDOWNS})
+        for kind in kinds:
+            where.setdefault(kind, []).append(f"{policy} batch {b}")
+        if kinds and e.temperature_max is not None:
+            hottest = max(hottest or e.temperature_max, e.temperature_max)
+    if not where:
+        return None
+    seen = "; ".join(f"{kind} at {', '.join(slots)}" for kind, slots in where.items())
+    heat = f", up to {hottest:.0f} °C" if hottest is not None else ""
+    return (
+        f"Throttled during the timed steps ({seen}{heat}): the GPU ran below its clocks, so "
+        "the clocks, not the precision, may explain part of these times and ratios; compare "
+        "with a cooler GPU, a lower power draw or locked clocks."
+    )
 
 
 def loss_parity(t: Table) -> str | None:
@@ -328,6 +360,7 @@ def isa_claim_mismatch(t: Table) -> str | None:
 
 RULES: tuple[Callable[[Table], str | None], ...] = (
     silent_cpu_fallback,
+    throttled,
     no_fp16_tensor_cores,
     no_bf16_tensor_cores,
     tf32_baseline,

@@ -39,6 +39,8 @@ class Entry:
     tflops_max: float | None = None  # the best achieved TFLOP/s recorded
     tf32_off: bool = False  # a record ran with TF32 disabled
     pure_float16: bool = False  # a record ran pure float16 (no master weights, no scaling)
+    throttled: set[str] = field(default_factory=set)  # NVML throttle reasons seen
+    temperature_max: float | None = None  # the hottest the GPU got in a timed window, °C
 
     def losses(self) -> list[float | None]:
         """Training loss of every timed step of every ok record (None: not finite); the
@@ -177,6 +179,12 @@ def _add_facts(e: Entry, rec: Record) -> None:
         e.tf32_off = True
     if rec.settings.pure_float16:
         e.pure_float16 = True
+    health = rec.metrics.gpu_health
+    if health is not None:
+        e.throttled.update(health.throttle_reasons)
+        hot = health.temperature_max_c
+        if hot is not None and (e.temperature_max is None or hot > e.temperature_max):
+            e.temperature_max = hot
 
 
 def entry(records: list[Record]) -> Entry:
