@@ -17,6 +17,7 @@ def report(
     results: list[Path] = typer.Option(
         None,
         "--results",
+        "-r",
         help="A results directory (its *.jsonl files) or a JSONL file; repeatable. "
         "Default: ./results.",
     ),
