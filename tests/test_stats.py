@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mxbench.stats import noisy, speedup
+from mxbench.stats import repeats_disagree as stats_repeats
 
 
 def _steps(median: float, spread: float, n: int = 50, seed: int = 0) -> list[float]:
@@ -48,3 +50,23 @@ def test_reproducible_and_empty_inputs() -> None:
 def test_noisy_flags_a_wide_iqr_only() -> None:
     assert noisy(100.0, 90.0, 130.0) == 0.4
     assert noisy(100.0, 98.0, 103.0) is None and noisy(None, 1.0, 2.0) is None
+
+
+def test_repeats_that_disagree_are_flagged_with_the_figure() -> None:
+    from mxbench.cells import cell_key
+    from mxbench.params import Params
+    from mxbench.report import text
+    from mxbench.report.tables import build
+    from report_records import rec, typed_all
+
+    assert stats_repeats([100.0, 101.0, 99.0]) is None
+    assert stats_repeats([100.0]) is None
+    assert stats_repeats([100.0, 130.0, 99.0]) == pytest.approx(0.31, abs=0.01)
+    recs = []
+    for i, m in enumerate((100.0, 130.0, 99.0)):  # three fresh processes of one cell
+        r = rec("h", "float32", 8, median=m)
+        r["params"]["repeat"] = i
+        r["cell"] = cell_key("h", None, None, Params(**r["params"]))
+        recs.append(r)
+    (t,) = build(typed_all(recs))
+    assert "noisy (repeats differ by 31%)" in text.cell_text(t.entries["float32", 8])

@@ -14,6 +14,7 @@ excludes 1.0, else *no clear difference*.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -142,4 +143,14 @@ def noisy(median: float | None, p25: float | None, p75: float | None) -> float |
     if not median or p25 is None or p75 is None:
         return None
     share = (p75 - p25) / median
+    return share if share > NOISY_IQR else None
+
+
+def repeats_disagree(medians: Sequence[float]) -> float | None:
+    """The spread of the repeats' medians (max - min) as a share of their median, when
+    fresh processes disagree by more than a noisy IQR would (else None)."""
+    if len(medians) < 2:
+        return None
+    mid = statistics.median(medians)
+    share = (max(medians) - min(medians)) / mid if mid else 0.0
     return share if share > NOISY_IQR else None

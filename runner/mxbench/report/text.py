@@ -34,6 +34,10 @@ def cell_text(e: Entry | None) -> str:
     share = stats.noisy(e.median, e.p25, e.p75)
     if share is not None:
         text += f" noisy (IQR {share:.0%})"
+    medians = [s.median for r in e.records if (s := r.step) is not None and s.median]
+    spread = stats.repeats_disagree(medians)
+    if spread is not None:
+        text += f" noisy (repeats differ by {spread:.0%})"
     return text
 
 
