@@ -19,6 +19,7 @@ from mxbench.report.tables import Table
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")
 _TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what would open an HTML tag or comment
 _SPECIAL = re.compile(r"([\\`*|]|(?<=\])\()")  # and "](" that would open a link
+_ANY = re.compile(f"[{CONTROL_CHARS}<\\\\`*|\\]]")  # could anything above apply?
 MAX_TEXT = 300  # characters of one interpolated value (a 1 MB device name stays a name)
 
 
@@ -26,6 +27,8 @@ def escape(value: str, limit: int | None = MAX_TEXT) -> str:
     """One line of text that renders as itself in GitHub markdown (and inside a table)."""
     if limit is not None and len(value) > limit:
         value = value[: limit - 1] + "…"
+    if _ANY.search(value) is None:  # most cells: numbers and plain names
+        return value
     value = _TAG.sub("&lt;", _CONTROL.sub(" ", value))
     return _SPECIAL.sub(r"\\\1", value)
 

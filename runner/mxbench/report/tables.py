@@ -93,18 +93,27 @@ class Parity:
         return ""
 
 
-def parity(e: Entry, base: Entry | None) -> Parity | None:
-    """Loss parity of one slot (None when it recorded no loss)."""
+def mean_loss(e: Entry) -> float | None:
+    """The mean training loss over the timed steps (NaN: a step's loss was not finite;
+    None: no loss recorded)."""
     losses = e.losses()
     if not losses:
         return None
-    if any(v is None or not math.isfinite(v) for v in losses):
+    if None in losses:
+        return math.nan
+    total = sum(losses)  # type: ignore[arg-type]  # no None left
+    return total / len(losses) if math.isfinite(total) else math.nan
+
+
+def parity(mean: float | None, ref: float | None) -> Parity | None:
+    """Loss parity of a slot from its mean loss and float32's at the same batch size (None:
+    the slot recorded no loss; ``ref`` None: float32 did not, or this is float32)."""
+    if mean is None:
+        return None
+    if math.isnan(mean):
         return Parity("diverged", None)
-    mean = statistics.fmean(v for v in losses if v is not None)
-    base_losses = base.losses() if base is not None and base is not e else []
-    if not base_losses or any(v is None or not math.isfinite(v) for v in base_losses):
+    if ref is None or math.isnan(ref):
         return Parity("no baseline", mean)
-    ref = statistics.fmean(v for v in base_losses if v is not None)
     diff = (mean - ref) / abs(ref) if ref else (0.0 if mean == ref else math.inf)
     return Parity("differs" if abs(diff) > LOSS_TOLERANCE else "matches", mean, ref, diff)
 
@@ -250,9 +259,11 @@ def build(winners: list[Record]) -> list[Table]:
     where: list[tuple[Table, tuple[str, int]]] = []
     pairs = []
     for t in built:
+        means = {slot: mean_loss(e) for slot, e in t.entries.items()}
         for (policy, batch), other in t.entries.items():
             base = t.entries.get((BASELINE, batch))
-            loss = parity(other, base)
+            ref = means.get((BASELINE, batch)) if policy != BASELINE else None
+            loss = parity(means[policy, batch], ref)
             if loss is not None:
                 t.parity[policy, batch] = loss
             if policy != BASELINE and base is not None and base.median and other.median:
