@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_service
+from conftest import BASE_IMAGE, CA, _docker_ok, mxbench, records, require_service
 from mxbench import images
 from mxbench.matrix import load_matrix
-from test_docker import BASE_IMAGE, CA, _docker_ok, mxbench, records
 
 ROOT = Path(__file__).resolve().parents[1]
 
