@@ -52,16 +52,16 @@ _FLAGS_LINE = (
 FLAGS = sorted(ISA_FLAGS.intersection(_FLAGS_LINE.split()))
 
 
-STEPS = 50  # raw step samples and losses per record (--steps)
-
-
-def record(rng: random.Random, host: int, policy: str, batch: int, attempt: int) -> dict:
+def record(
+    rng: random.Random, host: int, policy: str, batch: int, attempt: int, steps: int = 50
+) -> dict:
+    """One full-size record with ``steps`` raw step samples and losses."""
     name, cc = GPUS[host % len(GPUS)]
     params = {"model": "blog-cnn", "policy": policy, "batch_size": batch, "image_size": 256,
               "data": "synthetic", "warmup_steps": 5, "steps": 50,
               "jit_compile": "auto", "backend": "tensorflow"}  # fmt: skip
     med = batch * rng.uniform(0.5, 1.5)
-    samples = [round(med * rng.uniform(0.95, 1.08), 4) for _ in range(STEPS)]
+    samples = [round(med * rng.uniform(0.95, 1.08), 4) for _ in range(steps)]
     status = "ok" if attempt or rng.random() > 0.05 else rng.choice(("oom", "error", "timeout"))
     return {
         "schema": SCHEMA, "cell": cell_key(f"host{host}", "gpu", None, Params(**params)),
@@ -73,7 +73,7 @@ def record(rng: random.Random, host: int, policy: str, batch: int, attempt: int)
         "metrics": {"step_ms": {"median": med, "p25": med * 0.98, "p75": med * 1.02,
                                 "mean": med, "min": med * 0.9, "max": med * 1.2, "n": 50,
                                 "samples": samples},
-                    "losses": [round(2.3 - i * 0.001, 6) for i in range(STEPS)],
+                    "losses": [round(2.3 - i * 0.001, 6) for i in range(steps)],
                     "images_per_s": batch / med * 1000, "first_step_ms": 3000.0,
                     "warmup_ms": 4000.0, "startup_s": 9.0, "loss_first": 2.3, "loss_last": 2.2,
                     "loss_scale": 32768.0, "peak_memory_bytes": 2**33, "peak_memory_kind": "gpu",
@@ -98,7 +98,9 @@ def record(rng: random.Random, host: int, policy: str, batch: int, attempt: int)
     }  # fmt: skip
 
 
-def write_fleet(root: Path, records: int, attempts: int, one_file: bool = False) -> int:
+def write_fleet(
+    root: Path, records: int, attempts: int, one_file: bool = False, steps: int = 50
+) -> int:
     rng = random.Random(0)
     per_host = len(POLICIES) * len(BATCHES) * attempts
     hosts = -(-records // per_host)
@@ -109,7 +111,7 @@ def write_fleet(root: Path, records: int, attempts: int, one_file: bool = False)
             for p in POLICIES:
                 for b in BATCHES:
                     if written < records:
-                        lines.append(json.dumps(record(rng, h, p, b, attempt)))
+                        lines.append(json.dumps(record(rng, h, p, b, attempt, steps)))
                         written += 1
         name = "fleet.jsonl" if one_file else f"host{h}.jsonl"
         with open(root / name, "a", encoding="utf-8") as fh:
@@ -154,11 +156,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50,
                     help="raw step samples and losses per record (0: none, as before)")  # fmt: skip
     args = ap.parse_args()
-    global STEPS
-    STEPS = args.steps
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        hosts = write_fleet(root, args.records, args.attempts, args.one_file)
+        hosts = write_fleet(root, args.records, args.attempts, args.one_file, args.steps)
         size = sum(f.stat().st_size for f in root.iterdir()) / 2**20
         layout = "one file, host by host" if args.one_file else "one file per host"
         print(f"{args.records} records, {hosts} hosts, {args.attempts} attempt(s) per cell, "

@@ -51,7 +51,7 @@ CA = "/etc/ssl/certs/ca-certificates.crt"
 SSH = "ssh://root@127.0.0.1"
 
 
-def _docker_ok() -> bool:
+def docker_ok() -> bool:
     try:
         import docker
 
@@ -63,7 +63,7 @@ def _docker_ok() -> bool:
         return False
 
 
-def _ssh_ok() -> bool:
+def ssh_ok() -> bool:
     try:
         import docker
 
@@ -108,7 +108,7 @@ def records(results: Path) -> list[dict]:
 @pytest.fixture(scope="session")
 def ctx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A frozen copy of the build context (and the matrix's home)."""
-    require_service(_docker_ok(), f"a Docker engine with the base image {BASE_IMAGE}")
+    require_service(docker_ok(), f"a Docker engine with the base image {BASE_IMAGE}")
     dest = tmp_path_factory.mktemp("ctx")
     from mxbench import images
 

@@ -219,14 +219,20 @@ def test_gpu_used_takes_cc_from_nvml_and_cross_checks() -> None:
     assert (no_nvml["compute_capability"], no_nvml["cc_source"]) == ("7.0", "tensorflow")
 
 
-def test_util_sampler_polls_until_stopped_and_shuts_nvml_down() -> None:
-    fake = BusyNvml([40, 60, 80, 100])
+def _sampled(fake: BusyNvml, polls: int) -> tuple[HealthSampler, float]:
+    """A sampler run on the fake NVML until it was polled ``polls`` times; its start time."""
     sampler = HealthSampler(fake, interval_s=0.005)
     t0 = time.perf_counter()
     assert sampler.start()
-    while fake.calls < 4:
+    while fake.calls < polls:
         time.sleep(0.005)
     sampler.stop()
+    return sampler, t0
+
+
+def test_util_sampler_polls_until_stopped_and_shuts_nvml_down() -> None:
+    fake = BusyNvml([40, 60, 80, 100])
+    sampler, t0 = _sampled(fake, 4)
     assert fake.shutdown and len(sampler.samples) >= 5  # polls, plus one last at stop
     assert [u["GPU-0"]["util"] for _, u in sampler.samples][:4] == [40, 60, 80, 100]
     every = [u["GPU-0"]["util"] for _, u in sampler.samples]
@@ -287,13 +293,7 @@ class HotNvml(BusyNvml):
 
 
 def test_health_sampler_records_clocks_power_heat_and_throttling() -> None:
-    fake = HotNvml([80, 85, 91, 92])
-    sampler = HealthSampler(fake, interval_s=0.005)
-    t0 = time.perf_counter()
-    assert sampler.start()
-    while fake.calls < 4:
-        time.sleep(0.005)
-    sampler.stop()
+    sampler, t0 = _sampled(HotNvml([80, 85, 91, 92]), 4)
     h = sampler.health(t0, time.perf_counter(), uuid=None)
     assert h is not None and h.samples == len(sampler.samples)
     assert (h.sm_clock_mhz, h.memory_clock_mhz) == (1410.0, 1215.0)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, SSH, _ssh_ok, matrix_text, mxbench, records, require_service
+from conftest import BASE_IMAGE, SSH, matrix_text, mxbench, records, require_service, ssh_ok
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -45,7 +45,7 @@ def test_second_build_reuses_the_image(built: dict, ctx: Path) -> None:
 def test_run_end_to_end_local_socket_and_ssh(built: dict, ctx: Path, tmp_path: Path) -> None:
     import docker
 
-    require_service(_ssh_ok(), f"sshd on loopback with docker reachable as {SSH}")
+    require_service(ssh_ok(), f"sshd on loopback with docker reachable as {SSH}")
     m = ctx / "run.yaml"
     m.write_text(
         matrix_text(

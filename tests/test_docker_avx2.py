@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, CA, _docker_ok, mxbench, records, require_service
+from conftest import BASE_IMAGE, CA, docker_ok, mxbench, records, require_service
 from mxbench import images
 from mxbench.matrix import load_matrix
 
@@ -47,7 +47,7 @@ def stock_wheel() -> Path | None:
 @pytest.fixture(scope="session")
 def avx2(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """`mxbench build` of cpu-avx2 from the stock wheel, on a frozen copy of the context."""
-    require_service(_docker_ok(), f"a Docker engine with the base image {BASE_IMAGE}")
+    require_service(docker_ok(), f"a Docker engine with the base image {BASE_IMAGE}")
     wheel = stock_wheel()
     require_service(wheel is not None, f"wheels/tensorflow_cpu-{TF_VERSION}-*.whl (setup-docker)")
     assert wheel is not None

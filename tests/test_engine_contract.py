@@ -220,6 +220,9 @@ def test_a_cell_past_the_memory_limit_is_an_oom_record(rig: Rig, tmp_path: Path)
     [record] = _records(results, host)
     assert record["status"] == "oom", record.get("error")
     assert "memory" in record["error"], record["error"]
+    if rig.engine != "slurm":  # Slurm words its own memory kill
+        assert f"memory_limit of {limit}" in record["error"], record["error"]
+        assert record["run"]["memory_limit_bytes"] == 1536 * 2**20
     _nothing_left(rig, host)
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import msgspec
 
-from mxbench.schema import HostBase
+from mxbench.schema import HostBase, format_bytes
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
@@ -51,6 +51,7 @@ class Outcome:
     wall_s: float = 0.0
     timed_out: bool = False
     oom_killed: bool = False  # killed by the kernel / cgroup / scheduler for memory
+    memory_limit: int | None = None  # the host's memory_limit the cell ran under, bytes
     status: Status | None = None  # an engine-decided status (e.g. "unsupported", "timeout")
     reason: str | None = None  # why, when status is set
     image: dict[str, Any] | None = None  # {"name", "id", "labels"} for containerised runs
@@ -109,6 +110,8 @@ def to_record(cell: Cell, outcome: Outcome) -> Record:
             engine=cell.engine, image=image,
         )  # fmt: skip
     record.run = {**record.run, "wall_s": round(outcome.wall_s, 3), **outcome.extra}
+    if outcome.memory_limit is not None:
+        record.run["memory_limit_bytes"] = outcome.memory_limit
     return record
 
 
@@ -117,6 +120,11 @@ def _failure(cell: Cell, o: Outcome) -> tuple[Status, str]:
         return o.status, o.reason or o.status
     if o.timed_out:
         return "timeout", f"no result within the cell timeout of {cell.timeout_s:g} s" + _tail(o)
+    if o.oom_killed and o.memory_limit is not None:
+        return "oom", (
+            "the bench was killed for going past the host's memory_limit of "
+            f"{format_bytes(o.memory_limit)}" + _tail(o)
+        )
     if o.oom_killed or o.returncode == -signal.SIGKILL or o.returncode == 137:
         return "oom", "the bench process was killed (out of memory)" + _tail(o)
     if o.returncode == 0:

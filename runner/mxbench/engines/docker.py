@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
 from mxbench.errors import MxbenchError
-from mxbench.schema import HostBase, OneLine, format_bytes
+from mxbench.schema import HostBase, OneLine
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
@@ -250,22 +250,14 @@ class DockerEngine(Engine):
             with self._lock:
                 self._running = None
             _quietly(lambda: container.remove(force=True))
-        oom = bool(state.get("OOMKilled")) and not timed_out
-        limit = self.host.memory_limit
         return Outcome(
             returncode=None if timed_out else state.get("ExitCode"),
             stdout=stdout,
             stderr=stderr,
             wall_s=wall,
             timed_out=timed_out,
-            oom_killed=oom,
-            status="oom" if oom and limit else None,
-            reason=(
-                "the container was killed for going past the host's memory_limit of "
-                f"{format_bytes(limit)}"
-                if oom and limit
-                else None
-            ),
+            oom_killed=bool(state.get("OOMKilled")),
+            memory_limit=self.host.memory_limit,
             image=public,
             extra={"container": container.short_id, "docker_host": address(self.host)},
         )

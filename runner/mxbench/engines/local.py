@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
 from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
 from mxbench.errors import UsageError
-from mxbench.schema import HostBase, OneLine, format_bytes
+from mxbench.schema import HostBase, OneLine
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
@@ -93,9 +93,6 @@ class LocalEngine(Engine):
 
     def run_one(self, cell: Cell) -> Outcome:
         env = {**os.environ, **self.host.env, "PYTHONUNBUFFERED": "1"}
-        with self._lock:
-            if self._cancelled:
-                return Outcome(returncode=None, status="error", reason="cancelled")
         if self.host.memory_limit is None:
             return self._run(cell, env, None)
         try:
@@ -105,13 +102,7 @@ class LocalEngine(Engine):
         try:
             outcome = self._run(cell, env, cgroup)
             outcome.oom_killed = cgroup.oom_kills() > 0
-            if outcome.oom_killed and not outcome.timed_out and outcome.returncode != 0:
-                outcome.status = "oom"
-                outcome.reason = (
-                    "the bench was killed by the kernel for going past the host's "
-                    f"memory_limit of {format_bytes(self.host.memory_limit)}"
-                )
-            outcome.extra["memory_limit_bytes"] = self.host.memory_limit
+            outcome.memory_limit = self.host.memory_limit
             outcome.extra["cgroup_peak_bytes"] = cgroup.peak_bytes()
             return outcome
         finally:

@@ -48,11 +48,8 @@ def _observed(t: Table, policies: frozenset[str]) -> str:
     speedups = _speedups(t, policies)
     if not speedups:
         return ""
-    verdicts = set()
-    for slot, r in t.ratios.items():
-        loss = t.parity.get(slot)
-        if slot[0] in policies and r.n >= 2 and (loss is None or loss.trusted):
-            verdicts.add(r.verdict)
+    verdicts = {r.verdict for slot, r in t.ratios.items()
+                if slot[0] in policies and r.n >= 2 and t.trusted(slot)}  # fmt: skip
     said = ""
     if len(verdicts) == 1:
         said = f", {verdicts.pop()}"

@@ -42,12 +42,12 @@ def _rows(t: Table) -> list[dict[str, Any]]:
                     "status": e.status,
                     "step_ms": {"median": _num(e.median), "p25": _num(e.p25),
                                 "p75": _num(e.p75), "n": e.n},
-                    "images_per_s": _num(b * 1000 / e.median, 2) if e.median else None,
+                    "images_per_s": _num(e.images_per_s(b), 2),
                     "repeats": len(e.records) if e.status == "ok" else 0,
                     "speedup": None if r is None else {
                         "value": _num(r.value), "low": _num(r.low), "high": _num(r.high),
                         "over": r.over, "n": r.n, "verdict": r.verdict if r.n >= 2 else None,
-                        "trusted": loss is None or loss.trusted,
+                        "trusted": t.trusted((p, b)),
                     },
                     "loss": None if loss is None else {
                         "state": loss.state, "mean": _num(loss.loss),

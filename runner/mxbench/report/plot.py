@@ -109,16 +109,11 @@ def _speedup_line(ax: Any, t: Table, policy: str) -> None:
     if any(r.n >= 2 for _, r in points):
         lows, highs = [r.low for _, r in points], [r.high for _, r in points]
         ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.2, linewidth=0)
-    bad = [(b, r.value) for b, r in points if not _trusted(t, policy, b)]
+    bad = [(b, r.value) for b, r in points if not t.trusted((policy, b))]
     if bad:
         label = f"{plain(policy)}: loss diverged"
         ax.scatter(*zip(*bad, strict=True), s=120, facecolors="none", edgecolors="red",
                    label=label)  # fmt: skip
-
-
-def _trusted(t: Table, policy: str, batch: int) -> bool:
-    loss = t.parity.get((policy, batch))
-    return loss is None or loss.trusted
 
 
 def _failed(t: Table) -> list[tuple[int, str]]:

@@ -56,6 +56,10 @@ class Entry:
                 out += [m.loss_first, m.loss_last]
         return out
 
+    def images_per_s(self, batch: int) -> float | None:
+        """Throughput from the median step time (None: nothing timed)."""
+        return batch * 1000 / self.median if self.median else None
+
     def samples(self) -> list[list[float]]:
         """Step times (ms) of each ok record: its raw samples, else its median alone."""
         out = []
@@ -159,6 +163,11 @@ class Table:
         if backend and backend != params.field("backend").default:
             parts.append(f"backend {backend}")
         return " · ".join(parts)
+
+    def trusted(self, slot: tuple[str, int]) -> bool:
+        """Whether the slot's speedup is one: its loss did not diverge (or was not recorded)."""
+        loss = self.parity.get(slot)
+        return loss is None or loss.trusted
 
     def speedup(self, policy: str, batch: int) -> float | None:
         """float32 median / policy median, when both ran."""

@@ -80,8 +80,8 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
         row = [str(b)]
         for p in t.policies:
             e = t.entries.get((p, b))
-            rate = f"{b * 1000 / e.median:.0f}" if e is not None and e.median else ""
-            row += [_with_loss(t, p, b), rate]
+            rate = e.images_per_s(b) if e is not None else None
+            row += [_with_loss(t, p, b), "" if rate is None else f"{rate:.0f}"]
         row += [texts.get((p, b), "") for p in t.reduced]
         rows.append(row)
     return headers, rows
@@ -89,8 +89,7 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
 
 def _with_loss(t: Table, policy: str, batch: int) -> str:
     text = cell_text(t.entries.get((policy, batch)))
-    loss = t.parity.get((policy, batch))
-    return f"{text} loss diverged" if loss is not None and not loss.trusted else text
+    return text if t.trusted((policy, batch)) else f"{text} loss diverged"
 
 
 def interval_note(t: Table) -> str | None:
