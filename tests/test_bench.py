@@ -84,6 +84,7 @@ def test_environment_probe(f32: BenchRun) -> None:
     assert "cuda" in sw and "cuda_compute_capabilities" in sw
     st = rec["settings"]
     assert st["jit_compile"] is False and isinstance(st["tf32"], bool)
+    assert st["input_device"] == "host"  # tf.data keeps the batch in host memory
     assert {"onednn", "xla_flags"} <= set(st)
     assert (st["compute_dtype"], st["variable_dtype"]) == ("float32", "float32")
     assert rec["model"] == {"name": "blog-cnn", "parameters": 1096394}
@@ -144,6 +145,19 @@ def test_other_keras_backends_measure_and_say_which_framework(backend: str) -> N
     assert rec["settings"]["compute_dtype"] == "bfloat16"
     assert rec["settings"]["matmul_precision"]
     assert rec["metrics"]["step_ms"]["n"] == 6 and rec["metrics"]["step_ms"]["median"] > 0
+    # the synthetic batch is placed once on the backend's device (here its CPU), not copied
+    assert (
+        rec["settings"]["input_device"]
+        in {"jax": {"cpu:0", "TFRT_CPU_0"}, "torch": {"cpu"}}[backend]
+    )
+
+
+def test_jaxlib_cuda_version_reads_as_major_minor() -> None:
+    from mxbench.bench.backends import cuda_version
+
+    assert cuda_version("cuda 13000") == "13.0"  # what jaxlib 0.11 on an H100 reports
+    assert cuda_version("CUDA 12080") == "12.8"
+    assert cuda_version("rocm 6.2") == "rocm 6.2" and cuda_version("  ") is None
 
 
 def test_a_backend_that_is_not_installed_is_exit_2_with_the_pip_line() -> None:

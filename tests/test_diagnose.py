@@ -186,6 +186,25 @@ def test_input_bound_under_80_percent_utilisation() -> None:
     assert dg.input_bound(t) is None
 
 
+def test_utilisation_of_a_timed_window_shorter_than_nvml_period_is_not_judged() -> None:
+    # 50 steps of 2.7 ms: 0.13 s, less than NVML's sample period; seen on an H100 as 0 %
+    recs = [
+        rec("h", "float32", 32, median=4.5, device=V100),
+        rec("h", "mixed_float16", 32, median=2.7, device=V100),
+        rec("h", "float32", 512, median=50.0, device=V100),
+        rec("h", "mixed_float16", 512, median=22.0, device=V100),
+    ]
+    for r, util in zip(recs, [42.0, 0.0, 96.0, 89.0], strict=True):
+        r["metrics"]["gpu_util_pct"] = util
+    (t,) = build(typed_all(recs))
+    assert dg.input_bound(t) is None  # the long windows were busy; the short ones say nothing
+    recs[3]["metrics"]["gpu_util_pct"] = 60.0  # 50 x 22 ms = 1.1 s: judged
+    (t,) = build(typed_all(recs))
+    text = dg.input_bound(t)
+    assert "60% at batch 512" in text and "at batch 32" not in text.split("(")[1]
+    assert "Not judged where the timed steps lasted under 1 s" in text and "(batch 32;" in text
+
+
 def test_silent_cpu_fallback_on_a_gpu_host() -> None:
     fallback = {
         "kind": "cpu",

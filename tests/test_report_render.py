@@ -187,3 +187,20 @@ def test_json_export_is_the_tables_as_data(tmp_path: Path) -> None:
     oom = next(r for r in m2200["rows"] if r["batch_size"] == 512 and r["policy"] == "float32")
     assert oom["status"] == "oom" and oom["speedup"] is None and oom["step_ms"]["median"] is None
     assert any(d["rule"] == "no_fp16_tensor_cores" for d in m2200["diagnosis"])
+
+
+def test_a_table_that_mixes_runs_names_each_label_and_its_cells(tmp_path: Path) -> None:
+    from mxbench.report.annotate import lines as heading_lines
+
+    first = [rec("box", p, b, label="old", time="2026-01-01T00:00:00Z")
+             for p in ("float32", "mixed_float16") for b in (32, 64)]  # fmt: skip
+    again = [rec("box", p, 64, label="new", time="2026-01-02T00:00:00Z")
+             for p in ("float32", "mixed_float16")]  # fmt: skip
+    path = write(tmp_path / "box.jsonl", first + again)
+    (mixed,) = build(load([path]).winners)
+    assert mixed.labels == {"new": 2, "old": 2}
+    assert heading_lines(mixed)[-1].startswith(
+        "labels: new (2 cells), old (2 cells); each cell shows its latest run"
+    )
+    (alone,) = build(load([path], label="old").winners)
+    assert "label: old" in heading_lines(alone)

@@ -37,7 +37,8 @@ class Cell:
         p = self.params
         img = f" [{self.image}]" if self.image else ""
         rep = f" #{p.repeat}" if p.repeat else ""
-        return f"{self.host}{img} {p.policy} bs={p.batch_size}{rep}"
+        backend = f" {p.backend}" if p.backend != "tensorflow" else ""
+        return f"{self.host}{img}{backend} {p.policy} bs={p.batch_size}{rep}"
 
 
 def cell_key(

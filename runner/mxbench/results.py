@@ -198,6 +198,10 @@ class Settings(_Part):
     variable_dtype: str | None = None
     loss_scaling: bool | None = None
     pure_float16: bool | None = None
+    input_device: Annotated[
+        str | None,
+        Doc("where the training batch waits between steps: host (copied every step) or a device"),
+    ] = None
 
 
 class Image(_Part):

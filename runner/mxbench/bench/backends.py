@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from typing import Any, ClassVar, Protocol
 
 from mxbench.errors import UsageError
@@ -31,8 +32,18 @@ class Backend(Protocol):
 
     def peak_gpu_memory_bytes(self) -> int | None: ...
 
-    def dataset(self, x: Any, y: Any) -> Any:
-        """An endless source of the batch ``(x, y)``, in the form this backend feeds best."""
+    def dataset(self, x: Any, y: Any) -> tuple[Any, str]:
+        """An endless source of the batch ``(x, y)``, in the form this backend feeds best,
+        and where the batch lives between steps (``host``: copied to the device each step)."""
+
+
+def cuda_version(platform_version: str) -> str | None:
+    """``13.0`` from jaxlib's ``cuda 13000`` (CUDA's integer: major * 1000 + minor * 10)."""
+    found = re.search(r"cuda\D*(\d{4,6})\b", platform_version, re.IGNORECASE)
+    if not found:
+        return platform_version.strip() or None
+    number = int(found.group(1))
+    return f"{number // 1000}.{number % 1000 // 10}"
 
 
 def _variable_devices(model: Any) -> list[str]:
@@ -69,8 +80,10 @@ class TensorFlow:
 
         return probe_tf.peak_gpu_memory_bytes(self.tf)
 
-    def dataset(self, x: Any, y: Any) -> Any:
-        return self.tf.data.Dataset.from_tensors((x, y)).repeat()
+    def dataset(self, x: Any, y: Any) -> tuple[Any, str]:
+        # tf.data keeps the batch in host memory; each step copies it to the GPU (as the
+        # experiment's cached tf.data pipeline did).
+        return self.tf.data.Dataset.from_tensors((x, y)).repeat(), "host"
 
 
 class Jax:
@@ -88,8 +101,7 @@ class Jax:
         rec.software.jaxlib = jaxlib.__version__
         gpu = [d for d in jax.devices() if d.platform == "gpu"]
         if gpu:
-            version = str(getattr(gpu[0].client, "platform_version", "") or "")
-            rec.software.cuda = version or None
+            rec.software.cuda = cuda_version(str(getattr(gpu[0].client, "platform_version", "")))
         # None is JAX's "default": TF32 allowed for float32 matmuls on GPUs that have it.
         precision = jax.config.jax_default_matmul_precision
         rec.settings.matmul_precision = str(precision) if precision else "default"
@@ -119,10 +131,11 @@ class Jax:
                 return int(peak) if peak is not None else None
         return None
 
-    def dataset(self, x: Any, y: Any) -> Any:
-        from mxbench.bench.data import repeated_batch
+    def dataset(self, x: Any, y: Any) -> tuple[Any, str]:
+        from mxbench.bench.data import device_batch
 
-        return repeated_batch(x, y)
+        ds, first = device_batch(x, y)
+        return ds, str(next(iter(first.devices())))
 
 
 class Torch:
@@ -165,10 +178,11 @@ class Torch:
         t = self.torch
         return int(t.cuda.max_memory_allocated()) if t.cuda.is_available() else None
 
-    def dataset(self, x: Any, y: Any) -> Any:
-        from mxbench.bench.data import repeated_batch
+    def dataset(self, x: Any, y: Any) -> tuple[Any, str]:
+        from mxbench.bench.data import device_batch
 
-        return repeated_batch(x, y)
+        ds, first = device_batch(x, y)
+        return ds, str(first.device)
 
 
 BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (TensorFlow, Jax, Torch)}

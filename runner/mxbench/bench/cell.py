@@ -108,9 +108,11 @@ def _measure(
     _dtype_settings(rec.settings, model, p.policy)
 
     if p.synthetic:
-        ds = backend.dataset(*data.synthetic_batch(p.batch_size, p.image_size, blog.NUM_CLASSES))
+        batch = data.synthetic_batch(p.batch_size, p.image_size, blog.NUM_CLASSES)
+        ds, rec.settings.input_device = backend.dataset(*batch)
     else:
         ds = data.image_folder(p.data, p.batch_size, p.image_size)
+        rec.settings.input_device = "host"
 
     log_ = StepLog()
     total = p.warmup_steps + p.steps

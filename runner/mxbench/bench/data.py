@@ -1,8 +1,12 @@
 """Training input: synthetic batches, or a folder in Imagenette layout.
 
 Synthetic data is one batch generated once and repeated, so the input is never the
-bottleneck. A folder (``DIR/train/<class>/*.jpg``) is read, decoded, resized (bilinear, as
-published), cached as uint8, shuffled, batched, scaled to [0, 1] and prefetched.
+bottleneck: under JAX and PyTorch the batch is placed once on the backend's device (the GPU
+when there is one), since copying it from host memory every step would time the copy, not the
+model (examples/measured/h100). TensorFlow's tf.data keeps it on the host.
+
+A folder (``DIR/train/<class>/*.jpg``) is read, decoded, resized (bilinear, as published),
+cached as uint8, shuffled, batched, scaled to [0, 1] and prefetched.
 Labels are class indices in the sorted order of the class folders.
 """
 
@@ -47,9 +51,18 @@ def _repeated_batch_class() -> type:
     return _RepeatedBatch
 
 
-def repeated_batch(x: np.ndarray, y: np.ndarray) -> Any:
+def repeated_batch(x: Any, y: Any) -> Any:
     """A ``keras.utils.PyDataset`` yielding ``(x, y)`` for ever."""
     return _repeated_batch_class()(x, y)
+
+
+def device_batch(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+    """:func:`repeated_batch` of ``(x, y)`` placed once on the Keras backend's default device
+    (Keras' data adapters pass backend tensors through untouched), and the placed images."""
+    import keras
+
+    on_device = keras.ops.convert_to_tensor(x)
+    return repeated_batch(on_device, keras.ops.convert_to_tensor(y)), on_device
 
 
 def list_images(root: str | Path) -> tuple[list[str], list[int], list[str]]:

@@ -92,8 +92,12 @@ def lines(table: Table) -> list[str]:
     setup = " · ".join(f"{k} {v}" for k, v in table.setup.items() if v not in (None, ""))
     if setup:
         out.append(f"setup: {setup}")
-    if rec.label:
-        out.append(f"label: {rec.label}")
+    labels = table.labels
+    if len(labels) == 1:
+        out.append(f"label: {next(iter(labels))}")
+    elif labels:
+        runs = ", ".join(f"{name} ({n} cell{'s' if n != 1 else ''})" for name, n in labels.items())
+        out.append(f"labels: {runs}; each cell shows its latest run (--label picks one run)")
     if rec.source:
         out.append(f"source: {rec.source}")
     return out

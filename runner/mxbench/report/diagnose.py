@@ -14,7 +14,7 @@ from mxbench.bench.model import train_flops_per_image
 from mxbench.params import BASELINE
 from mxbench.report import devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
-from mxbench.report.tables import LOSS_TOLERANCE, Table
+from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
@@ -197,12 +197,19 @@ def input_bound(t: Table) -> str | None:
         util = e.gpu_util_min
         if util is not None and util < LOW_UTIL_PCT:
             low[b] = min(util, low.get(b, util))
+    unjudged = sorted({b for (_, b), e in t.entries.items() if e.util_unjudged} - set(low))
     if not low:
         return None
     seen = ", ".join(f"{u:.0f}% at batch {b}" for b, u in sorted(low.items()))
+    skipped = (
+        f" Not judged where the timed steps lasted under {NVML_PERIOD_MS / 1000:g} s, NVML's "
+        f"sample period (batch {', '.join(map(str, unjudged))}; run more steps)."
+        if unjudged
+        else ""
+    )
     return (
         f"Input-bound: GPU utilisation under {LOW_UTIL_PCT:g}% ({seen}): the GPU waits for "
-        "the input pipeline or the host, which no precision change can speed up."
+        f"the input pipeline or the host, which no precision change can speed up.{skipped}"
     )
 
 

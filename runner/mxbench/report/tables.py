@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -22,6 +23,12 @@ from mxbench.report.load import latest
 from mxbench.results import Device, Image, Record
 
 SETUP = params.names("setup")
+
+
+# NVML's utilisation is the busy share of its last sample period, up to 1 s long (GPU
+# dependent): over a shorter timed window it reads whatever the GPU did before (seen on an
+# H100: 0 % for 50 steps of 2.7 ms that kept it busy).
+NVML_PERIOD_MS = 1000.0
 
 
 @dataclass(slots=True)
@@ -36,6 +43,8 @@ class Entry:
     n: int | None = None
     # What diagnosis needs from the records, gathered once.
     gpu_util_min: float | None = None  # the lowest GPU utilisation recorded, %
+    # a record's utilisation left out: its timed steps were too short for NVML to judge
+    util_unjudged: bool = False
     tflops_max: float | None = None  # the best achieved TFLOP/s recorded
     tf32_off: bool = False  # a record ran with TF32 disabled
     pure_float16: bool = False  # a record ran pure float16 (no master weights, no scaling)
@@ -150,6 +159,14 @@ class Table:
     def device_name(self) -> str:
         return self.device.name or self.device.kind or "unknown device"
 
+    @cached_property
+    def labels(self) -> dict[str, int]:
+        """Run label -> how many of the table's cells it measured, most first."""
+        counts = Counter(
+            e.records[0].label for e in self.entries.values() if e.records and e.records[0].label
+        )
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
     @property
     def image_name(self) -> str | None:
         return self.image.name or self.image.id
@@ -186,8 +203,19 @@ def _policy_rank(policy: str) -> tuple[int, str]:
     return (POLICIES.index(policy), policy) if policy in POLICIES else (len(POLICIES), policy)
 
 
+def timed_window_ms(rec: Record) -> float | None:
+    """How long the timed steps lasted (median x count), when the record says."""
+    step = rec.step
+    if step is None or step.median is None or not step.n:
+        return None
+    return step.median * step.n
+
+
 def _add_facts(e: Entry, rec: Record) -> None:
     util = rec.metrics.gpu_util_pct
+    window = timed_window_ms(rec)
+    if util is not None and window is not None and window < NVML_PERIOD_MS:
+        e.util_unjudged, util = True, None
     if util is not None and (e.gpu_util_min is None or util < e.gpu_util_min):
         e.gpu_util_min = util
     rate = rec.metrics.achieved_tflops
