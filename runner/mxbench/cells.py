@@ -11,12 +11,17 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import msgspec
 
 from mxbench.errors import UsageError
 from mxbench.matrix import Matrix
 from mxbench.params import Params
+from mxbench.schema import HostBase
+from mxbench.search import SEARCH, BatchSearch
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class Cell:
     image_spec: dict[str, Any] | None = field(default=None, hash=False, compare=False)
     timeout_s: float = 1800.0
     key: str = ""
+    search: BatchSearch | None = None  # the search this cell is a trial of, if any
 
     def bench_args(self) -> list[str]:
         """Arguments of ``mxbench bench`` that measure this cell (after the word ``bench``)."""
@@ -59,9 +65,33 @@ def cell_key(
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
-    """All cells, in a deterministic order: host, image, the parameters in the order
-    :class:`~mxbench.params.Params` declares them (batch size, ...), repeat, policy."""
+@dataclass(frozen=True)
+class Search:
+    """``axes.batch_size: max`` for one (host, image, other parameters): the cells it may
+    try are ordinary cells that differ only in batch size (:meth:`trial`)."""
+
+    template: Cell  # the cell at the search's start batch size
+    config: BatchSearch
+    limits: dict[str, Any] | None = None
+
+    def trial(self, batch: int) -> Cell:
+        t = self.template
+        params = msgspec.structs.replace(t.params, batch_size=batch)
+        key = cell_key(t.host, t.image, t.image_spec, params, self.limits)
+        return replace(t, params=params, key=key, search=self.config)
+
+    def label(self) -> str:
+        return self.template.label().replace(
+            f"bs={self.template.params.batch_size}", f"bs={SEARCH}"
+        )
+
+
+def _placements(
+    matrix: Matrix, hosts: list[str] | None
+) -> Iterator[tuple[HostBase, str | None, dict[str, Any] | None, dict[str, Any]]]:
+    """(host, image, image identity, parameter values) of every cell, in plan order: host,
+    image, the parameters in the order :class:`~mxbench.params.Params` declares them (batch
+    size, ...), repeat, policy. A batch size may be ``max`` (a search)."""
     names = [h.name for h in matrix.hosts]
     if hosts:
         unknown = [h for h in hosts if h not in names]
@@ -81,7 +111,6 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
         for repeat in (range(b.repeats) if b.repeats > 1 else [None])
         for policy in inner
     ]
-    cells: list[Cell] = []
     for host in matrix.hosts:
         if hosts and host.name not in hosts:
             continue
@@ -89,19 +118,40 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
         for image in images:
             spec = _image_identity(matrix, image) if image else host.runtime_identity()
             for combo in combos:
-                params = Params(**combo)
-                cells.append(
-                    Cell(
-                        host=host.name,
-                        engine=host.engine_name,
-                        image=image,
-                        params=params,
-                        image_spec=spec,
-                        timeout_s=host.timeout_s or b.timeout_s,
-                        key=cell_key(host.name, image, spec, params, host.limits()),
-                    )
-                )
-    return cells
+                yield host, image, spec, combo
+
+
+def _cell(matrix: Matrix, host: HostBase, image: str | None, spec: Any, params: Params) -> Cell:
+    return Cell(
+        host=host.name,
+        engine=host.engine_name,
+        image=image,
+        params=params,
+        image_spec=spec,
+        timeout_s=host.timeout_s or matrix.benchmark.timeout_s,
+        key=cell_key(host.name, image, spec, params, host.limits()),
+    )
+
+
+def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
+    """Every cell of a fixed batch size, in plan order (searches: :func:`searches`)."""
+    return [
+        _cell(matrix, host, image, spec, Params(**combo))
+        for host, image, spec, combo in _placements(matrix, hosts)
+        if combo["batch_size"] != SEARCH
+    ]
+
+
+def searches(matrix: Matrix, hosts: list[str] | None = None) -> list[Search]:
+    """One search per ``max`` batch size, repeats aside (a search is its own repetition)."""
+    config = matrix.benchmark.batch_search
+    out: list[Search] = []
+    for host, image, spec, combo in _placements(matrix, hosts):
+        if combo["batch_size"] == SEARCH and not combo["repeat"]:
+            params = Params(**{**combo, "batch_size": config.start, "repeat": None})
+            template = _cell(matrix, host, image, spec, params)
+            out.append(Search(replace(template, search=config), config, host.limits()))
+    return out
 
 
 def _image_identity(matrix: Matrix, image: str) -> dict[str, Any]:

@@ -15,10 +15,12 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import msgspec
 import yaml
 from pydantic import (
     BeforeValidator,
     Field,
+    PlainValidator,
     PrivateAttr,
     ValidationError,
     create_model,
@@ -30,6 +32,7 @@ from mxbench import params
 from mxbench.engines import ENGINES
 from mxbench.errors import UsageError
 from mxbench.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
+from mxbench.search import LIMITS, SEARCH, BatchSearch
 
 DEFAULT_CELL_TIMEOUT_S = 1800.0
 MAX_REPEATS = 100
@@ -50,6 +53,46 @@ def _param_type(f: params.Field) -> Any:
     return Annotated[f.type, Field(ge=f.ge, le=f.le, strict=True)]
 
 
+def _axis_type(f: params.Field) -> Any:
+    """An axis: a list of the parameter's values; with ``max`` among them (or alone, as a
+    scalar) where the parameter can be searched (``axes.batch_size: max``)."""
+    if not f.spec.search:
+        return Annotated[list[_param_type(f)], Field(min_length=1)] | None  # type: ignore[misc]
+    low, high = f.ge or 1, f.le or params.MAX_BATCH_SIZE
+
+    def item(value: Any) -> int | str:
+        if value == SEARCH:
+            return SEARCH
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            got = echo(value)
+            raise ValueError(f"expected a {f.name} from {low} to {high}, or {SEARCH}; got {got}")
+        return value
+
+    each = Annotated[int | str, PlainValidator(item)]
+    return Annotated[list[each], Field(min_length=1), BeforeValidator(_scalar_search)] | None
+
+
+def _scalar_search(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value  # `batch_size: max`
+
+
+def _batch_search(value: Any) -> BatchSearch:
+    if isinstance(value, BatchSearch):
+        return value
+    try:
+        cfg = msgspec.convert(value, BatchSearch, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc).replace("`$.", "`")) from None
+    for name, (low, high) in LIMITS.items():
+        if not low <= getattr(cfg, name) <= high:
+            raise ValueError(f"{name} must be between {low} and {high}")
+    if not 0 <= cfg.precision < 1:
+        raise ValueError("precision must be at least 0 and below 1 (0.05: within 5%)")
+    if cfg.start > cfg.cap:
+        raise ValueError(f"start {cfg.start} is above cap {cfg.cap}")
+    return cfg
+
+
 def _on_off(value: Any) -> Any:
     return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
@@ -60,6 +103,8 @@ class _BenchmarkBase(Strict):
 
     repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS, strict=True)] = 1
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
+    # How `axes.batch_size: max` searches (defaults: mxbench.search.BatchSearch).
+    batch_search: Annotated[BatchSearch, PlainValidator(_batch_search)] = BatchSearch()
 
     @field_validator("data", check_fields=False)
     @classmethod
@@ -97,13 +142,7 @@ else:
     Axes = create_model(
         "Axes",
         __base__=_AxesBase,
-        **{
-            f.name: (
-                Annotated[list[_param_type(f)], Field(min_length=1)] | None,
-                list(f.spec.axis) if f.spec.axis else None,
-            )
-            for f in _SWEPT
-        },
+        **{f.name: (_axis_type(f), list(f.spec.axis) if f.spec.axis else None) for f in _SWEPT},
     )
 
 

@@ -55,6 +55,7 @@ class Spec:
     ``role``: ``slot`` places a record inside a table (policy, batch size); ``setup`` chooses
     the table (a different value is a different experiment); ``precision`` changes how
     precisely a cell is measured, not what (steps); ``repeat`` tells attempts apart.
+    ``search``: the matrix axis may list ``max`` (the largest value that fits).
     ``flag``: the ``mxbench bench`` option (None: not a bench option). ``column``: the
     heading in the ``--dry-run`` plan (None: not shown). ``axis``: the default list of values
     when the matrix names the parameter nowhere (the experiment's sweep), else one default.
@@ -66,6 +67,8 @@ class Spec:
     column: str | None = None
     axis: tuple[Any, ...] | None = None
     key_default: bool = True
+    # The axis may say ``max``: search for the largest value that fits (mxbench.search).
+    search: bool = False
 
 
 class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -83,7 +86,7 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         int,
         Meta(ge=1, le=MAX_BATCH_SIZE),
         Spec("Images per training step.", role="slot", flag="--batch-size", column="batch",
-             axis=(32, 64, 128, 256, 512)),
+             axis=(32, 64, 128, 256, 512), search=True),
     ] = 32  # fmt: skip
     image_size: Annotated[
         int,

@@ -77,6 +77,12 @@ class CellProgress:
         if self._progress is not None:
             self._progress.__exit__(exc_type, exc, tb)
 
+    def add(self, cells: int) -> None:
+        """More cells than planned (a batch-size search's trials are known one at a time)."""
+        self.total += cells
+        if self._progress is not None:
+            self._progress.update(self._task, total=self.total)
+
     def start(self, label: str, note: str = "") -> None:
         self._label = label
         self.set_note(note)

@@ -34,6 +34,7 @@ from msgspec import Meta
 
 from mxbench.errors import UsageError
 from mxbench.params import Params
+from mxbench.search import BatchSearch
 
 SCHEMA = "mxbench.result/1"
 Status = Literal["ok", "oom", "error", "timeout", "unsupported"]
@@ -242,6 +243,10 @@ class Record(msgspec.Struct, kw_only=True):
     ] = None
     error: Annotated[str | None, Doc("the message's tail when status is not ok")] = None
     source: Annotated[str | None, Doc("where a record not measured by mxbench comes from")] = None
+    search: Annotated[
+        BatchSearch | None,
+        Doc("the batch-size search (axes.batch_size: max) this attempt is a trial of"),
+    ] = None
 
     def problem(self) -> str | None:
         """Why this record cannot stand for a cell in a table, or None when it can."""

@@ -71,15 +71,16 @@ def run(
     ```
     """
 
-    from mxbench.cells import expand
+    from mxbench.cells import expand, searches
     from mxbench.matrix import default_matrix_path, load_matrix
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
-    from mxbench.results import ResultStore
+    from mxbench.results import FINAL_STATUSES, ResultStore
 
     matrix_path = matrix or default_matrix_path()
     mx = load_matrix(matrix_path)
     cells = expand(mx, host or None)
+    hunts = searches(mx, host or None)
 
     if label is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:+@-]{0,99}", label):
         raise UsageError(
@@ -88,28 +89,33 @@ def run(
         )
     store = ResultStore(results, label)
     skipped = 0
+    known = store.latest_by_cell() if resume else {}
     if resume:
-        done = store.done_cells()
+        done = {k for k, r in known.items() if r.status in FINAL_STATUSES}
         skipped = sum(1 for c in cells if c.key in done)
         cells = [c for c in cells if c.key not in done]
     if dry_run:  # the plan of what would really run (with --resume: without the done cells)
         _print_plan(cells)
         if skipped:
             print(f"{skipped} cell(s) already done in {results}/, skipped (--resume)")
+        for hunt in hunts:
+            print(f"batch-size search: {hunt.label()}: {hunt.config.describe()}")
         return
-    store.check_writable(c.host for c in cells)  # before anything is measured
+    store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
     where = "embedded default matrix" if matrix is None else str(matrix_path)
     print(
-        f"mxbench: {len(cells)} cell(s) to run from {where}"
+        f"mxbench: {len(cells)} cell(s)"
+        + (f" and {len(hunts)} batch-size search(es)" if hunts else "")
+        + f" to run from {where}"
         + (f" ({skipped} already done, skipped)" if skipped else "")
         + f"; results in {results}/",
         file=sys.stderr,
     )
-    if not cells:
+    if not cells and not hunts:
         return
 
     with CellProgress(len(cells)) as progress:
-        summary = run_cells(mx, cells, store, progress)
+        summary = run_cells(mx, cells, store, progress, hunts, known)
 
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
     if summary.interrupted:

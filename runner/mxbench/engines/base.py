@@ -109,6 +109,7 @@ def to_record(cell: Cell, outcome: Outcome) -> Record:
             params=cell.params, status=status, error=error, cell=cell.key, host=cell.host,
             engine=cell.engine, image=image,
         )  # fmt: skip
+    record.search = cell.search
     record.run = {**record.run, "wall_s": round(outcome.wall_s, 3), **outcome.extra}
     if outcome.memory_limit is not None:
         record.run["memory_limit_bytes"] = outcome.memory_limit

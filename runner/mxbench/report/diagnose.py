@@ -216,6 +216,16 @@ def input_bound(t: Table) -> str | None:
 def silent_cpu_fallback(t: Table) -> str | None:
     dev = t.device
     gpus = dev.present_gpus
+    framework = FRAMEWORKS.get(dev.framework or t.info.params.backend, "the framework")
+    if _is_cpu(t) and not gpus and t.image.labels.get("io.mxbench.target") == "gpu":
+        # The GPU image, and not a GPU in sight: the container got none (the host has no
+        # gpus: setting, no NVIDIA runtime, or no driver), and the framework said nothing.
+        return (
+            f"Silent CPU fallback: image {t.image_name} is the GPU build, but no GPU was "
+            f"visible in it (NVML found no driver, {framework} no device), so {framework} ran "
+            "on the CPU: give the host gpus: all (with the NVIDIA container runtime) and "
+            "check nvidia-smi on it."
+        )
     if dev.used_by_tf is not False and not (_is_cpu(t) and gpus):
         return None
     names = ", ".join(
@@ -223,7 +233,6 @@ def silent_cpu_fallback(t: Table) -> str | None:
         else g.name or "GPU"
         for g in gpus
     ) or "a GPU"  # fmt: skip
-    framework = FRAMEWORKS.get(dev.framework or t.info.params.backend, "the framework")
     text = f"Silent CPU fallback: {names} present, but {framework} ran on the CPU."
     ccs = [devices.parse_cc(g.compute_capability) for g in gpus]
     if framework == "TensorFlow" and any(cc is not None and cc < (6, 0) for cc in ccs):

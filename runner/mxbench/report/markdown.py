@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from mxbench.params import CONTROL_CHARS
-from mxbench.report import annotate, text
+from mxbench.report import annotate, capacity, text
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table
@@ -94,4 +94,16 @@ def render(loaded: Loaded, tables: Sequence[Table]) -> str:
     if rows:
         out += ["## Summary: speedup over float32 by device and batch size", ""]
         out += [table(headers, rows), ""]
+    out += [largest(c) for c in capacity.build(loaded.winners)]
+    return "\n".join(out)
+
+
+def largest(c: capacity.Capacity) -> str:
+    """The largest-batch table of one device (batch-size search)."""
+    out = [f"## Largest batch: {escape(c.table.title)}", ""]
+    out += [f"{escape(line)}  " for line in annotate.lines(c.table)]
+    out += ["", table(*capacity.rows(c)), ""]
+    note = capacity.diagnosis(c)
+    if note:
+        out += [escape(note), ""]
     return "\n".join(out)

@@ -258,14 +258,16 @@ def entry(records: list[Record]) -> Entry:
 Slots = dict[tuple[str, int], list[Record]]  # (policy, batch size) -> records
 
 
-def group(winners: list[Record]) -> list[Slots]:
-    """The records of each table, tables sorted by host, device, image, setup."""
+def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
+    """The records of each table, tables sorted by host, device, image, setup.
+    ``by_device=False``: one table per host, image and setup whatever the records say of the
+    device (a trial killed for memory has no device facts; the table takes its ok ones')."""
     groups: dict[tuple[str, ...], Slots] = {}
     for rec in winners:
         p = rec.params
         setup = tuple(str(getattr(p, name)) for name in SETUP)
-        key = (str(rec.host), rec.device.kind or "", rec.device.name or "",
-               rec.image.name or rec.image.id or "", *setup)  # fmt: skip
+        device = (rec.device.kind or "", rec.device.name or "") if by_device else ()
+        key = (str(rec.host), *device, rec.image.name or rec.image.id or "", *setup)
         slots = groups.get(key)
         if slots is None:
             slots = groups[key] = {}
@@ -292,7 +294,8 @@ def make(slots: Slots) -> Table:
 
 def build(winners: list[Record]) -> list[Table]:
     """Every table, in :func:`group`'s order, with its speedup intervals."""
-    built = [make(slots) for slots in group(winners)]
+    # Batch-size search trials make the largest-batch tables (report.capacity), not these.
+    built = [make(slots) for slots in group([r for r in winners if r.search is None])]
     where: list[tuple[Table, tuple[str, int]]] = []
     pairs = []
     for t in built:

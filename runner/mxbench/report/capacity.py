@@ -1,0 +1,151 @@
+"""The memory half: the largest batch each policy fits, from batch-size search records.
+
+Trials of ``axes.batch_size: max`` carry their search's settings (``record.search``). For
+each table (host, device, image, setup) and policy, :func:`mxbench.search.walk` replays the
+search over the trials' outcomes, exactly as ``mxbench run`` walked it: the answer comes from
+the records alone, or the report says which trial is still missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mxbench.params import BASELINE
+from mxbench.report.load import latest
+from mxbench.report.tables import Table, group, make
+from mxbench.results import Record
+from mxbench.search import Found, walk
+
+
+@dataclass
+class Fit:
+    """One policy's search, replayed."""
+
+    policy: str
+    found: Found | None  # None: the search is not finished (``missing`` is its next trial)
+    missing: int | None
+    trials: list[Record]  # every trial's latest attempt, by batch size
+    peak_bytes: int | None = None  # measured at the largest batch that fits
+    peak_kind: str | None = None  # gpu (the framework's peak), cgroup, or rss
+
+    @property
+    def batch(self) -> int | None:
+        return self.found.batch if self.found is not None else None
+
+
+@dataclass
+class Capacity:
+    table: Table  # heading facts (host, device, image, setup) of the trials
+    fits: dict[str, Fit] = field(default_factory=dict)
+
+    def ratio(self, policy: str) -> float | None:
+        """The policy's largest batch over float32's, when both searches found one."""
+        base = self.fits.get(BASELINE)
+        mine = self.fits.get(policy)
+        if base is None or mine is None or not base.batch or not mine.batch:
+            return None
+        return mine.batch / base.batch
+
+
+def trials(winners: list[Record]) -> list[Record]:
+    return [r for r in winners if r.search is not None]
+
+
+def build(winners: list[Record]) -> list[Capacity]:
+    """One :class:`Capacity` per table that has batch-size search trials."""
+    out = []
+    for slots in group(trials(winners), by_device=False):
+        cap = Capacity(make(slots))
+        for policy in cap.table.policies:
+            cap.fits[policy] = _replay(policy, {b: recs for (p, b), recs in slots.items()
+                                                if p == policy})  # fmt: skip
+        out.append(cap)
+    return out
+
+
+def _replay(policy: str, by_batch: dict[int, list[Record]]) -> Fit:
+    last = {b: latest(recs) for b, recs in by_batch.items()}
+    config = latest(list(last.values())).search
+    assert config is not None  # only trials are grouped here
+
+    def outcome(batch: int) -> tuple[str, str | None] | None:
+        rec = last.get(batch)
+        return (rec.status, rec.error) if rec is not None else None
+
+    step = walk(config, outcome)
+    fit = Fit(policy, step if isinstance(step, Found) else None,
+              None if isinstance(step, Found) else step,
+              [last[b] for b in sorted(last)])  # fmt: skip
+    if fit.batch is not None:
+        best = last[fit.batch]
+        cgroup = best.run.get("cgroup_peak_bytes")
+        if best.metrics.peak_memory_kind == "gpu" and best.metrics.peak_memory_bytes:
+            fit.peak_bytes, fit.peak_kind = best.metrics.peak_memory_bytes, "gpu"
+        elif isinstance(cgroup, int):
+            fit.peak_bytes, fit.peak_kind = cgroup, "cgroup"
+        elif best.metrics.peak_memory_bytes:
+            fit.peak_bytes, fit.peak_kind = best.metrics.peak_memory_bytes, "rss"
+    return fit
+
+
+def _size(n: int | None) -> str:
+    return f"{n / 2**30:.2f} GiB" if n else "-"
+
+
+def rows(c: Capacity) -> tuple[list[str], list[list[str]]]:
+    headers = ["policy", "largest batch", f"vs {BASELINE}", "peak memory there",
+               "smallest OOM", "trials", "search"]  # fmt: skip
+    out = []
+    for policy, fit in c.fits.items():
+        found = fit.found
+        ratio = c.ratio(policy)
+        kind = f" ({fit.peak_kind})" if fit.peak_kind else ""
+        state = (
+            f"incomplete: batch {fit.missing} next (mxbench run --resume)"
+            if found is None
+            else found.sentence()
+        )
+        out.append([
+            policy,
+            str(fit.batch) if fit.batch is not None else "-",
+            f"{ratio:.2f}x" if ratio is not None and policy != BASELINE else "",
+            _size(fit.peak_bytes) + (kind if fit.peak_bytes else ""),
+            str(found.oom_at) if found is not None and found.oom_at else "-",
+            str(len(fit.trials)),
+            state,
+        ])  # fmt: skip
+    return headers, out
+
+
+def diagnosis(c: Capacity) -> str | None:
+    """What mixed precision does to the largest batch here, in one sentence."""
+    base = c.fits.get(BASELINE)
+    if base is None or not base.batch:
+        return None
+    said = []
+    for policy, fit in c.fits.items():
+        ratio = c.ratio(policy)
+        if policy == BASELINE or ratio is None or fit.batch is None:
+            continue
+        said.append(f"{policy} {fit.batch} ({ratio:.2f}x)")
+    if not said:
+        return None
+    best = max((c.ratio(p) or 0.0) for p in c.fits if p != BASELINE)
+    where = "GPU" if c.table.device.kind == "gpu" else "CPU"
+    if best >= 1.3:
+        verdict = (
+            "mixed precision lets this device train larger batches: activations are kept in "
+            "16 bits, while the float32 master weights, optimizer state and framework memory "
+            "are not halved, so the gain stays below 2x"
+        )
+    elif best > 1.05:
+        verdict = (
+            "mixed precision fits only a little more: most of this process's memory is not "
+            "16-bit activations (framework, weights, workspace)"
+        )
+    else:
+        verdict = (
+            f"mixed precision does not fit a larger batch on this {where}: the 16-bit "
+            "activations are offset by float32 copies and conversion buffers"
+        )
+    return f"Largest batch: {BASELINE} {base.batch}, " + ", ".join(said) + f": {verdict}."
