@@ -221,6 +221,18 @@ def test_silent_cpu_fallback_on_a_gpu_host() -> None:
     assert dg.silent_cpu_fallback(table(V100, SLOW)) is None
 
 
+def test_silent_cpu_fallback_of_the_gpu_image_without_a_gpu() -> None:
+    gpu_image = {"name": "gpu", "labels": {"io.mxbench.target": "gpu"}}
+    no_gpu = {"kind": "cpu", "name": "AMD EPYC", "used_by_tf": None, "present_gpus": []}
+    text = dg.silent_cpu_fallback(table(no_gpu, SLOW, image=gpu_image))
+    assert text.startswith("Silent CPU fallback: image gpu is the GPU build, but no GPU")
+    assert "TensorFlow ran on the CPU" in text and "gpus: all" in text
+    cpu_image = {"name": "cpu", "labels": {"io.mxbench.target": "cpu"}}
+    assert dg.silent_cpu_fallback(table(no_gpu, SLOW, image=cpu_image)) is None
+    assert dg.silent_cpu_fallback(table(no_gpu, SLOW)) is None  # local host, no image
+    assert dg.silent_cpu_fallback(table(V100, SLOW, image=gpu_image)) is None  # used the GPU
+
+
 def test_pure_float16_means_no_loss_scaling() -> None:
     cells = {("float32", 64): 500.0, ("float16", 64): 800.0}
     assert "no loss scaling" in dg.pure_float16(table(V100, cells))
