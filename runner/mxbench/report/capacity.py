@@ -77,15 +77,22 @@ def _replay(policy: str, by_batch: dict[int, list[Record]]) -> Fit:
               None if isinstance(step, Found) else step,
               [last[b] for b in sorted(last)])  # fmt: skip
     if fit.batch is not None:
-        best = last[fit.batch]
-        cgroup = best.run.get("cgroup_peak_bytes")
-        if best.metrics.peak_memory_kind == "gpu" and best.metrics.peak_memory_bytes:
-            fit.peak_bytes, fit.peak_kind = best.metrics.peak_memory_bytes, "gpu"
-        elif isinstance(cgroup, int):
-            fit.peak_bytes, fit.peak_kind = cgroup, "cgroup"
-        elif best.metrics.peak_memory_bytes:
-            fit.peak_bytes, fit.peak_kind = best.metrics.peak_memory_bytes, "rss"
+        fit.peak_bytes, fit.peak_kind = peak_bytes(last[fit.batch])
     return fit
+
+
+def peak_bytes(rec: Record) -> tuple[int | None, str | None]:
+    """The peak memory that counts against the limit: the framework's GPU peak, else the
+    memory cgroup's (a local memory_limit), else the process's peak RSS."""
+    m = rec.metrics
+    cgroup = rec.run.get("cgroup_peak_bytes")
+    if m.peak_memory_kind == "gpu" and m.peak_memory_bytes:
+        return m.peak_memory_bytes, "gpu"
+    if isinstance(cgroup, int):
+        return cgroup, "cgroup"
+    if m.peak_memory_bytes:
+        return m.peak_memory_bytes, "rss"
+    return None, None
 
 
 def _size(n: int | None) -> str:

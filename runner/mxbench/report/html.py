@@ -8,12 +8,14 @@ which tables have no plot.
 
 from __future__ import annotations
 
+import base64
 import html
 from collections.abc import Callable, Sequence
 
-from mxbench.report import annotate, text
+from mxbench.report import annotate, capacity, text
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
+from mxbench.report.plot import memory_png
 from mxbench.report.tables import Table
 
 MAX_PLOTS = 200
@@ -77,5 +79,18 @@ def render(
     if rows:
         out.append("<h2>Summary: speedup over float32 by device and batch size</h2>")
         out.append(_table(headers, rows))
+    for c in capacity.build(loaded.winners):
+        out.append(f'<section class="device"><h2>Largest batch: {esc(c.table.title)}</h2>')
+        out += [f'<p class="meta">{esc(line)}</p>' for line in annotate.lines(c.table)]
+        out.append(_table(*capacity.rows(c)))
+        png = memory_png(c)
+        if png:
+            alt = f"peak memory against batch size, {c.table.title}"
+            b64 = base64.b64encode(png).decode("ascii")
+            out.append(f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">')
+        note = capacity.diagnosis(c)
+        if note:
+            out.append(f'<p class="meta">{esc(note)}</p>')
+        out.append("</section>")
     out.append("</body></html>")
     return "\n".join(out)

@@ -9,6 +9,7 @@ import io
 from typing import Any
 
 from mxbench.params import BASELINE
+from mxbench.report.capacity import Capacity, peak_bytes
 from mxbench.report.tables import Table
 
 MAX_LABEL = 80
@@ -125,6 +126,38 @@ def _failed(t: Table) -> list[tuple[int, str]]:
         if who:
             out.append((b, ", ".join(plain(p) for p in who)))
     return out
+
+
+def memory_png(c: Capacity) -> bytes | None:
+    """Peak memory against batch size, one line per policy (every ok trial of a batch-size
+    search), the limit's side marked by the smallest batch that ran out of memory."""
+    series = {}
+    for policy, fit in c.fits.items():
+        points = [(r.params.batch_size, peak) for r in fit.trials
+                  if r.status == "ok" and (peak := peak_bytes(r)[0])]  # fmt: skip
+        if points:
+            series[policy] = (points, fit.found.oom_at if fit.found is not None else None)
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    try:
+        for policy, (points, oom_at) in series.items():
+            xs, ys = zip(*sorted(points), strict=True)
+            (line,) = ax.plot(xs, [y / 2**30 for y in ys], marker="o", label=plain(policy))
+            if oom_at:
+                ax.axvline(oom_at, color=line.get_color(), linestyle=":", linewidth=1,
+                           label=f"{plain(policy)}: out of memory at {oom_at}")  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("peak memory (GiB)")
+        ax.set_title(plain(f"largest batch: {c.table.title}"), fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    except BaseException:
+        plt.close(fig)
+        raise
+    return _save(plt, fig)
 
 
 def pngs_base64(t: Table) -> list[tuple[str, str]]:
