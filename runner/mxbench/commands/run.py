@@ -95,7 +95,8 @@ def run(
         skipped = sum(1 for c in cells if c.key in done)
         cells = [c for c in cells if c.key not in done]
     if dry_run:  # the plan of what would really run (with --resume: without the done cells)
-        _print_plan(cells)
+        if cells or not hunts:
+            _print_plan(cells)
         if skipped:
             print(f"{skipped} cell(s) already done in {results}/, skipped (--resume)")
         for hunt in hunts:
