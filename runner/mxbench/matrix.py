@@ -63,13 +63,19 @@ def _axis_type(f: params.Field) -> Any:
     def item(value: Any) -> int | str:
         if value == SEARCH:
             return SEARCH
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if isinstance(value, bool):
+            raise ValueError(_not_a_bool(value))
+        if not isinstance(value, int) or not low <= value <= high:
             got = echo(value)
             raise ValueError(f"expected a {f.name} from {low} to {high}, or {SEARCH}; got {got}")
         return value
 
     each = Annotated[int | str, PlainValidator(item)]
     return Annotated[list[each], Field(min_length=1), BeforeValidator(_scalar_search)] | None
+
+
+def _not_a_bool(value: bool) -> str:
+    return f"expected a number, not the YAML boolean {str(value).lower()}"
 
 
 def _scalar_search(value: Any) -> Any:
@@ -410,7 +416,7 @@ def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) ->
         elif err["type"] == "union_tag_not_found":
             msg = f"missing 'engine' (one of {', '.join(ENGINES)})"
         elif isinstance(err.get("input"), bool) and err["type"] in _NUMBER_ERRORS:
-            msg = f"expected a number, not the YAML boolean {str(err['input']).lower()}"
+            msg = _not_a_bool(err["input"])
         elif err["type"] == "literal_error" and (named := _param_in(loc)) is not None:
             choices = ", ".join(named.choices or ())
             msg = f"unknown {named.name} {echo(err.get('input'))}: expected one of {choices}"
