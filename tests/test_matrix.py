@@ -251,3 +251,31 @@ def test_memory_limit_is_part_of_the_key_only_when_set() -> None:
     ]  # no limit: the keys of earlier versions
     keys = [{c.key for c in cells} for cells in (plain, limited, other)]
     assert keys[0].isdisjoint(keys[1]) and keys[1].isdisjoint(keys[2])
+
+
+def test_an_image_runs_the_cells_of_the_backend_it_carries() -> None:
+    from mxbench.cells import expand
+    from mxbench.errors import UsageError
+    from mxbench.matrix import parse_matrix
+
+    text = """version: 1
+axes: {policy: [float32], batch_size: [4], backend: [tensorflow, jax]}
+images:
+  cpu: {dockerfile: Dockerfile, target: cpu}
+  cpu-jax: {dockerfile: Dockerfile, target: cpu, build_args: {BACKEND: jax}}
+hosts:
+  - {name: box, engine: docker, images: [cpu, cpu-jax]}
+"""
+    m = parse_matrix(text)
+    assert m.images["cpu"].backend == "tensorflow" and m.images["cpu-jax"].backend == "jax"
+    assert [(c.image, c.params.backend) for c in expand(m)] == [
+        ("cpu", "tensorflow"), ("cpu-jax", "jax")
+    ]  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"hosts\[0\]\.images\[1\]: image 'cpu-jax' carries "
+        r"backend jax \(build_args\.BACKEND\) but the matrix runs tensorflow",
+    ):
+        parse_matrix(text.replace("backend: [tensorflow, jax]", "backend: [tensorflow]"))
+    with pytest.raises(UsageError, match="BACKEND 'mxnet': the Keras backend the image carries"):
+        parse_matrix(text.replace("BACKEND: jax", "BACKEND: mxnet"))

@@ -91,7 +91,8 @@ def _placements(
 ) -> Iterator[tuple[HostBase, str | None, dict[str, Any] | None, dict[str, Any]]]:
     """(host, image, image identity, parameter values) of every cell, in plan order: host,
     image, the parameters in the order :class:`~mxbench.params.Params` declares them (batch
-    size, ...), repeat, policy. A batch size may be ``max`` (a search)."""
+    size, ...), repeat, policy. A batch size may be ``max`` (a search). An image gets the
+    cells of the Keras backend it carries."""
     names = [h.name for h in matrix.hosts]
     if hosts:
         unknown = [h for h in hosts if h not in names]
@@ -117,8 +118,11 @@ def _placements(
         images: list[str | None] = [*host.image_names()] or [None]
         for image in images:
             spec = _image_identity(matrix, image) if image else host.runtime_identity()
+            # an image runs the cells of the backend it carries (build_args.BACKEND)
+            carried = matrix.images[image].backend if image else None
             for combo in combos:
-                yield host, image, spec, combo
+                if carried is None or combo["backend"] == carried:
+                    yield host, image, spec, combo
 
 
 def _cell(matrix: Matrix, host: HostBase, image: str | None, spec: Any, params: Params) -> Cell:

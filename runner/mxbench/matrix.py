@@ -163,6 +163,22 @@ class Image(Strict):
     # matrix from elsewhere must not send, say, a home directory to a remote daemon.
     allow_outside: bool = False
 
+    @property
+    def backend(self) -> str:
+        """The Keras backend the image carries (build argument BACKEND; TensorFlow without)."""
+        return self.build_args.get("BACKEND") or str(params.field("backend").default)
+
+    @field_validator("build_args")
+    @classmethod
+    def _backend(cls, v: dict[str, str]) -> dict[str, str]:
+        known = params.field("backend").choices or ()
+        if "BACKEND" in v and v["BACKEND"] not in known:
+            raise ValueError(
+                f"BACKEND {echo(v['BACKEND'])}: the Keras backend the image carries, one of "
+                + ", ".join(known)
+            )
+        return v
+
 
 # The host union, from the engines that registered themselves (mxbench.engines).
 if TYPE_CHECKING:
@@ -214,6 +230,7 @@ class Matrix(Strict):
                 f"also set under benchmark.{name}: give one value there or a list here",
             )
         seen: set[str] = set()
+        backends = self.sweep()["backend"]
         for i, host in enumerate(self.hosts):
             if host.name in seen:
                 raise _PathError(("hosts", i, "name"), f"duplicate host name {echo(host.name)}")
@@ -224,6 +241,13 @@ class Matrix(Strict):
                     raise _PathError(
                         ("hosts", i, "images", j),
                         f"image {echo(image)} is not defined under 'images' (defined: {known})",
+                    )
+                carried = self.images[image].backend
+                if carried not in backends:
+                    raise _PathError(
+                        ("hosts", i, "images", j),
+                        f"image {echo(image)} carries backend {carried} (build_args.BACKEND) "
+                        f"but the matrix runs {', '.join(backends)}: no cell would run in it",
                     )
         return self
 
