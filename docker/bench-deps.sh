@@ -21,7 +21,13 @@ case "$backend" in
   *) echo "bench-deps.sh: unknown backend '$backend' (tensorflow, jax or torch)" >&2; exit 2 ;;
 esac
 links=""
-if [ -n "${FRAMEWORK_FIND_LINKS:-}" ]; then links="--find-links ${FRAMEWORK_FIND_LINKS}"; fi
+if [ -n "${FRAMEWORK_FIND_LINKS:-}" ]; then
+  links="--find-links ${FRAMEWORK_FIND_LINKS}"
+  case "$FRAMEWORK_FIND_LINKS" in
+    # pip ignores a plain-HTTP location unless its host is trusted: the user named it.
+    http://*) where="${FRAMEWORK_FIND_LINKS#http://}"; links="$links --trusted-host ${where%%/*}" ;;
+  esac
+fi
 if [ "$backend" = torch ] && [ "$target" = cpu ] && [ -z "${TORCH_CPU:-}" ]; then
   # PyPI's torch is the CUDA build (gigabytes); the CPU build lives on PyTorch's index.
   links="$links --extra-index-url ${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
