@@ -1,16 +1,25 @@
 """Run planned cells through their hosts' engines, appending one record per attempt.
 
-Hosts run one after another, cells in plan order; every record is appended to the store the
-moment it exists, so a crash or Ctrl-C loses nothing already measured. On Ctrl-C (or
-SIGTERM) the running engine is cancelled, the interrupted cell is *not* recorded (it was not
-measured), and :class:`Interrupted` tells the caller how many cells were saved.
+Each host runs in its own worker thread, so a fleet takes about as long as its slowest
+host. Hosts that share hardware never overlap (their timings would mix): hosts are grouped
+by *machine* (the host's ``machine:``, else the engine's answer: ``local``, the Docker
+daemon's ID, the Slurm cluster) and the hosts of one machine run one after another;
+``max_parallel`` bounds how many hosts run at once. Within a host, cells run in plan order.
+
+Every record is appended to the store the moment it exists, so a crash or Ctrl-C loses
+nothing already measured. On Ctrl-C (or SIGTERM) every host's engine is cancelled
+(processes killed, containers removed, Slurm jobs cancelled), an interrupted cell is *not*
+recorded (it was not measured), and ``RunSummary.interrupted`` tells the caller.
 """
 
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +32,7 @@ from mxbench.results import FINAL_STATUSES, Record, ResultStore
 from mxbench.search import Found, walk
 
 FAILED_STATUSES = frozenset({"error", "timeout"})
+CANCEL_GRACE_S = 60.0  # after Ctrl-C, how long hosts get to stop their cells
 
 
 @dataclass
@@ -31,6 +41,7 @@ class RunSummary:
     paths: set[str] = field(default_factory=set)
     interrupted: bool = False
     searches: list[tuple[Search, Found]] = field(default_factory=list)
+    machines: dict[str, list[str]] = field(default_factory=dict)  # machine -> its hosts
 
     @property
     def failed(self) -> int:
@@ -39,6 +50,21 @@ class RunSummary:
     @property
     def done(self) -> int:
         return sum(self.counts.values())
+
+
+@dataclass
+class HostWork:
+    """One host's share of a run: its engine, cells and searches."""
+
+    name: str
+    engine: Engine
+    cells: list[Cell]
+    searches: list[Search]
+    machine: str = ""
+
+    @property
+    def planned(self) -> list[Cell]:
+        return [*self.cells, *(s.template for s in self.searches)]
 
 
 def group_by_host(cells: Sequence[Cell]) -> dict[str, list[Cell]]:
@@ -60,6 +86,150 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def plan_hosts(
+    matrix: Matrix, cells: Sequence[Cell], searches: Sequence[Search] = ()
+) -> list[HostWork]:
+    """Each host's engine and work, checked (exit 2 for what only the user can fix) before
+    any cell of any host runs."""
+    by_host = group_by_host([*cells, *(s.template for s in searches)])
+    works = []
+    for host_name, planned in by_host.items():
+        host = matrix.host(host_name)
+        engine = engine_class(host.engine_name)(host, matrix)
+        engine.check(planned)
+        works.append(
+            HostWork(
+                host_name,
+                engine,
+                [c for c in planned if c.search is None],
+                [s for s in searches if s.template.host == host_name],
+            )
+        )
+    return works
+
+
+def machines(works: Sequence[HostWork]) -> dict[str, list[HostWork]]:
+    """Hosts grouped by the hardware they run on (asked of every engine at once: reaching a
+    daemon or a controller takes a moment)."""
+
+    def machine(work: HostWork) -> str:
+        given = work.engine.host.machine
+        return f"machine:{given}" if given else work.engine.machine()
+
+    with ThreadPoolExecutor(max_workers=max(1, len(works))) as pool:
+        for work, name in zip(works, pool.map(machine, works), strict=True):
+            work.machine = name
+    groups: dict[str, list[HostWork]] = {}
+    for work in works:
+        groups.setdefault(work.machine, []).append(work)
+    return groups
+
+
+def describe_machines(groups: dict[str, list[HostWork]], max_parallel: int) -> str:
+    """``"3 hosts on 2 machines, at most 3 at once: local: a; docker:4F2C…: b, c (one at a
+    time)"``: what will overlap and what will not, and why."""
+    hosts = sum(len(ws) for ws in groups.values())
+    parts = []
+    for machine, ws in groups.items():
+        shown = machine if len(machine) <= 40 else machine[:39] + "…"
+        names = ", ".join(w.name for w in ws)
+        parts.append(f"{shown}: {names}" + (" (one at a time)" if len(ws) > 1 else ""))
+    return (
+        f"{hosts} hosts on {len(groups)} machine(s), at most {min(max_parallel, len(groups))} "
+        f"at once: " + "; ".join(parts)
+    )
+
+
+class _Fleet:
+    """The hosts of one run, in worker threads, and what they share (the store, the
+    summary, the progress display, the stop signal)."""
+
+    def __init__(
+        self,
+        store: ResultStore,
+        progress: CellProgress,
+        known: dict[str, Record],
+        max_parallel: int,
+    ) -> None:
+        self.store = store
+        self.progress = progress
+        self.known = known
+        self.summary = RunSummary()
+        self.stop = threading.Event()
+        self.slots = threading.BoundedSemaphore(max_parallel)
+        self.slots_total = max_parallel
+        self.lock = threading.Lock()
+        self.failure: BaseException | None = None  # a bug in a worker, re-raised by run()
+
+    def save(self, record: Record) -> bool:
+        """Append the record; after Ctrl-C only a finished measurement (ok) is kept: a cell
+        killed by the cancellation was not measured."""
+        if self.stop.is_set() and record.status != "ok":
+            return False
+        path = str(self.store.append(record))
+        with self.lock:
+            self.summary.paths.add(path)
+            self.summary.counts[record.status] += 1
+        return True
+
+    def run_machine(self, works: Sequence[HostWork]) -> None:
+        """The hosts of one machine, one after another."""
+        try:
+            for work in works:
+                if self.stop.is_set():
+                    return
+                with self.slots:
+                    if not self.stop.is_set():
+                        self.run_host(work)
+        except BaseException as exc:  # a bug: stop the fleet, report it from the main thread
+            if not (self.stop.is_set() and isinstance(exc, KeyboardInterrupt)):
+                self.failure = self.failure or exc
+            self.stop.set()
+
+    def run_host(self, work: HostWork) -> None:
+        engine, progress, name = work.engine, self.progress, work.name
+        engine.on_progress = lambda *_: progress.set_note(name, engine.progress_note())
+        progress.start(name, "(preparing)")
+        try:
+            engine.prepare(work.planned)
+        except EngineUnavailable as exc:
+            progress.message(f"{name}: {exc.status}: {exc.reason}")
+            for cell in work.planned:  # the same record-making function as any outcome
+                record = to_record(cell, Outcome(None, status=exc.status, reason=exc.reason))
+                if self.save(record):
+                    progress.finish(name, cell.label(), record)
+            progress.host_done(name, f"{exc.status}: host not usable")
+            return
+        if self.stop.is_set():
+            return
+        cells = work.cells
+        if cells:
+            progress.start(name, cells[0].label())
+        outcomes = engine.run(cells)
+        try:
+            for i, (cell, outcome) in enumerate(outcomes):
+                record = to_record(cell, outcome)
+                if not self.save(record):
+                    return
+                progress.finish(name, cell.label(), record)
+                if self.stop.is_set():
+                    return
+                if i + 1 < len(cells):
+                    progress.start(name, cells[i + 1].label(), engine.progress_note())
+        finally:
+            close = getattr(outcomes, "close", None)
+            if close is not None:
+                close()  # a batch engine's generator cancels what it still has queued
+        for search in work.searches:
+            if self.stop.is_set():
+                return
+            found = _search(engine, search, self.known, self.save, progress, self.stop)
+            with self.lock:
+                self.summary.searches.append((search, found))
+            progress.message(f"{search.label()}: {found.sentence()}")
+        progress.host_done(name, "done")
+
+
 def run_cells(
     matrix: Matrix,
     cells: Sequence[Cell],
@@ -67,67 +237,65 @@ def run_cells(
     progress: CellProgress,
     searches: Sequence[Search] = (),
     known: dict[str, Record] | None = None,
+    max_parallel: int | None = None,
 ) -> RunSummary:
-    """Every cell, then every search of each host (``known``: the records a search may reuse,
-    the store's latest per cell under ``--resume``)."""
-    summary = RunSummary()
-
-    def save(record: Record) -> None:
-        summary.paths.add(str(store.append(record)))
-        summary.counts[record.status] += 1
-
-    by_host = group_by_host([*cells, *(s.template for s in searches)])
-    engines: dict[str, Engine] = {}
-    for host_name, host_cells in by_host.items():  # every host's usage, before any cell runs
-        host = matrix.host(host_name)
-        engines[host_name] = engine_class(host.engine_name)(host, matrix)
-        engines[host_name].check(host_cells)
+    """Every cell, then every search, of every host; hosts in parallel as their machines
+    allow (``known``: the records a search may reuse, the store's latest per cell under
+    ``--resume``; ``max_parallel``: at most this many hosts at once, default all)."""
+    works = plan_hosts(matrix, cells, searches)
+    groups = machines(works)
+    fleet = _Fleet(store, progress, known or {}, max_parallel or max(1, len(works)))
+    fleet.summary.machines = {m: [w.name for w in ws] for m, ws in groups.items()}
+    progress.hosts({w.name: len(w.planned) for w in works})
+    if len(works) > 1:
+        progress.message(describe_machines(groups, fleet.slots_total))
+    threads = [
+        threading.Thread(target=fleet.run_machine, args=(ws,), name=f"mxbench {m}", daemon=True)
+        for m, ws in groups.items()
+    ]
     with _sigterm_as_interrupt():
-        for host_name, planned in by_host.items():
-            engine = engines[host_name]
-            host_cells = [c for c in planned if c.search is None]
-            host_searches = [s for s in searches if s.template.host == host_name]
-            engine.on_progress = lambda *_, e=engine: progress.set_note(e.progress_note())
-            try:
-                progress.start(host_name, "(preparing)")
-                engine.prepare(planned)
-            except EngineUnavailable as exc:
-                progress.message(f"{host_name}: {exc.status}: {exc.reason}")
-                for cell in planned:  # the same record-making function as any outcome
-                    record = to_record(cell, Outcome(None, status=exc.status, reason=exc.reason))
-                    save(record)
-                    progress.finish(cell.label(), record)
-                continue
-            except KeyboardInterrupt:
-                summary.interrupted = True
-                return summary
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)  # short joins: Ctrl-C reaches this (main) thread
+        except KeyboardInterrupt:
+            fleet.summary.interrupted = True
+            _cancel_all(fleet, [w.engine for w in works], threads)
+    if fleet.failure is not None:
+        raise fleet.failure
+    return fleet.summary
 
+
+def _cancel_all(
+    fleet: _Fleet, engines: Sequence[Engine], threads: Sequence[threading.Thread]
+) -> None:
+    """Stop every host: no new cell starts, every running one is cancelled, and the workers
+    get :data:`CANCEL_GRACE_S` to clean up (a second Ctrl-C meanwhile is ignored, so that
+    no job or container is left behind)."""
+    fleet.stop.set()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for engine in engines:
             try:
-                if host_cells:
-                    progress.start(host_cells[0].label())
-                for i, (cell, outcome) in enumerate(engine.run(host_cells)):
-                    record = to_record(cell, outcome)
-                    save(record)
-                    progress.finish(cell.label(), record)
-                    if i + 1 < len(host_cells):
-                        progress.start(host_cells[i + 1].label(), engine.progress_note())
-                for search in host_searches:
-                    found = _search(engine, search, known or {}, save, progress)
-                    summary.searches.append((search, found))
-                    progress.message(f"{search.label()}: {found.sentence()}")
-            except KeyboardInterrupt:
-                summary.interrupted = True
-                _cancel_quietly(engine)
-                return summary
-    return summary
+                engine.cancel()
+            except Exception as exc:  # one host's failing cleanup must not stop the others'
+                fleet.progress.message(f"{engine.host.name}: cancelling failed: {exc}")
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _search(
     engine: Engine,
     search: Search,
     known: dict[str, Record],
-    save: Callable[[Record], None],
+    save: Callable[[Record], bool],
     progress: CellProgress,
+    stop: threading.Event,
 ) -> Found:
     """Walk one batch-size search: each trial a cell of its own, run when its outcome is not
     known yet (a finished trial in ``known`` is reused, never repeated)."""
@@ -140,23 +308,18 @@ def _search(
         return (rec.status, rec.error) if rec is not None and rec.status in FINAL_STATUSES else None
 
     while not isinstance(step := walk(search.config, outcome), Found):
+        if stop.is_set():
+            return Found("failed", None, None, len(seen), "interrupted")
         cell = search.trial(step)
-        progress.add(1)
-        progress.start(cell.label(), f"({search.label()})")
+        host = cell.host
+        progress.add(1, host)
+        progress.start(host, cell.label(), f"({search.label()})")
         for trial, result in engine.run([cell]):
             record = to_record(trial, result)
-            save(record)
-            progress.finish(trial.label(), record)
+            if not save(record):
+                return Found("failed", None, None, len(seen), "interrupted")
+            progress.finish(host, trial.label(), record)
             seen[step] = (record.status, record.error)
         if step not in seen:  # the engine gave no outcome: stop rather than loop
             return Found("failed", None, None, len(seen), f"batch {step}: no outcome")
     return step
-
-
-def _cancel_quietly(engine: Engine) -> None:
-    # A second Ctrl-C while cleaning up must not leave jobs or containers behind.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        engine.cancel()
-    finally:
-        signal.signal(signal.SIGINT, previous)

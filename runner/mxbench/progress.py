@@ -1,12 +1,16 @@
-"""Progress display for long work: a rich bar on a terminal, one plain line per event otherwise.
+"""Progress display for long work: live lines on a terminal, one plain line per event otherwise.
 
-CI logs (not a terminal) get ``[3/12] host policy bs=32: ok 41.2 ms/step (7.1 s)`` lines, so
-they stay readable; a terminal gets cells done / total, ETA and the current cell.
+A terminal gets a total bar (cells done / total, ETA) and, for a fleet of several hosts,
+one live line per host: its cells done / total, the cell it runs, the engine's state (Slurm
+queue counts) and its last result. CI logs (not a terminal) get the same events as plain
+lines: ``[3/12] host policy bs=32: ok 41.2 ms/step (7.1 s)``. Hosts run in threads: every
+method may be called from any of them.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from types import TracebackType
 from typing import Any
 
@@ -41,6 +45,20 @@ def summarize(record: Record) -> str:
     return f"{record.status}: {err[0][:100]}" if err else record.status
 
 
+class _Host:
+    """One host's line: what it runs now and how its last cell ended."""
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+        self.label = ""
+        self.note = ""
+        self.last = ""
+
+    def description(self) -> str:
+        now = " ".join(x for x in (self.label, self.note) if x)
+        return " · ".join(x for x in (now, f"last: {self.last}" if self.last else "") if x)
+
+
 class CellProgress:
     def __init__(self, total: int, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
@@ -49,12 +67,14 @@ class CellProgress:
         self.live = self.console.is_terminal
         self._progress: Progress | None = None
         self._task: Any = None
-        self._label = ""
+        self._hosts: dict[str, _Host] = {}
+        self._single = ""  # the current cell when there is no per-host line
+        self._lock = threading.Lock()
 
     def __enter__(self) -> CellProgress:
         if self.live:
             self._progress = Progress(
-                TextColumn("[bold]cells"),
+                TextColumn("[bold]{task.fields[name]}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
@@ -65,7 +85,7 @@ class CellProgress:
                 transient=False,
             )
             self._progress.__enter__()
-            self._task = self._progress.add_task("", total=self.total)
+            self._task = self._progress.add_task("", total=self.total, name="cells")
         return self
 
     def __exit__(
@@ -77,33 +97,69 @@ class CellProgress:
         if self._progress is not None:
             self._progress.__exit__(exc_type, exc, tb)
 
-    def add(self, cells: int) -> None:
+    def hosts(self, planned: dict[str, int]) -> None:
+        """One line per host (cells planned on it), shown when there is more than one."""
+        if self._progress is None or len(planned) < 2:
+            return
+        for name, cells in planned.items():
+            task = self._progress.add_task("waiting", total=cells, name=f"  {name}")
+            self._hosts[name] = _Host(task)
+
+    def add(self, cells: int, host: str | None = None) -> None:
         """More cells than planned (a batch-size search's trials are known one at a time)."""
-        self.total += cells
+        with self._lock:
+            self.total += cells
         if self._progress is not None:
             self._progress.update(self._task, total=self.total)
+            if host in self._hosts:
+                line = self._hosts[host]
+                total = self._progress.tasks[line.task].total or 0
+                self._progress.update(line.task, total=total + cells)
 
-    def start(self, label: str, note: str = "") -> None:
-        self._label = label
-        self.set_note(note)
+    def start(self, host: str, label: str, note: str = "") -> None:
+        """``host`` begins ``label`` (a cell, or "(preparing)")."""
+        if host in self._hosts:
+            self._hosts[host].label = label
+        else:
+            self._single = label
+        self.set_note(host, note)
 
-    def set_note(self, note: str) -> None:
-        """Refresh the engine's state beside the current cell (e.g. Slurm queue counts)."""
-        if self._progress is not None:
-            self._progress.update(self._task, description=f"{self._label} {note}".rstrip())
+    def set_note(self, host: str, note: str) -> None:
+        """Refresh the engine's state beside the host's current cell (Slurm queue counts)."""
+        if self._progress is None:
+            return
+        line = self._hosts.get(host)
+        if line is not None:
+            line.note = note
+            self._progress.update(line.task, description=line.description())
+        else:
+            self._progress.update(self._task, description=f"{self._single} {note}".rstrip())
 
-    def finish(self, label: str, record: Record) -> None:
-        self.done += 1
-        status = record.status
+    def finish(self, host: str, label: str, record: Record) -> None:
+        with self._lock:
+            self.done += 1
+            done = self.done
         wall = record.run.get("wall_s")
         secs = f" ({wall:.1f} s)" if isinstance(wall, (int, float)) else ""
-        line = f"[{self.done}/{self.total}] {label}: {summarize(record)}{secs}"
-        if self._progress is not None:
-            style = STATUS_STYLE.get(status, "white")
-            self._progress.console.print(Text(line, style=style), highlight=False)
-            self._progress.advance(self._task)
-        else:
+        line = f"[{done}/{self.total}] {label}: {summarize(record)}{secs}"
+        if self._progress is None:
             print(line, file=sys.stderr, flush=True)
+            return
+        style = STATUS_STYLE.get(record.status, "white")
+        self._progress.console.print(Text(line, style=style), highlight=False)
+        self._progress.advance(self._task)
+        host_line = self._hosts.get(host)
+        if host_line is not None:
+            host_line.last, host_line.label, host_line.note = summarize(record)[:60], "", ""
+            self._progress.advance(host_line.task)
+            self._progress.update(host_line.task, description=host_line.description())
+
+    def host_done(self, host: str, text: str) -> None:
+        """The host has nothing left to run."""
+        line = self._hosts.get(host)
+        if self._progress is not None and line is not None:
+            line.label, line.note = text, ""
+            self._progress.update(line.task, description=line.description())
 
     def message(self, text: str) -> None:
         if self._progress is not None:

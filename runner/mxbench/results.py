@@ -243,6 +243,13 @@ class Record(msgspec.Struct, kw_only=True):
     ] = None
     error: Annotated[str | None, Doc("the message's tail when status is not ok")] = None
     source: Annotated[str | None, Doc("where a record not measured by mxbench comes from")] = None
+    started_at: Annotated[
+        str | None, Doc("ISO-8601 (UTC), when the attempt started on its host")
+    ] = None
+    finished_at: Annotated[
+        str | None,
+        Doc("ISO-8601 (UTC), when it ended there: which cells of a fleet overlapped"),
+    ] = None
     search: Annotated[
         BatchSearch | None,
         Doc("the batch-size search (axes.batch_size: max) this attempt is a trial of"),

@@ -81,6 +81,10 @@ class HostBase(Strict):
     # Memory the bench may use (Docker's notation, 2g / 512m): a cgroup on a local host, the
     # container's limit on a docker host, --mem on Slurm. Past it the cell is an `oom` record.
     memory_limit: MemoryLimit | None = None
+    # Hosts of one machine run one at a time (their timings would mix); hosts of different
+    # machines run in parallel. Default: `local` for local hosts, the Docker daemon's ID for
+    # docker hosts, the cluster for Slurm hosts.
+    machine: OneLine | None = None
 
     @property
     def engine_name(self) -> str:

@@ -44,6 +44,16 @@ def run(
     host: list[str] = typer.Option(
         [], "--host", "-H", help="Run only this host (repeatable).", show_default=False
     ),
+    max_parallel: int | None = typer.Option(
+        None,
+        "--max-parallel",
+        "-j",
+        min=1,
+        help="Run at most N hosts at once (default: every machine at once). Hosts of one "
+        "machine (the host's `machine:`, else: local, the Docker daemon, the Slurm cluster) "
+        "always run one at a time.",
+        show_default=False,
+    ),
     label: str | None = typer.Option(
         None,
         "--label",
@@ -58,7 +68,9 @@ def run(
 
     Each cell runs in a fresh process (or container, or Slurm job) and leaves one JSON
     record in `RESULTS/<host>.jsonl` the moment it finishes; Ctrl-C keeps what is done and
-    prints the command that resumes. Exit code 0 when every cell ended ok / oom /
+    prints the command that resumes. Hosts run in parallel, except hosts of one machine
+    (they would slow each other and mix their timings); records carry started_at and
+    finished_at so anyone can check what overlapped. Exit code 0 when every cell ended ok / oom /
     unsupported, 1 when any errored or timed out, 2 for a bad matrix or bad options, 130
     when interrupted (Ctrl-C or SIGTERM).
 
@@ -116,7 +128,7 @@ def run(
         return
 
     with CellProgress(len(cells)) as progress:
-        summary = run_cells(mx, cells, store, progress, hunts, known)
+        summary = run_cells(mx, cells, store, progress, hunts, known, max_parallel)
 
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
     if summary.interrupted:
@@ -127,6 +139,8 @@ def run(
             again += ["--results", str(results)]
         for h in host:
             again += ["--host", h]
+        if max_parallel is not None:
+            again += ["--max-parallel", str(max_parallel)]
         if label is not None:
             again += ["--label", label]
         again.append("--resume")

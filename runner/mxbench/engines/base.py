@@ -12,7 +12,9 @@ outcomes as they complete. :meth:`Engine.cancel` is called on Ctrl-C from anothe
 
 from __future__ import annotations
 
+import datetime as _dt
 import signal
+import time
 from abc import ABC
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +58,9 @@ class Outcome:
     reason: str | None = None  # why, when status is set
     image: dict[str, Any] | None = None  # {"name", "id", "labels"} for containerised runs
     extra: dict[str, Any] = field(default_factory=dict)  # engine details (job id, container)
+    # When the attempt started and ended on the host (epoch seconds): what overlapped.
+    started_at: float | None = None
+    finished_at: float | None = None
 
 
 class Engine(ABC):
@@ -75,10 +80,19 @@ class Engine(ABC):
     def prepare(self, cells: Sequence[Cell]) -> None:  # noqa: B027 - optional hook
         """Check the host can run ``cells``; raise :class:`EngineUnavailable` if not."""
 
+    def machine(self) -> str:
+        """The hardware this host's cells run on, for hosts that did not say (``machine:``):
+        hosts of one machine never run at the same time (their timings would mix)."""
+        return f"{self.name}:{self.host.name}"
+
     def run(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, Outcome]]:
         """Run cells, yielding each outcome the moment it is known."""
         for cell in cells:
-            yield cell, self.run_one(cell)
+            started = time.time()
+            outcome = self.run_one(cell)
+            outcome.started_at = outcome.started_at or started
+            outcome.finished_at = outcome.finished_at or time.time()
+            yield cell, outcome
 
     def run_one(self, cell: Cell) -> Outcome:
         """One cell (engines that work cell by cell); batch engines override :meth:`run`."""
@@ -110,10 +124,18 @@ def to_record(cell: Cell, outcome: Outcome) -> Record:
             engine=cell.engine, image=image,
         )  # fmt: skip
     record.search = cell.search
+    record.started_at = _iso(outcome.started_at)
+    record.finished_at = _iso(outcome.finished_at)
     record.run = {**record.run, "wall_s": round(outcome.wall_s, 3), **outcome.extra}
     if outcome.memory_limit is not None:
         record.run["memory_limit_bytes"] = outcome.memory_limit
     return record
+
+
+def _iso(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _failure(cell: Cell, o: Outcome) -> tuple[Status, str]:

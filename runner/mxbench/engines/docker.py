@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from mxbench.engines import retry
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
 from mxbench.errors import MxbenchError
 from mxbench.schema import HostBase, OneLine
@@ -70,36 +71,47 @@ def address(host: DockerHost) -> str:
     return host.docker_host or "the local Docker socket"
 
 
-def connect(host: DockerHost, timeout: float = CONNECT_TIMEOUT_S) -> Any:
-    """A ``docker.DockerClient`` for the host, after a successful ping."""
+def connect(
+    host: DockerHost, timeout: float = CONNECT_TIMEOUT_S, attempts: int = retry.ATTEMPTS
+) -> Any:
+    """A ``docker.DockerClient`` for the host, after a successful ping; a daemon that does not
+    answer is tried again (:mod:`mxbench.engines.retry`) before it is declared unreachable."""
     import docker
 
     where = address(host)
-    try:
-        if host.context:
-            from docker.context import ContextAPI
+    base_url, tls = host.docker_host, None
+    if host.context:
+        from docker.context import ContextAPI
 
-            ctx = ContextAPI.get_context(host.context)
-            if ctx is None:
-                raise DockerUnreachable(f"host {host.name}: no docker context {host.context!r}")
-            client = docker.DockerClient(
-                base_url=ctx.Host, tls=ctx.TLSConfig or False, timeout=int(timeout)
-            )
-        elif host.docker_host:
-            client = docker.DockerClient(
-                base_url=host.docker_host, timeout=int(timeout), use_ssh_client=False
-            )
-        else:
-            client = docker.from_env(timeout=int(timeout))
-        client.ping()
-    except DockerUnreachable:
+        ctx = ContextAPI.get_context(host.context)
+        if ctx is None:
+            raise DockerUnreachable(f"host {host.name}: no docker context {host.context!r}")
+        base_url, tls = ctx.Host, ctx.TLSConfig or False
+
+    def once() -> Any:
+        try:
+            if base_url:
+                client = docker.DockerClient(
+                    base_url=base_url, tls=tls or False, timeout=int(timeout), use_ssh_client=False
+                )
+            else:
+                client = docker.from_env(timeout=int(timeout))
+            client.ping()
+        except Exception as exc:  # the SDK, requests, paramiko and sockets all raise their own
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise DockerUnreachable(
+                f"host {host.name}: cannot reach the Docker daemon at {where}: {reason}"
+            ) from None
+        return client
+
+    try:
+        return retry.on_exception(
+            f"host {host.name}: Docker daemon at {where}", once, DockerUnreachable, attempts
+        )
+    except DockerUnreachable as exc:
+        if attempts > 1:
+            raise DockerUnreachable(f"{exc} (tried {attempts} times, {retry.BOUNDS})") from None
         raise
-    except Exception as exc:  # the SDK, requests, paramiko and sockets all raise their own
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise DockerUnreachable(
-            f"host {host.name}: cannot reach the Docker daemon at {where}: {reason}"
-        ) from None
-    return client
 
 
 def has_nvidia_runtime(info: dict[str, Any]) -> bool:
@@ -137,6 +149,7 @@ class DockerEngine(Engine):
     def __init__(self, host: DockerHost, matrix: Matrix) -> None:
         super().__init__(host, matrix)
         self._client: Any = None
+        self._unreachable: DockerUnreachable | None = None
         self._images: dict[str, dict[str, Any]] = {}  # name -> {"name", "id", "labels", "tag"}
         self._lock = threading.Lock()
         self._running: Any = None
@@ -144,9 +157,29 @@ class DockerEngine(Engine):
 
     # ------------------------------------------------------------------ prepare
 
+    def machine(self) -> str:
+        """The daemon's ID: docker hosts reaching one daemon share its hardware."""
+        try:
+            return f"docker:{self._connect().info()['ID']}"
+        except Exception:  # unreachable: prepare() says so; group by address meanwhile
+            return f"docker:{address(self.host)}"
+
+    def _connect(self) -> Any:
+        """The client, connecting once (with retries): a daemon found unreachable is not
+        tried again by the same run."""
+        if self._client is None:
+            if self._unreachable is not None:
+                raise self._unreachable
+            try:
+                self._client = connect(self.host)
+            except DockerUnreachable as exc:
+                self._unreachable = exc
+                raise
+        return self._client
+
     def prepare(self, cells: Sequence[Cell]) -> None:
         try:
-            self._client = connect(self.host)
+            self._connect()
         except DockerUnreachable as exc:
             raise EngineUnavailable(str(exc), "error") from None
         if self.host.gpus != "none":
@@ -202,8 +235,6 @@ class DockerEngine(Engine):
         public = {k: image[k] for k in ("name", "id", "labels")}
         try:
             return self._run_container(cell, image, public)
-        except KeyboardInterrupt:
-            raise
         except Exception as exc:  # the daemon went away, the image vanished, ...
             reason = " ".join(str(exc).split()) or type(exc).__name__
             return Outcome(
@@ -231,8 +262,8 @@ class DockerEngine(Engine):
             self._running = container
         timed_out = False
         try:
-            if self._cancelled:
-                raise KeyboardInterrupt
+            if self._cancelled:  # Ctrl-C arrived while the container was being created
+                return Outcome(None, status="error", reason="cancelled", image=public)
             container.start()
             try:
                 container.wait(timeout=cell.timeout_s)

@@ -56,6 +56,9 @@ class LocalEngine(Engine):
     def command(self, cell: Cell) -> list[str]:
         return [self.python, "-m", "mxbench", "bench", *cell.bench_args()]
 
+    def machine(self) -> str:
+        return "local"
+
     def check(self, cells: Sequence[Cell]) -> None:
         """The interpreter exists and can import mxbench and each backend the cells use;
         else exit 2 with the pip line that fixes it (not one error record per cell)."""

@@ -38,12 +38,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import field_validator, model_validator
 
+from mxbench.engines import retry
 from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
 from mxbench.engines.slurm_script import job_script, runtime
 from mxbench.engines.slurm_states import (
     FINAL_STATES,
     MEMORY_KILL,
     PENDING_STATES,
+    SACCT_FIELDS,
     TaskState,
     parse_sacct,
     parse_scontrol,
@@ -236,7 +238,7 @@ class SlurmEngine(Engine):
         cells = list(sub.cells.values())
         script = self.run_dir / f"{sub.prefix}.sh"
         script.write_text(job_script(self.host, cells, self.run_dir, sub.prefix, sub.array))
-        res = self._try(["sbatch", "--parsable", str(script)])
+        res = self._sbatch(script)
         if res.returncode != 0:
             return f"sbatch refused the job: {_last_line(res)}"
         sub.job_id = res.stdout.strip().split(";")[0]
@@ -295,8 +297,7 @@ class SlurmEngine(Engine):
     def _forgotten(self, sub: _Submission, t: int) -> TaskState:
         """A task the controller no longer lists: accounting, else its ``.rc`` file."""
         if self._has_accounting():
-            fmt = "JobID,State,ExitCode,NodeList,ElapsedRaw,Timelimit"
-            res = self._try(["sacct", "-X", "-n", "-P", "-o", fmt, "-j", sub.job_id])
+            res = self._try(["sacct", "-X", "-n", "-P", "-o", SACCT_FIELDS, "-j", sub.job_id])
             st = parse_sacct(res.stdout).get(t if sub.array else None)
             if st is not None:
                 return st
@@ -346,6 +347,8 @@ class SlurmEngine(Engine):
             }
         }
         o = Outcome(returncode, stdout, stderr, wall_s=st.run_s or 0.0, extra=extra)
+        o.finished_at = st.end if st.end is not None and st.start is not None else time.time()
+        o.started_at = st.start if st.start is not None else o.finished_at - o.wall_s
         if self.host.container_image:
             o.image = {"name": self.host.container_image, "runtime": runtime(self.host)}
         if st.state == "COMPLETED" or (
@@ -369,12 +372,60 @@ class SlurmEngine(Engine):
         return o
 
     def _try(self, argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        try:
-            return subprocess.run(
-                argv, input=stdin, capture_output=True, text=True, timeout=60, check=False
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            return subprocess.CompletedProcess(argv, 255, "", str(exc))
+        """A controller command, retried while the controller is unreachable (bounded)."""
+        return retry.on_result(
+            f"host {self.host.name}: {argv[0]}", lambda: _call(argv, stdin), _transient
+        )
+
+    def _sbatch(self, script: Path) -> subprocess.CompletedProcess[str]:
+        """``sbatch --parsable SCRIPT``, retried like :meth:`_try`; an attempt that timed out
+        may still have queued the job, so before submitting again the queue is searched for
+        a job of this very script (never two jobs for one submission)."""
+        tried = False
+
+        def once() -> subprocess.CompletedProcess[str]:
+            nonlocal tried
+            if tried:
+                queued = _call(["squeue", "--me", "-h", "-o", "%F %o"])
+                for line in queued.stdout.splitlines():
+                    job, _, command = line.partition(" ")
+                    if command.strip() == str(script):
+                        return subprocess.CompletedProcess(["sbatch"], 0, job, "")
+            tried = True
+            return _call(["sbatch", "--parsable", str(script)])
+
+        return retry.on_result(f"host {self.host.name}: sbatch", once, _transient)
+
+    def machine(self) -> str:
+        """The cluster (``ClusterName``): hosts submitting to one cluster share its nodes."""
+        res = self._try(["scontrol", "show", "config"])
+        m = re.search(r"ClusterName\s*=\s*(\S+)", res.stdout)
+        return f"slurm:{m.group(1) if m else os.environ.get('SLURM_CONF', 'default')}"
+
+
+# What the Slurm commands print when the controller is unreachable *now* (worth retrying),
+# as opposed to a refusal (bad partition, bad account) that no retry changes.
+TRANSIENT = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|"
+    r"Connection refused|connect failure|Resource temporarily unavailable|"
+    r"Communication connection failure|Transport endpoint is not connected|timed out after",
+    re.IGNORECASE,
+)
+
+
+def _transient(res: subprocess.CompletedProcess[str]) -> bool:
+    return res.returncode != 0 and bool(TRANSIENT.search(res.stderr or res.stdout or ""))
+
+
+def _call(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, timeout=60, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 255, "", f"{argv[0]} timed out after 60 s")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return subprocess.CompletedProcess(argv, 255, "", str(exc))
 
 
 def _poll_s(text: str | None, default: float) -> float:

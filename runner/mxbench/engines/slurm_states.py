@@ -7,6 +7,7 @@ Parsing only (no subprocesses): :func:`parse_scontrol` for ``scontrol show job -
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from dataclasses import dataclass
 
@@ -50,6 +51,8 @@ class TaskState:
     run_s: float | None = None
     time_limit: str = ""
     cpus: int | None = None
+    start: float | None = None  # epoch seconds (the controller's StartTime / EndTime)
+    end: float | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -67,6 +70,15 @@ def duration_s(text: str) -> float | None:
         return None
     d, h, mi, s = (int(x) if x else 0 for x in m.groups())
     return float(((d * 24 + h) * 60 + mi) * 60 + s)
+
+
+def timestamp(text: str) -> float | None:
+    """Slurm's ``2026-11-23T10:04:05`` (the controller's local time) as epoch seconds;
+    None for ``Unknown``, ``None`` or an empty field."""
+    try:
+        return _dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
 
 
 def task_ids(spec: str) -> list[int]:
@@ -100,6 +112,8 @@ def parse_scontrol(text: str) -> dict[int | None, TaskState]:
             run_s=duration_s(f.get("RunTime", "")),
             time_limit=f.get("TimeLimit", ""),
             cpus=int(f["NumCPUs"]) if f.get("NumCPUs", "").isdigit() else None,
+            start=timestamp(f.get("StartTime", "")),
+            end=timestamp(f.get("EndTime", "")),
         )
         if array_id and f.get("ArrayTaskId"):
             for t in task_ids(f["ArrayTaskId"]):
@@ -109,14 +123,18 @@ def parse_scontrol(text: str) -> dict[int | None, TaskState]:
     return states
 
 
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList,ElapsedRaw,Timelimit,Start,End"
+
+
 def parse_sacct(text: str) -> dict[int | None, TaskState]:
-    """``sacct -X -n -P -o JobID,State,ExitCode,NodeList,ElapsedRaw,Timelimit`` output."""
+    """``sacct -X -n -P -o`` :data:`SACCT_FIELDS` output."""
     states: dict[int | None, TaskState] = {}
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) < 6:
             continue
         job, state, code, node, elapsed, limit = parts[:6]
+        start, end = [*parts[6:8], "", ""][:2]
         m = re.fullmatch(r"\d+(?:_(\d+))?", job)
         if not m:
             continue  # "123_[4-9]": tasks not started yet
@@ -127,6 +145,8 @@ def parse_sacct(text: str) -> dict[int | None, TaskState]:
             node=node,
             run_s=float(elapsed) if elapsed.isdigit() else None,
             time_limit=limit,
+            start=timestamp(start),
+            end=timestamp(end),
         )
         states[int(m.group(1)) if m.group(1) else None] = st
     return states
