@@ -12,7 +12,7 @@ import sys
 import typer
 
 from mxbench import __version__
-from mxbench.commands import bench, build, compare, report, run
+from mxbench.commands import bench, build, compare, doctor, report, run
 from mxbench.errors import MxbenchError
 
 app = typer.Typer(
@@ -50,6 +50,7 @@ app.command("build")(build.build)
 app.command("run")(run.run)
 app.command("report")(report.report)
 app.command("compare")(compare.compare)
+app.command("doctor")(doctor.doctor)
 app.command("bench")(bench.bench)
 
 

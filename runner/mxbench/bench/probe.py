@@ -177,3 +177,19 @@ def process_start_time() -> float | None:
     except ImportError:
         return None
     return float(psutil.Process().create_time())
+
+
+def main() -> None:
+    """``python -m mxbench.bench.probe``: one JSON line of what the bench would see here (GPUs
+    through NVML, the driver, the CPU, the Python): ``mxbench doctor`` runs it on each host,
+    inside the host's image."""
+    import json
+
+    gpus, driver = nvml_gpus()
+    cpu = cpu_info()
+    print(json.dumps({"gpus": gpus, "driver": driver, "python": platform.python_version(),
+                      "cpu": {k: cpu.get(k) for k in ("model", "cores", "flags")}}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -5,11 +5,19 @@ package imports them all (none imports the docker SDK until a docker host is use
 from __future__ import annotations
 
 from mxbench.engines import docker, local, slurm  # noqa: F401 - registers the engines
-from mxbench.engines.base import ENGINES, Engine, EngineUnavailable, Outcome, to_record
+from mxbench.engines.base import ENGINES, Check, Engine, EngineUnavailable, Outcome, to_record
 
 
 def engine_class(name: str) -> type[Engine]:
     return ENGINES[name]
 
 
-__all__ = ["ENGINES", "Engine", "EngineUnavailable", "Outcome", "engine_class", "to_record"]
+__all__ = [
+    "ENGINES",
+    "Check",
+    "Engine",
+    "EngineUnavailable",
+    "Outcome",
+    "engine_class",
+    "to_record",
+]

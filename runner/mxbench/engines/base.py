@@ -13,12 +13,13 @@ outcomes as they complete. :meth:`Engine.cancel` is called on Ctrl-C from anothe
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import signal
 import time
 from abc import ABC
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
@@ -63,6 +64,16 @@ class Outcome:
     finished_at: float | None = None
 
 
+@dataclass
+class Check:
+    """One line of ``mxbench doctor``: what was checked on a host, how it went, the fix."""
+
+    name: str
+    state: Literal["ok", "fail", "warn", "skip"]
+    detail: str
+    fix: str = ""
+
+
 class Engine(ABC):
     name: ClassVar[str]
     host_model: ClassVar[type[HostBase]]  # the `hosts:` entry this engine runs
@@ -85,6 +96,11 @@ class Engine(ABC):
         hosts of one machine never run at the same time (their timings would mix)."""
         return f"{self.name}:{self.host.name}"
 
+    def doctor(self, cells: Sequence[Cell]) -> Iterator[Check]:
+        """``mxbench doctor``: check, in seconds, that the host can run ``cells`` (reachable,
+        versions, GPUs seen through what the bench runs in, images), one line per check."""
+        return iter(())
+
     def run(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, Outcome]]:
         """Run cells, yielding each outcome the moment it is known."""
         for cell in cells:
@@ -104,6 +120,36 @@ class Engine(ABC):
     def progress_note(self) -> str:
         """A short state shown beside the progress bar (e.g. Slurm's queued / running / done)."""
         return ""
+
+
+PROBE = ["-m", "mxbench.bench.probe"]  # what `mxbench doctor` runs where the bench runs
+
+
+def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
+    """The devices line of ``mxbench doctor`` from the probe's JSON (``PROBE``)."""
+    lines = stdout.strip().splitlines()
+    try:
+        facts = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        facts = None
+    if not isinstance(facts, dict):
+        why = tail(stderr or stdout) or "no output"
+        return Check("devices", "fail", f"the probe printed no result: {why}",
+                     "run `python -m mxbench.bench.probe` there and read its error")  # fmt: skip
+    cpu = facts.get("cpu") or {}
+    where = f"{cpu.get('model') or 'unknown CPU'}, {cpu.get('cores')} cores"
+    gpus = facts.get("gpus") or []
+    if not gpus:
+        if want_gpus:
+            return Check("devices", "fail", f"GPUs requested, none visible ({where})",
+                         "check the driver (nvidia-smi) and the container runtime")  # fmt: skip
+        return Check("devices", "ok", f"CPU only: {where}")
+    shown = "; ".join(
+        f"{g.get('name')} ({int(g.get('memory_bytes') or 0) / 2**30:.0f} GiB, "
+        f"CC {g.get('compute_capability')})"
+        for g in gpus
+    )
+    return Check("devices", "ok", f"{len(gpus)} GPU(s): {shown}; driver {facts.get('driver')}")
 
 
 def to_record(cell: Cell, outcome: Outcome) -> Record:

@@ -18,14 +18,23 @@ import contextlib
 import shlex
 import threading
 import time
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from mxbench.engines import retry
-from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
+from mxbench.engines.base import (
+    PROBE,
+    Check,
+    Engine,
+    EngineUnavailable,
+    Outcome,
+    probe_check,
+    register,
+)
 from mxbench.errors import MxbenchError
 from mxbench.schema import HostBase, OneLine
 
@@ -59,6 +68,7 @@ class DockerHost(HostBase):
 
 
 CONNECT_TIMEOUT_S = 60
+DOCTOR_TIMEOUT_S = 20
 
 
 class DockerUnreachable(MxbenchError):
@@ -112,6 +122,22 @@ def connect(
         if attempts > 1:
             raise DockerUnreachable(f"{exc} (tried {attempts} times, {retry.BOUNDS})") from None
         raise
+
+
+def _reach_fix(host: DockerHost) -> str:
+    if host.context:
+        return f"check `docker --context {host.context} info`"
+    if host.docker_host and host.docker_host.startswith("ssh://"):
+        url = urllib.parse.urlsplit(host.docker_host)
+        login = f"{url.username}@{url.hostname}" if url.username else str(url.hostname)
+        argv = ["ssh", *(["-p", str(url.port)] if url.port else []), login]
+        return (
+            f"check `{shlex.join([*argv, 'docker', 'info'])}` (key-based login, the docker CLI "
+            "there, the user in the docker group)"
+        )
+    if host.docker_host:
+        return f"check that dockerd listens at {host.docker_host}"
+    return "start dockerd (or set DOCKER_HOST); check `docker info`"
 
 
 def has_nvidia_runtime(info: dict[str, Any]) -> bool:
@@ -223,6 +249,83 @@ class DockerEngine(Engine):
             argv += ["--matrix", str(self.matrix.source)]
         argv += ["--image", image, "--host", self.host.name]
         return shlex.join(argv)
+
+    # ------------------------------------------------------------------ doctor
+
+    def doctor(self, cells: Sequence[Cell]) -> Iterator[Check]:
+        where = address(self.host)
+        try:  # one attempt: doctor reports how the host is now, in seconds
+            self._client = connect(self.host, timeout=DOCTOR_TIMEOUT_S, attempts=1)
+        except DockerUnreachable as exc:
+            yield Check("reachable", "fail", str(exc), _reach_fix(self.host))
+            return
+        info = self._client.info()
+        daemon = f"daemon {info.get('Name')}, ID {str(info.get('ID'))[:14]}"
+        yield Check("reachable", "ok", f"{where} ({daemon})")
+        version = self._client.version()
+        api = str(version.get("ApiVersion", "?"))
+        old = tuple(int(x) for x in api.split(".") if x.isdigit()) < (1, 40)
+        yield Check(
+            "docker version",
+            "fail" if old else "ok",
+            f"Docker Engine {version.get('Version', '?')}, API {api}",
+            "GPU device requests need API 1.40 (Docker 19.03) or newer" if old else "",
+        )
+        if self.host.gpus != "none":
+            runtimes = ", ".join(sorted(info.get("Runtimes") or {})) or "none"
+            yield (
+                Check("nvidia runtime", "ok", f"runtimes: {runtimes}")
+                if has_nvidia_runtime(info)
+                else Check("nvidia runtime", "fail", f"GPUs requested; runtimes: {runtimes}",
+                           "install nvidia-container-toolkit on the host and restart dockerd")
+            )  # fmt: skip
+        probed = False
+        for name, spec in {c.image: c.image_spec for c in cells if c.image}.items():
+            try:
+                image = self._find_image(name, spec)
+            except EngineUnavailable:
+                yield self._missing_image(name, spec)
+                continue
+            yield Check(f"image {name}", "ok", f"{image['tag']} is current (content hash)")
+            if not probed:  # the devices as the bench sees them, from inside the image
+                probed = True
+                yield self._probe(image)
+
+    def _missing_image(self, name: str, spec: dict[str, Any] | None) -> Check:
+        from mxbench import images
+
+        tag = images.resolve(name, self.matrix.images.get(name) or spec or {}, self._bases()).tag()
+        repo = tag.split(":")[0]
+        others = [t for i in self._client.images.list(name=repo) for t in i.tags if t != tag]
+        if others:
+            return Check(f"image {name}", "fail",
+                         f"stale: {', '.join(others[:2])} was built from other sources, not {tag}",
+                         self._build_command(name))  # fmt: skip
+        return Check(f"image {name}", "fail", f"{tag} not built on {address(self.host)}",
+                     self._build_command(name))  # fmt: skip
+
+    def _probe(self, image: dict[str, Any]) -> Check:
+        try:
+            container = self._client.containers.run(
+                image["tag"],
+                entrypoint=["python", *PROBE],
+                command=[],
+                environment=dict(self.host.env),
+                device_requests=device_requests(self.host.gpus),
+                labels={"io.mxbench.host": self.host.name, "io.mxbench.doctor": "probe"},
+                detach=True,
+            )
+            try:
+                container.wait(timeout=DOCTOR_TIMEOUT_S)
+                out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+                err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+            finally:
+                _quietly(lambda: container.remove(force=True))
+        except Exception as exc:
+            reason = " ".join(str(exc).split())[:300]
+            return Check("devices", "fail", f"the probe container failed: {reason}",
+                         "see `docker info` on the host")  # fmt: skip
+        return probe_check(out, err, self.host.gpus != "none")
 
     # ------------------------------------------------------------------ run
 

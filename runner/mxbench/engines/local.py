@@ -17,10 +17,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
+from mxbench.engines.base import (
+    PROBE,
+    Check,
+    Engine,
+    EngineUnavailable,
+    Outcome,
+    probe_check,
+    register,
+)
 from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
 from mxbench.errors import UsageError
 from mxbench.schema import HostBase, OneLine
@@ -80,6 +88,29 @@ class LocalEngine(Engine):
                     f"host {self.host.name}: {python} cannot import {module}; install it "
                     f"there with: {pip}"
                 )
+
+    def doctor(self, cells: Sequence[Cell]) -> Iterator[Check]:
+        try:
+            self.check(cells)
+        except UsageError as exc:
+            yield Check("python", "fail", str(exc).split(";")[0], str(exc).partition("; ")[2])
+            return
+        backends = sorted({c.params.backend for c in cells}) or ["tensorflow"]
+        yield Check("python", "ok", f"{self.python} imports mxbench, {', '.join(backends)}")
+        if self.host.memory_limit is not None:
+            try:
+                MemoryCgroup(self.host.memory_limit, "doctor").remove()
+                yield Check("memory_limit", "ok", f"a cgroup v2 limit of {self.host.memory_limit}")
+            except CgroupUnavailable as exc:
+                yield Check("memory_limit", "fail", str(exc),
+                            "run where cgroup v2 is writable, or drop memory_limit")  # fmt: skip
+        try:
+            probe = subprocess.run(
+                [self.python, *PROBE], capture_output=True, text=True, timeout=60, check=False
+            )
+            yield probe_check(probe.stdout, probe.stderr, want_gpus=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            yield Check("devices", "fail", f"the probe did not run: {exc}")
 
     def prepare(self, cells: Sequence[Cell]) -> None:
         if self.host.python and not shutil.which(self.host.python):

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import field_validator, model_validator
 
 from mxbench.engines import retry
-from mxbench.engines.base import Engine, EngineUnavailable, Outcome, register
+from mxbench.engines.base import Check, Engine, EngineUnavailable, Outcome, register
 from mxbench.engines.slurm_script import job_script, runtime
 from mxbench.engines.slurm_states import (
     FINAL_STATES,
@@ -182,6 +182,41 @@ class SlurmEngine(Engine):
         test = self._try(["sbatch", "--test-only"], stdin=script)
         if test.returncode != 0:
             raise EngineUnavailable(f"sbatch rejects the job for this host: {_last_line(test)}")
+
+    def doctor(self, cells: Sequence[Cell]) -> Iterator[Check]:
+        if shutil.which("sbatch") is None:
+            yield Check("reachable", "fail", "sbatch not found on PATH",
+                        "run mxbench on a Slurm submit (login) node")  # fmt: skip
+            return
+        version = _call(["sinfo", "--version"]).stdout.strip()
+        info = _call(["sinfo", "-h", "-o", "%P %a %D %G"])
+        if info.returncode != 0:
+            yield Check("reachable", "fail", f"controller: {_last_line(info)}",
+                        "check slurmctld and munge (`scontrol ping`)")  # fmt: skip
+            return
+        yield Check("reachable", "ok", f"{version}; {self.machine().removeprefix('slurm:')}")
+        work = self._workdir()
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=work).close()
+        except OSError as exc:
+            yield Check("workdir", "fail", f"{work}: {exc.strerror}",
+                        "set workdir: to a writable directory the nodes share")  # fmt: skip
+            return
+        yield Check("workdir", "ok", str(work))
+        if cells:
+            script = job_script(self.host, cells, work, "doctor", self.host.array)
+            test = _call(["sbatch", "--test-only"], script)
+            asked = ", ".join(
+                f"{k} {v}" for k in ("partition", "gres", "account", "constraint")
+                if (v := getattr(self.host, k))
+            ) or "the default partition"  # fmt: skip
+            yield (
+                Check("job accepted", "ok", f"{asked}: {_last_line(test)}")
+                if test.returncode == 0
+                else Check("job accepted", "fail", f"{asked}: {_last_line(test)}",
+                           "fix partition / gres / account / constraint (see `sinfo`)")
+            )  # fmt: skip
 
     def run(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, Outcome]]:
         if not cells:

@@ -1,0 +1,131 @@
+"""``mxbench doctor``: is every host of the matrix ready, and if not, what fixes it."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from mxbench.cells import Cell
+    from mxbench.engines import Check, Engine
+
+DISK_FAIL = 256 * 2**20  # results need little, but a full disk loses records
+DISK_WARN = 2 * 2**30
+MARK = {"ok": "ok", "fail": "FAIL", "warn": "warn", "skip": "-"}
+STYLE = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+
+
+def doctor(
+    matrix: Path | None = typer.Option(
+        None, "--matrix", "-m", help="Matrix file. Default: the embedded local matrix.",
+        show_default=False,
+    ),
+    host: list[str] = typer.Option(
+        [], "--host", "-H", help="Check only this host (repeatable).", show_default=False
+    ),
+    results: Path = typer.Option(
+        Path("results"), "--results", "-r", help="Where `mxbench run` will write (free disk)."
+    ),
+) -> None:  # fmt: skip
+    """Check every host of a matrix in seconds, one line per check with the fix.
+
+    Per host: reachable (Docker daemon, Slurm controller, the local interpreter); Docker's
+    version; the NVIDIA runtime where GPUs are requested; the devices the bench would see
+    (GPUs with memory, compute capability and driver, probed inside the host's image or
+    with its interpreter, not assumed); each image present and current (its content-hash
+    tag) or the `mxbench build` line that makes it; for Slurm, whether the controller would
+    accept the job (`sbatch --test-only`: partition, GRES, account); free disk for results.
+    Hosts are checked in parallel and nothing is measured. Exit code 0 when every host is
+    ready, 1 when any check failed, 2 for a bad matrix.
+
+    ```
+    mxbench doctor -m matrix.yaml
+    mxbench doctor -m matrix.yaml --host v100
+    ```
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from mxbench.cells import expand, searches
+    from mxbench.engines import engine_class
+    from mxbench.matrix import default_matrix_path, load_matrix
+
+    mx = load_matrix(matrix or default_matrix_path())
+    cells = expand(mx, host or None) + [s.template for s in searches(mx, host or None)]
+    names = list(dict.fromkeys([*(host or []), *(h.name for h in mx.hosts if not host)]))
+    engines = {n: engine_class(mx.host(n).engine_name)(mx.host(n), mx) for n in names}
+
+    def check(name: str) -> tuple[list[Check], float]:
+        t0 = time.monotonic()
+        found = list(_guarded(engines[name], [c for c in cells if c.host == name]))
+        return found, time.monotonic() - t0
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        checked = dict(zip(names, pool.map(check, names), strict=True))
+    disk = _disk(results)
+    wall = time.monotonic() - t0
+
+    console = Console()
+    if not console.is_terminal:  # logs and pipes: no wrapping of paths and commands
+        console = Console(width=200)
+    table = Table(title="mxbench doctor", title_justify="left", show_lines=False)
+    for col in ("host", "check", "", "detail", "fix"):
+        table.add_column(col, overflow="fold")
+    failed = []
+    for name, (checks, secs) in checked.items():
+        for i, c in enumerate(checks):
+            label = f"{name} ({secs:.1f} s)" if i == 0 else ""
+            table.add_row(label, c.name, MARK[c.state], c.detail, c.fix, style=STYLE[c.state])
+        if any(c.state == "fail" for c in checks):
+            failed.append(name)
+    table.add_row("(results)", disk.name, MARK[disk.state], disk.detail, disk.fix,
+                  style=STYLE[disk.state])  # fmt: skip
+    console.print(table)
+    ready = len(names) - len(failed)
+    summary = f"{ready}/{len(names)} host(s) ready, checked in {wall:.1f} s"
+    if failed:
+        summary += f"; not ready: {', '.join(failed)}"
+    if disk.state == "fail":
+        summary += "; not enough disk for results"
+    typer.echo(summary, err=True)
+    if failed or disk.state == "fail":
+        raise typer.Exit(1)
+
+
+def _guarded(engine: Engine, cells: Sequence[Cell]) -> Iterator[Check]:
+    """The engine's checks; an unexpected error is itself a failed check, not a traceback."""
+    from mxbench.engines import Check
+
+    any_check = False
+    try:
+        for check in engine.doctor(cells):
+            any_check = True
+            yield check
+    except Exception as exc:
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        yield Check("doctor", "fail", f"checking stopped: {reason}")
+        return
+    if not any_check:
+        yield Check("engine", "skip", f"no checks for engine {engine.name}")
+
+
+def _disk(results: Path) -> Check:
+    from mxbench.engines import Check
+
+    where = results.resolve()
+    while not where.exists():
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    detail = f"{free / 2**30:.1f} GiB free at {where}"
+    if free < DISK_FAIL:
+        return Check("free disk", "fail", detail, "free space or pass --results elsewhere")
+    if free < DISK_WARN:
+        return Check("free disk", "warn", detail, "a long run's records and logs need more")
+    return Check("free disk", "ok", detail)
