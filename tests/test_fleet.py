@@ -351,3 +351,53 @@ def test_doctor_checks_real_hosts_and_names_the_fix(built: dict, ctx: Path) -> N
     assert "mxbench build --matrix" in text and "--host box" in text  # the image's build line
     assert "ssh -p 9 root@127.0.0.1 docker info" in text
     assert "Invalid partition name" in text
+
+
+SBATCH_LOSING_ITS_REPLY = """#!/bin/sh
+# The real sbatch, except that the first submission's reply is lost: the job is queued but
+# the caller is told the controller timed out (what a busy controller really does).
+case " $* " in
+  *" --parsable "*)
+    out=$("{real}" "$@") || exit $?
+    echo "$out" >> "{log}"
+    if [ ! -e "{mark}" ]; then
+      : > "{mark}"
+      echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2
+      exit 1
+    fi
+    echo "$out" ;;
+  *) exec "{real}" "$@" ;;
+esac
+"""
+
+
+def test_a_submission_whose_reply_was_lost_is_found_not_submitted_twice(tmp_path: Path) -> None:
+    import shutil
+
+    require_service(slurm_up(), "a Slurm controller (slurmctld + slurmd + munge)")
+    real = shutil.which("sbatch")
+    assert real
+    bin_dir, log = tmp_path / "bin", tmp_path / "submitted.log"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "sbatch"
+    wrapper.write_text(SBATCH_LOSING_ITS_REPLY.format(real=real, log=log, mark=tmp_path / "lost"))
+    wrapper.chmod(0o755)
+    m = tmp_path / "slurm.yaml"
+    m.write_text(json.dumps({
+        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 2},
+        "axes": {"policy": ["float32"], "batch_size": [4]},
+        "hosts": [{"name": "cluster", "engine": "slurm", "workdir": str(tmp_path / "w")}],
+    }))  # fmt: skip
+    results = tmp_path / "results"
+    out = subprocess.run(
+        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(results)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "MXBENCH_SLURM_POLL_S": "1",
+             "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Socket timed out" in out.stderr and "retrying in" in out.stderr
+    [job_id] = log.read_text().split()  # one real submission, not two
+    [rec] = records(results)
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["run"]["slurm"]["job_id"].split("_")[0] == job_id

@@ -421,7 +421,7 @@ class SlurmEngine(Engine):
         def once() -> subprocess.CompletedProcess[str]:
             nonlocal tried
             if tried:
-                queued = _call(["squeue", "--me", "-h", "-o", "%F %o"])
+                queued = _call(["squeue", "--me", "-h", "-t", "all", "-o", "%F %o"])
                 for line in queued.stdout.splitlines():
                     job, _, command = line.partition(" ")
                     if command.strip() == str(script):
