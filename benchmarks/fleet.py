@@ -115,7 +115,7 @@ def main() -> None:
 
     table = Table(
         "configuration", "wall (s)", "cells' time summed (s)", "overlap (s)", "median step (ms)",
-        title=f"two docker hosts, 4 cells each; median [min-max] of {args.repeats}",
+        title=f"two docker hosts, 4 cells each; median (min-max) of {args.repeats}",
     )  # fmt: skip
     for name, runs in samples.items():
 
