@@ -41,6 +41,7 @@ images:
     dockerfile: Dockerfile
     target: cpu
     context: "{context}"
+    allow_outside: true
     build_args: {{BASE_IMAGE: "{base}"}}
 hosts:
   - {{name: local, engine: local}}
@@ -75,7 +76,7 @@ def main() -> None:
     engines = {}
     for name, cell in cells.items():
         host = m.host(name)
-        engines[name] = engine_class(host.engine)(host, m)
+        engines[name] = engine_class(host.engine_name)(host, m)
         engines[name].prepare([cell])
 
     samples: dict[str, dict[str, list[float]]] = {n: {} for n in cells}
@@ -87,13 +88,13 @@ def main() -> None:
                 outcome = engines[name].run_one(cell)
                 wall = time.monotonic() - t0
                 rec = to_record(cell, outcome)
-                if rec["status"] != "ok":
-                    raise SystemExit(f"{name}: {rec['status']}: {rec.get('error')}")
-                met = rec["metrics"]
+                step = rec.step
+                if step is None or step.median is None or rec.metrics.startup_s is None:
+                    raise SystemExit(f"{name}: {rec.status}: {rec.error}")
                 s = samples[name]
                 s.setdefault("wall_s", []).append(wall)
-                s.setdefault("startup_s", []).append(met["startup_s"])
-                s.setdefault("step_ms", []).append(met["step_ms"]["median"])
+                s.setdefault("startup_s", []).append(rec.metrics.startup_s)
+                s.setdefault("step_ms", []).append(step.median)
 
     med = {n: {k: statistics.median(v) for k, v in s.items()} for n, s in samples.items()}
     table = Table(

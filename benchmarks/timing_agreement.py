@@ -19,10 +19,11 @@ import sys
 import time
 
 from mxbench.bench.cell import run_cell
-from mxbench.bench.params import BenchParams, validate
+from mxbench.bench.params import validate
+from mxbench.params import Params
 
 
-def bare_loop_ms(p: BenchParams) -> float:
+def bare_loop_ms(p: Params) -> float:
     """Mean ms per step of ``p.steps`` steps after ``p.warmup_steps``, no callbacks."""
     import keras
     import numpy as np
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     a = ap.parse_args(argv)
     p = validate(
-        BenchParams(policy=a.policy, batch_size=a.batch_size, image_size=a.image_size,
+        Params(policy=a.policy, batch_size=a.batch_size, image_size=a.image_size,
                     steps=a.steps, warmup_steps=a.warmup_steps, jit_compile="auto")
     )  # fmt: skip
     mx: list[float] = []
@@ -66,12 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'round':>5} {'mxbench median':>15} {'mxbench mean':>13} {'bare loop':>10}")
     for r in range(a.rounds):
         rec = run_cell(p)
-        if rec["status"] != "ok":
-            print(f"mxbench cell failed: {rec['error']}", file=sys.stderr)
+        s = rec.step
+        if s is None or s.median is None or s.mean is None:
+            print(f"mxbench cell failed: {rec.status}: {rec.error}", file=sys.stderr)
             return 1
-        s = rec["metrics"]["step_ms"]
-        mx.append(s["median"])
-        mx_mean.append(s["mean"])
+        mx.append(s.median)
+        mx_mean.append(s.mean)
         bare.append(bare_loop_ms(p))
         print(f"{r:>5} {mx[-1]:>15.2f} {mx_mean[-1]:>13.2f} {bare[-1]:>10.2f}", flush=True)
     m_mx, m_mean, m_bare = (statistics.median(v) for v in (mx, mx_mean, bare))
