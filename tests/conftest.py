@@ -29,6 +29,15 @@ def slurm_up() -> bool:
     return res.returncode == 0 and any(s in res.stdout for s in ("idle", "mix", "alloc"))
 
 
+def long_benches(steps: int) -> list[str]:
+    """Bench processes of a cell of ``steps`` steps on this machine, whatever started them
+    (the host's process table shows those in containers and Slurm jobs too)."""
+    out = subprocess.run(
+        ["pgrep", "-af", f"bench.*--steps {steps}"], capture_output=True, text=True
+    )
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+
+
 def require_service(available: bool, what: str) -> None:
     """Skip (developer machine) or fail (CI) when a real service the test needs is missing."""
     if available:

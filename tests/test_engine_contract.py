@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BASE_IMAGE, require_service, slurm_up
+from conftest import BASE_IMAGE, long_benches, require_service, slurm_up
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
@@ -78,13 +78,6 @@ class Rig:
             if proc.poll() is None:
                 proc.kill()
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _long_benches() -> list[str]:
-    """Bench processes of a never-ending cell, on this machine, whatever started them (the
-    host's process table shows those in containers and Slurm jobs too)."""
-    out = subprocess.run(["pgrep", "-af", f"bench.*--steps {LONG}"], capture_output=True, text=True)
-    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
 
 
 def _containers(host: str) -> list[str]:
@@ -145,7 +138,7 @@ def _records(results: Path, host: str) -> list[dict]:
 def _nothing_left(rig: Rig, host: str, within_s: float = 30) -> None:
     deadline = time.monotonic() + within_s
     while True:
-        left = _long_benches() + rig.leftovers(host)
+        left = long_benches(LONG) + rig.leftovers(host)
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -233,7 +226,7 @@ def test_ctrl_c_keeps_finished_records_and_leaves_nothing_running(rig: Rig, tmp_
     proc = rig.start("run", "-m", str(matrix), "-r", str(results))
     try:
         deadline = time.monotonic() + 300
-        while not (_records(results, host) and _long_benches()):
+        while not (_records(results, host) and long_benches(LONG)):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the short cell never finished"
             time.sleep(0.3)

@@ -20,12 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SSH, matrix_text, mxbench, records, require_service, slurm_up, ssh_ok
+from conftest import (
+    SSH,
+    long_benches,
+    matrix_text,
+    mxbench,
+    records,
+    require_service,
+    slurm_up,
+    ssh_ok,
+)
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
 
-LONG = 999_999  # steps of a cell that never ends on its own
+LONG = 999_999  # steps of a cell that never ends on its own (found by pgrep)
 
 
 def _interval(record: dict) -> tuple[float, float]:
@@ -204,11 +213,6 @@ def test_a_daemon_briefly_unreachable_is_retried_and_one_that_stays_down_is_one_
 # --------------------------------------------------------------------------- Ctrl-C
 
 
-def _long_benches() -> list[str]:
-    out = subprocess.run(["pgrep", "-af", f"bench.*--steps {LONG}"], capture_output=True, text=True)
-    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
-
-
 def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
     built: dict, ctx: Path, tmp_path: Path
 ) -> None:
@@ -237,9 +241,9 @@ def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 400
-        while not (len(records(results)) == 3 and len(_long_benches()) >= 3):
+        while not (len(records(results)) == 3 and len(long_benches(LONG)) >= 3):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, (records(results), _long_benches())
+            assert time.monotonic() < deadline, (records(results), long_benches(LONG))
             time.sleep(0.5)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -263,7 +267,7 @@ def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
             ["squeue", "-h", "-n", f"mxbench-slu-{tag}", "-o", "%i %T"],
             capture_output=True, text=True, check=True,
         ).stdout.split()  # fmt: skip
-        left = _long_benches() + [c.short_id for c in containers] + jobs
+        left = long_benches(LONG) + [c.short_id for c in containers] + jobs
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -271,6 +275,23 @@ def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
 
 
 # --------------------------------------------------------------------------- Slurm retry
+
+
+def _one_slurm_cell(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`mxbench run` of one tiny cell on a Slurm host; its output and results directory."""
+    m = tmp_path / "slurm.yaml"
+    m.write_text(json.dumps({
+        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 2},
+        "axes": {"policy": ["float32"], "batch_size": [4]},
+        "hosts": [{"name": "cluster", "engine": "slurm", "workdir": str(tmp_path / "w")}],
+    }))  # fmt: skip
+    results = tmp_path / "results"
+    out = subprocess.run(
+        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(results)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "MXBENCH_SLURM_POLL_S": "1", **env},
+    )  # fmt: skip
+    return out, results
 
 
 @pytest.fixture
@@ -294,18 +315,7 @@ def controller_down_briefly() -> Iterator[float]:
 def test_a_slurm_controller_down_for_seconds_is_retried(
     controller_down_briefly: float, tmp_path: Path
 ) -> None:
-    m = tmp_path / "slurm.yaml"
-    m.write_text(json.dumps({
-        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 2},
-        "axes": {"policy": ["float32"], "batch_size": [4]},
-        "hosts": [{"name": "cluster", "engine": "slurm", "workdir": str(tmp_path / "w")}],
-    }))  # fmt: skip
-    results = tmp_path / "results"
-    out = subprocess.run(
-        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(results)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "MXBENCH_SLURM_POLL_S": "1"},
-    )  # fmt: skip
+    out, results = _one_slurm_cell(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "mxbench: host cluster: " in out.stderr and "retrying in" in out.stderr
     [rec] = records(results)
@@ -382,19 +392,7 @@ def test_a_submission_whose_reply_was_lost_is_found_not_submitted_twice(tmp_path
     wrapper = bin_dir / "sbatch"
     wrapper.write_text(SBATCH_LOSING_ITS_REPLY.format(real=real, log=log, mark=tmp_path / "lost"))
     wrapper.chmod(0o755)
-    m = tmp_path / "slurm.yaml"
-    m.write_text(json.dumps({
-        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 2},
-        "axes": {"policy": ["float32"], "batch_size": [4]},
-        "hosts": [{"name": "cluster", "engine": "slurm", "workdir": str(tmp_path / "w")}],
-    }))  # fmt: skip
-    results = tmp_path / "results"
-    out = subprocess.run(
-        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(results)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "MXBENCH_SLURM_POLL_S": "1",
-             "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
-    )  # fmt: skip
+    out, results = _one_slurm_cell(tmp_path, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Socket timed out" in out.stderr and "retrying in" in out.stderr
     [job_id] = log.read_text().split()  # one real submission, not two

@@ -41,7 +41,6 @@ class RunSummary:
     paths: set[str] = field(default_factory=set)
     interrupted: bool = False
     searches: list[tuple[Search, Found]] = field(default_factory=list)
-    machines: dict[str, list[str]] = field(default_factory=dict)  # machine -> its hosts
 
     @property
     def failed(self) -> int:
@@ -157,7 +156,6 @@ class _Fleet:
         self.summary = RunSummary()
         self.stop = threading.Event()
         self.slots = threading.BoundedSemaphore(max_parallel)
-        self.slots_total = max_parallel
         self.lock = threading.Lock()
         self.failure: BaseException | None = None  # a bug in a worker, re-raised by run()
 
@@ -244,11 +242,11 @@ def run_cells(
     ``--resume``; ``max_parallel``: at most this many hosts at once, default all)."""
     works = plan_hosts(matrix, cells, searches)
     groups = machines(works)
-    fleet = _Fleet(store, progress, known or {}, max_parallel or max(1, len(works)))
-    fleet.summary.machines = {m: [w.name for w in ws] for m, ws in groups.items()}
+    limit = max_parallel or max(1, len(works))
+    fleet = _Fleet(store, progress, known or {}, limit)
     progress.hosts({w.name: len(w.planned) for w in works})
     if len(works) > 1:
-        progress.message(describe_machines(groups, fleet.slots_total))
+        progress.message(describe_machines(groups, limit))
     threads = [
         threading.Thread(target=fleet.run_machine, args=(ws,), name=f"mxbench {m}", daemon=True)
         for m, ws in groups.items()

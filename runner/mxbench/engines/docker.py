@@ -89,7 +89,7 @@ def connect(
     import docker
 
     where = address(host)
-    base_url, tls = host.docker_host, None
+    base_url, tls = host.docker_host, False
     if host.context:
         from docker.context import ContextAPI
 
@@ -102,7 +102,7 @@ def connect(
         try:
             if base_url:
                 client = docker.DockerClient(
-                    base_url=base_url, tls=tls or False, timeout=int(timeout), use_ssh_client=False
+                    base_url=base_url, tls=tls, timeout=int(timeout), use_ssh_client=False
                 )
             else:
                 client = docker.from_env(timeout=int(timeout))
@@ -222,12 +222,17 @@ class DockerEngine(Engine):
         for name, spec in needed.items():
             self._images[name] = self._find_image(name, spec)
 
-    def _find_image(self, name: str, spec_dict: dict[str, Any] | None) -> dict[str, Any]:
+    def _tag(self, name: str, spec_dict: dict[str, Any] | None) -> str:
+        """The content-hash tag ``mxbench build`` gives the image (hashes its context)."""
         from mxbench import images
 
         recipe = self.matrix.images.get(name) or spec_dict or {}
-        spec = images.resolve(name, recipe, self._bases())
-        tag = spec.tag()
+        return images.resolve(name, recipe, self._bases()).tag()
+
+    def _find_image(self, name: str, spec_dict: dict[str, Any] | None) -> dict[str, Any]:
+        from mxbench import images
+
+        tag = self._tag(name, spec_dict)
         image = images.find(self._client, tag)
         if image is None:
             raise EngineUnavailable(
@@ -279,22 +284,20 @@ class DockerEngine(Engine):
                 else Check("nvidia runtime", "fail", f"GPUs requested; runtimes: {runtimes}",
                            "install nvidia-container-toolkit on the host and restart dockerd")
             )  # fmt: skip
-        probed = False
-        for name, spec in {c.image: c.image_spec for c in cells if c.image}.items():
-            try:
-                image = self._find_image(name, spec)
-            except EngineUnavailable:
-                yield self._missing_image(name, spec)
-                continue
-            yield Check(f"image {name}", "ok", f"{image['tag']} is current (content hash)")
-            if not probed:  # the devices as the bench sees them, from inside the image
-                probed = True
-                yield self._probe(image)
-
-    def _missing_image(self, name: str, spec: dict[str, Any] | None) -> Check:
         from mxbench import images
 
-        tag = images.resolve(name, self.matrix.images.get(name) or spec or {}, self._bases()).tag()
+        probed = False
+        for name, spec in {c.image: c.image_spec for c in cells if c.image}.items():
+            tag = self._tag(name, spec)
+            if images.find(self._client, tag) is None:
+                yield self._missing_image(name, tag)
+                continue
+            yield Check(f"image {name}", "ok", f"{tag} is current (content hash)")
+            if not probed:  # the devices as the bench sees them, from inside the image
+                probed = True
+                yield self._probe(tag)
+
+    def _missing_image(self, name: str, tag: str) -> Check:
         repo = tag.split(":")[0]
         others = [t for i in self._client.images.list(name=repo) for t in i.tags if t != tag]
         if others:
@@ -304,10 +307,10 @@ class DockerEngine(Engine):
         return Check(f"image {name}", "fail", f"{tag} not built on {address(self.host)}",
                      self._build_command(name))  # fmt: skip
 
-    def _probe(self, image: dict[str, Any]) -> Check:
+    def _probe(self, tag: str) -> Check:
         try:
             container = self._client.containers.run(
-                image["tag"],
+                tag,
                 entrypoint=["python", *PROBE],
                 command=[],
                 environment=dict(self.host.env),
