@@ -116,7 +116,7 @@ def _one_line_exit_2(run: BenchRun, needle: str) -> None:
         (["--batch-size", "0"], "--batch-size 0"),
         (["--policy", "float8"], "--policy 'float8'"),
         (["--data", "/nonexistent/imagenette"], "no such directory"),
-        (["--image-size", "8"], "--image-size 8"),
+        (["--image-size", "4"], "--image-size 4"),
         (["--model", "resnet50"], "--model 'resnet50'"),
     ],
 )

@@ -15,11 +15,11 @@ import pytest
 from mxbench.bench import params as bp
 from mxbench.bench.cell import _gpu_util, is_oom
 from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.model import forward_flops_per_image, train_flops_per_image
 from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
 from mxbench.bench.probe_tf import parse_not_compiled_for
 from mxbench.bench.timing import StepLog, split, summarize
 from mxbench.errors import UsageError
+from mxbench.models import blog_cnn
 from mxbench.params import Params
 from mxbench.results import Device, new_record
 
@@ -29,7 +29,8 @@ from mxbench.results import Device, new_record
     [
         ({"batch_size": 0}, "--batch-size 0"),
         ({"policy": "float8"}, "--policy 'float8'"),
-        ({"image_size": 8}, "--image-size 8"),
+        ({"image_size": 4}, "--image-size 4"),
+        ({"model": "so-cnn", "image_size": 16}, "so-cnn needs at least 32 px"),
         ({"steps": 0}, "--steps 0"),
         ({"warmup_steps": -1}, "--warmup-steps -1"),
         ({"jit_compile": "yes"}, "--jit-compile 'yes'"),
@@ -327,8 +328,7 @@ def test_gpu_util_is_recorded_for_gpu_runs_only() -> None:
 
 def test_flops_match_the_published_estimate() -> None:
     # experiment.md: about 2.9 GFLOP forward per 256x256 image, ~3x per training step
-    assert 2.85e9 < forward_flops_per_image(256) < 2.95e9
-    assert train_flops_per_image(256) == 3 * forward_flops_per_image(256)
+    assert 2.85e9 < blog_cnn.forward_flops(Params(image_size=256)) < 2.95e9
 
 
 def test_oom_classification() -> None:

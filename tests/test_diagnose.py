@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from mxbench.bench.model import train_flops_per_image
 from mxbench.report import devices
 from mxbench.report import diagnose as dg
 from mxbench.report.tables import Table, build
@@ -158,10 +157,54 @@ def test_overhead_bound_under_10_ms() -> None:
     assert dg.overhead_bound(table(V100, SLOW)) is None
 
 
-def test_first_conv_channels_on_tensor_core_gpus_with_reduced_precision() -> None:
-    assert "3 input channels" in dg.first_conv_channels(table(V100, SLOW))
-    assert dg.first_conv_channels(table(TITAN_XP, SLOW)) is None
-    assert dg.first_conv_channels(table(V100, {("float32", 64): 100.0})) is None
+# What the bench records for blog-cnn at 256 px (tests/test_models.py checks the bench does).
+BLOG_CNN = {
+    "name": "blog-cnn", "parameters": 1096394, "source": "zoo",
+    "flops_per_example": 8792317440.0, "flops_source": "formula",
+    "off_multiple_of_8": [
+        {"layer": "conv2d", "kind": "Conv2D", "attribute": "input channels", "value": 3},
+        {"layer": "dense", "kind": "Dense", "attribute": "units", "value": 10},
+    ],
+    "off_multiple_of_8_count": 2, "output_dtype": "float32", "memory_bound_share": 0.5,
+}  # fmt: skip
+# EfficientNet-B0's squeeze-excite convolutions, as the bench records them.
+EFFICIENTNET = {
+    "name": "efficientnet_b0", "parameters": 5330571, "memory_bound_share": 0.82,
+    "off_multiple_of_8": [
+        {"layer": "block2a_se_reduce", "kind": "Conv2D", "attribute": "filters", "value": 4},
+        {"layer": "block2b_se_reduce", "kind": "Conv2D", "attribute": "filters", "value": 6},
+        {"layer": "block3a_se_reduce", "kind": "Conv2D", "attribute": "filters", "value": 6},
+        {"layer": "block4a_se_reduce", "kind": "Conv2D", "attribute": "filters", "value": 10},
+    ],
+    "off_multiple_of_8_count": 23,
+}  # fmt: skip
+
+
+def test_dims_off_multiple_of_8_name_the_layers_on_tensor_core_gpus() -> None:
+    text = dg.dims_not_multiple_of_8(table(V100, SLOW, model=BLOG_CNN))
+    assert "conv2d (Conv2D input channels 3)" in text and "dense (Dense units 10)" in text
+    text = dg.dims_not_multiple_of_8(table(V100, SLOW, model=EFFICIENTNET))
+    assert "23 GEMM dimension(s) of efficientnet_b0" in text
+    assert "block2a_se_reduce (Conv2D filters 4)" in text and "(Conv2D filters 10)" in text
+    assert dg.dims_not_multiple_of_8(table(TITAN_XP, SLOW, model=BLOG_CNN)) is None  # no TC
+    only_fp32 = {("float32", 64): 100.0}
+    assert dg.dims_not_multiple_of_8(table(V100, only_fp32, model=BLOG_CNN)) is None
+    assert dg.dims_not_multiple_of_8(table(V100, SLOW)) is None  # nothing recorded: silent
+
+
+def test_float16_output_and_model_warnings() -> None:
+    out16 = {**BLOG_CNN, "output_dtype": "float16", "warnings": ["the output is float16: ..."]}
+    text = dg.float16_output(table(V100, SLOW, model=out16))
+    assert "16-bit under mixed_float16 (float16)" in text
+    assert dg.float16_output(table(V100, SLOW, model=BLOG_CNN)) is None
+    assert "the output is float16" in dg.model_warnings(table(V100, SLOW, model=out16))
+    assert dg.model_warnings(table(V100, SLOW, model=BLOG_CNN)) is None
+
+
+def test_memory_bound_models_gain_at_most_the_bandwidth_ratio() -> None:
+    text = dg.memory_bound(table(V100, SLOW, model=EFFICIENTNET))
+    assert "82% of efficientnet_b0's activations" in text and "bandwidth ratio" in text
+    assert dg.memory_bound(table(V100, SLOW, model=BLOG_CNN)) is None
 
 
 def test_batch_not_multiple_of_8() -> None:
@@ -240,10 +283,10 @@ def test_pure_float16_means_no_loss_scaling() -> None:
 
 
 def test_achieved_vs_peak_measured_and_estimated() -> None:
-    t = table(A100, SLOW)
+    t = table(A100, SLOW, model=BLOG_CNN)
     text = dg.achieved_vs_peak(t)
-    # estimated from the analytic FLOPs: 64 images / 95 ms
-    flops = train_flops_per_image(256)  # the bench's own formula: the report imports it
+    # estimated from the FLOPs the record carries: 64 images / 95 ms
+    flops = BLOG_CNN["flops_per_example"]
     assert f"mixed_float16 reaches {flops * 64 / 0.095 / 1e12:.1f} TFLOP/s (estimated" in text
     assert "312 TFLOP/s fp16 peak" in text and "156 TFLOP/s tf32 peak" in text
     recs = [rec("h", "mixed_float16", 64, median=95.0, device=A100)]

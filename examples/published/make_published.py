@@ -35,8 +35,25 @@ TABLES: dict[str, tuple[str, str, int, dict[int, tuple[int | None, int | None]]]
 GPU_UTIL = {("blog-v100", 32): 72, ("blog-v100", 128): 78}
 
 
+def model_facts(policy: str) -> dict:
+    """What mxbench's bench records about blog-cnn at 256 px (the model's static facts, from
+    the model's code, not from the post): parameters, FLOPs, dimensions off a multiple of 8."""
+    from mxbench.bench import facts
+    from mxbench.bench import model as harness
+    from mxbench.bench.cell import set_policy
+    from mxbench.models import blog_cnn
+
+    p = Params(model="blog-cnn", image_size=256, policy=policy)  # type: ignore[arg-type]
+    found = facts.facts(harness.prepare(p, set_policy).model, policy)
+    del found["analytic_forward_flops"]
+    flops = 3 * blog_cnn.forward_flops(p)
+    return {**found, "name": "blog-cnn", "source": "zoo", "flops_per_example": flops,
+            "flops_source": "formula", "inputs": ["256x256x3 float32"]}  # fmt: skip
+
+
 def records() -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
+    model = {policy: model_facts(policy) for policy in ("mixed_float16", "float32")}
     for host, (name, cc, gib, rows) in TABLES.items():
         recs = out.setdefault(host, [])
         for batch, pair in rows.items():
@@ -62,6 +79,7 @@ def records() -> dict[str, list[dict]]:
                     "metrics": metrics,
                     "device": {"kind": "gpu", "name": name, "compute_capability": cc,
                                "memory_bytes": gib * 2**30},
+                    "model": model[policy],
                     "source": SOURCE,
                     "error": None if ms is not None else "out of memory (\"-\" in the post)",
                 })  # fmt: skip

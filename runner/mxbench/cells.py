@@ -13,10 +13,12 @@ import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from mxbench import models
 from mxbench.errors import UsageError
 from mxbench.matrix import Matrix
 from mxbench.params import Params
@@ -34,6 +36,9 @@ class Cell:
     timeout_s: float = 1800.0
     key: str = ""
     search: BatchSearch | None = None  # the search this cell is a trial of, if any
+    # sha256 of a user model's source (None for the zoo): part of the key, so editing the
+    # model makes --resume measure it again
+    model_source: str | None = None
 
     def bench_args(self) -> list[str]:
         """Arguments of ``mxbench bench`` that measure this cell (after the word ``bench``)."""
@@ -53,14 +58,17 @@ def cell_key(
     image_spec: dict[str, Any] | None,
     params: Params,
     limits: dict[str, Any] | None = None,
+    model_source: str | None = None,
 ) -> str:
     """A hash of what the cell measures. Params that are not set (``repeat`` of a matrix
-    without repeats) and host limits that are absent are left out, so keys stay stable
-    when a parameter or a limit is added."""
+    without repeats), host limits that are absent and the source of a built-in model are
+    left out, so keys stay stable when a parameter, a limit or a zoo model is added."""
     ident: dict[str, Any] = {"host": host, "image": image, "image_spec": image_spec,
                              "params": params.key_fields()}  # fmt: skip
     if limits:
         ident["limits"] = limits
+    if model_source:
+        ident["model_source"] = model_source
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -77,7 +85,7 @@ class Search:
     def trial(self, batch: int) -> Cell:
         t = self.template
         params = msgspec.structs.replace(t.params, batch_size=batch)
-        key = cell_key(t.host, t.image, t.image_spec, params, self.limits)
+        key = cell_key(t.host, t.image, t.image_spec, params, self.limits, t.model_source)
         return replace(t, params=params, key=key, search=self.config)
 
     def label(self) -> str:
@@ -88,7 +96,7 @@ class Search:
 
 def _placements(
     matrix: Matrix, hosts: list[str] | None
-) -> Iterator[tuple[HostBase, str | None, dict[str, Any] | None, dict[str, Any]]]:
+) -> Iterator[tuple[HostBase, str | None, dict[str, Any] | None, dict[str, Any], str | None]]:
     """(host, image, image identity, parameter values) of every cell, in plan order: host,
     image, the parameters in the order :class:`~mxbench.params.Params` declares them (batch
     size, ...), repeat, policy. A batch size may be ``max`` (a search). An image gets the
@@ -102,6 +110,9 @@ def _placements(
             )
     b = matrix.benchmark
     sweep = matrix.sweep()
+    resolved = {m: resolve_model(matrix, m) for m in sweep.pop("model")}
+    sweep = {"model": [r[0] for r in resolved.values()], **sweep}
+    sources = dict(resolved.values())
     # Policies innermost, repeats just outside them: the policies compared at one batch
     # size run back to back, alternating (A B A B ...), so slow drift on a shared machine
     # falls on both sides of the ratio instead of on one.
@@ -122,10 +133,17 @@ def _placements(
             carried = matrix.images[image].backend if image else None
             for combo in combos:
                 if carried is None or combo["backend"] == carried:
-                    yield host, image, spec, combo
+                    yield host, image, spec, combo, sources[combo["model"]]
 
 
-def _cell(matrix: Matrix, host: HostBase, image: str | None, spec: Any, params: Params) -> Cell:
+def _cell(
+    matrix: Matrix,
+    host: HostBase,
+    image: str | None,
+    spec: Any,
+    params: Params,
+    source: str | None,
+) -> Cell:
     return Cell(
         host=host.name,
         engine=host.engine_name,
@@ -133,15 +151,16 @@ def _cell(matrix: Matrix, host: HostBase, image: str | None, spec: Any, params: 
         params=params,
         image_spec=spec,
         timeout_s=host.timeout_s or matrix.benchmark.timeout_s,
-        key=cell_key(host.name, image, spec, params, host.limits()),
+        key=cell_key(host.name, image, spec, params, host.limits(), source),
+        model_source=source,
     )
 
 
 def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
     """Every cell of a fixed batch size, in plan order (searches: :func:`searches`)."""
     return [
-        _cell(matrix, host, image, spec, Params(**combo))
-        for host, image, spec, combo in _placements(matrix, hosts)
+        _cell(matrix, host, image, spec, Params(**combo), source)
+        for host, image, spec, combo, source in _placements(matrix, hosts)
         if combo["batch_size"] != SEARCH
     ]
 
@@ -150,12 +169,30 @@ def searches(matrix: Matrix, hosts: list[str] | None = None) -> list[Search]:
     """One search per ``max`` batch size, repeats aside (a search is its own repetition)."""
     config = matrix.benchmark.batch_search
     out: list[Search] = []
-    for host, image, spec, combo in _placements(matrix, hosts):
+    for host, image, spec, combo, source in _placements(matrix, hosts):
         if combo["batch_size"] == SEARCH and not combo["repeat"]:
             params = Params(**{**combo, "batch_size": config.start, "repeat": None})
-            template = _cell(matrix, host, image, spec, params)
+            template = _cell(matrix, host, image, spec, params, source)
             out.append(Search(replace(template, search=config), config, host.limits()))
     return out
+
+
+def resolve_model(matrix: Matrix, model: str) -> tuple[str, str | None]:
+    """The model as the cells run it (a relative file entry point made absolute against the
+    matrix file's folder) and its source hash (None for the zoo). UsageError (exit 2) naming
+    the matrix key when the file or its function is not there."""
+    base = matrix.source.parent if matrix.source is not None else Path.cwd()
+    resolved = models.resolve_file(model, base)
+    if models.is_builtin(resolved):
+        return resolved, None
+    problem = models.check(resolved)
+    where = "axes.model" if matrix.sweep_source("model") == "axes" else "benchmark.model"
+    if problem:
+        raise UsageError(f"{where}: {problem}")
+    try:
+        return resolved, models.source_hash(models.parse(resolved))  # type: ignore[arg-type]
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{where}: model {model!r}: cannot read its source: {exc}") from None
 
 
 def _image_identity(matrix: Matrix, image: str) -> dict[str, Any]:

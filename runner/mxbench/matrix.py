@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from mxbench import params
+from mxbench import models, params
 from mxbench.engines import ENGINES
 from mxbench.errors import UsageError
 from mxbench.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
@@ -99,6 +99,16 @@ def _batch_search(value: Any) -> BatchSearch:
     return cfg
 
 
+def _model_name(value: str) -> str:
+    """A zoo name or an entry point (whether its file exists is checked when cells are
+    planned: mxbench.cells.resolve_model)."""
+    try:
+        models.parse(value)
+    except ValueError as exc:
+        raise ValueError(f"{echo(value)}: {exc}") from None
+    return value
+
+
 def _on_off(value: Any) -> Any:
     return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
@@ -112,6 +122,11 @@ class _BenchmarkBase(Strict):
     # How `axes.batch_size: max` searches (defaults: mxbench.search.BatchSearch).
     batch_search: Annotated[BatchSearch, PlainValidator(_batch_search)] = BatchSearch()
 
+    @field_validator("model", check_fields=False)
+    @classmethod
+    def _model(cls, v: str) -> str:
+        return _model_name(v)
+
     @field_validator("data", check_fields=False)
     @classmethod
     def _data(cls, v: str) -> str:
@@ -122,6 +137,11 @@ class _BenchmarkBase(Strict):
 
 class _AxesBase(Strict):
     """Parameters swept: a list of values each (a cell per combination)."""
+
+    @field_validator("model", check_fields=False)
+    @classmethod
+    def _models(cls, v: list[str] | None) -> list[str] | None:
+        return [_model_name(m) for m in v] if v is not None else v
 
     @field_validator("*")
     @classmethod
@@ -250,6 +270,41 @@ class Matrix(Strict):
                         f"but the matrix runs {', '.join(backends)}: no cell would run in it",
                     )
         return self
+
+    @model_validator(mode="after")
+    def _inputs_fit_models(self) -> Matrix:
+        """Each built-in model gets an input it accepts: at least its smallest image, and
+        image data only where it takes images."""
+        sweep = self.sweep()
+        for model in sweep["model"]:
+            if not models.is_builtin(model):
+                continue
+            spec = models.spec(model)
+            if spec.inputs == "image":
+                for name in ("image_size", "image_width"):
+                    small = [v for v in sweep[name] if v is not None and v < spec.min_image_size]
+                    if small:
+                        raise _PathError(
+                            self._where(name),
+                            f"{small[0]} px is below {model}'s smallest input "
+                            f"({spec.min_image_size} px)",
+                        )
+            data = [d for d in sweep["data"] if d != params.SYNTHETIC]
+            if spec.inputs == "tokens" and data:
+                raise _PathError(
+                    self._where("data"),
+                    f"{echo(data[0])} is an image folder, and {model} takes tokens: use "
+                    "synthetic, or a model of your own with a dataset()",
+                )
+        return self
+
+    def sweep_source(self, name: str) -> str:
+        """``axes`` or ``benchmark``: where the parameter's values come from."""
+        listed = getattr(self.axes, name) is not None
+        return "axes" if listed and name not in self.benchmark.model_fields_set else "benchmark"
+
+    def _where(self, name: str) -> tuple[str, ...]:
+        return (self.sweep_source(name), name)
 
     def sweep(self) -> dict[str, list[Any]]:
         """Every parameter's values, in :class:`~mxbench.params.Params` order: the list under

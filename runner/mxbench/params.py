@@ -22,18 +22,19 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-Model = Literal["blog-cnn"]
 Policy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16"]
 JitCompile = Literal["auto", "on", "off"]
 Backend = Literal["tensorflow", "jax", "torch"]
-MODELS: tuple[str, ...] = typing.get_args(Model)
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
 BASELINE = "float32"
 SYNTHETIC = "synthetic"
-# The smallest input the model accepts: three stride-2 convolutions with kernels up to 11.
-MIN_IMAGE_SIZE = 16
+# The smallest input any model may be given; each model declares its own smallest
+# (mxbench.models.ModelSpec.min_image_size), checked when the matrix loads.
+MIN_IMAGE_SIZE = 8
+MAX_SEQ_LEN = 1 << 20
+MAX_VOCAB = 1 << 24
 # Upper bounds: far beyond any real run, low enough that a typo (an extra zero or three)
 # is caught at load time instead of allocating for hours.
 MAX_BATCH_SIZE = 65536
@@ -74,8 +75,13 @@ class Spec:
 class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
     """What one cell measures. Defaults are the published experiment's."""
 
-    model: Annotated[Model, Spec("Benchmark model (blog-cnn: the published CNN).",
-                                 flag="--model")] = "blog-cnn"  # fmt: skip
+    model: Annotated[
+        str,
+        Meta(min_length=1, max_length=4096, pattern=ONE_LINE),
+        Spec("The model: a built-in one (blog-cnn, so-cnn, resnet50, mobilenet_v2, "
+             "efficientnet_b0, convnext_tiny, bert, gpt) or your own, as path/to/file.py:build "
+             "or pkg.module:build (docs/models.md).", flag="--model", column="model"),
+    ] = "blog-cnn"  # fmt: skip
     policy: Annotated[
         Policy,
         Spec("Keras dtype policy; float16 is pure float16 (no float32 master weights, no loss "
@@ -91,9 +97,27 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     image_size: Annotated[
         int,
         Meta(ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE),
-        Spec(f"Input side in pixels (at least {MIN_IMAGE_SIZE}: three stride-2 convolutions).",
-             flag="--image-size", column="px"),
+        Spec("Input height in pixels (and width, unless --image-width is given); each model "
+             "has its smallest.", flag="--image-size", column="px"),
     ] = 256  # fmt: skip
+    image_width: Annotated[
+        Annotated[int, Meta(ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE)] | None,
+        Spec("Input width in pixels when it differs from the height (the Stack Overflow "
+             "question's 224x336: --image-size 224 --image-width 336).", flag="--image-width",
+             column="width", key_default=False),
+    ] = None  # fmt: skip
+    seq_len: Annotated[
+        int,
+        Meta(ge=1, le=MAX_SEQ_LEN),
+        Spec("Tokens per sequence (token models: bert, gpt, or yours).", flag="--seq-len",
+             column="seq", key_default=False),
+    ] = 128  # fmt: skip
+    vocab_size: Annotated[
+        int,
+        Meta(ge=2, le=MAX_VOCAB),
+        Spec("Vocabulary size of token models (token ids are drawn below it).",
+             flag="--vocab-size", column="vocab", key_default=False),
+    ] = 8192  # fmt: skip
     data: Annotated[
         str,
         Meta(min_length=1, max_length=4096, pattern=ONE_LINE),
@@ -162,6 +186,12 @@ class Field:
     ge: int | None = None
     le: int | None = None
     choices: tuple[str, ...] | None = None
+
+    @property
+    def is_int(self) -> bool:
+        """An integer parameter (optional or not)."""
+        inner = [a for a in (self.type, *typing.get_args(self.type)) if a is not type(None)]
+        return any(a is int or typing.get_args(a)[:1] == (int,) for a in inner)
 
     @property
     def values(self) -> tuple[Any, ...]:

@@ -116,7 +116,7 @@ class Metrics(_Part):
         GpuHealth | None, Doc("clocks, power, temperature, throttling (GPU runs, NVML)")
     ] = None
     train_flops_per_image: Annotated[
-        float | None, Doc("analytic, forward + backward (~3x forward)")
+        float | None, Doc("training FLOPs per example (model.flops_per_example)")
     ] = None
     achieved_tflops: float | None = None
 
@@ -212,9 +212,76 @@ class Image(_Part):
     runtime: Annotated[str | None, Doc("Slurm container runtime (pyxis, apptainer)")] = None
 
 
+class OffMultipleOf8(_Part):
+    """A GEMM dimension of one layer that is not a multiple of 8."""
+
+    layer: str | None = None
+    kind: Annotated[str | None, Doc("the layer's class: Conv2D, Dense, Embedding, ...")] = None
+    attribute: Annotated[
+        str | None, Doc("input channels, filters, units, vocabulary, heads x key dim, ...")
+    ] = None
+    value: int | None = None
+
+
+class PolicyOverride(_Part):
+    """A layer whose dtype policy is not the global one (an output head kept in float32)."""
+
+    layer: str | None = None
+    policy: str | None = None
+
+
 class ModelInfo(_Part):
-    name: str | None = None
+    """What the bench found out about the model (any model: the zoo's or the user's)."""
+
+    name: Annotated[str | None, Doc("the model parameter: a zoo name or an entry point")] = None
     parameters: Count | None = None
+    source: Annotated[
+        Literal["zoo", "file", "module"] | None, Doc("a built-in model, or the user's")
+    ] = None
+    source_sha256: Annotated[
+        str | None, Doc("hash of the user's model source (file, or the package's .py files)")
+    ] = None
+    build_s: Annotated[
+        float | None, Doc("building the model (with the float32 build whose weights it copies)")
+    ] = None
+    init: Annotated[
+        str | None,
+        Doc("float32-copy: initial weights copied from a float32 build (every policy starts "
+            "from the same weights); seeded: built under the policy from the same seed"),
+    ] = None  # fmt: skip
+    inputs: Annotated[list[str], Doc('each input: "224x336x3 float32"')] = []
+    layers: Annotated[dict[str, int], Doc("leaf layers by class (nested models expanded)")] = {}
+    flops_per_example: Annotated[
+        float | None, Doc("training FLOPs per example: forward x 3 (forward + backward)")
+    ] = None
+    flops_source: Annotated[
+        Literal["xla", "formula", "analytic"] | None,
+        Doc("xla: XLA's cost analysis of the forward pass; formula: the model's own; analytic: "
+            "a walk of the layers (convolutions, dense, attention; elementwise ignored)"),
+    ] = None  # fmt: skip
+    flops_unknown_layers: Annotated[
+        list[str], Doc("layer classes with weights the analytic walk does not count")
+    ] = []
+    off_multiple_of_8: Annotated[
+        list[OffMultipleOf8], Doc("GEMM dimensions that are not multiples of 8 (first 64)")
+    ] = []
+    off_multiple_of_8_count: Count | None = None
+    output_dtype: Annotated[str | None, Doc("the dtype of the model's output")] = None
+    policy_overrides: Annotated[
+        list[PolicyOverride], Doc("layers that do not follow the global dtype policy")
+    ] = []
+    memory_bound_layers: Annotated[
+        Count | None, Doc("normalization, activation, depthwise, pooling, elementwise layers")
+    ] = None
+    memory_bound_share: Annotated[
+        float | None,
+        Doc("share of the activations (elements written per example) that memory-bound layers "
+            "write: their speedup from 16-bit types is at most the bandwidth ratio"),
+    ] = None  # fmt: skip
+    warnings: Annotated[
+        list[str], Doc("what the model does that mixed precision cares about (a float16 "
+                       "output, its own LossScaleOptimizer, ...)")
+    ] = []  # fmt: skip
 
 
 class Record(msgspec.Struct, kw_only=True):

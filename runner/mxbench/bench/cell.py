@@ -80,8 +80,8 @@ def _measure(
     started_at: float,
     on_step: Callable[[int], None] | None,
 ) -> None:
-    from mxbench.bench import data
-    from mxbench.bench import model as blog
+    from mxbench.bench import data, facts
+    from mxbench.bench import model as harness
 
     t0 = time.perf_counter()
     backend = backends.select(p.backend)
@@ -99,20 +99,24 @@ def _measure(
     rec.software.keras = keras.__version__
     import_s = time.perf_counter() - t0
 
-    keras.utils.set_random_seed(0)
-    blog.set_policy(p.policy)
-    model = blog.build_model(p.image_size)
-    state["model"] = model
-    blog.compile_model(model, p.jit_compile)
-    rec.model = ModelInfo(name=p.model, parameters=int(model.count_params()))
+    rec.model = ModelInfo(name=p.model)
+    prepared = harness.prepare(p, set_policy)
+    model = state["model"] = prepared.model
+    harness.compile_model(prepared, p.jit_compile)
     _dtype_settings(rec.settings, model, p.policy)
 
-    if p.synthetic:
-        batch = data.synthetic_batch(p.batch_size, p.image_size, blog.NUM_CLASSES)
-        ds, rec.settings.input_device = backend.dataset(*batch)
+    if prepared.dataset is not None:
+        ds = _user_dataset(prepared, p)
+        rec.settings.input_device = "model's dataset"
+        x = None
+    elif p.synthetic:
+        x, y = harness.synthetic_batch(prepared, p)
+        ds, rec.settings.input_device = backend.dataset(x, y)
     else:
-        ds = data.image_folder(p.data, p.batch_size, p.image_size)
+        ds = data.image_folder(p.data, p.batch_size, (p.image_size, p.image_width or p.image_size))
         rec.settings.input_device = "host"
+        x = None
+    rec.model = _model_info(p, prepared, facts, x)
 
     log_ = StepLog()
     total = p.warmup_steps + p.steps
@@ -128,7 +132,7 @@ def _measure(
     wall_minus_perf = time.time() - time.perf_counter()
 
     stats = summarize(parts["timed"])
-    flops = blog.train_flops_per_image(p.image_size)
+    flops = rec.model.flops_per_example
     images_per_s = p.batch_size * 1000.0 / stats["median"]
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
@@ -143,7 +147,54 @@ def _measure(
         losses=[_finite(log_.step_loss(k)) for k in range(p.warmup_steps, total)],
         loss_scale=_loss_scale(model),
         train_flops_per_image=flops,
-        achieved_tflops=round(flops * images_per_s / 1e12, 6),
+        achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
+    )
+
+
+def set_policy(policy: str) -> None:
+    """Global dtype policy. ``float16`` is the pure case: float16 variables, no loss scaling."""
+    import keras
+
+    keras.config.set_dtype_policy(policy)
+
+
+def _user_dataset(prepared: Any, p: Params) -> Any:
+    from mxbench.bench.model import ModelError
+
+    assert prepared.dataset is not None
+    try:
+        return prepared.dataset(p.batch_size, 0)
+    except (Exception, SystemExit) as exc:
+        raise ModelError(
+            f"model {p.model!r}: dataset() raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _model_info(p: Params, prepared: Any, facts: Any, x: Any) -> ModelInfo:
+    """The record's model facts: the harness's and a walk of the built model's layers."""
+    model = prepared.model
+    found = facts.facts(model, p.policy)
+    forward, source = prepared.forward_flops, "formula"
+    if forward is None and x is not None:
+        forward, source = facts.xla_forward_flops(model, x), "xla"
+    if forward is None:
+        forward, source = found["analytic_forward_flops"], "analytic"
+    inputs = ["x".join(str(d) for d in t.shape[1:]) + f" {t.dtype}" for t in model.inputs]
+    info = {k: v for k, v in found.items() if k != "analytic_forward_flops"}
+    return msgspec.convert(
+        {
+            **info,
+            "name": p.model,
+            "source": prepared.source,
+            "source_sha256": prepared.source_sha256,
+            "build_s": round(prepared.build_s, 3),
+            "init": prepared.init,
+            "inputs": inputs,
+            "flops_per_example": 3 * forward if forward else None,
+            "flops_source": source if forward else None,
+            "warnings": prepared.warnings,
+        },
+        ModelInfo,
     )
 
 
@@ -154,9 +205,12 @@ def _finite(value: float) -> float | None:
 def _dtype_settings(settings: Settings, model: Any, policy: str) -> None:
     import keras
 
-    first = model.layers[0]
-    settings.compute_dtype = str(first.compute_dtype)
-    settings.variable_dtype = str(first.kernel.dtype)
+    from mxbench.bench.facts import leaves
+
+    first = next((x for x in leaves(model) if x.weights), None)
+    if first is not None:
+        settings.compute_dtype = str(first.compute_dtype)
+        settings.variable_dtype = str(first.weights[0].dtype)
     settings.loss_scaling = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     settings.pure_float16 = policy == "float16"
 

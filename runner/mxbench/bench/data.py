@@ -22,16 +22,6 @@ from mxbench.errors import UsageError
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 
-def synthetic_batch(
-    batch_size: int, image_size: int, num_classes: int, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """One batch of uniform [0, 1) images and random labels."""
-    rng = np.random.default_rng(seed)
-    x = rng.random((batch_size, image_size, image_size, 3), dtype=np.float32)
-    y = rng.integers(0, num_classes, size=(batch_size,), dtype=np.int32)
-    return x, y
-
-
 def _repeated_batch_class() -> type:
     import keras
 
@@ -81,15 +71,18 @@ def list_images(root: str | Path) -> tuple[list[str], list[int], list[str]]:
     return files, labels, classes
 
 
-def image_folder(root: str | Path, batch_size: int, image_size: int, seed: int = 0) -> Any:
-    """An endless tf.data pipeline over the folder (needs TensorFlow, any Keras backend)."""
+def image_folder(
+    root: str | Path, batch_size: int, size: tuple[int, int], seed: int = 0
+) -> Any:
+    """An endless tf.data pipeline over the folder, resized to ``size`` (height, width);
+    needs TensorFlow, under any Keras backend."""
     import tensorflow as tf
 
     files, labels, _ = list_images(root)
 
     def load(path: Any, label: Any) -> tuple[Any, Any]:
         img = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-        img = tf.image.resize(img, (image_size, image_size), method="bilinear")
+        img = tf.image.resize(img, size, method="bilinear")
         return tf.cast(tf.clip_by_value(tf.round(img), 0, 255), tf.uint8), label
 
     auto = tf.data.AUTOTUNE

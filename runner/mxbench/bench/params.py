@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench import params
+from mxbench import models, params
 from mxbench.errors import UsageError
 from mxbench.params import Params
 
@@ -23,19 +23,32 @@ def validate(p: Params) -> Params:
         msgspec.convert(msgspec.structs.asdict(p), Params)
     except msgspec.ValidationError as exc:
         raise UsageError(_message(p, str(exc))) from None
+    try:
+        models.parse(p.model)
+    except ValueError as exc:
+        raise UsageError(f"--model {p.model!r}: {exc}") from None
+    builtin = models.spec(p.model) if models.is_builtin(p.model) else None
+    if builtin is not None and builtin.inputs == "image":
+        small = min(p.image_size, p.image_width or p.image_size)
+        if small < builtin.min_image_size:
+            raise UsageError(
+                f"--image-size {small}: {p.model} needs at least {builtin.min_image_size} px"
+            )
     if not p.synthetic:
         train = Path(p.data) / "train"
         if not Path(p.data).is_dir():
             raise UsageError(f"--data {p.data!r}: no such directory (or use 'synthetic')")
         if not train.is_dir():
             raise UsageError(f"--data {p.data!r}: no train/ folder (Imagenette layout expected)")
+        if builtin is not None and builtin.inputs != "image":
+            raise UsageError(f"--data {p.data!r}: an image folder, and {p.model} takes tokens")
         from mxbench.bench.data import list_images
-        from mxbench.bench.model import NUM_CLASSES
 
         classes = list_images(p.data)[2]
-        if len(classes) > NUM_CLASSES:
+        limit = builtin.classes if builtin is not None else None
+        if limit is not None and len(classes) > limit:
             raise UsageError(
-                f"--data {p.data!r}: {len(classes)} class folders, the model has {NUM_CLASSES}"
+                f"--data {p.data!r}: {len(classes)} class folders, {p.model} has {limit} classes"
             )
     return p
 

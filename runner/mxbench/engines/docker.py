@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from mxbench import models
 from mxbench.engines import retry
 from mxbench.engines.base import (
     PROBE,
@@ -164,6 +165,16 @@ def data_mount(data: str) -> dict[str, dict[str, str]]:
     if data == "synthetic":
         return {}
     return {data: {"bind": data, "mode": "ro"}}
+
+
+def model_mount(model: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """A user model's folder, bind-mounted read-only at the same path (on the docker host),
+    and the environment that puts a module entry point's package on the Python path."""
+    found = models.source_dir(model)
+    if found is None:
+        return {}, {}
+    folder, on_path = found
+    return {folder: {"bind": folder, "mode": "ro"}}, ({"PYTHONPATH": folder} if on_path else {})
 
 
 @register
@@ -352,12 +363,13 @@ class DockerEngine(Engine):
 
     def _run_container(self, cell: Cell, image: dict[str, Any], public: dict[str, Any]) -> Outcome:
         t0 = time.monotonic()
+        model_volumes, model_env = model_mount(cell.params.model)
         container = self._client.containers.create(
             image["tag"],
             command=cell.bench_args(),
-            environment=dict(self.host.env),
+            environment={**model_env, **self.host.env},
             device_requests=device_requests(self.host.gpus),
-            volumes=data_mount(cell.params.data),
+            volumes={**data_mount(cell.params.data), **model_volumes},
             labels={"io.mxbench.cell": cell.key, "io.mxbench.host": cell.host},
             # memory_limit: the container's limit, with no swap beyond it
             mem_limit=self.host.memory_limit,

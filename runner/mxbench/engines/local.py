@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from mxbench import models
 from mxbench.engines.base import (
     PROBE,
     Check,
@@ -124,9 +125,15 @@ class LocalEngine(Engine):
             data = cell.params.data
             if data != "synthetic" and not os.path.isdir(data):
                 raise EngineUnavailable(f"data directory {data!r} does not exist on this host")
+            problem = models.check(cell.params.model)
+            if problem:
+                raise EngineUnavailable(problem)
 
     def run_one(self, cell: Cell) -> Outcome:
         env = {**os.environ, **self.host.env, "PYTHONUNBUFFERED": "1"}
+        found = models.source_dir(cell.params.model)
+        if found is not None and found[1]:  # a module entry point: its package on the path
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [found[0], env.get("PYTHONPATH")]))
         if self.host.memory_limit is None:
             return self._run(cell, env, None)
         try:

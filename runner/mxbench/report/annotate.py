@@ -76,6 +76,42 @@ def cpu_line(rec: Record) -> str:
     return " · ".join(parts)
 
 
+TOKEN_PARAMS = ("seq_len", "vocab_size")
+IMAGE_PARAMS = ("image_size", "image_width")
+
+
+def _takes_tokens(rec: Record) -> bool:
+    return any(" int" in i or " uint" in i for i in rec.model.inputs) if rec.model else False
+
+
+def _not_for_this_model(rec: Record) -> tuple[str, ...]:
+    """Parameters that do not shape this model's input (token settings of an image model)."""
+    if rec.model is None or not rec.model.inputs:
+        return TOKEN_PARAMS
+    takes_images = any(" float" in i for i in rec.model.inputs)
+    return (() if _takes_tokens(rec) else TOKEN_PARAMS) + (() if takes_images else IMAGE_PARAMS)
+
+
+def model_line(rec: Record) -> str | None:
+    """``model: resnet50 (zoo) · 25.6 M parameters · 0.48 GFLOP/example (analytic) · ...``:
+    what the bench recorded about the model."""
+    m = rec.model
+    if m is None or m.parameters is None:
+        return None
+    parts = [f"model: {m.name}" + (f" ({m.source}, source {m.source_sha256})"
+                                   if m.source_sha256 else "")]  # fmt: skip
+    parts.append(f"{m.parameters / 1e6:.3g} M parameters")
+    if m.flops_per_example:
+        parts.append(f"{m.flops_per_example / 1e9:.3g} GFLOP/example to train ({m.flops_source})")
+    if m.inputs:
+        parts.append("input " + ", ".join(m.inputs))
+    if m.off_multiple_of_8_count:
+        parts.append(f"{m.off_multiple_of_8_count} GEMM dimension(s) off a multiple of 8")
+    if m.memory_bound_share is not None:
+        parts.append(f"memory-bound layers write {m.memory_bound_share:.0%} of activations")
+    return " · ".join(parts)
+
+
 def lines(table: Table) -> list[str]:
     rec = table.info
     kind = table.device.kind
@@ -89,9 +125,15 @@ def lines(table: Table) -> list[str]:
     sw = software_line(rec)
     if sw:
         out.append(sw)
-    setup = " · ".join(f"{k} {v}" for k, v in table.setup.items() if v not in (None, ""))
+    hidden = _not_for_this_model(rec)
+    setup = " · ".join(
+        f"{k} {v}" for k, v in table.setup.items() if v not in (None, "") and k not in hidden
+    )
     if setup:
         out.append(f"setup: {setup}")
+    facts = model_line(rec)
+    if facts:
+        out.append(facts)
     labels = table.labels
     if len(labels) == 1:
         out.append(f"label: {next(iter(labels))}")

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mxbench.bench.model import train_flops_per_image
 from mxbench.params import BASELINE
 from mxbench.report import devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
+from mxbench.results import ModelInfo, OffMultipleOf8
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
@@ -22,6 +22,8 @@ BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})
 OVERHEAD_MS = 10.0
 LOW_UTIL_PCT = 80.0
 FAR_BELOW_PEAK = 0.25
+# A model whose memory-bound layers write at least this share of its activations.
+MEMORY_BOUND_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -168,16 +170,78 @@ def overhead_bound(t: Table) -> str | None:
     )
 
 
-def first_conv_channels(t: Table) -> str | None:
+def _model(t: Table) -> ModelInfo | None:
+    """The model facts the table's records carry (the heading record's, else any)."""
+    found = [r.model for e in t.entries.values() for r in e.records if r.model is not None]
+    best = t.info.model if t.info.model is not None and t.info.model.parameters else None
+    return best or next((m for m in found if m.parameters is not None), None)
+
+
+def _dims(found: list[OffMultipleOf8], most: int = 6) -> str:
+    named = [f"{d.layer} ({d.kind} {d.attribute} {d.value})" for d in found[:most]]
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    return ", ".join(named) + more
+
+
+def dims_not_multiple_of_8(t: Table) -> str | None:
+    """The layers whose GEMM dimensions keep them off Tensor Core kernels (on a GPU that has
+    them, with a 16-bit policy in the table)."""
     cap, _ = gpu_cc(t)
-    if t.setup.get("model", "blog-cnn") != "blog-cnn" or not _is_gpu(t) or cap is None:
+    if not _is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
         return None
-    if not cap.fp16_tensor_cores or not (FLOAT16 | BFLOAT16) & set(t.policies):
+    if not (FLOAT16 | BFLOAT16) & set(t.policies):
+        return None
+    model = _model(t)
+    if model is None or not model.off_multiple_of_8:
+        return None
+    count = model.off_multiple_of_8_count or len(model.off_multiple_of_8)
+    return (
+        f"{count} GEMM dimension(s) of {model.name} are not multiples of 8, so those layers "
+        f"cannot use Tensor Cores as they are (cuDNN / cuBLAS pad them or take slower "
+        f"kernels): {_dims(model.off_multiple_of_8)}."
+    )
+
+
+def float16_output(t: Table) -> str | None:
+    """A mixed policy whose model output stayed 16-bit: the loss is computed in 16 bits."""
+    bad = sorted({
+        f"{policy} ({r.model.output_dtype})"
+        for (policy, _), e in t.entries.items() for r in e.records
+        if policy.startswith("mixed") and r.model is not None
+        and r.model.output_dtype in ("float16", "bfloat16")
+    })  # fmt: skip
+    if not bad:
         return None
     return (
-        "The first convolution has 3 input channels (RGB), not a multiple of 8: it cannot use "
-        "Tensor Cores as is (cuDNN pads it or takes a slower kernel)."
+        f"The model's output is 16-bit under {', '.join(bad)}: mixed precision needs a float32 "
+        "output (end the model with keras.layers.Activation('linear', dtype='float32')), or "
+        "the softmax and the loss run in 16 bits and may overflow or lose precision."
     )
+
+
+def memory_bound(t: Table) -> str | None:
+    """Most activations written by memory-bound layers: the gain is bounded by bandwidth."""
+    model = _model(t)
+    share = model.memory_bound_share if model is not None else None
+    if model is None or share is None or share < MEMORY_BOUND_SHARE:
+        return None
+    if not (FLOAT16 | BFLOAT16) & set(t.policies):
+        return None
+    return (
+        f"Memory-bound: normalization, activation, depthwise, pooling and elementwise layers "
+        f"write {share:.0%} of {model.name}'s activations ({model.memory_bound_layers} layers). "
+        "Those layers gain at most the bandwidth ratio from 16-bit types (2x fewer bytes), "
+        "never the Tensor Cores' arithmetic speedup."
+    )
+
+
+def model_warnings(t: Table) -> str | None:
+    """What the bench noticed about a model that mixed precision cares about."""
+    said = list(dict.fromkeys(
+        w for e in t.entries.values() for r in e.records if r.model is not None
+        for w in r.model.warnings
+    ))  # fmt: skip
+    return ("The model: " + "; ".join(said) + ".") if said else None
 
 
 def batch_not_multiple_of_8(t: Table) -> str | None:
@@ -321,9 +385,8 @@ def achieved_vs_peak(t: Table) -> str | None:
     if not peaks:
         return None
     cap, _ = gpu_cc(t)
-    flops = None
-    if t.setup.get("model", "blog-cnn") == "blog-cnn":
-        flops = train_flops_per_image(int(t.setup.get("image_size") or 256))
+    model = _model(t)
+    flops = model.flops_per_example if model is not None else None
     best: dict[str, tuple[float, bool]] = {}  # policy -> (TFLOP/s, estimated)
     tf32_on: dict[str, bool] = {}  # policy -> every ok run had TF32 on (or did not say)
     for (policy, b), e in t.entries.items():
@@ -346,7 +409,7 @@ def achieved_vs_peak(t: Table) -> str | None:
         if key not in peaks:
             continue
         share = value / peaks[key]
-        how = " (estimated from the model's FLOPs)" if estimated else ""
+        how = " (estimated from the model's recorded FLOPs)" if estimated else ""
         low = ", far below: the fast path is largely unused" if share < FAR_BELOW_PEAK else ""
         parts.append(
             f"{policy} reaches {value:.1f} TFLOP/s{how}, {share:.0%} of the "
@@ -383,7 +446,10 @@ RULES: tuple[Callable[[Table], str | None], ...] = (
     pure_float16,
     overhead_bound,
     input_bound,
-    first_conv_channels,
+    dims_not_multiple_of_8,
+    float16_output,
+    memory_bound,
+    model_warnings,
     batch_not_multiple_of_8,
     achieved_vs_peak,
     isa_claim_mismatch,

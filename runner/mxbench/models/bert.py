@@ -1,0 +1,32 @@
+"""``bert``: a BERT-like encoder (bidirectional attention) classifying token sequences.
+
+Token ids of ``seq_len`` below ``vocab_size``, 4 pre-norm blocks of width 256 (4 heads of
+64), mean-pooled into a 2-class softmax head kept in float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mxbench.models import ModelSpec
+from mxbench.models._transformer import encoder, token_range
+
+
+def build(p: Any) -> dict[str, Any]:
+    import keras
+    from keras import layers
+
+    tokens, x = encoder(p, causal=False)
+    x = layers.GlobalAveragePooling1D(name="pool")(x)
+    x = layers.Dense(2, name="head")(x)
+    out = layers.Activation("softmax", dtype="float32", name="probabilities")(x)
+    return {"model": keras.Model(tokens, out, name="bert"), "inputs": token_range(p)}
+
+
+SPEC = ModelSpec(
+    name="bert",
+    summary="a BERT-like transformer encoder (token inputs, sequence classification)",
+    build=build,
+    inputs="tokens",
+    classes=2,
+)
