@@ -42,6 +42,7 @@ def test_exit_zero_and_one_json_line_on_stdout(f32: BenchRun) -> None:
 def test_params_echo_the_arguments(f32: BenchRun) -> None:
     assert f32.record["params"] == {
         "model": "blog-cnn", "policy": "float32", "batch_size": 8, "image_size": 32,
+        "image_width": None, "seq_len": 128, "vocab_size": 8192,
         "data": "synthetic", "warmup_steps": 2, "steps": 6, "jit_compile": "off",
         "backend": "tensorflow", "repeat": None,
     }  # fmt: skip
@@ -87,7 +88,13 @@ def test_environment_probe(f32: BenchRun) -> None:
     assert st["input_device"] == "host"  # tf.data keeps the batch in host memory
     assert {"onednn", "xla_flags"} <= set(st)
     assert (st["compute_dtype"], st["variable_dtype"]) == ("float32", "float32")
-    assert rec["model"] == {"name": "blog-cnn", "parameters": 1096394}
+    m = rec["model"]
+    assert (m["name"], m["parameters"], m["source"], m["init"]) == (
+        "blog-cnn", 1096394, "zoo", "seeded")  # fmt: skip
+    assert m["flops_per_example"] == 137387520 and m["flops_source"] == "formula"
+    assert m["inputs"] == ["32x32x3 float32"] and m["output_dtype"] == "float32"
+    assert m["layers"] == {"BatchNormalization": 3, "Conv2D": 3, "Activation": 1, "Dense": 1,
+                           "GlobalAveragePooling2D": 1}  # fmt: skip
 
 
 def test_mixed_float16_applied_with_loss_scale(mixed: BenchRun) -> None:
@@ -117,7 +124,8 @@ def _one_line_exit_2(run: BenchRun, needle: str) -> None:
         (["--policy", "float8"], "--policy 'float8'"),
         (["--data", "/nonexistent/imagenette"], "no such directory"),
         (["--image-size", "4"], "--image-size 4"),
-        (["--model", "resnet50"], "--model 'resnet50'"),
+        (["--model", "resnet"], "--model 'resnet'"),
+        (["--model", "so-cnn", "--image-size", "16"], "so-cnn needs at least 32 px"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str) -> None:
