@@ -49,7 +49,8 @@ class Cell:
         img = f" [{self.image}]" if self.image else ""
         rep = f" #{p.repeat}" if p.repeat else ""
         backend = f" {p.backend}" if p.backend != "tensorflow" else ""
-        return f"{self.host}{img}{backend} {p.policy} bs={p.batch_size}{rep}"
+        model = "" if p.model == "blog-cnn" else f" {Path(p.model).name}"
+        return f"{self.host}{img}{backend}{model} {p.policy} bs={p.batch_size}{rep}"
 
 
 def cell_key(
