@@ -71,9 +71,7 @@ def list_images(root: str | Path) -> tuple[list[str], list[int], list[str]]:
     return files, labels, classes
 
 
-def image_folder(
-    root: str | Path, batch_size: int, size: tuple[int, int], seed: int = 0
-) -> Any:
+def image_folder(root: str | Path, batch_size: int, size: tuple[int, int], seed: int = 0) -> Any:
     """An endless tf.data pipeline over the folder, resized to ``size`` (height, width);
     needs TensorFlow, under any Keras backend."""
     import tensorflow as tf
