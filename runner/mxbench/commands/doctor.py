@@ -85,6 +85,10 @@ def doctor(
             table.add_row(label, c.name, MARK[c.state], c.detail, c.fix, style=STYLE[c.state])
         if any(c.state == "fail" for c in checks):
             failed.append(name)
+    for model, source in sorted({(c.params.model, c.model_source) for c in cells
+                                 if c.model_source}):  # fmt: skip
+        detail = f"{model}: found, function defined (source {source}); not run here"
+        table.add_row("(model)", "user model", MARK["ok"], detail, "", style=STYLE["ok"])
     table.add_row("(results)", disk.name, MARK[disk.state], disk.detail, disk.fix,
                   style=STYLE[disk.state])  # fmt: skip
     console.print(table)
