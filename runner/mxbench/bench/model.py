@@ -104,10 +104,9 @@ def _builder(p: Any) -> tuple[Callable[[], Any], str, str | None, int | None]:
         accepted = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         accepted = {}  # type: ignore[assignment]
-    values = {"num_classes": None, **{k: getattr(p, k) for k in models.BUILD_KWARGS[:-1]}}
-    if "image_width" in accepted and values["image_width"] is None:
-        values["image_width"] = p.image_size
-    kwargs = {k: v for k, v in values.items() if k in accepted and v is not None}
+    values = {k: getattr(p, k) for k in models.BUILD_KWARGS}
+    values["image_width"] = p.image_width or p.image_size
+    kwargs = {k: v for k, v in values.items() if k in accepted}
     return (lambda: fn(**kwargs)), ep.kind, digest, None
 
 

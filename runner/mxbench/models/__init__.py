@@ -40,7 +40,7 @@ ZOO: dict[str, str] = {
 }
 
 # Keyword arguments a user's build() may declare; mxbench passes those it names.
-BUILD_KWARGS = ("image_size", "image_width", "seq_len", "vocab_size", "batch_size", "num_classes")
+BUILD_KWARGS = ("image_size", "image_width", "seq_len", "vocab_size", "batch_size")
 # A model whose source cannot be hashed (too large) is a typo far more often than a model.
 MAX_SOURCE_BYTES = 64 << 20
 MAX_SOURCE_FILES = 2000
