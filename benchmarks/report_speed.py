@@ -81,7 +81,7 @@ def record(
                     "achieved_tflops": rng.uniform(5, 50)},
         "device": {"kind": "gpu", "name": name, "compute_capability": cc,
                    "memory_bytes": 2**34, "driver": "550.54", "uuid": f"GPU-{host}",
-                   "used_by_tf": True, "present_gpus": [{"name": name, "compute_capability": cc}],
+                   "used_gpu": True, "present_gpus": [{"name": name, "compute_capability": cc}],
                    "cc_source": "nvml"},
         "cpu": {"model": "Intel(R) Xeon(R) Gold 6248", "arch": "x86_64", "cores": 40,
                 "flags": FLAGS,

@@ -37,9 +37,16 @@ class Loaded:
     everything: dict[str, list[Record]] = field(default_factory=dict)  # keep_all=True only
 
 
+# How far below a named folder result files are looked for, and how many are read at most.
+MAX_DEPTH = 8
+MAX_FILES = 100_000
+
+
 def source_files(sources: Iterable[Path | str], bad: list[BadLine]) -> list[Path]:
-    """Result files named by --results: a directory means its ``*.jsonl`` entries. A path
-    that does not exist is a usage error; one that exists but cannot be read is a warning."""
+    """Result files named by --results: a folder means every ``*.jsonl`` file in the tree
+    below it (at most :data:`MAX_DEPTH` levels down, hidden folders and symbolic links not
+    followed, at most :data:`MAX_FILES` files). A path that does not exist is a usage error;
+    one that exists but cannot be read is a warning."""
     files: list[Path] = []
     for src in sources:
         path = Path(src)
@@ -54,15 +61,45 @@ def source_files(sources: Iterable[Path | str], bad: list[BadLine]) -> list[Path
             bad.append(BadLine(path, 0, f"cannot read ({exc.strerror})"))
             continue
         if stat.S_ISDIR(st.st_mode):
-            try:
-                entries = sorted(path.glob("*.jsonl"))
-            except OSError as exc:
-                bad.append(BadLine(path, 0, f"cannot list ({exc.strerror})"))
-                continue
-            files.extend(f for f in entries if _readable(f, bad))
+            files.extend(_tree(path, bad, MAX_FILES - len(files)))
         elif _readable(path, bad):
             files.append(path)
     return files
+
+
+def _tree(top: Path, bad: list[BadLine], room: int) -> list[Path]:
+    """The ``*.jsonl`` files below ``top``, sorted, walked without following links."""
+    out: list[Path] = []
+
+    def failed(exc: OSError) -> None:
+        bad.append(BadLine(Path(exc.filename or top), 0, f"cannot list ({exc.strerror})"))
+
+    for root, dirs, names in os.walk(top, onerror=failed, followlinks=False):
+        here = Path(root)
+        depth = len(here.relative_to(top).parts)
+        links = [d for d in dirs if (here / d).is_symlink()]
+        for d in links:
+            bad.append(BadLine(here / d, 0, "a symbolic link to a folder (not followed)"))
+        keep = sorted(d for d in dirs if not d.startswith(".") and d not in links)
+        if depth >= MAX_DEPTH and keep:
+            bad.append(BadLine(here, 0, f"more than {MAX_DEPTH} folders deep (not read)"))
+            keep = []
+        dirs[:] = keep
+        for name in sorted(n for n in names if n.endswith(".jsonl")):
+            f = here / name
+            if f.is_symlink():
+                bad.append(BadLine(f, 0, "a symbolic link (not followed; name it to read it)"))
+            elif _readable(f, bad):
+                if len(out) >= room:
+                    bad.append(BadLine(top, 0, f"more than {MAX_FILES} result files (stopped)"))
+                    return out
+                out.append(f)
+    return out
+
+
+def folders(files: Iterable[Path]) -> list[Path]:
+    """The folders the files were read in, in reading order."""
+    return list(dict.fromkeys(f.parent for f in files))
 
 
 def _readable(path: Path, bad: list[BadLine]) -> bool:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mxbench import stats
 from mxbench.params import BASELINE
-from mxbench.report.load import Loaded
+from mxbench.report.load import Loaded, folders
 from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
 
 STATUS_TEXT = {"oom": "OOM", "error": "error", "timeout": "timeout", "unsupported": "unsupported"}
@@ -130,10 +130,19 @@ def summary_rows(tables: Sequence[Table]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def where(loaded: Loaded, limit: int = 6) -> str:
+    """The folders the records were read in: ``a, b and 3 more folder(s)``."""
+    dirs = [str(d) for d in folders(loaded.files)]
+    if len(dirs) <= limit:
+        return ", ".join(dirs) or "no folder"
+    return f"{', '.join(dirs[:limit])} and {len(dirs) - limit} more folder(s)"
+
+
 def intro(loaded: Loaded, tables: Sequence[Table]) -> str:
     text = (
-        f"{loaded.read} records from {len(loaded.files)} file(s), {len(loaded.winners)} cells, "
-        f"{len(tables)} table(s). Cells: median ms per step [p25–p75]; speedup = float32 "
+        f"{loaded.read} records from {len(loaded.files)} file(s) in {where(loaded)}; "
+        f"{len(loaded.winners)} cells, {len(tables)} table(s). Cells: median ms per step "
+        "[p25–p75]; speedup = float32 "
         "median / policy median with its 95% interval and a verdict (≈ same: the interval "
         "contains 1.0); latest ok attempt per cell. Loss parity: each policy's mean training "
         f"loss over the timed steps against float32's (same seed, same data), flagged beyond "
