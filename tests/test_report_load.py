@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,7 @@ def test_corrupt_line_warns_with_file_and_line_and_report_renders(tmp_path: Path
     assert f"{path}:5: Expected `object`, got `array`" in proc.stderr
     assert f"{path}:6: Object missing required field `params`" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "|    32 |      80.0 [78.4–82.4] |" in proc.stdout
+    assert re.search(r"^\| +32 \| +80\.0 \[78\.4–82\.4\] \|", proc.stdout, re.M)
     assert "3 unreadable line(s) or file(s) skipped" in proc.stdout
 
 

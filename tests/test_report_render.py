@@ -41,7 +41,7 @@ def test_markdown_tables_are_github_pipe_tables(published: tuple) -> None:
         assert parsed[0] == headers and parsed[2:] == rows  # same cells as the text
         assert set(lines[1]) <= set("|-:")
     # numbers right-aligned: the batch column's rule ends with a colon
-    assert markdown.table(["batch"], [["32"]]).splitlines()[1] == "|------:|"
+    assert markdown.table(["batch"], [["32"]]).splitlines()[1] == "|--------:|"
 
 
 def test_csv_is_tidy_one_row_per_cell(published: tuple) -> None:
@@ -150,7 +150,10 @@ def test_html_renders_tables_and_plots_in_headless_chromium(tmp_path: Path) -> N
     imgs = dom.stdout.split('data-imgs="', 1)[1].split('"', 1)[0].split()
     assert imgs == ["true:600x360"] * 6  # two plots per table, decoded at 6x3.6 in, 100 dpi
     rows = dom.stdout.split('data-rows="', 1)[1].split('"', 1)[0].split()
-    assert rows == ["6", "6", "6", "4"]  # header + 5 batch sizes, x3; summary: header + 3
+    assert rows == ["4", "6", "6", "6"]  # the summary first (header + 3), then 5 batch sizes x3
+    # the answer comes first: the summary grid, its cells coloured by verdict, links to tables
+    assert text.index('id="summary"') < text.index('class="device"')
+    assert text.count('href="#table-') == 6  # from the grid and the contents line
     assert "1.10" in dom.stdout and "OOM" in dom.stdout
 
     shot = tmp_path / "shot.png"

@@ -19,6 +19,8 @@ from mxbench.results import Record
 if TYPE_CHECKING:
     import pandas as pd
 
+    from mxbench.report.document import Document
+
 _BEFORE = ("host", "engine", "image", "image_id", "device_kind", "device",
            "compute_capability", "cpu_model")  # fmt: skip
 _AFTER = ("status", "step_ms_median", "step_ms_p25", "step_ms_p75", "step_ms_n",
@@ -103,6 +105,11 @@ def load_results(*paths: str | Path, latest: bool = True, label: str | None = No
     built = tables.build(loaded.winners)
     frame: pd.DataFrame = pd.DataFrame(rows(loaded, built, latest), columns=list(COLUMNS))
     return frame
+
+
+def render(doc: Document) -> str:
+    """The CSV format of the report: one row per cell (the frame's columns)."""
+    return to_csv(doc.loaded, list(doc.tables))
 
 
 def to_csv(loaded: load.Loaded, built: list[tables.Table]) -> str:

@@ -138,19 +138,32 @@ def where(loaded: Loaded, limit: int = 6) -> str:
     return f"{', '.join(dirs[:limit])} and {len(dirs) - limit} more folder(s)"
 
 
-def intro(loaded: Loaded, tables: Sequence[Table]) -> str:
-    text = (
+DEFINITIONS = (
+    "Cells: median ms per step [p25–p75]; speedup = float32 median / policy median with its "
+    "95% interval and a verdict (≈ same: the interval contains 1.0); latest ok attempt per "
+    "cell. Loss parity: each policy's mean training loss over the timed steps against "
+    f"float32's (same seed, same data), flagged beyond {LOSS_TOLERANCE:.0%}; a non-finite "
+    "loss is 'diverged', and its speedup is not one."
+)
+
+
+def counts(loaded: Loaded, tables: Sequence[Table]) -> str:
+    return (
         f"{loaded.read} records from {len(loaded.files)} file(s) in {where(loaded)}; "
-        f"{len(loaded.winners)} cells, {len(tables)} table(s). Cells: median ms per step "
-        "[p25–p75]; speedup = float32 "
-        "median / policy median with its 95% interval and a verdict (≈ same: the interval "
-        "contains 1.0); latest ok attempt per cell. Loss parity: each policy's mean training "
-        f"loss over the timed steps against float32's (same seed, same data), flagged beyond "
-        f"{LOSS_TOLERANCE:.0%}; a non-finite loss is 'diverged', and its speedup is not one."
+        f"{len(loaded.winners)} cells, {len(tables)} table(s)."
     )
+
+
+def notices(loaded: Loaded) -> list[str]:
+    out = []
     older = sum(n - 1 for n in loaded.attempts.values())
     if older:
-        text += f" {older} older attempt(s) of {len(loaded.attempts)} cell(s) not shown."
+        out.append(f"{older} older attempt(s) of {len(loaded.attempts)} cell(s) not shown.")
     if loaded.bad:
-        text += f" {len(loaded.bad)} unreadable line(s) or file(s) skipped."
-    return text
+        out.append(f"{len(loaded.bad)} unreadable line(s) or file(s) skipped.")
+    return out
+
+
+def intro(loaded: Loaded, tables: Sequence[Table]) -> str:
+    """What was read, how to read the numbers, and what is not shown, as one paragraph."""
+    return " ".join([counts(loaded, tables), DEFINITIONS, *notices(loaded)])
