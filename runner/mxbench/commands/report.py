@@ -18,15 +18,19 @@ def report(
         None,
         "--results",
         "-r",
-        help="A results directory (its *.jsonl files) or a JSONL file; repeatable. "
-        "Default: ./results.",
+        help="A folder (every *.jsonl file in the tree below it) or a JSONL file; "
+        "repeatable. Default: ./results.",
     ),
     markdown: bool = typer.Option(
-        False, "--markdown", help="GitHub-style markdown tables (the default format)."
+        False,
+        "--markdown",
+        help="GitHub-style markdown (the default when stdout is not a terminal).",
     ),
     csv: bool = typer.Option(False, "--csv", help="Tidy CSV: one row per cell."),
     html: bool = typer.Option(
-        False, "--html", help="One self-contained HTML page: tables, diagnosis, PNG plots."
+        False,
+        "--html",
+        help="One self-contained HTML page: the answer grids, tables, plots, diagnosis.",
     ),
     json_: bool = typer.Option(
         False,
