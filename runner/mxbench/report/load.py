@@ -35,6 +35,7 @@ class Loaded:
     files: list[Path] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
     everything: dict[str, list[Record]] = field(default_factory=dict)  # keep_all=True only
+    labels: set[str | None] = field(default_factory=set)  # every label read (with --label)
 
 
 # How far below a named folder result files are looked for, and how many are read at most.
@@ -166,6 +167,7 @@ def load(sources: Iterable[Path | str], label: str | None = None, keep_all: bool
                     out.bad.append(BadLine(path, lineno, why))
                     continue
                 if label is not None and rec.label != label:
+                    out.labels.add(rec.label)
                     continue
                 by_cell.setdefault(str(rec.cell), []).append(rec)
         except OSError as exc:  # vanished or became unreadable while reading
