@@ -164,7 +164,7 @@ def main() -> None:
         print(f"{args.records} records, {hosts} hosts, {args.attempts} attempt(s) per cell, "
               f"{args.steps} samples + losses each, {size:.0f} MiB of JSONL, {layout}")  # fmt: skip
 
-        from mxbench.report import load, markdown, tables
+        from mxbench.report import document, load, markdown, tables
 
         t0 = time.perf_counter()
         loaded = load.load([root])
@@ -173,13 +173,16 @@ def main() -> None:
         for t in built:
             _ = t.ratios  # the intervals (computed lazily by the renderer otherwise)
         t2 = time.perf_counter()
-        text = markdown.render(loaded, built)
+        doc = document.build(loaded, built)
         t3 = time.perf_counter()
+        text = markdown.render(doc)
+        t4 = time.perf_counter()
         print(
             f"in one process: load {t1 - t0:.2f} s, tables + intervals {t2 - t1:.2f} s, "
-            f"markdown {t3 - t2:.2f} s ({len(built)} tables, {len(text) / 2**20:.1f} MiB)"
+            f"document (grids, diagnosis) {t3 - t2:.2f} s, markdown {t4 - t3:.2f} s "
+            f"({len(built)} tables, {len(text) / 2**20:.1f} MiB)"
         )
-        del loaded, built, text
+        del loaded, built, doc, text
 
         loads = [sys.executable, "-c", _JSON_LOADS, str(root)]
         report = [sys.executable, "-m", "mxbench", "report", "--results", str(root),

@@ -56,9 +56,13 @@ def Doc(text: str) -> Meta:
     return Meta(description=text)
 
 
-class _Part(msgspec.Struct, kw_only=True):
+class _Part(msgspec.Struct, kw_only=True, gc=False):
     """A sub-object of the record. Every field is written (null when unknown); a line that
-    lacks one (an older mxbench, a hand-made record) reads it back as its default."""
+    lacks one (an older mxbench, a hand-made record) reads it back as its default.
+
+    ``gc=False`` (here and on :class:`Record`): a record is a tree, never a cycle, so the
+    garbage collector need not track its structs; a report holding 100,000 of them otherwise
+    spends much of its time in collections that find nothing (msgspec's documented option)."""
 
 
 class StepStats(_Part):
@@ -220,7 +224,7 @@ class ModelInfo(_Part):
     parameters: Count | None = None
 
 
-class Record(msgspec.Struct, kw_only=True):
+class Record(msgspec.Struct, kw_only=True, gc=False):
     """One attempt at one cell: the line ``results/<host>.jsonl`` gets."""
 
     schema: str = SCHEMA
