@@ -45,6 +45,9 @@ VERDICT_WORDS: dict[str, str] = {
     "failed": "failed (error, timeout or unsupported)",
     "none": "not measured",
 }
+# the word a grid cell shows after its value (the colour says it too, where there is colour)
+SHORT_WORDS: dict[str, str] = {"faster": "faster", "same": "≈ same", "slower": "slower",
+                               "diverged": "loss diverged"}  # fmt: skip
 _FROM_STATS = {"faster": "faster", "slower": "slower", "no clear difference": "same"}
 
 
@@ -53,6 +56,15 @@ class GridCell:
     value: str  # "1.07", "OOM", "error", "" (nothing measured)
     verdict: Verdict
     detail: str  # the speedup with its interval and what follows it, or who failed
+
+    @property
+    def word(self) -> str:
+        return SHORT_WORDS.get(self.verdict, "")
+
+    @property
+    def text(self) -> str:
+        """``1.07 faster``, ``0.98`` (no interval), ``OOM``: value and verdict, no interval."""
+        return f"{self.value} {self.word}" if self.word else self.value
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,6 @@ COLOURS: dict[str, tuple[str, str]] = {
     "failed": ("#f1a340", "#222222"),
     "none": ("#ffffff", "#777777"),
 }
-_SHORT = {"faster": "faster", "same": "≈ same", "slower": "slower", "point-faster": "",
-          "point-slower": "", "point-same": "", "diverged": "diverged", "oom": "",
-          "failed": "", "none": ""}  # fmt: skip
 
 _CSS = """
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
@@ -95,7 +92,7 @@ def grid(g: Grid) -> str:
     for row in g.rows:
         cells = []
         for c in row.cells:
-            word = _SHORT[c.verdict]
+            word = c.word
             said = VERDICT_WORDS[c.verdict]
             tip = f"{c.detail} ({said})" if c.detail else said
             cells.append(

@@ -77,18 +77,15 @@ def section(s: Section) -> str:
 
 def grid(g: Grid) -> str:
     """The answer for one policy: a device x batch-size table of speedups and verdicts."""
-    rows = [
-        [r.title, *(c.detail if c.verdict not in ("oom", "failed") else c.value for c in r.cells)]
-        for r in g.rows
-    ]
+    rows = [[r.title, *(c.text for c in r.cells)] for r in g.rows]
     out = [f"## Summary: {escape(g.policy)} against float32, speedup by device and batch size"]
     return "\n".join([*out, "", table(["device", *map(str, g.batches)], rows), ""])
 
 
 LEGEND = (
-    "Verdicts from the 95% interval: faster, ≈ same (no clear difference), slower; a number "
-    "without an interval is one measurement per side (direction only). OOM / error: a side "
-    "did not run (the table below says which)."
+    "Verdicts from the speedup's 95% interval (in each table below): faster, ≈ same (no "
+    "clear difference), slower; a number alone is one measurement per side (direction only). "
+    "OOM / error: a side did not run (the table below says which)."
 )
 
 

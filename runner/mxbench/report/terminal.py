@@ -31,8 +31,7 @@ def grid(g: Grid) -> RichTable:
         for c in row.cells:
             bg, fg = COLOURS[c.verdict]
             style = f"{fg} on {bg}" if c.verdict != "none" else ""
-            word = {"faster": " faster", "slower": " slower", "same": " ≈"}.get(c.verdict, "")
-            cells.append(Text(f" {c.value}{word} ", style=style) if c.value else Text(""))
+            cells.append(Text(f" {c.text} ", style=style) if c.value else Text(""))
         out.add_row(Text(row.title), *cells)
     return out
 
