@@ -49,7 +49,7 @@ th{background:#eee} td:first-child,th:first-child{text-align:left}
 .counts,.meta{color:#555;margin:.1em 0}
 .grid td{min-width:4.5em;text-align:center;font-weight:600}
 .grid td small{display:block;font-weight:400;font-size:.75em}
-.grid th a{color:inherit}
+.grid th a{color:inherit} .grid th:first-child{white-space:normal;min-width:9em;text-align:left}
 .legend span{display:inline-block;padding:.1em .5em;margin:.15em .3em .15em 0;border-radius:3px;
   font-size:.85em}
 nav{margin:.8em 0;line-height:1.7} nav a{margin-right:1em}
@@ -59,6 +59,8 @@ nav{margin:.8em 0;line-height:1.7} nav a{margin-right:1em}
 .failures li{font-family:ui-monospace,monospace;font-size:.9em;white-space:pre-wrap;
   word-break:break-word}
 section.device{border-top:2px solid #ddd;margin-top:1.5em}
+@media (max-width:40em){body{padding:0 .3em} th,td{padding:.2em .3em}
+  .grid td{min-width:0} .grid th:first-child{min-width:6em}}
 @media print{body{margin:0;max-width:none} nav{display:none} section.device{break-before:page}
   .plots img{flex-basis:45%} .scroll{overflow:visible} a{color:inherit;text-decoration:none}}
 """
