@@ -151,7 +151,7 @@ def test_a_folder_means_every_result_file_in_the_tree_below_it(tmp_path: Path) -
     assert sorted(str(r.host) for r in loaded.winners) == ["h1", "h2"]
     assert loading.folders(loaded.files) == [tmp_path / "a" / "results", tmp_path / "b" / "c" / "d"]
     assert sorted(b.path.name for b in loaded.bad) == ["h5.jsonl", "link"]
-    intro = text.intro(loaded, tables.build(loaded.winners))
+    intro = text.counts(loaded, tables.build(loaded.winners))
     assert f"2 file(s) in {tmp_path / 'a' / 'results'}, {tmp_path / 'b' / 'c' / 'd'};" in intro
 
 

@@ -1,11 +1,10 @@
-"""What every format shows, as text: cell values, speedups with their intervals, the rows
-of a table and of the summary, the intro. Formats differ only in how they frame and escape
-it (:mod:`.markdown`, :mod:`.html`; the CSV is the DataFrame of :mod:`.frame`)."""
+"""What every format shows, as text: cell values, speedups with their intervals, a table's
+rows, what was read and how to read it. :mod:`.document` gathers them once; the renderers
+only frame and escape them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from mxbench import stats
 from mxbench.params import BASELINE
@@ -105,31 +104,6 @@ def interval_note(t: Table) -> str | None:
     )
 
 
-@dataclass(frozen=True)
-class Brief:
-    """What the summary across devices takes from one table."""
-
-    title: str
-    reduced: list[str]
-    batches: list[int]
-    speedups: dict[tuple[str, int], str]
-
-
-def brief(t: Table) -> Brief:
-    return Brief(t.title, t.reduced, t.batches, speedup_texts(t))
-
-
-def summary_rows(tables: Sequence[Table]) -> tuple[list[str], list[list[str]]]:
-    briefs = [brief(t) for t in tables]
-    batches = sorted({b for t in briefs for b in t.batches})
-    headers = ["device", "policy", *map(str, batches)]
-    rows = [
-        [t.title, p, *(t.speedups.get((p, b), "") for b in batches)]
-        for t in briefs for p in t.reduced
-    ]  # fmt: skip
-    return headers, rows
-
-
 def where(loaded: Loaded, limit: int = 6) -> str:
     """The folders the records were read in: ``a, b and 3 more folder(s)``."""
     dirs = [str(d) for d in folders(loaded.files)]
@@ -162,8 +136,3 @@ def notices(loaded: Loaded) -> list[str]:
     if loaded.bad:
         out.append(f"{len(loaded.bad)} unreadable line(s) or file(s) skipped.")
     return out
-
-
-def intro(loaded: Loaded, tables: Sequence[Table]) -> str:
-    """What was read, how to read the numbers, and what is not shown, as one paragraph."""
-    return " ".join([counts(loaded, tables), DEFINITIONS, *notices(loaded)])
