@@ -166,17 +166,16 @@ def main() -> None:
 
         from mxbench.report import document, load, markdown, tables
 
-        t0 = time.perf_counter()
-        loaded = load.load([root])
-        t1 = time.perf_counter()
-        built = tables.build(loaded.winners)
-        for t in built:
-            _ = t.ratios  # the intervals (computed lazily by the renderer otherwise)
-        t2 = time.perf_counter()
-        doc = document.build(loaded, built)
-        t3 = time.perf_counter()
-        text = markdown.render(doc)
-        t4 = time.perf_counter()
+        with load.collector_paused():  # as `mxbench report` does
+            t0 = time.perf_counter()
+            loaded = load.load([root])
+            t1 = time.perf_counter()
+            built = tables.build(loaded.winners)
+            t2 = time.perf_counter()
+            doc = document.build(loaded, built)
+            t3 = time.perf_counter()
+            text = markdown.render(doc)
+            t4 = time.perf_counter()
         print(
             f"in one process: load {t1 - t0:.2f} s, tables + intervals {t2 - t1:.2f} s, "
             f"document (grids, diagnosis) {t3 - t2:.2f} s, markdown {t4 - t3:.2f} s "

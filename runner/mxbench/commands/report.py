@@ -73,9 +73,18 @@ def report(
             "directories or files with --results"
         )
 
-    from mxbench.report import document, load, tables
+    from mxbench.report import load
 
-    loaded = load.load(sources, label=label)
+    with load.collector_paused():
+        _report(load.load(sources, label=label), sources, label, targets)
+
+
+def _report(
+    loaded: Any, sources: list[Path], label: str | None, targets: list[tuple[str, Path | None]]
+) -> None:
+    """Warnings, then every output asked for, from one document."""
+    from mxbench.report import document, tables
+
     for bad in loaded.bad[:MAX_WARNINGS]:
         where = f"{bad.path}:{bad.lineno}" if bad.lineno else str(bad.path)
         typer.echo(f"mxbench: warning: {where}: {bad.reason} (skipped)", err=True)

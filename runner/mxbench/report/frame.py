@@ -150,7 +150,10 @@ def load_results(*paths: str | Path, latest: bool = True, label: str | None = No
     if label is not None and not isinstance(label, str):
         raise TypeError(f"load_results: label is a str, not {type(label).__name__}")
     where = paths or ("results",)
-    loaded = load.load(where, label=label, keep_all=not latest)
+    with load.collector_paused():
+        loaded = load.load(where, label=label, keep_all=not latest)
+        built = tables.build(loaded.winners)
+        found = rows(loaded, built, latest)
     for bad in loaded.bad:
         warnings.warn(f"{bad.path}:{bad.lineno}: {bad.reason} (skipped)", stacklevel=2)
     if label is not None and not loaded.winners and loaded.read:
@@ -160,8 +163,7 @@ def load_results(*paths: str | Path, latest: bool = True, label: str | None = No
             f"(their labels: {known})",
             stacklevel=2,
         )
-    built = tables.build(loaded.winners)
-    return typed(pd.DataFrame(rows(loaded, built, latest), columns=list(COLUMNS)))
+    return typed(pd.DataFrame(found, columns=list(COLUMNS)))
 
 
 def typed(frame: pd.DataFrame) -> pd.DataFrame:
