@@ -7,7 +7,7 @@ is a rich ``Text`` (never markup), so a record cannot restyle the output.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import Any
 
 from rich.console import Console
@@ -36,10 +36,11 @@ def grid(g: Grid) -> RichTable:
     return out
 
 
-def legend() -> Text:
+def legend(shown: Container[str]) -> Text:
+    """The colours the grids use, each with its meaning."""
     out = Text()
     for verdict, (bg, fg) in COLOURS.items():
-        if verdict != "none":
+        if verdict in shown and verdict != "none":
             out.append(f" {VERDICT_WORDS[verdict]} ", style=f"{fg} on {bg}")
             out.append(" ")
     return out
@@ -73,7 +74,7 @@ def renderables(doc: Document) -> Iterator[Any]:
     for g in doc.grids:
         yield grid(g)
     if doc.grids:
-        yield legend()
+        yield legend({c.verdict for g in doc.grids for r in g.rows for c in r.cells})
     yield Text(" ".join([doc.definitions, *doc.notices]), style="dim")
     yield Text("")
     for s in doc.sections:
