@@ -206,7 +206,7 @@ def test_gpu_ignored_by_tensorflow_is_a_cpu_run() -> None:
         nvml=gpus, driver=driver, framework_gpus=[], used_gpu=False, cpu_model="Xeon"
     )
     assert dev["kind"] == "cpu" and dev["name"] == "Xeon"
-    assert dev["used_by_tf"] is False
+    assert dev["used_gpu"] is False
     assert dev["present_gpus"][0]["compute_capability"] == "5.2"
 
 
@@ -215,7 +215,7 @@ def test_gpu_used_takes_cc_from_nvml_and_cross_checks() -> None:
     fw = [{"name": "Tesla V100", "compute_capability": "7.0"}]
     dev = device_record(nvml=gpus, driver=driver, framework_gpus=fw, used_gpu=True, cpu_model="x")
     assert (dev["kind"], dev["compute_capability"], dev["cc_source"]) == ("gpu", "7.0", "nvml")
-    assert dev["used_by_tf"] is True and dev["uuid"] == "GPU-1234" and "cc_framework" not in dev
+    assert dev["used_gpu"] is True and dev["uuid"] == "GPU-1234" and "cc_framework" not in dev
     no_nvml = device_record(nvml=[], driver=None, framework_gpus=fw, used_gpu=True, cpu_model="x")
     assert (no_nvml["compute_capability"], no_nvml["cc_source"]) == ("7.0", "tensorflow")
 

@@ -6,10 +6,13 @@ A record is one attempt at one cell. :class:`Record` is the contract: the bench 
 store writes it as one JSON line, and the report and ``--resume`` decode the same type.
 ``docs/record.md`` is generated from it (``python -m mxbench.results``).
 
-Schema ``mxbench.result/1``: fields are only ever added (with defaults), so every line
-written by any version of mxbench, and the transcribed ``examples/published/`` records,
-decode as this type; a field a line does not have takes its default. Unknown fields (from a
-newer mxbench) are ignored.
+Schema ``mxbench.result/2``. Records evolve by versions: within one version fields are only
+added (with defaults; a field a line does not have takes its default, unknown fields from a
+newer mxbench are ignored); a change that is not an addition (a rename, a null that the type
+no longer takes) makes a new version, with a step in :data:`UPGRADES` that rewrites a line of
+the previous version before it is decoded (pyperf's version map, asv's ``update_to_2``).
+Every line written by any version of mxbench, or allowed by a published contract, loads:
+``tests/records/`` holds one file per shape ever written.
 
 Layout on disk: ``<results>/<host>.jsonl``, one file per host (asv-style), so that
 directories from many machines can be merged by copying them side by side.
@@ -24,7 +27,7 @@ import os
 import re
 import signal
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -36,7 +39,7 @@ from mxbench.errors import UsageError
 from mxbench.params import Params
 from mxbench.search import BatchSearch
 
-SCHEMA = "mxbench.result/1"
+SCHEMA = "mxbench.result/2"  # the version this mxbench writes (HISTORY: every version)
 Status = Literal["ok", "oom", "error", "timeout", "unsupported"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout", "unsupported")
 # A cell whose latest record has one of these is done: --resume skips it.
@@ -53,9 +56,13 @@ def Doc(text: str) -> Meta:
     return Meta(description=text)
 
 
-class _Part(msgspec.Struct, kw_only=True):
+class _Part(msgspec.Struct, kw_only=True, gc=False):
     """A sub-object of the record. Every field is written (null when unknown); a line that
-    lacks one (an older mxbench, a hand-made record) reads it back as its default."""
+    lacks one (an older mxbench, a hand-made record) reads it back as its default.
+
+    ``gc=False`` (here and on :class:`Record`): a record is a tree, never a cycle, so the
+    garbage collector need not track its structs; a report holding 100,000 of them otherwise
+    spends much of its time in collections that find nothing (msgspec's documented option)."""
 
 
 class StepStats(_Part):
@@ -137,10 +144,10 @@ class Device(_Part):
     driver: str | None = None
     uuid: str | None = None
     framework: Annotated[str | None, Doc("the Keras backend that ran the model")] = None
-    used_by_tf: Annotated[
+    used_gpu: Annotated[
         bool | None,
         Doc("whether `framework` ran the model on the GPU (false: a GPU is present, the "
-            "framework ran on the CPU); the name is historical, it means any backend"),
+            "framework ran on the CPU; null: no GPU). mxbench.result/1 called it used_by_tf"),
     ] = None  # fmt: skip
     present_gpus: list[PresentGpu] = []
     cc_source: Annotated[str | None, Doc("nvml, or the framework that told it")] = None
@@ -284,7 +291,7 @@ class ModelInfo(_Part):
     ] = []  # fmt: skip
 
 
-class Record(msgspec.Struct, kw_only=True):
+class Record(msgspec.Struct, kw_only=True, gc=False):
     """One attempt at one cell: the line ``results/<host>.jsonl`` gets."""
 
     schema: str = SCHEMA
@@ -383,17 +390,114 @@ class BadRecord(ValueError):
 
 
 def decode(line: bytes | str) -> Record:
-    """The record on one line, or :class:`BadRecord` saying why not."""
+    """The record on one line, upgraded to this version, or :class:`BadRecord` saying why
+    not. A line of the current version is decoded straight into the type; any other line
+    (an older version, or one the type rejects) is read as JSON, upgraded (:func:`upgrade`)
+    and then converted."""
     try:
-        return _decoder.decode(line)
+        rec = _decoder.decode(line)
+        if rec.schema == SCHEMA:
+            return rec
+        obj = _json_decoder.decode(line)
+    except msgspec.ValidationError:
+        try:
+            obj = _json_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            raise _not_json(line, exc) from None
+    except msgspec.DecodeError as exc:
+        raise _not_json(line, exc) from None
+    try:
+        return msgspec.convert(upgrade(obj) if isinstance(obj, dict) else obj, Record)
     except msgspec.ValidationError as exc:
         raise BadRecord(_reason(str(exc))) from None
-    except msgspec.DecodeError as exc:
-        if isinstance(line, str):
-            line = line.encode("utf-8", "replace")
-        if _NON_FINITE.search(line):
-            raise BadRecord("not JSON (NaN / Infinity are not JSON numbers)") from None
-        raise BadRecord(f"not JSON ({_reason(str(exc))})") from None
+
+
+def _not_json(line: bytes | str, exc: msgspec.DecodeError) -> BadRecord:
+    if isinstance(line, str):
+        line = line.encode("utf-8", "replace")
+    if _NON_FINITE.search(line):
+        return BadRecord("not JSON (NaN / Infinity are not JSON numbers)")
+    return BadRecord(f"not JSON ({_reason(str(exc))})")
+
+
+# ---- Versions: every record shape ever written keeps loading -------------------------------
+
+HISTORY: dict[str, str] = {
+    "mxbench.result/1": "2026-11-21 to Step 16: the first contract. Its minimum (schema, cell, "
+    "host, status, params) let any other part be null (`metrics: null` on an oom or error); "
+    "the first report read a compute capability written as a number (7.0) or a pair ([7, 0]); "
+    "device.used_by_tf said whether the framework used the GPU, whatever the backend.",
+    SCHEMA: "Step 17: no nulls where the type holds an object, a list or a default; "
+    "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu.",
+}
+_json_decoder = msgspec.json.Decoder()
+# A struct field whose default is not None: a null there means "not recorded" in /1.
+_PARTS: dict[str, type[msgspec.Struct]] = {
+    "image": Image, "metrics": Metrics, "device": Device, "cpu": Cpu, "software": Software,
+    "settings": Settings, "model": ModelInfo,
+}  # fmt: skip
+
+
+def _nulls_to_defaults(obj: dict[str, Any], kind: type[msgspec.Struct]) -> None:
+    for f in msgspec.structs.fields(kind):
+        if obj.get(f.encode_name, 0) is None and (
+            (f.default is not None and f.default is not msgspec.NODEFAULT)
+            or f.default_factory is not msgspec.NODEFAULT
+        ):
+            del obj[f.encode_name]
+
+
+def _cc_text(value: Any) -> Any:
+    """7.0 -> '7.0', [8, 6] -> '8.6', 9 -> '9.0'; anything else unchanged."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return f"{float(value):.1f}"
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return f"{value[0]}.{value[1]}"
+    return value
+
+
+def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
+    _nulls_to_defaults(obj, Record)
+    for key, kind in _PARTS.items():
+        part = obj.get(key)
+        if isinstance(part, dict):
+            _nulls_to_defaults(part, kind)
+    metrics = obj.get("metrics")
+    if isinstance(metrics, dict):
+        for key, kind in (("step_ms", StepStats), ("gpu_health", GpuHealth)):
+            if isinstance(metrics.get(key), dict):
+                _nulls_to_defaults(metrics[key], kind)
+    device = obj.get("device")
+    if isinstance(device, dict):
+        if "used_by_tf" in device:
+            device.setdefault("used_gpu", device.pop("used_by_tf"))
+        if "compute_capability" in device:
+            device["compute_capability"] = _cc_text(device["compute_capability"])
+        gpus = device.get("present_gpus")
+        for gpu in gpus if isinstance(gpus, list) else ():
+            if isinstance(gpu, dict) and "compute_capability" in gpu:
+                gpu["compute_capability"] = _cc_text(gpu["compute_capability"])
+    obj["schema"] = "mxbench.result/2"
+    return obj
+
+
+# schema -> the step that rewrites a line of it as the next version (applied until current).
+UPGRADES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "mxbench.result/1": _upgrade_1_to_2,
+}
+
+
+def upgrade(obj: dict[str, Any]) -> dict[str, Any]:
+    """A decoded JSON line of any known version, rewritten (in place) as the current one;
+    an unknown schema (a newer mxbench, another tool) is returned as it is."""
+    while True:
+        schema = obj.get("schema")
+        step = UPGRADES.get(schema) if isinstance(schema, str) else None
+        if step is None:
+            return obj
+        obj = step(obj)
 
 
 _NON_FINITE = re.compile(rb"[:\[,]\s*-?(NaN|Infinity)\s*[,}\]]")

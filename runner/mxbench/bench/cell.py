@@ -20,7 +20,7 @@ from mxbench import __version__
 from mxbench.bench import backends, probe
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import StepLog, split, step_timer, summarize
-from mxbench.errors import UsageError
+from mxbench.errors import UsageError, pip_install
 from mxbench.params import Params
 from mxbench.results import (
     Cpu,
@@ -91,7 +91,7 @@ def _measure(
         extra = backends.EXTRAS[p.backend]
         raise UsageError(
             f"--backend {p.backend}: {exc.name or 'the framework'} is not installed here "
-            f"(pip install 'mxbench[{extra}]')"
+            f"({pip_install(extra)})"
         ) from None
     state["backend"] = backend
     import keras

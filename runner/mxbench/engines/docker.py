@@ -1,8 +1,10 @@
 """``engine: docker``: each cell in a fresh container of the host's image.
 
 The host is a Docker Engine reached through the docker SDK: the local socket (or
-``DOCKER_HOST``), ``docker_host: ssh://user@host[:port]`` (docker[ssh], paramiko; the remote
-needs the docker CLI for ``docker system dial-stdio``), ``tcp://``, or ``context: NAME``.
+``DOCKER_HOST``), ``docker_host: ssh://user@host[:port]`` (through the system's ssh client, as
+the docker CLI does, so ~/.ssh/config applies: jump hosts, identity files, known hosts;
+paramiko only where there is no ``ssh``; the remote needs the docker CLI for ``docker system
+dial-stdio``), ``tcp://``, or ``context: NAME``.
 
 Nothing is pulled: ``prepare`` looks for the exact content-hash tag ``mxbench build`` makes
 and, when it is missing, names the command that builds it. The record comes back on the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import shutil
 import threading
 import time
 import urllib.parse
@@ -102,8 +105,10 @@ def connect(
     def once() -> Any:
         try:
             if base_url:
+                # ssh:// through the system ssh client (~/.ssh/config: ProxyJump, keys)
+                system_ssh = base_url.startswith("ssh://") and shutil.which("ssh") is not None
                 client = docker.DockerClient(
-                    base_url=base_url, tls=tls, timeout=int(timeout), use_ssh_client=False
+                    base_url=base_url, tls=tls, timeout=int(timeout), use_ssh_client=system_ssh
                 )
             else:
                 client = docker.from_env(timeout=int(timeout))

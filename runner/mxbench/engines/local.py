@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -31,7 +30,7 @@ from mxbench.engines.base import (
     register,
 )
 from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
-from mxbench.errors import UsageError
+from mxbench.errors import UsageError, pip_install
 from mxbench.schema import HostBase, OneLine
 
 if TYPE_CHECKING:
@@ -84,7 +83,7 @@ class LocalEngine(Engine):
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise UsageError(f"host {self.host.name}: cannot run {python!r}: {exc}") from None
             if found.returncode != 0:
-                pip = shlex.join([python, "-m", "pip", "install", f"mxbench[{extra}]"])
+                pip = pip_install(extra, python)
                 raise UsageError(
                     f"host {self.host.name}: {python} cannot import {module}; install it "
                     f"there with: {pip}"

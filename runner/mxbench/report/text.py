@@ -1,15 +1,14 @@
-"""What every format shows, as text: cell values, speedups with their intervals, the rows
-of a table and of the summary, the intro. Formats differ only in how they frame and escape
-it (:mod:`.markdown`, :mod:`.html`; the CSV is the DataFrame of :mod:`.frame`)."""
+"""What every format shows, as text: cell values, speedups with their intervals, a table's
+rows, what was read and how to read it. :mod:`.document` gathers them once; the renderers
+only frame and escape them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from mxbench import stats
 from mxbench.params import BASELINE
-from mxbench.report.load import Loaded
+from mxbench.report.load import Loaded, folders
 from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
 
 STATUS_TEXT = {"oom": "OOM", "error": "error", "timeout": "timeout", "unsupported": "unsupported"}
@@ -105,43 +104,35 @@ def interval_note(t: Table) -> str | None:
     )
 
 
-@dataclass(frozen=True)
-class Brief:
-    """What the summary across devices takes from one table."""
-
-    title: str
-    reduced: list[str]
-    batches: list[int]
-    speedups: dict[tuple[str, int], str]
+def where(loaded: Loaded, limit: int = 6) -> str:
+    """The folders the records were read in: ``a, b and 3 more folder(s)``."""
+    dirs = [str(d) for d in folders(loaded.files)]
+    if len(dirs) <= limit:
+        return ", ".join(dirs) or "no folder"
+    return f"{', '.join(dirs[:limit])} and {len(dirs) - limit} more folder(s)"
 
 
-def brief(t: Table) -> Brief:
-    return Brief(t.title, t.reduced, t.batches, speedup_texts(t))
+DEFINITIONS = (
+    "Cells: median ms per step [p25–p75]; speedup = float32 median / policy median with its "
+    "95% interval and a verdict (≈ same: the interval contains 1.0); latest ok attempt per "
+    "cell. Loss parity: each policy's mean training loss over the timed steps against "
+    f"float32's (same seed, same data), flagged beyond {LOSS_TOLERANCE:.0%}; a non-finite "
+    "loss is 'diverged', and its speedup is not one."
+)
 
 
-def summary_rows(tables: Sequence[Table]) -> tuple[list[str], list[list[str]]]:
-    briefs = [brief(t) for t in tables]
-    batches = sorted({b for t in briefs for b in t.batches})
-    headers = ["device", "policy", *map(str, batches)]
-    rows = [
-        [t.title, p, *(t.speedups.get((p, b), "") for b in batches)]
-        for t in briefs for p in t.reduced
-    ]  # fmt: skip
-    return headers, rows
-
-
-def intro(loaded: Loaded, tables: Sequence[Table]) -> str:
-    text = (
-        f"{loaded.read} records from {len(loaded.files)} file(s), {len(loaded.winners)} cells, "
-        f"{len(tables)} table(s). Cells: median ms per step [p25–p75]; speedup = float32 "
-        "median / policy median with its 95% interval and a verdict (≈ same: the interval "
-        "contains 1.0); latest ok attempt per cell. Loss parity: each policy's mean training "
-        f"loss over the timed steps against float32's (same seed, same data), flagged beyond "
-        f"{LOSS_TOLERANCE:.0%}; a non-finite loss is 'diverged', and its speedup is not one."
+def counts(loaded: Loaded, tables: Sequence[Table]) -> str:
+    return (
+        f"{loaded.read} records from {len(loaded.files)} file(s) in {where(loaded)}; "
+        f"{len(loaded.winners)} cells, {len(tables)} table(s)."
     )
+
+
+def notices(loaded: Loaded) -> list[str]:
+    out = []
     older = sum(n - 1 for n in loaded.attempts.values())
     if older:
-        text += f" {older} older attempt(s) of {len(loaded.attempts)} cell(s) not shown."
+        out.append(f"{older} older attempt(s) of {len(loaded.attempts)} cell(s) not shown.")
     if loaded.bad:
-        text += f" {len(loaded.bad)} unreadable line(s) or file(s) skipped."
-    return text
+        out.append(f"{len(loaded.bad)} unreadable line(s) or file(s) skipped.")
+    return out
