@@ -14,6 +14,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal
 
 from mxbench import params, stats
@@ -174,6 +175,9 @@ class Table:
     @property
     def title(self) -> str:
         parts = [self.host, self.device_name]
+        model = str(self.setup.get("model") or "")
+        if model and model != params.field("model").default:
+            parts.append(Path(model).name)  # a zoo name, or a user's file.py:build
         if self.image_name:
             parts.append(f"image {self.image_name}")
         backend = self.setup.get("backend")
