@@ -317,16 +317,37 @@ class BadRecord(ValueError):
 
 def decode(line: bytes | str) -> Record:
     """The record on one line, or :class:`BadRecord` saying why not."""
+    if len(line) > MAX_LINE_BYTES:
+        raise BadRecord(f"line of {len(line)} bytes (at most {MAX_LINE_BYTES} are read)")
     try:
-        return _decoder.decode(line)
+        rec = _decoder.decode(line)
     except msgspec.ValidationError as exc:
         raise BadRecord(_reason(str(exc))) from None
+    except RecursionError:
+        raise BadRecord("nested too deeply to be a record") from None
     except msgspec.DecodeError as exc:
         if isinstance(line, str):
             line = line.encode("utf-8", "replace")
         if _NON_FINITE.search(line):
             raise BadRecord("not JSON (NaN / Infinity are not JSON numbers)") from None
         raise BadRecord(f"not JSON ({_reason(str(exc))})") from None
+    if _depth(rec.run) > MAX_DEPTH:  # the one free-form part: readers copy and render it
+        raise BadRecord(f"'run' nested deeper than {MAX_DEPTH} levels")
+    return rec
+
+
+# Bounds on what a line may be (a bench's output, a file from anywhere): a record with a
+# million timed steps (params.MAX_STEPS) and their losses is about 40 MB.
+MAX_LINE_BYTES = 64 * 2**20
+MAX_DEPTH = 16
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    """How deeply ``value`` nests (0: a scalar), looking no further than :data:`MAX_DEPTH`."""
+    if level > MAX_DEPTH or not isinstance(value, dict | list):
+        return level
+    items = value.values() if isinstance(value, dict) else value
+    return max((_depth(v, level + 1) for v in items), default=level + 1)
 
 
 _NON_FINITE = re.compile(rb"[:\[,]\s*-?(NaN|Infinity)\s*[,}\]]")
@@ -340,21 +361,35 @@ def _reason(text: str, limit: int = 200) -> str:
 _JSON_LINE = re.compile(rb"^\s*\{.*\}\s*$")
 
 
-def parse_bench_output(stdout: str) -> Record | None:
-    """The record a bench printed: the last stdout line that decodes as one.
+def parse_bench_output(stdout: str | bytes) -> Record | None:
+    """The record a bench printed: the last stdout line that decodes as one."""
+    return bench_output(stdout)[0]
+
+
+def bench_output(stdout: str | bytes) -> tuple[Record | None, str | None]:
+    """The record a bench printed (the last stdout line that decodes as one), or None and
+    why the last line that looked like one is not (None: nothing looked like one).
 
     Searching from the end tolerates stray prints (a library writing to stdout) before it.
+    The output is untrusted: bytes that are not UTF-8 are replaced, lines past
+    :data:`MAX_LINE_BYTES` and nesting past :data:`MAX_DEPTH` are not records (engines
+    bound how much output they keep).
     """
-    for line in reversed(stdout.encode("utf-8", "replace").splitlines()):
+    if isinstance(stdout, str):
+        stdout = stdout.encode("utf-8", "replace")
+    why = None
+    for line in reversed(stdout.splitlines()):
         if not _JSON_LINE.match(line):
             continue
         try:
-            rec = decode(line)
-        except BadRecord:
+            rec = decode(line.decode("utf-8", "replace").encode())
+        except BadRecord as exc:
+            why = why or str(exc)
             continue
         if rec.schema == SCHEMA:
-            return rec
-    return None
+            return rec, None
+        why = why or f"unknown schema {_short(rec.schema)}"
+    return None, why
 
 
 def tail(text: str, lines: int = 20, chars: int = 4000) -> str:

@@ -28,10 +28,13 @@ from pydantic import Field, model_validator
 from mxbench.engines import retry
 from mxbench.engines.base import (
     PROBE,
+    STDERR_LIMIT,
+    STDOUT_LIMIT,
     Check,
     Engine,
     EngineUnavailable,
     Outcome,
+    Tail,
     probe_check,
     register,
 )
@@ -381,8 +384,8 @@ class DockerEngine(Engine):
             wall = time.monotonic() - t0
             container.reload()
             state = container.attrs.get("State") or {}
-            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+            stdout = _logs(container, Tail(STDOUT_LIMIT), stdout=True, stderr=False)
+            stderr = _logs(container, Tail(STDERR_LIMIT), stdout=False, stderr=True)
         finally:
             with self._lock:
                 self._running = None
@@ -406,6 +409,13 @@ class DockerEngine(Engine):
         if running is not None:
             _quietly(running.kill)
             _quietly(lambda: running.remove(force=True))
+
+
+def _logs(container: Any, sink: Tail, **which: bool) -> bytes:
+    """A container's output, streamed into a bounded tail (a bench's output is untrusted)."""
+    for chunk in container.logs(stream=True, follow=False, **which):
+        sink.add(chunk)
+    return sink.data()
 
 
 def _gpus(gpus: str | list[str]) -> str:

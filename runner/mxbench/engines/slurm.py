@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import field_validator, model_validator
 
 from mxbench.engines import retry
-from mxbench.engines.base import Check, Engine, EngineUnavailable, Outcome, register
+from mxbench.engines.base import STDOUT_LIMIT, Check, Engine, EngineUnavailable, Outcome, register
 from mxbench.engines.slurm_script import job_script, runtime
 from mxbench.engines.slurm_states import (
     FINAL_STATES,
@@ -480,8 +480,12 @@ def _last_line(res: subprocess.CompletedProcess[str]) -> str:
     return text.splitlines()[-1] if text else f"exit code {res.returncode}"
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, limit: int = STDOUT_LIMIT) -> str:
+    """The end of a job's output file (at most ``limit`` bytes: the output is untrusted)."""
     try:
-        return path.read_text(errors="replace")
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - limit))
+            return fh.read(limit).decode("utf-8", "replace")
     except OSError:
         return ""
