@@ -236,3 +236,27 @@ def test_a_docker_daemon_answering_500_is_that_hosts_error_only(tmp_path: Path) 
     (broken,) = records(tmp_path, "broken")
     assert broken["status"] == "error"
     assert "the docker engine failed" in broken["error"] and "injected" in broken["error"]
+
+
+def test_a_report_that_cannot_be_written_leaves_the_old_one_whole(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "h.jsonl").write_bytes(_record_line())
+    out = tmp_path / "report.md"
+    out.write_text("the old report\n")
+
+    def report(**kw: object) -> subprocess.CompletedProcess[str]:
+        argv = ["report", "--results", str(results), "--markdown", "--output", str(out)]
+        return subprocess.run(
+            [sys.executable, "-m", "mxbench", *argv],
+            capture_output=True, text=True, timeout=120, check=False, **kw,  # type: ignore[call-overload]
+        )  # fmt: skip
+
+    def tiny_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
+
+    res = report(preexec_fn=tiny_files)
+    assert res.returncode == 2 and "File too large (nothing written)" in res.stderr, res.stderr
+    assert out.read_text() == "the old report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results"]  # no temp
+    assert report().returncode == 0 and "## " in out.read_text()

@@ -478,6 +478,27 @@ def read_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple
 LOCK_NAME = ".mxbench-run.lock"
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` all at once (a temporary file beside it, fsync'd, then
+    renamed over it): a failure, a full disk included, leaves the old file as it was and no
+    fragment; a symbolic link at ``path`` is replaced, not written through. OSError on
+    failure."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fh.fileno(), 0o666 & ~umask)  # what open() would have made
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 class StoreError(MxbenchError):
     """A record could not be written (full disk, a results file that is not a regular
     file): the run stops, saying which record is not saved."""
