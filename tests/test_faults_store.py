@@ -215,27 +215,47 @@ class _Daemon500(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_a_docker_daemon_answering_500_is_that_hosts_error_only(tmp_path: Path) -> None:
+@pytest.fixture
+def daemon500(tmp_path: Path) -> Iterator[Path]:
+    """A matrix: a local host with a good bench, and a docker host whose daemon answers 500."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Daemon500)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    good = fake_python(tmp_path, "print(json.dumps(GOOD))")
+    doc = json.loads(matrix(tmp_path, ("local", good)).read_text())
+    doc["images"] = {"img": {"dockerfile": "Dockerfile"}}
+    doc["hosts"].append(
+        {"name": "broken", "engine": "docker", "images": ["img"],
+         "docker_host": f"tcp://127.0.0.1:{server.server_port}"}
+    )  # fmt: skip
+    (tmp_path / "matrix.yaml").write_text(json.dumps(doc))
     try:
-        (tmp_path / "Dockerfile").write_text("FROM scratch\n")
-        good = fake_python(tmp_path, "print(json.dumps(GOOD))")
-        doc = json.loads(matrix(tmp_path, ("local", good)).read_text())
-        doc["images"] = {"img": {"dockerfile": "Dockerfile"}}
-        doc["hosts"].append(
-            {"name": "broken", "engine": "docker", "images": ["img"],
-             "docker_host": f"tcp://127.0.0.1:{server.server_port}"}
-        )  # fmt: skip
-        (tmp_path / "matrix.yaml").write_text(json.dumps(doc))
-        res = run(tmp_path, "-m", str(tmp_path / "matrix.yaml"))
+        yield tmp_path / "matrix.yaml"
     finally:
         server.shutdown()
+
+
+def test_a_docker_daemon_answering_500_is_that_hosts_error_only(
+    tmp_path: Path, daemon500: Path
+) -> None:
+    res = run(tmp_path, "-m", str(daemon500))
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     assert [r["status"] for r in records(tmp_path, "local")] == ["ok"]
     (broken,) = records(tmp_path, "broken")
     assert broken["status"] == "error"
     assert "the docker engine failed" in broken["error"] and "injected" in broken["error"]
+
+
+def test_build_on_a_daemon_answering_500_is_one_clear_error(
+    tmp_path: Path, daemon500: Path
+) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "mxbench", "build", "-m", str(daemon500)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "host broken: building image 'img' failed: APIError" in res.stderr
+    assert "injected" in res.stderr
 
 
 def test_a_report_that_cannot_be_written_leaves_the_old_one_whole(tmp_path: Path) -> None:
