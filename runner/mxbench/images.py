@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import posixpath
 import re
 import ssl
 import stat
@@ -29,6 +30,7 @@ from typing import Any
 from mxbench import __version__
 from mxbench.errors import MxbenchError, UsageError
 from mxbench.matrix import Image, Matrix
+from mxbench.results import LOCK_NAME
 
 LABEL = "io.mxbench."
 CA_BUNDLE_PATH = "docker/ca-bundle.pem"  # where the Dockerfiles look for it (docker/venv.sh)
@@ -71,7 +73,10 @@ class ImageSpec:
         ignore = self.ignore_file
         patterns = _dockerignore(ignore.read_text()) if ignore is not None else []
         found = []
+        results = _ResultsDirs(self.context)
         for rel in exclude_paths(str(self.context), patterns, dockerfile=self.dockerfile):
+            if results.holds(rel):
+                continue  # measurements are not image content (they change as a run goes)
             found.append(rel)
             if len(found) > MAX_CONTEXT_FILES:
                 raise UsageError(
@@ -130,6 +135,24 @@ class ImageSpec:
         if name in self.build_args:
             return self.build_args[name]
         return dockerfile_arg_defaults(self.dockerfile_path.read_text()).get(name)
+
+
+class _ResultsDirs:
+    """Which paths of a context lie in an mxbench results directory (one that holds the
+    lock file of ``mxbench run``): never part of an image, whatever the ignore file says."""
+
+    def __init__(self, context: Path) -> None:
+        self.context = context
+        self._known: dict[str, bool] = {"": False}
+
+    def holds(self, rel: str) -> bool:
+        return self._is_results(posixpath.dirname(rel))
+
+    def _is_results(self, folder: str) -> bool:
+        if folder not in self._known:
+            here = (self.context / folder / LOCK_NAME).is_file()
+            self._known[folder] = here or self._is_results(posixpath.dirname(folder))
+        return self._known[folder]
 
 
 def _file_digest(path: Path) -> bytes:

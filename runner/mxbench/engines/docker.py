@@ -19,9 +19,9 @@ import shlex
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from mxbench.matrix import Matrix
 
 Gpus = Literal["all", "none"] | list[str]
+T = TypeVar("T")
 
 
 class DockerHost(HostBase):
@@ -183,6 +184,7 @@ class DockerEngine(Engine):
         self._lock = threading.Lock()
         self._running: Any = None
         self._cancelled = False
+        self._dropouts = 0  # times the daemon dropped out during the current cell
 
     # ------------------------------------------------------------------ prepare
 
@@ -355,17 +357,21 @@ class DockerEngine(Engine):
 
     def _run_container(self, cell: Cell, image: dict[str, Any], public: dict[str, Any]) -> Outcome:
         t0 = time.monotonic()
-        container = self._client.containers.create(
-            image["tag"],
-            command=cell.bench_args(),
-            environment=dict(self.host.env),
-            device_requests=device_requests(self.host.gpus),
-            volumes=data_mount(cell.params.data),
-            labels={"io.mxbench.cell": cell.key, "io.mxbench.host": cell.host},
-            # memory_limit: the container's limit, with no swap beyond it
-            mem_limit=self.host.memory_limit,
-            memswap_limit=self.host.memory_limit,
-            detach=True,
+        self._dropouts = 0
+        container = self._reconnecting(
+            None,
+            lambda _: self._client.containers.create(
+                image["tag"],
+                command=cell.bench_args(),
+                environment=dict(self.host.env),
+                device_requests=device_requests(self.host.gpus),
+                volumes=data_mount(cell.params.data),
+                labels={"io.mxbench.cell": cell.key, "io.mxbench.host": cell.host},
+                # memory_limit: the container's limit, with no swap beyond it
+                mem_limit=self.host.memory_limit,
+                memswap_limit=self.host.memory_limit,
+                detach=True,
+            ),
         )
         with self._lock:
             self._running = container
@@ -374,23 +380,34 @@ class DockerEngine(Engine):
             if self._cancelled:  # Ctrl-C arrived while the container was being created
                 return Outcome(None, status="error", reason="cancelled", image=public)
             container.start()
-            try:
-                container.wait(timeout=cell.timeout_s)
-            except Exception as exc:  # read timeout: requests, urllib3 or paramiko flavour
-                if not _is_timeout(exc):
-                    raise
-                timed_out = True
-                _quietly(container.kill)
+            deadline = t0 + cell.timeout_s
+            while True:
+                try:
+                    container.wait(timeout=max(1.0, deadline - time.monotonic()))
+                    break
+                except Exception as exc:  # read timeout: requests, urllib3 or paramiko flavour
+                    if not _is_timeout(exc):
+                        container = self._reattach(container, exc)  # the daemon dropped out
+                        continue
+                    if time.monotonic() < deadline - 1.0:
+                        continue  # a wait cut short (the link was re-made meanwhile)
+                    timed_out = True
+                    _quietly(container.kill)
+                    break
             wall = time.monotonic() - t0
-            container.reload()
+            container = self._reconnecting(container, _reloaded)
             state = container.attrs.get("State") or {}
-            stdout = _logs(container, Tail(STDOUT_LIMIT), stdout=True, stderr=False)
-            stderr = _logs(container, Tail(STDERR_LIMIT), stdout=False, stderr=True)
+            stdout = self._reconnecting(
+                container, lambda c: _logs(c, Tail(STDOUT_LIMIT), stdout=True, stderr=False)
+            )
+            stderr = self._reconnecting(
+                container, lambda c: _logs(c, Tail(STDERR_LIMIT), stdout=False, stderr=True)
+            )
         finally:
             with self._lock:
                 self._running = None
             _quietly(lambda: container.remove(force=True))
-        return Outcome(
+        outcome = Outcome(
             returncode=None if timed_out else state.get("ExitCode"),
             stdout=stdout,
             stderr=stderr,
@@ -401,6 +418,42 @@ class DockerEngine(Engine):
             image=public,
             extra={"container": container.short_id, "docker_host": address(self.host)},
         )
+        if self._dropouts:
+            outcome.extra["daemon_dropouts"] = self._dropouts
+            if not timed_out and not outcome.oom_killed and outcome.returncode:
+                outcome.status = "error"
+                outcome.reason = (
+                    f"host {cell.host}: the Docker daemon at {address(self.host)} dropped out "
+                    f"during the cell; its container ended with exit code {outcome.returncode}"
+                )
+        return outcome
+
+    def _reattach(self, container: Any, exc: BaseException) -> Any:
+        """After the daemon dropped out mid-cell: connect again (the bounded retries of
+        :func:`connect`) and take the cell's container back, at most ``retry.ATTEMPTS``
+        times a cell; the exception when the daemon or the container is gone."""
+        if not _lost(exc) or self._dropouts >= retry.ATTEMPTS:
+            raise exc
+        self._dropouts += 1
+        self._client = connect(self.host)
+        found = self._client.containers.get(container.id)
+        with self._lock:
+            self._running = found
+        return found
+
+    def _reconnecting(self, container: Any, fn: Callable[[Any], T]) -> T:
+        """``fn(container)``; when the daemon drops out meanwhile, again on a new link."""
+        while True:
+            try:
+                return fn(container)
+            except Exception as exc:
+                if container is None:  # creating: connect again, then create again
+                    if not _lost(exc) or self._dropouts >= retry.ATTEMPTS:
+                        raise
+                    self._dropouts += 1
+                    self._client = connect(self.host)
+                    continue
+                container = self._reattach(container, exc)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -432,6 +485,26 @@ def _is_timeout(exc: BaseException) -> bool:
         if isinstance(seen, (requests.exceptions.Timeout, socket.timeout, TimeoutError)):
             return True
         if "timed out" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _reloaded(container: Any) -> Any:
+    container.reload()
+    return container
+
+
+def _lost(exc: BaseException) -> bool:
+    """Whether the link to the daemon broke (reset, refused, closed), as opposed to an
+    answer the daemon gave (an HTTP error) or a read timeout."""
+    import requests
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (requests.exceptions.ConnectionError, ConnectionError, EOFError)):
+            return True
+        if type(seen).__name__ in ("ProtocolError", "SSHException"):
             return True
         seen = seen.__cause__ or seen.__context__
     return False
