@@ -324,3 +324,47 @@ def test_the_orchestrator_stamps_label_source_host_time_and_exit_code(tmp_path: 
     assert rec["cell"] != "c0ffee" and not rec["time"].startswith("2099")
     assert rec["params"]["batch_size"] == 4 and rec["params"]["policy"] == "float32"
     assert rec["run"]["exit_code"] == 0 and rec["run"]["wall_s"] < 1000
+
+
+def test_the_next_run_sweeps_what_a_killed_run_left(tmp_path: Path) -> None:
+    """A grandchild that left the bench's session survives `kill -9` of the orchestrator
+    (no parent-death signal reaches it); the next run on this machine kills it."""
+    pids = tmp_path / "pids"
+    py = fake_python(
+        tmp_path,
+        f"""
+        if "mixed_float16" not in sys.argv:
+            child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+            open({str(pids)!r}, "w").write(str(child.pid))
+            time.sleep(300)
+        print(json.dumps(GOOD))
+        """,
+    )
+    m = matrix(tmp_path, ("h", py))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(tmp_path / "r1")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not pids.exists() or not pids.read_text():
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.1)
+    finally:
+        first.kill()
+        first.wait()
+    left = int(pids.read_text())
+    try:
+        time.sleep(0.5)
+        assert alive(left)  # escaped both the process group and the parent-death signal
+        doc = json.loads(m.read_text())
+        doc["axes"]["policy"] = ["mixed_float16"]
+        m.write_text(json.dumps(doc))
+        res = run(tmp_path, "-m", str(m))
+        assert res.returncode == 0, res.stderr
+        assert "killed stale bench processes (1) left by an earlier run" in res.stderr
+        assert not alive(left)
+    finally:
+        if alive(left):
+            os.kill(left, signal.SIGKILL)

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -88,9 +88,10 @@ def proxy() -> Iterator[Proxy]:
         p.close()
 
 
+# The bench in the fake image: 8 s, except pure float16 (never ends) and mixed_bfloat16 (0 s).
 FAKE_BENCH = f"""
-import json, time
-time.sleep(8)
+import json, sys, time
+time.sleep(300 if "float16" in sys.argv else 0 if "mixed_bfloat16" in sys.argv else 8)
 print(json.dumps({GOOD!r}))
 """
 
@@ -104,40 +105,56 @@ def _containers(host: str) -> list[str]:
     return [c.short_id for c in found]
 
 
-def test_a_daemon_that_drops_out_mid_cell_is_reconnected_and_the_cell_kept(
-    tmp_path: Path, proxy: Proxy
-) -> None:
+@pytest.fixture
+def fake_image(tmp_path: Path, proxy: Proxy) -> Callable[..., subprocess.Popen[str]]:
+    """A built image whose bench is FAKE_BENCH, and ``mxbench(*args, policies=[...])`` on a
+    matrix of one docker host (its name: ``mxbench.host``) reached through the proxy."""
     require_service(docker_ok(), f"a Docker daemon with {BASE_IMAGE}")
     (tmp_path / "fake.py").write_text(FAKE_BENCH)
+    (tmp_path / ".dockerignore").write_text("*\n!fake.py\n")  # the image: fake.py only
     (tmp_path / "Dockerfile").write_text(
         "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY fake.py /fake.py\n"
         'ENTRYPOINT ["python3", "/fake.py"]\n'
     )
     host = f"cut-{uuid.uuid4().hex[:6]}"
-    doc = {
-        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3},
-        "axes": {"policy": ["float32", "mixed_float16"], "batch_size": [4]},
-        "images": {"fake": {"dockerfile": "Dockerfile", "build_args": {"BASE_IMAGE": BASE_IMAGE}}},
-        "hosts": [{"name": host, "engine": "docker", "images": ["fake"],
-                   "docker_host": f"tcp://127.0.0.1:{proxy.port}"}],
-    }  # fmt: skip
-    (tmp_path / "matrix.yaml").write_text(json.dumps(doc))
 
-    def mxbench(*args: str) -> subprocess.Popen[str]:
+    def mxbench(*args: str, policies: Sequence[str] = ("float32",)) -> subprocess.Popen[str]:
+        doc = {
+            "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3},
+            "axes": {"policy": list(policies), "batch_size": [4]},
+            "images": {"fake": {"dockerfile": "Dockerfile",
+                                "build_args": {"BASE_IMAGE": BASE_IMAGE}}},
+            "hosts": [{"name": host, "engine": "docker", "images": ["fake"],
+                       "docker_host": f"tcp://127.0.0.1:{proxy.port}"}],
+        }  # fmt: skip
+        (tmp_path / "matrix.yaml").write_text(json.dumps(doc))
         return subprocess.Popen(
             [sys.executable, "-m", "mxbench", *args, "-m", "matrix.yaml"],
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
+    mxbench.host = host  # type: ignore[attr-defined]
     build = mxbench("build")
     _, err = build.communicate(timeout=300)
     assert build.returncode == 0, err
-    run = mxbench("run", "-r", "results")
+    return mxbench
+
+
+def _started(host: str, run: subprocess.Popen[str]) -> list[str]:
+    deadline = time.monotonic() + 60
+    while not (found := _containers(host)):
+        assert time.monotonic() < deadline and run.poll() is None, run.communicate()
+        time.sleep(0.2)
+    return found
+
+
+def test_a_daemon_that_drops_out_mid_cell_is_reconnected_and_the_cell_kept(
+    tmp_path: Path, proxy: Proxy, fake_image: Callable[..., subprocess.Popen[str]]
+) -> None:
+    host = fake_image.host  # type: ignore[attr-defined]
+    run = fake_image("run", "-r", "results", policies=["float32", "mixed_float16"])
     try:
-        deadline = time.monotonic() + 60
-        while not _containers(host):  # the first cell's container is running
-            assert time.monotonic() < deadline and run.poll() is None, run.communicate()
-            time.sleep(0.2)
+        _started(host, run)
         time.sleep(1)
         proxy.cut(3)
         _, err = run.communicate(timeout=180)
@@ -151,3 +168,21 @@ def test_a_daemon_that_drops_out_mid_cell_is_reconnected_and_the_cell_kept(
     assert [r["status"] for r in recs] == ["ok", "ok"], [r.get("error") for r in recs]
     assert recs[0]["run"]["daemon_dropouts"] >= 1
     assert _containers(host) == []  # the cut cell's container was removed too
+
+
+def test_the_next_run_removes_the_container_a_killed_run_left(
+    tmp_path: Path, fake_image: Callable[..., subprocess.Popen[str]]
+) -> None:
+    host = fake_image.host  # type: ignore[attr-defined]
+    first = fake_image("run", "-r", "results", policies=["float16"])
+    try:
+        (left,) = _started(host, first)
+    finally:
+        first.kill()
+        first.communicate()
+    assert _containers(host) == [left]  # kill -9: nobody removed it
+    second = fake_image("run", "-r", "results", policies=["mixed_bfloat16"])
+    _, err = second.communicate(timeout=180)
+    assert second.returncode == 0, err
+    assert "removed stale containers (1) left by an earlier run" in err
+    assert _containers(host) == []

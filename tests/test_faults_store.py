@@ -280,3 +280,22 @@ def test_a_report_that_cannot_be_written_leaves_the_old_one_whole(tmp_path: Path
     assert out.read_text() == "the old report\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md", "results"]  # no temp
     assert report().returncode == 0 and "## " in out.read_text()
+
+
+def test_a_results_directory_is_never_part_of_an_image(tmp_path: Path) -> None:
+    from mxbench.images import ImageSpec
+
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY . /x\n")
+    spec = ImageSpec("img", tmp_path, "Dockerfile")
+    before = spec.content_hash()
+    results = tmp_path / "results"
+    ResultStore(results).check_writable(["h"])
+    with ResultStore(results).lock():
+        ResultStore(results).append(decode(_record_line()))
+        (results / "sub").mkdir()
+        (results / "sub" / "x.jsonl").write_bytes(_record_line())
+        assert spec.content_hash() == before
+        assert not any(f.startswith("results") for f in spec.files())
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "h.jsonl").write_bytes(_record_line())  # not a results directory
+    assert spec.content_hash() != before

@@ -146,7 +146,10 @@ class _ResultsDirs:
         self._known: dict[str, bool] = {"": False}
 
     def holds(self, rel: str) -> bool:
-        return self._is_results(posixpath.dirname(rel))
+        """``rel`` is a results directory, or lies in one."""
+        return self._is_results(posixpath.dirname(rel)) or (
+            (self.context / rel / LOCK_NAME).is_file()
+        )
 
     def _is_results(self, folder: str) -> bool:
         if folder not in self._known:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
-from mxbench.engines import retry
+from mxbench.engines import retry, stale
 from mxbench.engines.base import (
     PROBE,
     STDERR_LIMIT,
@@ -213,6 +213,7 @@ class DockerEngine(Engine):
             self._connect()
         except DockerUnreachable as exc:
             raise EngineUnavailable(str(exc), "error") from None
+        self._sweep()
         if self.host.gpus != "none":
             info = self._client.info()
             if not has_nvidia_runtime(info):
@@ -226,6 +227,14 @@ class DockerEngine(Engine):
         needed = {c.image: c.image_spec for c in cells if c.image}
         for name, spec in needed.items():
             self._images[name] = self._find_image(name, spec)
+
+    def _sweep(self) -> None:
+        """Remove the containers a run of this machine that was killed (-9) left here."""
+        found = self._client.containers.list(all=True, filters={"label": stale.LABEL})
+        left = [c for c in found if stale.gone((c.labels or {}).get(stale.LABEL, ""))]
+        for container in left:
+            _quietly(lambda c=container: c.remove(force=True))
+        stale.say(self.host.name, "removed stale containers", len(left))
 
     def _tag(self, name: str, spec_dict: dict[str, Any] | None) -> str:
         """The content-hash tag ``mxbench build`` gives the image (hashes its context)."""
@@ -320,7 +329,11 @@ class DockerEngine(Engine):
                 command=[],
                 environment=dict(self.host.env),
                 device_requests=device_requests(self.host.gpus),
-                labels={"io.mxbench.host": self.host.name, "io.mxbench.doctor": "probe"},
+                labels={
+                    "io.mxbench.host": self.host.name,
+                    "io.mxbench.doctor": "probe",
+                    stale.LABEL: stale.owner(),
+                },
                 detach=True,
             )
             try:
@@ -366,7 +379,11 @@ class DockerEngine(Engine):
                 environment=dict(self.host.env),
                 device_requests=device_requests(self.host.gpus),
                 volumes=data_mount(cell.params.data),
-                labels={"io.mxbench.cell": cell.key, "io.mxbench.host": cell.host},
+                labels={
+                    "io.mxbench.cell": cell.key,
+                    "io.mxbench.host": cell.host,
+                    stale.LABEL: stale.owner(),
+                },
                 # memory_limit: the container's limit, with no swap beyond it
                 mem_limit=self.host.memory_limit,
                 memswap_limit=self.host.memory_limit,

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from mxbench.engines import stale
 from mxbench.engines.base import (
     PROBE,
     STDERR_LIMIT,
@@ -36,6 +37,7 @@ from mxbench.engines.base import (
     register,
 )
 from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
+from mxbench.engines.cgroup import sweep_stale as cgroup_sweep
 from mxbench.errors import UsageError
 from mxbench.schema import HostBase, OneLine
 
@@ -119,6 +121,8 @@ class LocalEngine(Engine):
             yield Check("devices", "fail", f"the probe did not run: {exc}")
 
     def prepare(self, cells: Sequence[Cell]) -> None:
+        stale.sweep_processes(self.host.name)  # what a run killed with -9 left behind
+        cgroup_sweep(self.host.name)
         if self.host.python and not shutil.which(self.host.python):
             raise EngineUnavailable(f"python interpreter {self.host.python!r} not found")
         if self.host.memory_limit is not None:
@@ -132,7 +136,7 @@ class LocalEngine(Engine):
                 raise EngineUnavailable(f"data directory {data!r} does not exist on this host")
 
     def run_one(self, cell: Cell) -> Outcome:
-        env = {**os.environ, **self.host.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **self.host.env, "PYTHONUNBUFFERED": "1", stale.ENV: stale.owner()}
         if self.host.memory_limit is None:
             return self._run(cell, env, None)
         try:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import field_validator, model_validator
 
-from mxbench.engines import retry
+from mxbench.engines import retry, stale
 from mxbench.engines.base import STDOUT_LIMIT, Check, Engine, EngineUnavailable, Outcome, register
 from mxbench.engines.slurm_script import job_script, runtime
 from mxbench.engines.slurm_states import (
@@ -170,6 +170,7 @@ class SlurmEngine(Engine):
         info = self._try(["sinfo", "-h", "-o", "%P"])
         if info.returncode != 0:
             raise EngineUnavailable(f"Slurm controller not reachable: {_last_line(info)}")
+        self._sweep()
         if not cells:
             return
         # Ask the controller whether it would accept this job (partition, gres, account,
@@ -183,6 +184,19 @@ class SlurmEngine(Engine):
         test = self._try(["sbatch", "--test-only"], stdin=script)
         if test.returncode != 0:
             raise EngineUnavailable(f"sbatch rejects the job for this host: {_last_line(test)}")
+
+    def _sweep(self) -> None:
+        """Cancel this host's jobs left by a run of this machine that was killed (-9)."""
+        res = self._try(["squeue", "-h", "-n", f"mxbench-{self.host.name}", "-o", "%F|%k"])
+        prefix = f"{stale.LABEL}="
+        jobs = {
+            job
+            for job, _, comment in (line.partition("|") for line in res.stdout.splitlines())
+            if comment.startswith(prefix) and stale.gone(comment.removeprefix(prefix))
+        }
+        if jobs:
+            self._try(["scancel", *sorted(jobs)])
+        stale.say(self.host.name, "cancelled stale Slurm jobs", len(jobs))
 
     def doctor(self, cells: Sequence[Cell]) -> Iterator[Check]:
         if shutil.which("sbatch") is None:
