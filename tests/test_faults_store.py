@@ -299,3 +299,30 @@ def test_a_results_directory_is_never_part_of_an_image(tmp_path: Path) -> None:
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "h.jsonl").write_bytes(_record_line())  # not a results directory
     assert spec.content_hash() != before
+
+
+def test_an_unchanged_context_is_hashed_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mxbench import images
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY . /x\n")
+    for i in range(20):
+        (ctx / f"f{i}").write_bytes(os.urandom(1000))
+    time.sleep(images.DigestCache.RACY_S + 0.1)  # older than the racy window
+    read: list[str] = []
+    real = images._file_digest
+    monkeypatch.setattr(images, "_file_digest", lambda p: read.append(p.name) or real(p))
+    spec = images.ImageSpec("img", ctx, "Dockerfile")
+    first = spec.content_hash()
+    assert len(read) == 21
+    read.clear()
+    assert spec.content_hash() == first and read == []  # all from the cache
+    (ctx / "f3").write_bytes(b"changed")  # same name, new size and mtime
+    changed = spec.content_hash()
+    assert changed != first and read == ["f3"]
+    read.clear()
+    assert spec.content_hash() == changed and read == ["f3"]  # racy: read until it settles
