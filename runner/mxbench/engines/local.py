@@ -3,7 +3,10 @@
 The bench runs with the interpreter running mxbench (or ``python:`` from the host entry), in
 its own session so that a Ctrl-C in the terminal reaches only the orchestrator, which then
 kills the cell's whole process group (:meth:`LocalEngine.cancel`). A cell past its timeout is
-killed the same way.
+killed the same way, and so is what a bench leaves in its group when it exits. The bench
+dies with the orchestrator too (a parent-death signal: ``kill -9`` included); what escaped
+both is swept by the next run (:mod:`mxbench.engines.stale`). Its output is untrusted: read
+as bytes, the last :data:`~mxbench.engines.base.STDOUT_LIMIT` bytes kept.
 """
 
 from __future__ import annotations
