@@ -368,3 +368,49 @@ def test_the_next_run_sweeps_what_a_killed_run_left(tmp_path: Path) -> None:
     finally:
         if alive(left):
             os.kill(left, signal.SIGKILL)
+
+
+def test_the_next_run_removes_the_memory_cgroup_a_killed_run_left(tmp_path: Path) -> None:
+    from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
+
+    try:
+        MemoryCgroup(2**28, "probe").remove()
+    except CgroupUnavailable as exc:
+        pytest.skip(f"no writable memory cgroup here: {exc}")
+    started = tmp_path / "started"
+    py = fake_python(
+        tmp_path,
+        f"""
+        if "mixed_float16" not in sys.argv:
+            open({str(started)!r}, "w").write(open("/proc/self/cgroup").read())
+            time.sleep(300)
+        print(json.dumps(GOOD))
+        """,
+    )
+    m = matrix(tmp_path, ("h", py))
+    doc = json.loads(m.read_text())
+    doc["hosts"][0]["memory_limit"] = "512m"
+    m.write_text(json.dumps(doc))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(tmp_path / "r1")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() or not started.read_text():
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.1)
+    finally:
+        first.kill()
+        first.wait()
+    names = {line.rpartition("/")[2] for line in started.read_text().splitlines()}
+    (name,) = {n for n in names if n.startswith("mxbench-")}
+    left = [p for p in Path("/sys/fs/cgroup").glob(f"*/{name}")]
+    assert left  # kill -9: nobody removed it
+    doc["axes"]["policy"] = ["mixed_float16"]
+    m.write_text(json.dumps(doc))
+    res = run(tmp_path, "-m", str(m))
+    assert res.returncode == 0, res.stderr
+    assert "removed stale memory cgroups (1) left by an earlier run" in res.stderr
+    assert not any(p.exists() for p in left)
