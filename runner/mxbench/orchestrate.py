@@ -113,7 +113,12 @@ def machines(works: Sequence[HostWork]) -> dict[str, list[HostWork]]:
 
     def machine(work: HostWork) -> str:
         given = work.engine.host.machine
-        return f"machine:{given}" if given else work.engine.machine()
+        if given:
+            return f"machine:{given}"
+        try:
+            return work.engine.machine()
+        except Exception:  # unreachable or broken: prepare() says why, for this host only
+            return f"{work.engine.name}:{work.name}"
 
     with ThreadPoolExecutor(max_workers=max(1, len(works))) as pool:
         for work, name in zip(works, pool.map(machine, works), strict=True):
