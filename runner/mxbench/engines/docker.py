@@ -37,6 +37,7 @@ from mxbench.engines.base import (
     Tail,
     probe_check,
     register,
+    text,
 )
 from mxbench.errors import MxbenchError
 from mxbench.schema import HostBase, OneLine
@@ -338,8 +339,8 @@ class DockerEngine(Engine):
             )
             try:
                 container.wait(timeout=DOCTOR_TIMEOUT_S)
-                out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-                err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+                out = text(_logs(container, Tail(STDERR_LIMIT), stdout=True, stderr=False))
+                err = text(_logs(container, Tail(STDERR_LIMIT), stdout=False, stderr=True))
             finally:
                 _quietly(lambda: container.remove(force=True))
         except Exception as exc:
