@@ -157,8 +157,10 @@ def _write(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
+    from mxbench.results import write_atomic
+
     try:
-        output.write_text(text, encoding="utf-8")
+        write_atomic(output, text.encode("utf-8"))
     except OSError as exc:
-        raise UsageError(f"--output {output}: {exc.strerror}") from None
+        raise UsageError(f"--output {output}: {exc.strerror} (nothing written)") from None
     typer.echo(f"mxbench: report written to {output}", err=True)
