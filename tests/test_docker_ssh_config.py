@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import require_service, ssh_ok
-from mxbench.engines.docker import DockerHost, connect
+from mxbench.engines.docker import connect
+from mxbench.hosts import DockerHost
 
 ALIAS = "mxbench-behind-a-bastion"  # resolvable only through the ssh config below
 

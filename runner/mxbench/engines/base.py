@@ -320,6 +320,11 @@ E = TypeVar("E", bound=type[Engine])
 
 
 def register(cls: E) -> E:
-    """Class decorator: make an engine (and its ``host_model``) known by its ``name``."""
+    """Class decorator: make an engine known by its ``name``; its ``host_model`` is the one
+    the matrix validates hosts of that engine against (:data:`mxbench.hosts.HOSTS`)."""
+    from mxbench.hosts import HOSTS
+
+    if HOSTS.get(cls.name) is not cls.host_model:
+        raise TypeError(f"engine {cls.name!r}: its host model is not mxbench.hosts.HOSTS's")
     ENGINES[cls.name] = cls
     return cls

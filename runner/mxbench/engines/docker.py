@@ -24,9 +24,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
-
-from pydantic import Field, model_validator
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from mxbench import models
 from mxbench.engines import retry, stale
@@ -44,36 +42,13 @@ from mxbench.engines.base import (
     text,
 )
 from mxbench.errors import MxbenchError
-from mxbench.schema import HostBase, OneLine
+from mxbench.hosts import DockerHost
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
     from mxbench.matrix import Matrix
 
-Gpus = Literal["all", "none"] | list[str]
 T = TypeVar("T")
-
-
-class DockerHost(HostBase):
-    """A Docker Engine (local socket, ssh://, tcp:// or a docker context); each cell in a
-    fresh container of one of the host's matrix images (built by `mxbench build`)."""
-
-    needs_build: ClassVar[bool] = True
-
-    engine: Literal["docker"]
-    docker_host: OneLine | None = None  # unix://, tcp://, ssh://user@host[:port]; absent = local
-    context: OneLine | None = None  # a docker CLI context name
-    gpus: Gpus = "none"
-    images: Annotated[list[OneLine], Field(min_length=1)]
-
-    def image_names(self) -> list[str]:
-        return list(self.images)
-
-    @model_validator(mode="after")
-    def _one_address(self) -> DockerHost:
-        if self.docker_host and self.context:
-            raise ValueError("give docker_host or context, not both")
-        return self
 
 
 CONNECT_TIMEOUT_S = 60

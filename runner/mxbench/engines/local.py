@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar
 
 from mxbench import models
 from mxbench.engines import stale
@@ -42,18 +42,11 @@ from mxbench.engines.base import (
 from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
 from mxbench.engines.cgroup import sweep_stale as cgroup_sweep
 from mxbench.errors import UsageError, pip_install
-from mxbench.schema import HostBase, OneLine
+from mxbench.hosts import LocalHost
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
     from mxbench.matrix import Matrix
-
-
-class LocalHost(HostBase):
-    """This machine, a fresh subprocess per cell, no container (the embedded default)."""
-
-    engine: Literal["local"]
-    python: OneLine | None = None  # interpreter with mxbench[tf]; default: the running one
 
 
 @register

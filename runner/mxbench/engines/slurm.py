@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -34,9 +33,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
-
-from pydantic import field_validator, model_validator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from mxbench.engines import retry, stale
 from mxbench.engines.base import STDOUT_LIMIT, Check, Engine, EngineUnavailable, Outcome, register
@@ -52,60 +49,11 @@ from mxbench.engines.slurm_states import (
     state_reason,
 )
 from mxbench.errors import UsageError
+from mxbench.hosts import SlurmHost
 from mxbench.results import parse_bench_output, tail
-from mxbench.schema import HostBase, OneLine, echo
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
-
-
-class SlurmHost(HostBase):
-    engine: Literal["slurm"]
-    partition: OneLine | None = None
-    gres: OneLine | None = None  # e.g. gpu:v100:1
-    constraint: OneLine | None = None
-    account: OneLine | None = None
-    time_limit: OneLine | None = None  # sbatch --time, e.g. "00:30:00"
-    sbatch_options: list[OneLine] = []
-    # How the bench runs on the nodes: one of container_image (pyxis / apptainer) or python.
-    container_image: OneLine | None = None
-    container_runtime: Literal["pyxis", "apptainer"] | None = None
-    python: OneLine | None = None  # interpreter with mxbench[tf] on the shared filesystem
-    workdir: OneLine | None = None  # shared directory for job scripts and outputs
-    array: bool = True  # many cells as one job array
-
-    @field_validator("time_limit")
-    @classmethod
-    def _time_limit(cls, v: str | None) -> str | None:
-        # sbatch --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or unlimited.
-        if v is None or re.fullmatch(
-            r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:unlimited|infinite)", v.strip()
-        ):
-            return v
-        raise ValueError(f"{echo(v)} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
-
-    @field_validator("sbatch_options")
-    @classmethod
-    def _sbatch_options(cls, v: list[str]) -> list[str]:
-        for opt in v:
-            try:
-                words = shlex.split(opt)
-            except ValueError as exc:
-                raise ValueError(f"{echo(opt)}: {exc}") from None
-            if not words or not words[0].startswith("-"):
-                raise ValueError(f"{echo(opt)}: each item is one sbatch option, like '--qos=high'")
-        return v
-
-    def runtime_identity(self) -> dict[str, Any] | None:
-        return {"container_image": self.container_image} if self.container_image else None
-
-    @model_validator(mode="after")
-    def _how(self) -> SlurmHost:
-        if self.container_image and self.python:
-            raise ValueError("give container_image or python, not both")
-        if self.container_runtime and not self.container_image:
-            raise ValueError("container_runtime needs container_image")
-        return self
 
 
 MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (task ids 0..1000)

@@ -21,7 +21,7 @@ from mxbench.params import CONTROL_CHARS
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
-    from mxbench.engines.slurm import SlurmHost
+    from mxbench.hosts import SlurmHost
 
 # A control character (a newline above all, or a Unicode line separator) would end a
 # #SBATCH or export line early and start a new one: the rest of the value would run.
