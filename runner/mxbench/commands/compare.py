@@ -38,6 +38,7 @@ def compare(
     from mxbench.report import load
     from mxbench.report.compare import compare as diff
     from mxbench.report.markdown import escape, table
+    from mxbench.stats import HINT, TOO_FEW
 
     loaded = [load.load([base], label=base_label), load.load([new], label=new_label)]
     for side in loaded:
@@ -58,16 +59,23 @@ def compare(
         rows = [
             [c.host, c.image or "-", str(c.params["policy"]), str(c.params["batch_size"]),
              f"{c.base_ms:.2f}", f"{c.new_ms:.2f}",
-             f"{c.change:+.1%} [{c.low:+.1%} – {c.high:+.1%}]",
+             f"{c.change:+.1%}" + ("" if c.low is None or c.high is None
+                                   else f" [{c.low:+.1%} – {c.high:+.1%}]"),
              ("REGRESSION" if c.regressed else c.verdict)]
             for c in changes
         ]  # fmt: skip
         typer.echo(table(headers, rows))
+        few = sum(1 for c in changes if c.verdict == TOO_FEW)
         typer.echo(
             escape(
                 f"\n{len(changes)} cell(s) compared, {len(regressed)} regression(s) "
                 f"(slower by more than {threshold:g}%, interval excluding no change); "
                 f"{only_base} only in base, {only_new} only in new."
+                + (
+                    f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
+                    if few
+                    else ""
+                )
             )
         )
     if regressed:

@@ -2,9 +2,10 @@
 whether it is a regression (for CI checks of a driver, CUDA or TensorFlow upgrade).
 
 Cells are matched by host, image and parameters (repeats of a cell pooled). The change is
-median(new) / median(base) - 1 with the 95% bootstrap interval of :mod:`mxbench.stats`; a
-cell *regressed* when it is slower by more than the threshold and its interval excludes
-no change.
+median(new) / median(base) - 1 with the 95% interval and the verdict of
+:mod:`mxbench.stats` (processes are the unit: with one process a side the verdict is
+"too few processes" and there is no interval); a cell *regressed* when it is slower by
+more than the threshold and its interval excludes no change.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ class Change(msgspec.Struct):
     base_ms: float
     new_ms: float
     change: float  # new / base - 1 (positive: slower)
-    low: float
-    high: float
+    low: float | None  # the interval's ends (None: too few processes for one)
+    high: float | None
     over: str
-    verdict: str  # "slower" | "faster" | "no clear difference"
+    verdict: stats.Verdict  # of the new run against the base
     regressed: bool
 
 
@@ -61,9 +62,9 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], 
             continue
         rec = n[key][0]
         change = 1 / ratio.value - 1
-        low, high = 1 / ratio.high - 1, 1 / ratio.low - 1
+        low, high = (1 / ratio.high - 1, 1 / ratio.low - 1) if ratio.judged else (None, None)
         # ratio = median(base) / median(new): its verdict is already about the new run
-        verdict = ratio.verdict if ratio.n >= 2 else "no clear difference"
+        verdict = ratio.verdict
         out.append(
             Change(
                 host=str(rec.host),
@@ -76,7 +77,7 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], 
                 high=high,
                 over=ratio.over,
                 verdict=verdict,
-                regressed=verdict == "slower" and change > threshold,
+                regressed=verdict == stats.SLOWER and change > threshold,
             )
         )
     return out, len(b.keys() - n.keys()), len(n.keys() - b.keys())
