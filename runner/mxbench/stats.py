@@ -51,7 +51,7 @@ VERDICTS: tuple[Verdict, ...] = (FASTER, SLOWER, SAME, TOO_FEW)
 # The same verdicts where a table cell has little room: with one process the cell shows the
 # bare ratio, and a note under the table says why there is no verdict.
 SHORT: dict[str, str] = {FASTER: "faster", SLOWER: "slower", SAME: "≈ same", TOO_FEW: ""}
-HINT = "set benchmark.repeats >= 3 for a verdict"  # what a TOO_FEW reader should do
+HINT = "benchmark: repeats: 3 or more in the matrix"  # what gives a TOO_FEW reader a verdict
 Over = Literal["processes", "steps"]
 
 
@@ -88,20 +88,23 @@ class Ratio:
             return f"{self.value:.2f}"
         return f"{self.value:.2f} [{self.low:.2f}–{self.high:.2f}]"
 
-    def sentence(self, name: str, base: str) -> str:
-        """As hyperfine says it: ``mixed_bfloat16 is 1.48× [1.41–1.55] faster than
-        float32``, ``… is 1.25× [1.20–1.31] slower than …`` (the inverse ratio),
-        ``… : no clear difference from … (0.99× [0.95–1.03])``."""
+    def sentence(self, name: str, base: str, where: str = "") -> str:
+        """As hyperfine says it: ``mixed_bfloat16 is 1.48× [1.41–1.55] faster than float32
+        <where>``; ``… is 1.25× [1.20–1.31] slower than …`` (the inverse ratio);
+        ``…: no clear difference from float32 <where> (0.99× [0.95–1.03])``."""
+        at = f" {where}" if where else ""
         span = f"[{self.low:.2f}–{self.high:.2f}]"
         verdict = self.verdict
         if verdict == FASTER:
-            return f"{name} is {self.value:.2f}× {span} faster than {base}"
+            return f"{name} is {self.value:.2f}× {span} faster than {base}{at}"
         if verdict == SLOWER:
             inv = f"[{1 / self.high:.2f}–{1 / self.low:.2f}]"
-            return f"{name} is {1 / self.value:.2f}× {inv} slower than {base}"
+            return f"{name} is {1 / self.value:.2f}× {inv} slower than {base}{at}"
         if verdict == SAME:
-            return f"{name}: {SAME} from {base} ({self.value:.2f}× {span})"
-        return f"{name}: {self.value:.2f}× {base}'s speed, {TOO_FEW} for a verdict ({HINT})"
+            return f"{name}: {SAME} from {base}{at} ({self.value:.2f}× {span})"
+        return (
+            f"{name}: {self.value:.2f}× the speed of {base}{at}, {TOO_FEW} for a verdict ({HINT})"
+        )
 
 
 Samples = Sequence[Sequence[float]]  # one list of step times (ms) per process, in order
