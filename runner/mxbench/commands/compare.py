@@ -29,7 +29,7 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="JSON instead of a markdown table."),
 ) -> None:
     """Compare two runs of the same matrix, cell by cell (matched by host, image and
-    parameters): median step time before and after, the change with its 95% bootstrap
+    parameters): median step time before and after, the change with its 95%
     interval, and a verdict. Exit 1 when any cell regressed; made for CI checks of a driver,
     CUDA or framework upgrade. BASE and NEW may be the same directory with two labels.
     """
