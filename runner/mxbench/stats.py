@@ -6,7 +6,7 @@ interval over the steps of one process is far too narrow: real machines vary fro
 to process (clock boost, shared cores, kernels picked by autotuning, memory placement), and
 steps within a process are autocorrelated. The interval here has two levels:
 
-- **Within a process** (blocks of steps): each process is summarised by the log of its
+- **Within a process** (autocorrelated steps): each process is summarised by the log of its
   median step time and that median's variance, from the steps' robust spread (IQR) and
   their lag-1 autocorrelation: n autocorrelated steps are worth n·(1-ρ)/(1+ρ) independent
   ones (the AR(1) effective sample size), so a run of similar steps does not pass for
