@@ -18,6 +18,7 @@ block length from the data: what resampling alone gives); **after**, ``mxbench.s
 no verdict with one process a side).
 
     python benchmarks/calibration.py [--trials 1000] [--steps 50] [--phi 0.5]
+        [--slow-share 0.2 --slow-by 0.1]   # bimodal process levels: a robustness check
 """
 
 from __future__ import annotations
@@ -111,8 +112,11 @@ def process(
 def side(
     rng: np.random.Generator, k: int, mean_ms: float, a: argparse.Namespace
 ) -> list[np.ndarray]:
-    return [process(rng, mean_ms * float(np.exp(rng.normal(0.0, a.process_sd))), a.steps,
-                    a.phi, a.step_sd) for _ in range(k)]  # fmt: skip
+    def level() -> float:  # log-normal, and with --slow-share a slow mode on top
+        slow = 1.0 + a.slow_by if rng.random() < a.slow_share else 1.0
+        return mean_ms * slow * float(np.exp(rng.normal(0.0, a.process_sd)))
+
+    return [process(rng, level(), a.steps, a.phi, a.step_sd) for _ in range(k)]
 
 
 def _rates(lo_hi: np.ndarray, truth: float) -> tuple[float, float]:
@@ -160,6 +164,13 @@ def main() -> None:
     ap.add_argument("--phi", type=float, default=0.5, help="lag-1 autocorrelation of steps")
     ap.add_argument("--step-sd", type=float, default=0.05, help="sd of a step's log time")
     ap.add_argument("--process-sd", type=float, default=0.05, help="sd of a process's log level")
+    ap.add_argument(
+        "--slow-share",
+        type=float,
+        default=0.0,
+        help="share of processes in a slow mode (bimodal levels, e.g. 0.2)",
+    )
+    ap.add_argument("--slow-by", type=float, default=0.10, help="how much slower that mode is")
     ap.add_argument("--repeats", type=int, nargs="+", default=[1, 2, 3, 5, 8])
     ap.add_argument("--speedup", type=float, default=1.3, help="the real speedup for power")
     ap.add_argument("--seed", type=int, default=13)
@@ -168,7 +179,9 @@ def main() -> None:
     t0 = time.perf_counter()
     print(f"{a.trials} trials per case ({a.hier_trials} for the hierarchical bootstrap); "
           f"{a.steps} steps per process, AR(1) phi {a.phi}, step sd {a.step_sd:.0%}, "
-          f"process sd {a.process_sd:.0%}")  # fmt: skip
+          f"process sd {a.process_sd:.0%}"
+          + (f", {a.slow_share:.0%} of processes {a.slow_by:.0%} slower"
+             if a.slow_share else ""))  # fmt: skip
     methods = ("before", "hier. bootstrap", "after")
     print("\nA/A (truth 1.0): share of faster/slower verdicts (target <= 5%) | "
           "interval coverage (target ~95%)")  # fmt: skip
