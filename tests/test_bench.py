@@ -56,7 +56,8 @@ def test_timing_is_sane(f32: BenchRun) -> None:
     assert s["n"] == 6
     assert 0 < s["min"] <= s["p25"] <= s["median"] <= s["p75"] <= s["max"]
     assert s["min"] <= s["mean"] <= s["max"]
-    assert m["images_per_s"] == pytest.approx(8 * 1000 / s["median"], rel=1e-3)
+    # throughput from the timed window (two syncs), about the mean step (not the median)
+    assert m["images_per_s"] == pytest.approx(8 * 1000 / s["mean"], rel=0.05)
     # warm-up (tracing) is excluded from the timed steps and reported on its own
     assert m["first_step_ms"] > s["median"]
     assert m["warmup_ms"] >= m["first_step_ms"]

@@ -40,7 +40,7 @@ def test_diverged_loss_is_not_a_speedup_anywhere() -> None:
     speedups = text.speedup_texts(t)
     assert speedups["float16", 64].endswith("loss diverged, not a speedup")
     assert "faster" not in speedups["float16", 64]
-    assert speedups["mixed_float16", 64].endswith("faster")
+    assert speedups["mixed_float16", 64] == "2.00"  # a speedup (one process: no verdict)
     note = dg.loss_parity(t)
     assert note is not None and "float16 at batch 64" in note and "not a speedup" in note
     # the answer grid says it too

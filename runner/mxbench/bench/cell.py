@@ -120,7 +120,7 @@ def _measure(
 
     log_ = StepLog()
     total = p.warmup_steps + p.steps
-    timer = step_timer(log_, on_step)
+    timer = step_timer(log_, on_step, p.warmup_steps)
     sampler = state["util"] = HealthSampler()
     sampler.start()
     try:
@@ -133,7 +133,7 @@ def _measure(
 
     stats = summarize(parts["timed"])
     flops = rec.model.flops_per_example
-    images_per_s = p.batch_size * 1000.0 / stats["median"]
+    images_per_s = p.batch_size * p.steps / parts["window_s"]  # sustained: the window
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
         step_ms=msgspec.convert(stats, StepStats),

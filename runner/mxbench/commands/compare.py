@@ -36,8 +36,8 @@ def compare(
     ),
 ) -> None:
     """Compare two runs of the same matrix, cell by cell (matched by host, image and
-    parameters): median step time before and after, the change with its 95% bootstrap
-    interval, and a verdict. Then the answer itself in both runs: the speedup of each
+    parameters): median step time before and after, the change with its 95% interval (over
+    processes) and a verdict. Then the answer itself in both runs: the speedup of each
     policy over float32 before and after ("mixed precision gained 0.30x"). Rows sorted by
     host, image, policy and batch size. Exit 1 when any cell regressed; made for CI checks of
     a driver, CUDA or framework upgrade. BASE and NEW may be the same directory with two
@@ -49,6 +49,7 @@ def compare(
     from mxbench.report.compare import compare as diff
     from mxbench.report.compare import speedups
     from mxbench.report.markdown import escape, table
+    from mxbench.stats import HINT, TOO_FEW
 
     loaded = [load.load([base], label=base_label), load.load([new], label=new_label)]
     for side in loaded:
@@ -70,16 +71,23 @@ def compare(
         rows = [
             [c.host, c.image or "-", str(c.params["policy"]), str(c.params["batch_size"]),
              f"{c.base_ms:.2f}", f"{c.new_ms:.2f}",
-             f"{c.change:+.1%} [{c.low:+.1%} – {c.high:+.1%}]",
+             f"{c.change:+.1%}" + ("" if c.low is None or c.high is None
+                                   else f" [{c.low:+.1%} – {c.high:+.1%}]"),
              ("REGRESSION" if c.regressed else c.verdict)]
             for c in shown
         ]  # fmt: skip
         typer.echo((table(headers, rows) if rows else "No cell changed.") + "\n")
+        few = sum(1 for c in changes if c.verdict == TOO_FEW)
         typer.echo(
             escape(
                 f"{len(changes)} cell(s) compared, {len(regressed)} regression(s) "
                 f"(slower by more than {threshold:g}%, interval excluding no change); "
                 f"{only_base} only in base, {only_new} only in new."
+                + (
+                    f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
+                    if few
+                    else ""
+                )
             )
         )
         _speedups(speedups(loaded[0], loaded[1]), only_changed)

@@ -131,6 +131,7 @@ def run(
         )
         raise typer.Exit(130)
     print(f"mxbench: done: {counts}. Report: mxbench report --results {results}", file=sys.stderr)
+    _print_answers(results, label, {c.key for c in cells})
     if summary.failed:
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
 
@@ -181,6 +182,17 @@ def _measure(
 
     with CellProgress(len(cells)) as progress:
         return run_cells(mx, cells, store, progress, hunts, known, max_parallel)
+
+
+def _print_answers(results: Path, label: str | None, keys: set[str]) -> None:
+    """The verdicts of the matrix's cells (this run's, and those --resume kept), one line
+    per comparison with float32, on stdout: the answer comes first."""
+    from mxbench.report import answers, load, tables
+
+    loaded = load.load([results], label=label)
+    said = answers.lines(tables.build([r for r in loaded.winners if r.cell in keys]))
+    if said:
+        print("\n" + "\n".join(said))
 
 
 def _print_plan(cells: list[Cell]) -> None:

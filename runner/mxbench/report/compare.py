@@ -2,10 +2,11 @@
 whether it is a regression (for CI checks of a driver, CUDA or TensorFlow upgrade).
 
 Cells are matched by host, image and parameters (repeats of a cell pooled). The change is
-median(new) / median(base) - 1 with the 95% bootstrap interval of :mod:`mxbench.stats`; a
-cell *regressed* when it is slower by more than the threshold and its interval excludes
-no change. Rows come sorted by host, image and parameters, numbers as numbers (batch 8
-before 32).
+median(new) / median(base) - 1 with the 95% interval and the verdict of
+:mod:`mxbench.stats` (processes are the unit: with one process a side the verdict is
+"too few processes" and there is no interval); a cell *regressed* when it is slower by
+more than the threshold and its interval excludes no change. Rows come sorted by host,
+image and parameters, numbers as numbers (batch 8 before 32).
 
 :func:`speedups` compares the answer itself: per table (host, image, setup) and slot, the
 speedup over float32 in each run ("mixed precision gained 0.30x after the driver update"),
@@ -34,10 +35,10 @@ class Change(msgspec.Struct):
     base_ms: float
     new_ms: float
     change: float  # new / base - 1 (positive: slower)
-    low: float
-    high: float
+    low: float | None  # the interval's ends (None: too few processes for one)
+    high: float | None
     over: str
-    verdict: str  # "slower" | "faster" | "no clear difference"
+    verdict: stats.Verdict  # of the new run against the base
     regressed: bool
 
 
@@ -82,9 +83,9 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], 
             continue
         rec = n[key][0]
         change = 1 / ratio.value - 1
-        low, high = 1 / ratio.high - 1, 1 / ratio.low - 1
+        low, high = (1 / ratio.high - 1, 1 / ratio.low - 1) if ratio.judged else (None, None)
         # ratio = median(base) / median(new): its verdict is already about the new run
-        verdict = ratio.verdict if ratio.n >= 2 else "no clear difference"
+        verdict = ratio.verdict
         out.append(
             Change(
                 host=str(rec.host),
@@ -97,7 +98,7 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], 
                 high=high,
                 over=ratio.over,
                 verdict=verdict,
-                regressed=verdict == "slower" and change > threshold,
+                regressed=verdict == stats.SLOWER and change > threshold,
             )
         )
     out.sort(key=order)

@@ -51,7 +51,7 @@ def _observed(t: Table, policies: frozenset[str]) -> str:
     if not speedups:
         return ""
     verdicts = {r.verdict for slot, r in t.ratios.items()
-                if slot[0] in policies and r.n >= 2 and t.trusted(slot)}  # fmt: skip
+                if slot[0] in policies and r.judged and t.trusted(slot)}  # fmt: skip
     said = ""
     if len(verdicts) == 1:
         said = f", {verdicts.pop()}"

@@ -44,7 +44,7 @@ def _rows(t: Table) -> list[dict[str, Any]]:
                     "repeats": len(e.records) if e.status == "ok" else 0,
                     "speedup": None if r is None else {
                         "value": _num(r.value), "low": _num(r.low), "high": _num(r.high),
-                        "over": r.over, "n": r.n, "verdict": r.verdict if r.n >= 2 else None,
+                        "over": r.over, "n": r.n, "verdict": r.verdict,
                         "trusted": t.trusted((p, b)),
                     },
                     "loss": None if loss is None else {

@@ -83,9 +83,9 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
         step_ms_n=step.n if step else None,
         images_per_s=m.images_per_s,
         speedup_vs_float32=None if ratio is None else round(ratio.value, 4),
-        speedup_low=None if ratio is None or ratio.n < 2 else round(ratio.low, 4),
-        speedup_high=None if ratio is None or ratio.n < 2 else round(ratio.high, 4),
-        verdict=None if ratio is None or ratio.n < 2 else ratio.verdict,
+        speedup_low=None if ratio is None or not ratio.judged else round(ratio.low, 4),
+        speedup_high=None if ratio is None or not ratio.judged else round(ratio.high, 4),
+        verdict=None if ratio is None else ratio.verdict,  # one of mxbench.stats.VERDICTS
         loss_mean=None if loss is None or loss.loss is None else loss.loss,
         loss_vs_float32=None if loss is None or loss.diff is None else round(loss.diff, 4),
         loss_parity=None if loss is None else loss.state,

@@ -121,8 +121,9 @@ def _speedup_line(ax: Any, t: Table, policy: str) -> None:
     xs = [b for b, _ in points]
     (line,) = ax.plot(xs, [r.value for _, r in points], marker="o", label=plain(policy),
                       color=colour(policy))  # fmt: skip
-    if any(r.n >= 2 for _, r in points):
-        lows, highs = [r.low for _, r in points], [r.high for _, r in points]
+    if any(r.judged for _, r in points):  # a band where there is an interval (processes)
+        lows = [r.low if r.judged else r.value for _, r in points]
+        highs = [r.high if r.judged else r.value for _, r in points]
         ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.2, linewidth=0)
     bad = [(b, r.value) for b, r in points if not t.trusted((policy, b))]
     if bad:

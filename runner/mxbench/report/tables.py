@@ -67,7 +67,13 @@ class Entry:
         return out
 
     def images_per_s(self, batch: int) -> float | None:
-        """Throughput from the median step time (None: nothing timed)."""
+        """Sustained throughput: the median over the ok records of their images/s over the
+        timed window; from the median step time for records without it (None: nothing
+        timed)."""
+        rates = [r.metrics.images_per_s for r in self.records
+                 if r.status == "ok" and r.metrics.images_per_s]  # fmt: skip
+        if rates:
+            return statistics.median(rates)
         return batch * 1000 / self.median if self.median else None
 
     def samples(self) -> list[list[float]]:

@@ -13,7 +13,7 @@ from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
 
 STATUS_TEXT = {"oom": "OOM", "error": "error", "timeout": "timeout", "unsupported": "unsupported"}
 DASH = "–"
-VERDICT_MARK = {"faster": "faster", "slower": "slower", "no clear difference": "≈ same"}
+VERDICT_MARK = stats.SHORT  # the verdicts in a table cell
 
 
 def ms(value: float) -> str:
@@ -41,15 +41,17 @@ def cell_text(e: Entry | None) -> str:
 
 
 def ratio_text(r: stats.Ratio | None, loss: Parity | None = None) -> str:
-    """``1.07 [1.03–1.11] faster``; the bare ratio when there is nothing to resample. A
-    diverged loss replaces the verdict (it is not a speedup); a loss off float32's by more
-    than the tolerance is said after it."""
+    """``1.07 [1.03–1.11] faster``; the bare ``1.07`` (no interval, no verdict: see
+    :func:`interval_note`) with one process a side. A diverged loss replaces the verdict
+    (it is not a speedup); a loss off float32's by more than the tolerance is said after
+    it."""
     if r is None:
         return DASH
-    figure = f"{r.value:.2f}" if r.n < 2 else r.text()
+    figure = r.text()
     if loss is not None and not loss.trusted:
         return f"{figure} loss diverged, not a speedup"
-    text = figure if r.n < 2 else f"{figure} {VERDICT_MARK[r.verdict]}"
+    mark = VERDICT_MARK[r.verdict]
+    text = f"{figure} {mark}" if mark else figure
     if loss is not None and loss.state == "differs":
         text += f", {loss.text()}"
     return text
@@ -92,16 +94,16 @@ def _with_loss(t: Table, policy: str, batch: int) -> str:
 
 
 def interval_note(t: Table) -> str | None:
-    overs = {r.over for r in t.ratios.values() if r.n >= 2}
-    if not overs:
-        return None
-    how = " and ".join(sorted(overs))
-    return (
-        f"Speedup intervals: 95% bootstrap over {how} (steps of one process understate "
-        "process-to-process noise; use benchmark.repeats >= 3)."
-        if "steps" in overs
-        else f"Speedup intervals: 95% bootstrap over {how}."
-    )
+    judged = {r.judged for r in t.ratios.values()}
+    parts = []
+    if True in judged:
+        parts.append("Speedup intervals: 95% over processes (Welch's t on the processes' "
+                     "median step times; steps within a process as autocorrelated).")  # fmt: skip
+    if False in judged:
+        parts.append(f"A speedup without an interval: a policy measured in one process, "
+                     f"{stats.TOO_FEW} to judge the variation between processes, so no "
+                     f"verdict ({stats.HINT}).")  # fmt: skip
+    return " ".join(parts) or None
 
 
 def where(loaded: Loaded, limit: int = 6) -> str:
@@ -113,8 +115,9 @@ def where(loaded: Loaded, limit: int = 6) -> str:
 
 
 DEFINITIONS = (
-    "Cells: median ms per step [p25–p75]; speedup = float32 median / policy median with its "
-    "95% interval and a verdict (≈ same: the interval contains 1.0); latest ok attempt per "
+    "Cells: median ms per step [p25–p75]; speedup = float32 median / policy median "
+    "(geometric mean over processes) with its 95% interval and a verdict (≈ same: the "
+    "interval contains 1.0; none with one process per policy); latest ok attempt per "
     "cell. Loss parity: each policy's mean training loss over the timed steps against "
     f"float32's (same seed, same data), flagged beyond {LOSS_TOLERANCE:.0%}; a non-finite "
     "loss is 'diverged', and its speedup is not one."
