@@ -59,15 +59,14 @@ def bare_loop_ms(p: Params) -> float:
     """Mean ms per step of ``p.steps`` steps after ``p.warmup_steps``, no callbacks, on the
     input the cell uses (TensorFlow: tf.data from one host batch; JAX / PyTorch: the batch
     placed once on the device)."""
-    import keras
-
     from mxbench.bench import data
-    from mxbench.bench.model import NUM_CLASSES, build_model
+    from mxbench.bench import model as harness
+    from mxbench.bench.cell import set_policy
 
-    keras.config.set_dtype_policy(p.policy)
-    model = build_model(p.image_size)
-    model.compile(loss="sparse_categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
-    batch = data.synthetic_batch(p.batch_size, p.image_size, NUM_CLASSES)
+    prepared = harness.prepare(p, set_policy)  # the cell's model, weights and loss
+    harness.compile_model(prepared, p.jit_compile)
+    model = prepared.model
+    batch = harness.synthetic_batch(prepared, p)
     if p.backend == "tensorflow":
         import tensorflow as tf
 
