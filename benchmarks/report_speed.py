@@ -81,7 +81,7 @@ def record(
                     "achieved_tflops": rng.uniform(5, 50)},
         "device": {"kind": "gpu", "name": name, "compute_capability": cc,
                    "memory_bytes": 2**34, "driver": "550.54", "uuid": f"GPU-{host}",
-                   "used_by_tf": True, "present_gpus": [{"name": name, "compute_capability": cc}],
+                   "used_gpu": True, "present_gpus": [{"name": name, "compute_capability": cc}],
                    "cc_source": "nvml"},
         "cpu": {"model": "Intel(R) Xeon(R) Gold 6248", "arch": "x86_64", "cores": 40,
                 "flags": FLAGS,
@@ -164,22 +164,24 @@ def main() -> None:
         print(f"{args.records} records, {hosts} hosts, {args.attempts} attempt(s) per cell, "
               f"{args.steps} samples + losses each, {size:.0f} MiB of JSONL, {layout}")  # fmt: skip
 
-        from mxbench.report import load, markdown, tables
+        from mxbench.report import document, load, markdown, tables
 
-        t0 = time.perf_counter()
-        loaded = load.load([root])
-        t1 = time.perf_counter()
-        built = tables.build(loaded.winners)
-        for t in built:
-            _ = t.ratios  # the intervals (computed lazily by the renderer otherwise)
-        t2 = time.perf_counter()
-        text = markdown.render(loaded, built)
-        t3 = time.perf_counter()
+        with load.collector_paused():  # as `mxbench report` does
+            t0 = time.perf_counter()
+            loaded = load.load([root])
+            t1 = time.perf_counter()
+            built = tables.build(loaded.winners)
+            t2 = time.perf_counter()
+            doc = document.build(loaded, built)
+            t3 = time.perf_counter()
+            text = markdown.render(doc)
+            t4 = time.perf_counter()
         print(
             f"in one process: load {t1 - t0:.2f} s, tables + intervals {t2 - t1:.2f} s, "
-            f"markdown {t3 - t2:.2f} s ({len(built)} tables, {len(text) / 2**20:.1f} MiB)"
+            f"document (grids, diagnosis) {t3 - t2:.2f} s, markdown {t4 - t3:.2f} s "
+            f"({len(built)} tables, {len(text) / 2**20:.1f} MiB)"
         )
-        del loaded, built, text
+        del loaded, built, doc, text
 
         loads = [sys.executable, "-c", _JSON_LOADS, str(root)]
         report = [sys.executable, "-m", "mxbench", "report", "--results", str(root),

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -54,7 +56,8 @@ def test_timing_is_sane(f32: BenchRun) -> None:
     assert s["n"] == 6
     assert 0 < s["min"] <= s["p25"] <= s["median"] <= s["p75"] <= s["max"]
     assert s["min"] <= s["mean"] <= s["max"]
-    assert m["images_per_s"] == pytest.approx(8 * 1000 / s["median"], rel=1e-3)
+    # throughput from the timed window (two syncs), about the mean step (not the median)
+    assert m["images_per_s"] == pytest.approx(8 * 1000 / s["mean"], rel=0.05)
     # warm-up (tracing) is excluded from the timed steps and reported on its own
     assert m["first_step_ms"] > s["median"]
     assert m["warmup_ms"] >= m["first_step_ms"]
@@ -173,4 +176,7 @@ def test_a_backend_that_is_not_installed_is_exit_2_with_the_pip_line() -> None:
     env = {**os.environ, "MXBENCH_TEST_BLOCK": "torch"}
     run = run_bench("--backend", "torch", *SMALL, env=env)
     assert run.returncode == 2, run.stderr
-    assert "pip install 'mxbench[torch]'" in run.stderr and "Traceback" not in run.stderr
+    # the fix installs from the checkout mxbench runs from (it is on no package index)
+    source = re.search(r"-m pip install -e '(.+)\[torch\]'", run.stderr)
+    assert source is not None and (Path(source[1]) / "pyproject.toml").is_file(), run.stderr
+    assert "Traceback" not in run.stderr

@@ -7,6 +7,8 @@ nvidia-ml-py makes), since no GPU exists on this machine.
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -75,7 +77,40 @@ def test_split_excludes_warmup_and_keeps_every_timed_step() -> None:
     assert parts["warmup_s"] == 3.5
     assert parts["timed"] == [0.5, 0.25, 0.5]
     assert parts["first_timed_start"] == 13.5
+    assert parts["window_s"] == 1.25  # from the warm-up's end to the last step's end
     assert split(log, 0)["timed"][0] == 3.0  # no warm-up: the first step is timed
+    # the window begins after the sync that waited for the warm-up, when there was one
+    log.window_start = 13.6
+    assert split(log, 2)["window_s"] == pytest.approx(1.15)
+
+
+_ASYNC = """
+import os, sys, threading
+os.environ["KERAS_BACKEND"] = sys.argv[1]
+import keras, numpy as np
+from mxbench.bench.timing import StepLog, split, step_timer
+threads, log = set(), StepLog()
+timer = step_timer(log, lambda k: threads.add(threading.current_thread().name), warmup_steps=2)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+model.compile(loss="mse", optimizer="sgd")
+x, y = np.random.rand(64, 8).astype("float32"), np.random.rand(64, 4).astype("float32")
+model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[timer])
+parts = split(log, 2)
+print(len(log.ends), len(log.mean_losses), parts["window_s"] > 0, log.window_start is not None,
+      sorted(threads) != ["MainThread"], parts["window_s"] < log.ends[-1] - log.begin)
+"""
+
+
+def test_the_step_timer_keeps_asynchronous_dispatch_where_keras_allows_it() -> None:
+    """JAX: batch ends run on Keras's worker threads (no sync per step on the training
+    thread), yet every step is stamped with its loss, and the window lies between two
+    syncs within the steps' span. (TensorFlow's trainer keeps them on the training thread:
+    test_bench.py times it end to end.)"""
+    pytest.importorskip("jax")
+    proc = subprocess.run([sys.executable, "-c", _ASYNC, "jax"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["8", "8", "True", "True", "True", "True"]
 
 
 def test_per_step_loss_from_running_means() -> None:
@@ -206,7 +241,7 @@ def test_gpu_ignored_by_tensorflow_is_a_cpu_run() -> None:
         nvml=gpus, driver=driver, framework_gpus=[], used_gpu=False, cpu_model="Xeon"
     )
     assert dev["kind"] == "cpu" and dev["name"] == "Xeon"
-    assert dev["used_by_tf"] is False
+    assert dev["used_gpu"] is False
     assert dev["present_gpus"][0]["compute_capability"] == "5.2"
 
 
@@ -215,7 +250,7 @@ def test_gpu_used_takes_cc_from_nvml_and_cross_checks() -> None:
     fw = [{"name": "Tesla V100", "compute_capability": "7.0"}]
     dev = device_record(nvml=gpus, driver=driver, framework_gpus=fw, used_gpu=True, cpu_model="x")
     assert (dev["kind"], dev["compute_capability"], dev["cc_source"]) == ("gpu", "7.0", "nvml")
-    assert dev["used_by_tf"] is True and dev["uuid"] == "GPU-1234" and "cc_framework" not in dev
+    assert dev["used_gpu"] is True and dev["uuid"] == "GPU-1234" and "cc_framework" not in dev
     no_nvml = device_record(nvml=[], driver=None, framework_gpus=fw, used_gpu=True, cpu_model="x")
     assert (no_nvml["compute_capability"], no_nvml["cc_source"]) == ("7.0", "tensorflow")
 

@@ -8,19 +8,34 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mxbench.cells import cell_key
+from mxbench.params import Params
 from report_records import rec, write
 
 
-def _run(tmp: Path, name: str, scale: float, seed: int, label: str | None = None) -> Path:
+def _run(
+    tmp: Path,
+    name: str,
+    scale: float,
+    seed: int,
+    label: str | None = None,
+    repeats: int = 3,
+    mixed: float = 0.8,
+) -> Path:
+    """A run of 4 cells, each in ``repeats`` processes whose levels differ by up to ±2%."""
     rng = random.Random(seed)
     records = []
     for policy in ("float32", "mixed_bfloat16"):
         for batch in (8, 32):
-            base = batch * (1.0 if policy == "float32" else 0.8) * scale
-            samples = [round(base * rng.uniform(0.97, 1.03), 4) for _ in range(50)]
-            r = rec("box", policy, batch, median=sorted(samples)[25], label=label)
-            r["metrics"]["step_ms"]["samples"] = samples
-            records.append(r)
+            for repeat in range(repeats):
+                base = batch * (1.0 if policy == "float32" else mixed) * scale
+                level = base * rng.uniform(0.98, 1.02)
+                samples = [round(level * rng.uniform(0.97, 1.03), 4) for _ in range(50)]
+                r = rec("box", policy, batch, median=sorted(samples)[25], label=label)
+                r["params"]["repeat"] = repeat
+                r["cell"] = cell_key("box", None, None, Params(**r["params"]))
+                r["metrics"]["step_ms"]["samples"] = samples
+                records.append(r)
     return write(tmp / name / "box.jsonl", records).parent
 
 
@@ -55,3 +70,53 @@ def test_labels_select_the_two_sides_of_one_directory(tmp_path: Path) -> None:
     proc = _compare(str(one), str(one), "--base-label", "old", "--new-label", "new")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("faster") == 4
+
+
+def _rows(out: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")]
+            for line in out.splitlines() if line.startswith("| box")]  # fmt: skip
+
+
+def test_rows_are_sorted_by_number_and_unchanged_cells_can_be_left_out(tmp_path: Path) -> None:
+    a, b = _run(tmp_path, "a", 1.0, 1), _run(tmp_path, "b", 1.0, 2, mixed=0.5)
+    proc = _compare(str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    cells = _rows(proc.stdout.split("Speedup over float32")[0])
+    assert [(r[2], r[3]) for r in cells] == [
+        ("float32", "8"),
+        ("float32", "32"),
+        ("mixed_bfloat16", "8"),
+        ("mixed_bfloat16", "32"),
+    ]
+    only = _compare(str(a), str(b), "--only-changed")
+    assert only.returncode == 0, only.stderr
+    changed = _rows(only.stdout.split("Speedup over float32")[0])
+    assert [(r[2], r[3], r[-1]) for r in changed] == [
+        ("mixed_bfloat16", "8", "faster"),
+        ("mixed_bfloat16", "32", "faster"),
+    ]
+    assert "4 cell(s) compared" in only.stdout  # the counts still cover every cell
+    same = _compare(str(a), str(_run(tmp_path, "c", 1.0, 3)), "--only-changed")
+    assert "No cell changed." in same.stdout
+
+
+def test_the_speedup_itself_is_compared_between_the_runs(tmp_path: Path) -> None:
+    a, b = _run(tmp_path, "a", 1.0, 1), _run(tmp_path, "b", 1.0, 2, mixed=0.5)
+    proc = _compare(str(a), str(b))
+    speed = _rows(proc.stdout.split("Speedup over float32 in each run")[1])
+    assert [(r[2], r[3]) for r in speed] == [("mixed_bfloat16", "8"), ("mixed_bfloat16", "32")]
+    for row in speed:  # 1/0.8 = 1.25 before, 1/0.5 = 2.0 after, intervals well apart
+        assert row[4].startswith("1.2") and row[5].startswith("2.0")
+        assert row[6].startswith("+0.7") and "intervals apart" in row[6]
+    assert "mixed_bfloat16: the speedup over float32 moved by +0.7" in proc.stdout
+
+
+def test_one_process_a_side_is_too_few_for_a_verdict_not_a_regression(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", 1.0, 1, repeats=1)
+    b = _run(tmp_path, "b", 1.2, 2, repeats=1)  # 20% slower, but one process each
+    proc = _compare(str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("too few processes") == 5  # 4 rows and the summary
+    assert "4 cell(s) with one process on a side" in proc.stdout
+    changes = json.loads(_compare(str(a), str(b), "--json").stdout)
+    assert all(c["verdict"] == "too few processes" and c["low"] is None for c in changes)

@@ -252,7 +252,7 @@ def test_silent_cpu_fallback_on_a_gpu_host() -> None:
     fallback = {
         "kind": "cpu",
         "name": "cpu",
-        "used_by_tf": False,
+        "used_gpu": False,
         "present_gpus": [{"name": "Quadro M2200", "compute_capability": "5.2"}],
     }
     text = dg.silent_cpu_fallback(table(fallback, SLOW, cpu=XEON_OLD))
@@ -266,7 +266,7 @@ def test_silent_cpu_fallback_on_a_gpu_host() -> None:
 
 def test_silent_cpu_fallback_of_the_gpu_image_without_a_gpu() -> None:
     gpu_image = {"name": "gpu", "labels": {"io.mxbench.target": "gpu"}}
-    no_gpu = {"kind": "cpu", "name": "AMD EPYC", "used_by_tf": None, "present_gpus": []}
+    no_gpu = {"kind": "cpu", "name": "AMD EPYC", "used_gpu": None, "present_gpus": []}
     text = dg.silent_cpu_fallback(table(no_gpu, SLOW, image=gpu_image))
     assert text.startswith("Silent CPU fallback: image gpu is the GPU build, but no GPU")
     assert "TensorFlow ran on the CPU" in text and "gpus: all" in text

@@ -131,15 +131,15 @@ def test_bad_values_are_skipped_the_same_way_in_every_format(
 
 def test_unreadable_result_files_are_warned_about_not_fatal(tmp_path: Path) -> None:
     good = write(tmp_path / "good.jsonl", [rec(host="h1")])
-    (tmp_path / "dir.jsonl").mkdir()
+    write(tmp_path / "dir.jsonl" / "h2.jsonl", [rec(host="h2")])  # a folder: read below it
     os.mkfifo(tmp_path / "fifo.jsonl")  # must not hang
     (tmp_path / "loop.jsonl").symlink_to(tmp_path / "loop.jsonl")
     for fmt in FORMATS:
         code, out, err = _report("--results", str(tmp_path), fmt)
         assert code == 0, err
         names = " ".join(_warnings(err))
-        assert "dir.jsonl" in names and "fifo.jsonl" in names and "loop.jsonl" in names
-        assert "h1" in out
+        assert "fifo.jsonl" in names and "loop.jsonl" in names and "dir.jsonl" not in names
+        assert "h1" in out and "h2" in out
     assert good.exists()
 
 

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from mxbench.report import load as loading
+from mxbench.report import tables, text
 from mxbench.report.load import load, pick
 from mxbench.report.tables import build
 from report_records import rec, typed, write
@@ -83,7 +88,7 @@ def test_corrupt_line_warns_with_file_and_line_and_report_renders(tmp_path: Path
     assert f"{path}:5: Expected `object`, got `array`" in proc.stderr
     assert f"{path}:6: Object missing required field `params`" in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "|    32 |      80.0 [78.4–82.4] |" in proc.stdout
+    assert re.search(r"^\| +32 \| +80\.0 \[78\.4–82\.4\] \|", proc.stdout, re.M)
     assert "3 unreadable line(s) or file(s) skipped" in proc.stdout
 
 
@@ -133,3 +138,36 @@ def test_output_file(tmp_path: Path) -> None:
     proc = mxbench("--results", "r.jsonl", "--csv", "--output", "out.csv", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout == ""
     assert (tmp_path / "out.csv").read_text().startswith("host,engine,image,")
+
+
+def test_a_folder_means_every_result_file_in_the_tree_below_it(tmp_path: Path) -> None:
+    write(tmp_path / "a" / "results" / "h1.jsonl", [rec(host="h1")])
+    write(tmp_path / "b" / "c" / "d" / "h2.jsonl", [rec(host="h2")])
+    write(tmp_path / ".git" / "h3.jsonl", [rec(host="h3")])  # hidden: not looked in
+    elsewhere = write(tmp_path.parent / f"{tmp_path.name}-other" / "h4.jsonl", [rec(host="h4")])
+    (tmp_path / "link").symlink_to(elsewhere.parent)  # a linked folder is not followed
+    (tmp_path / "a" / "h5.jsonl").symlink_to(elsewhere)  # nor a linked file
+    loaded = loading.load([tmp_path])
+    assert sorted(str(r.host) for r in loaded.winners) == ["h1", "h2"]
+    assert loading.folders(loaded.files) == [tmp_path / "a" / "results", tmp_path / "b" / "c" / "d"]
+    assert sorted(b.path.name for b in loaded.bad) == ["h5.jsonl", "link"]
+    intro = text.counts(loaded, tables.build(loaded.winners))
+    assert f"2 file(s) in {tmp_path / 'a' / 'results'}, {tmp_path / 'b' / 'c' / 'd'};" in intro
+
+
+def test_the_walk_is_bounded_in_depth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loading, "MAX_DEPTH", 2)
+    write(tmp_path / "1" / "h1.jsonl", [rec(host="h1")])
+    write(tmp_path / "1" / "2" / "3" / "h2.jsonl", [rec(host="h2")])
+    loaded = loading.load([tmp_path])
+    assert [r.host for r in loaded.winners] == ["h1"]
+    assert [b.reason for b in loaded.bad] == ["more than 2 folders deep (not read)"]
+
+
+def test_the_published_and_measured_examples_are_found_from_the_top(tmp_path: Path) -> None:
+    examples = Path(__file__).parents[1] / "examples"
+    loaded = loading.load([examples / "measured"])
+    found = {d.relative_to(examples).as_posix() for d in loading.folders(loaded.files)}
+    assert found == {"measured/compare/results", "measured/cpu-backends/results",
+                     "measured/h100/results"}  # fmt: skip
+    assert loaded.bad == [] and loaded.read == 18 + 36 + 56

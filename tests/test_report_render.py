@@ -41,7 +41,7 @@ def test_markdown_tables_are_github_pipe_tables(published: tuple) -> None:
         assert parsed[0] == headers and parsed[2:] == rows  # same cells as the text
         assert set(lines[1]) <= set("|-:")
     # numbers right-aligned: the batch column's rule ends with a colon
-    assert markdown.table(["batch"], [["32"]]).splitlines()[1] == "|------:|"
+    assert markdown.table(["batch"], [["32"]]).splitlines()[1] == "|--------:|"
 
 
 def test_csv_is_tidy_one_row_per_cell(published: tuple) -> None:
@@ -150,7 +150,10 @@ def test_html_renders_tables_and_plots_in_headless_chromium(tmp_path: Path) -> N
     imgs = dom.stdout.split('data-imgs="', 1)[1].split('"', 1)[0].split()
     assert imgs == ["true:600x360"] * 6  # two plots per table, decoded at 6x3.6 in, 100 dpi
     rows = dom.stdout.split('data-rows="', 1)[1].split('"', 1)[0].split()
-    assert rows == ["6", "6", "6", "4"]  # header + 5 batch sizes, x3; summary: header + 3
+    assert rows == ["4", "6", "6", "6"]  # the summary first (header + 3), then 5 batch sizes x3
+    # the answer comes first: the summary grid, its cells coloured by verdict, links to tables
+    assert text.index('id="summary"') < text.index('class="device"')
+    assert text.count('href="#table-') == 6  # from the grid and the contents line
     assert "1.10" in dom.stdout and "OOM" in dom.stdout
 
     shot = tmp_path / "shot.png"
@@ -204,3 +207,39 @@ def test_a_table_that_mixes_runs_names_each_label_and_its_cells(tmp_path: Path) 
     )
     (alone,) = build(load([path], label="old").winners)
     assert "label: old" in heading_lines(alone)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("width", "fits"), [(380, True), (200, False)])
+def test_the_answer_fits_a_narrow_window_and_opens_the_page(
+    tmp_path: Path, width: int, fits: bool
+) -> None:
+    """In a phone-wide frame the first thing on the page is the answer grid, whole (headless
+    Chromium's window is at least 500 px wide, so the page is laid out in an iframe)."""
+    require_service(Path(CHROMIUM).exists(), "chromium (Debian package)")
+    import html as html_text
+
+    from mxbench.report import document, html
+
+    loaded = load([PUBLISHED])
+    page = html.render(document.build(loaded, build(loaded.winners)), lambda t: [])
+    probe = tmp_path / "narrow.html"
+    probe.write_text(
+        f'<!DOCTYPE html><html><body><iframe id="f" width="{width}" height="900" '
+        f'srcdoc="{html_text.escape(page)}"></iframe><script>'
+        """f.onload = () => {
+          const d = f.contentDocument, w = f.contentWindow;
+          const grid = d.querySelector('table.grid').getBoundingClientRect();
+          const first = d.querySelector('section.device').getBoundingClientRect();
+          document.body.setAttribute('data-fit', [Math.round(grid.right), w.innerWidth,
+            Math.round(grid.bottom), Math.round(first.top)].join(' '));
+        };</script></body></html>"""
+    )
+    with tempfile.TemporaryDirectory() as user_dir:
+        dom = _chromium("--dump-dom", probe.as_uri(), user_dir=Path(user_dir))
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    right, inner, bottom, first_table = map(
+        int, dom.stdout.split('data-fit="', 1)[1].split('"', 1)[0].split()
+    )
+    assert inner <= width and (right <= inner) == fits, (right, inner)
+    assert bottom < first_table  # the answer comes before any table

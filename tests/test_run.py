@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,17 +50,17 @@ def records(results: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str, str]:
     tmp = tmp_path_factory.mktemp("run")
     matrix = write_matrix(tmp)
     results = tmp / "results"
     proc = mxbench("run", "--matrix", str(matrix), "--results", str(results))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return matrix, results, proc.stderr
+    return matrix, results, proc.stderr, proc.stdout
 
 
-def test_every_cell_recorded_once_and_complete(first_run: tuple[Path, Path, str]) -> None:
-    _, results, log = first_run
+def test_every_cell_recorded_once_and_complete(first_run: tuple[Path, Path, str, str]) -> None:
+    _, results, log, out = first_run
     recs = records(results)
     assert len(recs) == 4
     assert {(r["params"]["policy"], r["params"]["batch_size"]) for r in recs} == {
@@ -76,6 +77,13 @@ def test_every_cell_recorded_once_and_complete(first_run: tuple[Path, Path, str]
     # not a terminal: one plain line per cell, so CI logs stay readable
     assert sum(1 for line in log.splitlines() if line.startswith("[")) == 4
     assert "[4/4] box" in log
+    # the answer last: a verdict line per comparison, none claimed from one process each
+    said = out.strip().splitlines()
+    assert len(said) == 2 and all("too few processes for a verdict" in line for line in said)
+    assert (
+        said[0].startswith("mixed_bfloat16: ")
+        and " the speed of float32 at batch 4 on box · " in said[0]
+    )
 
 
 def test_unusable_host_is_recorded_not_fatal(tmp_path: Path) -> None:
@@ -103,5 +111,7 @@ def test_a_local_python_without_mxbench_stops_before_any_cell(tmp_path: Path) ->
     proc = mxbench("run", "-m", str(path), "-r", str(results))
     assert proc.returncode == 2, proc.stderr
     assert f"{bare}/bin/python cannot import mxbench" in proc.stderr
-    assert "-m pip install 'mxbench[tf]'" in proc.stderr and "Traceback" not in proc.stderr
+    source = re.search(r"-m pip install -e '(.+)\[tf\]'", proc.stderr)
+    assert source is not None and (Path(source[1]) / "pyproject.toml").is_file(), proc.stderr
+    assert "Traceback" not in proc.stderr
     assert records(results) == []  # nothing attempted, nothing recorded

@@ -175,12 +175,12 @@ def test_report_replays_the_search_from_the_records(tmp_path: Path) -> None:
     assert "Largest batch: float32 20, mixed_float16 30 (1.50x): mixed precision lets" in (
         capacity.diagnosis(c) or ""
     )
-    from mxbench.report import html, tables
+    from mxbench.report import document, html, tables
     from mxbench.report.plot import memory_png
 
     assert tables.build(winners) == []  # trials are not speed cells
     assert (memory_png(c) or b"").startswith(b"\x89PNG")  # peak memory against batch size
-    page = html.render(load([path]), [], lambda t: [])
+    page = html.render(document.build(load([path]), []), lambda t: [])
     assert "<h2>Largest batch: box" in page and "peak memory against batch size" in page
     # a search cut short: the report names the trial that is missing
     cut = write(tmp_path / "cut" / "box.jsonl", recs[:3])

@@ -8,6 +8,7 @@ never imports the orchestrator's dependencies.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -54,9 +55,41 @@ app.command("doctor")(doctor.doctor)
 app.command("bench")(bench.bench)
 
 
+def _plain_help(command: Any) -> None:
+    """Option help as users read it: a flag shows no type (typer writes ``<bool>``), a
+    repeatable option its element type and ``...`` (not ``<list[str]>``), and ``<class>`` in
+    a help text stays (markdown mode would take it for an HTML tag)."""
+    for param in command.params:  # typer's own (vendored) click options
+        if getattr(param, "is_flag", False):
+            param.display_type_rich = lambda ctx: None
+        elif getattr(param, "multiple", False) and hasattr(param, "display_type_rich"):
+            shown = param.display_type_rich
+
+            def element(ctx: Any, shown: Any = shown) -> str | None:
+                label = shown(ctx)
+                return None if label is None else label.replace("list[", "")[:-2] + ">..."
+
+            param.display_type_rich = element
+        if getattr(param, "help", None):
+            param.help = param.help.replace("<", "\\<")
+    get_help_option = command.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        option = get_help_option(ctx)
+        if option is not None:
+            option.display_type_rich = lambda ctx: None
+        return option
+
+    command.get_help_option = help_option
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+
+
 def main() -> None:
+    command = typer.main.get_command(app)
+    _plain_help(command)
     try:
-        app()
+        command(prog_name="mxbench")
     except MxbenchError as exc:
         typer.secho(f"mxbench: error: {exc}", err=True, fg=typer.colors.RED)
         sys.exit(exc.exit_code)

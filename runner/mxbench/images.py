@@ -15,20 +15,27 @@ not content, so it is left out of the hash.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import io
+import os
+import posixpath
 import re
 import ssl
 import stat
 import subprocess
+import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import msgspec
 
 from mxbench import __version__
 from mxbench.errors import MxbenchError, UsageError
 from mxbench.matrix import Image, Matrix
+from mxbench.results import LOCK_NAME, write_atomic
 
 LABEL = "io.mxbench."
 CA_BUNDLE_PATH = "docker/ca-bundle.pem"  # where the Dockerfiles look for it (docker/venv.sh)
@@ -71,7 +78,10 @@ class ImageSpec:
         ignore = self.ignore_file
         patterns = _dockerignore(ignore.read_text()) if ignore is not None else []
         found = []
+        results = _ResultsDirs(self.context)
         for rel in exclude_paths(str(self.context), patterns, dockerfile=self.dockerfile):
+            if results.holds(rel):
+                continue  # measurements are not image content (they change as a run goes)
             found.append(rel)
             if len(found) > MAX_CONTEXT_FILES:
                 raise UsageError(
@@ -97,12 +107,14 @@ class ImageSpec:
         put(_HASH_SCHEME, self.dockerfile, self.target or "")
         for k in sorted(self.build_args):
             put("arg", k, self.build_args[k])
-        for rel in self.files():
-            path = self.context / rel
-            if path.is_symlink():
-                put("link", rel, str(path.readlink()))
-            elif path.is_file():
-                put("file", rel, "x" if path.stat().st_mode & 0o111 else "-", _file_digest(path))
+        with DigestCache(self.context) as digests:
+            for rel in self.files():
+                path = self.context / rel
+                st = path.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    put("link", rel, str(path.readlink()))
+                elif stat.S_ISREG(st.st_mode):
+                    put("file", rel, "x" if st.st_mode & 0o111 else "-", digests.get(rel, st))
         return h.hexdigest()
 
     def snapshot(self, dest: Path) -> ImageSpec:
@@ -130,6 +142,72 @@ class ImageSpec:
         if name in self.build_args:
             return self.build_args[name]
         return dockerfile_arg_defaults(self.dockerfile_path.read_text()).get(name)
+
+
+class _ResultsDirs:
+    """Which paths of a context lie in an mxbench results directory (one that holds the
+    lock file of ``mxbench run``): never part of an image, whatever the ignore file says."""
+
+    def __init__(self, context: Path) -> None:
+        self.context = context
+        self._known: dict[str, bool] = {"": False}
+
+    def holds(self, rel: str) -> bool:
+        """``rel`` is a results directory, or lies in one."""
+        return self._is_results(posixpath.dirname(rel)) or (
+            (self.context / rel / LOCK_NAME).is_file()
+        )
+
+    def _is_results(self, folder: str) -> bool:
+        if folder not in self._known:
+            here = (self.context / folder / LOCK_NAME).is_file()
+            self._known[folder] = here or self._is_results(posixpath.dirname(folder))
+        return self._known[folder]
+
+
+class DigestCache:
+    """The sha256 of each context file, remembered between runs by (size, mtime, ctime,
+    inode): a large unchanged context is hashed once, not before every ``run`` and
+    ``doctor``. One file per context under ``$XDG_CACHE_HOME/mxbench/contexts/`` (written
+    atomically; unreadable or unwritable means hashing everything, never an error). A file
+    changed within :data:`RACY_S` of now is not remembered (its mtime may not show the
+    next change: git's "racily clean" case)."""
+
+    RACY_S = 2.0
+
+    def __init__(self, context: Path) -> None:
+        self.context = context
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        key = hashlib.sha256(str(context).encode()).hexdigest()[:24]
+        self.path = base / "mxbench" / "contexts" / f"{key}.json"
+        self.old: dict[str, tuple[int, int, int, int, str]] = {}
+        self.new: dict[str, tuple[int, int, int, int, str]] = {}
+        self.hashed = 0  # files read this time (the rest came from the cache)
+
+    def __enter__(self) -> DigestCache:
+        with contextlib.suppress(OSError, ValueError, msgspec.DecodeError):
+            self.old = msgspec.json.decode(
+                self.path.read_bytes(), type=dict[str, tuple[int, int, int, int, str]]
+            )
+        return self
+
+    def get(self, rel: str, st: os.stat_result) -> bytes:
+        stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        known = self.old.get(rel)
+        if known is not None and known[:4] == stamp:
+            digest = bytes.fromhex(known[4])
+        else:
+            digest = _file_digest(self.context / rel)
+            self.hashed += 1
+        if time.time() - max(st.st_mtime, st.st_ctime) > self.RACY_S:
+            self.new[rel] = (*stamp, digest.hex())
+        return digest
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None and self.new != self.old:
+            with contextlib.suppress(OSError):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(self.path, msgspec.json.encode(self.new))
 
 
 def _file_digest(path: Path) -> bytes:
@@ -299,14 +377,15 @@ def read_ca_bundle(path: Path) -> str:
     return pem
 
 
-def context_archive(spec: ImageSpec, ca_bundle: Path | None = None) -> io.BytesIO:
-    """The build context as a tar stream (plus the CA bundle, when given)."""
+def context_archive(spec: ImageSpec, ca_bundle: Path | None = None) -> IO[bytes]:
+    """The build context as a tar stream (plus the CA bundle, when given), in a temporary
+    file: sent to the daemon from disk, never held in memory."""
     from docker.utils.build import create_archive
 
     extra = []
     if ca_bundle is not None:
         extra.append((CA_BUNDLE_PATH, read_ca_bundle(ca_bundle)))
-    buf = io.BytesIO()
+    buf = tempfile.TemporaryFile()  # noqa: SIM115 - the caller closes it
     fh = create_archive(str(spec.context), files=spec.files(), fileobj=buf, extra_files=extra)
     fh.seek(0)
     return fh  # type: ignore[no-any-return]
@@ -333,27 +412,26 @@ def build(
     rebuild: bool = False,
 ) -> Built:
     """Build ``spec`` on one daemon unless an image with its content tag is there already."""
-    import time
-
     digest = spec.content_hash()
     tag = spec.tag(digest)
     existing = None if rebuild else find(client, tag)
     if existing is not None:
         return Built(spec.name, tag, existing.id, reused=True)
     t0 = time.monotonic()
-    stream = client.api.build(
-        fileobj=context_archive(spec, ca_bundle),
-        custom_context=True,
-        dockerfile=spec.dockerfile,
-        target=spec.target,
-        buildargs=dict(spec.build_args),
-        labels=provenance_labels(spec, digest),
-        tag=tag,
-        rm=True,
-        forcerm=True,
-        pull=False,
-        decode=True,
-    )
+    with context_archive(spec, ca_bundle) as archive:  # sent whole before the reply starts
+        stream = client.api.build(
+            fileobj=archive,
+            custom_context=True,
+            dockerfile=spec.dockerfile,
+            target=spec.target,
+            buildargs=dict(spec.build_args),
+            labels=provenance_labels(spec, digest),
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+        )
     lines: list[str] = []
     current = "(before the first step)"
     image_id = None

@@ -29,8 +29,8 @@ from pydantic import (
 )
 
 from mxbench import models, params
-from mxbench.engines import ENGINES
 from mxbench.errors import UsageError
+from mxbench.hosts import HOSTS
 from mxbench.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
 from mxbench.search import LIMITS, SEARCH, BatchSearch
 
@@ -205,7 +205,7 @@ if TYPE_CHECKING:
     Host = HostBase
 else:
     Host = Annotated[  # built at import time, from the registry
-        functools.reduce(operator.or_, (e.host_model for e in ENGINES.values())),
+        functools.reduce(operator.or_, HOSTS.values()),
         Field(discriminator="engine"),
     ]
 
@@ -491,9 +491,9 @@ def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) ->
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not in matrix schema v1; a typo?)"
         elif err["type"] == "union_tag_invalid":
-            msg = f"unknown engine: expected one of {', '.join(ENGINES)}"
+            msg = f"unknown engine: expected one of {', '.join(HOSTS)}"
         elif err["type"] == "union_tag_not_found":
-            msg = f"missing 'engine' (one of {', '.join(ENGINES)})"
+            msg = f"missing 'engine' (one of {', '.join(HOSTS)})"
         elif isinstance(err.get("input"), bool) and err["type"] in _NUMBER_ERRORS:
             msg = _not_a_bool(err["input"])
         elif err["type"] == "literal_error" and (named := _param_in(loc)) is not None:
@@ -521,7 +521,7 @@ def _strip_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     # pydantic inserts the discriminator value ("docker") after the list index.
     out: list[Any] = []
     for i, part in enumerate(loc):
-        if part in ENGINES and i >= 2 and loc[i - 2] == "hosts" and isinstance(loc[i - 1], int):
+        if part in HOSTS and i >= 2 and loc[i - 2] == "hosts" and isinstance(loc[i - 1], int):
             continue
         out.append(part)
     return tuple(out)

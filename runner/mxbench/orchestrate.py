@@ -14,13 +14,13 @@ recorded (it was not measured), and ``RunSummary.interrupted`` tells the caller.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from mxbench.cells import Cell, Search
 from mxbench.engines import Engine, EngineUnavailable, Outcome, engine_class, to_record
 from mxbench.matrix import Matrix
 from mxbench.progress import CellProgress
-from mxbench.results import FINAL_STATUSES, Record, ResultStore
+from mxbench.results import FINAL_STATUSES, Record, ResultStore, Status, StoreError
 from mxbench.search import Found, walk
 
 FAILED_STATUSES = frozenset({"error", "timeout"})
@@ -73,7 +73,7 @@ def group_by_host(cells: Sequence[Cell]) -> dict[str, list[Cell]]:
     return groups
 
 
-@contextmanager
+@contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -113,7 +113,12 @@ def machines(works: Sequence[HostWork]) -> dict[str, list[HostWork]]:
 
     def machine(work: HostWork) -> str:
         given = work.engine.host.machine
-        return f"machine:{given}" if given else work.engine.machine()
+        if given:
+            return f"machine:{given}"
+        try:
+            return work.engine.machine()
+        except Exception:  # unreachable or broken: prepare() says why, for this host only
+            return f"{work.engine.name}:{work.name}"
 
     with ThreadPoolExecutor(max_workers=max(1, len(works))) as pool:
         for work, name in zip(works, pool.map(machine, works), strict=True):
@@ -191,12 +196,10 @@ class _Fleet:
         try:
             engine.prepare(work.planned)
         except EngineUnavailable as exc:
-            progress.message(f"{name}: {exc.status}: {exc.reason}")
-            for cell in work.planned:  # the same record-making function as any outcome
-                record = to_record(cell, Outcome(None, status=exc.status, reason=exc.reason))
-                if self.save(record):
-                    progress.finish(name, cell.label(), record)
-            progress.host_done(name, f"{exc.status}: host not usable")
+            self.give_up(work, work.planned, exc.status, exc.reason)
+            return
+        except Exception as exc:  # a daemon answering 500, a cut link, a bug: this host only
+            self.give_up(work, work.planned, "error", _unexpected(work, exc))
             return
         if self.stop.is_set():
             return
@@ -204,28 +207,60 @@ class _Fleet:
         if cells:
             progress.start(name, cells[0].label())
         outcomes = engine.run(cells)
+        finished: set[str] = set()
         try:
             for i, (cell, outcome) in enumerate(outcomes):
                 record = to_record(cell, outcome)
                 if not self.save(record):
                     return
+                finished.add(cell.key)
                 progress.finish(name, cell.label(), record)
                 if self.stop.is_set():
                     return
                 if i + 1 < len(cells):
                     progress.start(name, cells[i + 1].label(), engine.progress_note())
+        except StoreError:
+            raise  # the disk, not the host: the whole run stops (run_machine)
+        except Exception as exc:
+            rest = [c for c in cells if c.key not in finished]
+            self.give_up(work, rest + [s.template for s in work.searches], "error",
+                         _unexpected(work, exc))  # fmt: skip
+            return
         finally:
             close = getattr(outcomes, "close", None)
             if close is not None:
-                close()  # a batch engine's generator cancels what it still has queued
+                with contextlib.suppress(Exception):
+                    close()  # a batch engine's generator cancels what it still has queued
         for search in work.searches:
             if self.stop.is_set():
                 return
-            found = _search(engine, search, self.known, self.save, progress, self.stop)
+            try:
+                found = _search(engine, search, self.known, self.save, progress, self.stop)
+            except StoreError:
+                raise
+            except Exception as exc:
+                found = Found("failed", None, None, 0, _unexpected(work, exc))
             with self.lock:
                 self.summary.searches.append((search, found))
             progress.message(f"{search.label()}: {found.sentence()}")
         progress.host_done(name, "done")
+
+    def give_up(self, work: HostWork, cells: Sequence[Cell], status: Status, reason: str) -> None:
+        """The host cannot go on: each of ``cells`` gets a record saying why (made by the
+        same function as any outcome's); the other hosts go on."""
+        name, progress = work.name, self.progress
+        progress.message(f"{name}: {status}: {reason}")
+        for cell in cells:
+            record = to_record(cell, Outcome(None, status=status, reason=reason))
+            if self.save(record):
+                progress.finish(name, cell.label(), record)
+        progress.host_done(name, f"{status}: host not usable")
+
+
+def _unexpected(work: HostWork, exc: Exception) -> str:
+    """One line for an engine failure nobody planned for (the host's cells get it)."""
+    what = " ".join(str(exc).split())[:300] or "no message"
+    return f"host {work.name}: the {work.engine.name} engine failed: {type(exc).__name__}: {what}"
 
 
 def run_cells(
@@ -256,8 +291,10 @@ def run_cells(
             for thread in threads:
                 thread.start()
             for thread in threads:
-                while thread.is_alive():
+                while thread.is_alive() and fleet.failure is None:
                     thread.join(0.2)  # short joins: Ctrl-C reaches this (main) thread
+            if fleet.failure is not None:  # e.g. a full disk: stop every host's cells too
+                _cancel_all(fleet, [w.engine for w in works], threads)
         except KeyboardInterrupt:
             fleet.summary.interrupted = True
             _cancel_all(fleet, [w.engine for w in works], threads)

@@ -6,10 +6,13 @@ A record is one attempt at one cell. :class:`Record` is the contract: the bench 
 store writes it as one JSON line, and the report and ``--resume`` decode the same type.
 ``docs/record.md`` is generated from it (``python -m mxbench.results``).
 
-Schema ``mxbench.result/1``: fields are only ever added (with defaults), so every line
-written by any version of mxbench, and the transcribed ``examples/published/`` records,
-decode as this type; a field a line does not have takes its default. Unknown fields (from a
-newer mxbench) are ignored.
+Schema ``mxbench.result/2``. Records evolve by versions: within one version fields are only
+added (with defaults; a field a line does not have takes its default, unknown fields from a
+newer mxbench are ignored); a change that is not an addition (a rename, a null that the type
+no longer takes) makes a new version, with a step in :data:`UPGRADES` that rewrites a line of
+the previous version before it is decoded (pyperf's version map, asv's ``update_to_2``).
+Every line written by any version of mxbench, or allowed by a published contract, loads:
+``tests/records/`` holds one file per shape ever written.
 
 Layout on disk: ``<results>/<host>.jsonl``, one file per host (asv-style), so that
 directories from many machines can be merged by copying them side by side.
@@ -19,12 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
+import json
 import os
 import re
 import signal
+import socket
+import stat
+import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,11 +40,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from mxbench.errors import UsageError
+from mxbench.errors import MxbenchError, UsageError
 from mxbench.params import Params
 from mxbench.search import BatchSearch
 
-SCHEMA = "mxbench.result/1"
+SCHEMA = "mxbench.result/2"  # the version this mxbench writes (HISTORY: every version)
 Status = Literal["ok", "oom", "error", "timeout", "unsupported"]
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout", "unsupported")
 # A cell whose latest record has one of these is done: --resume skips it.
@@ -53,9 +61,13 @@ def Doc(text: str) -> Meta:
     return Meta(description=text)
 
 
-class _Part(msgspec.Struct, kw_only=True):
+class _Part(msgspec.Struct, kw_only=True, gc=False):
     """A sub-object of the record. Every field is written (null when unknown); a line that
-    lacks one (an older mxbench, a hand-made record) reads it back as its default."""
+    lacks one (an older mxbench, a hand-made record) reads it back as its default.
+
+    ``gc=False`` (here and on :class:`Record`): a record is a tree, never a cycle, so the
+    garbage collector need not track its structs; a report holding 100,000 of them otherwise
+    spends much of its time in collections that find nothing (msgspec's documented option)."""
 
 
 class StepStats(_Part):
@@ -137,10 +149,10 @@ class Device(_Part):
     driver: str | None = None
     uuid: str | None = None
     framework: Annotated[str | None, Doc("the Keras backend that ran the model")] = None
-    used_by_tf: Annotated[
+    used_gpu: Annotated[
         bool | None,
         Doc("whether `framework` ran the model on the GPU (false: a GPU is present, the "
-            "framework ran on the CPU); the name is historical, it means any backend"),
+            "framework ran on the CPU; null: no GPU). mxbench.result/1 called it used_by_tf"),
     ] = None  # fmt: skip
     present_gpus: list[PresentGpu] = []
     cc_source: Annotated[str | None, Doc("nvml, or the framework that told it")] = None
@@ -284,7 +296,7 @@ class ModelInfo(_Part):
     ] = []  # fmt: skip
 
 
-class Record(msgspec.Struct, kw_only=True):
+class Record(msgspec.Struct, kw_only=True, gc=False):
     """One attempt at one cell: the line ``results/<host>.jsonl`` gets."""
 
     schema: str = SCHEMA
@@ -383,17 +395,144 @@ class BadRecord(ValueError):
 
 
 def decode(line: bytes | str) -> Record:
-    """The record on one line, or :class:`BadRecord` saying why not."""
+    """The record on one line, upgraded to this version, or :class:`BadRecord` saying why
+    not. A line of the current version is decoded straight into the type; any other line
+    (an older version, or one the type rejects) is read as JSON, upgraded (:func:`upgrade`)
+    and then converted. Lines over :data:`MAX_LINE_BYTES` and nesting beyond what a record
+    can be are refused, never a crash of the reader."""
+    if len(line) > MAX_LINE_BYTES:
+        raise BadRecord(f"line of {len(line)} bytes (at most {MAX_LINE_BYTES} are read)")
     try:
-        return _decoder.decode(line)
+        rec = _decoder.decode(line)
+        if rec.schema == SCHEMA:
+            return _bounded(rec)
+        obj = _json_decoder.decode(line)
+    except msgspec.ValidationError:
+        try:
+            obj = _json_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            raise _not_json(line, exc) from None
+        except RecursionError:
+            raise BadRecord("nested too deeply to be a record") from None
+    except RecursionError:
+        raise BadRecord("nested too deeply to be a record") from None
+    except msgspec.DecodeError as exc:
+        raise _not_json(line, exc) from None
+    try:
+        rec = msgspec.convert(upgrade(obj) if isinstance(obj, dict) else obj, Record)
     except msgspec.ValidationError as exc:
         raise BadRecord(_reason(str(exc))) from None
-    except msgspec.DecodeError as exc:
-        if isinstance(line, str):
-            line = line.encode("utf-8", "replace")
-        if _NON_FINITE.search(line):
-            raise BadRecord("not JSON (NaN / Infinity are not JSON numbers)") from None
-        raise BadRecord(f"not JSON ({_reason(str(exc))})") from None
+    except RecursionError:
+        raise BadRecord("nested too deeply to be a record") from None
+    return _bounded(rec)
+
+
+def _bounded(rec: Record) -> Record:
+    if _depth(rec.run) > MAX_DEPTH:  # the one free-form part: readers copy and render it
+        raise BadRecord(f"'run' nested deeper than {MAX_DEPTH} levels")
+    return rec
+
+
+def _not_json(line: bytes | str, exc: msgspec.DecodeError) -> BadRecord:
+    if isinstance(line, str):
+        line = line.encode("utf-8", "replace")
+    if _NON_FINITE.search(line):
+        return BadRecord("not JSON (NaN / Infinity are not JSON numbers)")
+    return BadRecord(f"not JSON ({_reason(str(exc))})")
+
+
+# ---- Versions: every record shape ever written keeps loading -------------------------------
+
+HISTORY: dict[str, str] = {
+    "mxbench.result/1": "2026-11-21 to Step 16: the first contract. Its minimum (schema, cell, "
+    "host, status, params) let any other part be null (`metrics: null` on an oom or error); "
+    "the first report read a compute capability written as a number (7.0) or a pair ([7, 0]); "
+    "device.used_by_tf said whether the framework used the GPU, whatever the backend.",
+    SCHEMA: "Step 17: no nulls where the type holds an object, a list or a default; "
+    "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu.",
+}
+_json_decoder = msgspec.json.Decoder()
+# A struct field whose default is not None: a null there means "not recorded" in /1.
+_PARTS: dict[str, type[msgspec.Struct]] = {
+    "image": Image, "metrics": Metrics, "device": Device, "cpu": Cpu, "software": Software,
+    "settings": Settings, "model": ModelInfo,
+}  # fmt: skip
+
+
+def _nulls_to_defaults(obj: dict[str, Any], kind: type[msgspec.Struct]) -> None:
+    for f in msgspec.structs.fields(kind):
+        if obj.get(f.encode_name, 0) is None and (
+            (f.default is not None and f.default is not msgspec.NODEFAULT)
+            or f.default_factory is not msgspec.NODEFAULT
+        ):
+            del obj[f.encode_name]
+
+
+def _cc_text(value: Any) -> Any:
+    """7.0 -> '7.0', [8, 6] -> '8.6', 9 -> '9.0'; anything else unchanged."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return f"{float(value):.1f}"
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return f"{value[0]}.{value[1]}"
+    return value
+
+
+def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
+    _nulls_to_defaults(obj, Record)
+    for key, kind in _PARTS.items():
+        part = obj.get(key)
+        if isinstance(part, dict):
+            _nulls_to_defaults(part, kind)
+    metrics = obj.get("metrics")
+    if isinstance(metrics, dict):
+        for key, kind in (("step_ms", StepStats), ("gpu_health", GpuHealth)):
+            if isinstance(metrics.get(key), dict):
+                _nulls_to_defaults(metrics[key], kind)
+    device = obj.get("device")
+    if isinstance(device, dict):
+        if "used_by_tf" in device:
+            device.setdefault("used_gpu", device.pop("used_by_tf"))
+        if "compute_capability" in device:
+            device["compute_capability"] = _cc_text(device["compute_capability"])
+        gpus = device.get("present_gpus")
+        for gpu in gpus if isinstance(gpus, list) else ():
+            if isinstance(gpu, dict) and "compute_capability" in gpu:
+                gpu["compute_capability"] = _cc_text(gpu["compute_capability"])
+    obj["schema"] = "mxbench.result/2"
+    return obj
+
+
+# schema -> the step that rewrites a line of it as the next version (applied until current).
+UPGRADES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "mxbench.result/1": _upgrade_1_to_2,
+}
+
+
+def upgrade(obj: dict[str, Any]) -> dict[str, Any]:
+    """A decoded JSON line of any known version, rewritten (in place) as the current one;
+    an unknown schema (a newer mxbench, another tool) is returned as it is."""
+    while True:
+        schema = obj.get("schema")
+        step = UPGRADES.get(schema) if isinstance(schema, str) else None
+        if step is None:
+            return obj
+        obj = step(obj)
+
+
+# Bounds on what a line may be (a bench's output, a file from anywhere): a record with a
+# million timed steps (params.MAX_STEPS) and their losses is about 40 MB.
+MAX_LINE_BYTES = 64 * 2**20
+MAX_DEPTH = 16
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    """How deeply ``value`` nests (0: a scalar), looking no further than :data:`MAX_DEPTH`."""
+    if level > MAX_DEPTH or not isinstance(value, dict | list):
+        return level
+    items = value.values() if isinstance(value, dict) else value
+    return max((_depth(v, level + 1) for v in items), default=level + 1)
 
 
 _NON_FINITE = re.compile(rb"[:\[,]\s*-?(NaN|Infinity)\s*[,}\]]")
@@ -407,21 +546,35 @@ def _reason(text: str, limit: int = 200) -> str:
 _JSON_LINE = re.compile(rb"^\s*\{.*\}\s*$")
 
 
-def parse_bench_output(stdout: str) -> Record | None:
-    """The record a bench printed: the last stdout line that decodes as one.
+def parse_bench_output(stdout: str | bytes) -> Record | None:
+    """The record a bench printed: the last stdout line that decodes as one."""
+    return bench_output(stdout)[0]
+
+
+def bench_output(stdout: str | bytes) -> tuple[Record | None, str | None]:
+    """The record a bench printed (the last stdout line that decodes as one), or None and
+    why the last line that looked like one is not (None: nothing looked like one).
 
     Searching from the end tolerates stray prints (a library writing to stdout) before it.
+    The output is untrusted: bytes that are not UTF-8 are replaced, lines past
+    :data:`MAX_LINE_BYTES` and nesting past :data:`MAX_DEPTH` are not records (engines
+    bound how much output they keep).
     """
-    for line in reversed(stdout.encode("utf-8", "replace").splitlines()):
+    if isinstance(stdout, str):
+        stdout = stdout.encode("utf-8", "replace")
+    why = None
+    for line in reversed(stdout.splitlines()):
         if not _JSON_LINE.match(line):
             continue
         try:
-            rec = decode(line)
-        except BadRecord:
+            rec = decode(line.decode("utf-8", "replace").encode())
+        except BadRecord as exc:
+            why = why or str(exc)
             continue
         if rec.schema == SCHEMA:
-            return rec
-    return None
+            return rec, None
+        why = why or f"unknown schema {_short(rec.schema)}"
+    return None, why
 
 
 def tail(text: str, lines: int = 20, chars: int = 4000) -> str:
@@ -452,20 +605,103 @@ class BadLine:
     reason: str
 
 
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """A descriptor on ``path`` that is a regular file, never through a symbolic link (a
+    results file that is a link would write into, or read from, whatever it points at) and
+    never blocking on a FIFO; OSError saying why not."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _not_regular(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a symbolic link (not followed)"
+    return f"cannot read ({exc.strerror})"
+
+
 def read_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple[int, Record]]:
     """(line number, record) for each record of one JSONL file, streamed line by line;
-    lines that are not records are reported into ``bad`` and skipped."""
-    with open(path, "rb") as fh:
-        for lineno, line in enumerate(fh, 1):
+    lines that are not records (or longer than :data:`MAX_LINE_BYTES`) and a file that is
+    not a regular file (a symbolic link is not followed) are reported into ``bad``."""
+    bad = bad if bad is not None else []
+    try:
+        fh = os.fdopen(open_regular(path), "rb")
+    except OSError as exc:
+        bad.append(BadLine(path, 0, _not_regular(exc)))
+        return
+    with fh:
+        lineno = 0
+        while line := fh.readline(MAX_LINE_BYTES + 1):
+            lineno += 1
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                while (rest := fh.readline(2**20)) and not rest.endswith(b"\n"):
+                    pass  # skip the rest of an over-long line, a bounded piece at a time
+                bad.append(BadLine(path, lineno, f"longer than {MAX_LINE_BYTES} bytes"))
+                continue
             if not line.strip():
                 continue
             try:
                 rec = decode(line)
             except BadRecord as exc:
-                if bad is not None:
-                    bad.append(BadLine(path, lineno, str(exc)))
+                bad.append(BadLine(path, lineno, str(exc)))
                 continue
             yield lineno, rec
+
+
+LOCK_NAME = ".mxbench-run.lock"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` all at once (a temporary file beside it, fsync'd, then
+    renamed over it): a failure, a full disk included, leaves the old file as it was and no
+    fragment; a symbolic link at ``path`` is replaced, not written through. OSError on
+    failure."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fh.fileno(), 0o666 & ~umask)  # what open() would have made
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class StoreError(MxbenchError):
+    """A record could not be written (full disk, a results file that is not a regular
+    file): the run stops, saying which record is not saved."""
+
+
+def _write_all(fd: int, data: bytes, size: int, path: Path, record: Record) -> None:
+    """Write and fsync the whole line at the end of a file of ``size`` bytes; when the disk
+    is full (or a quota, or the file size limit is reached), cut what was written back to
+    ``size`` (no torn line is left) and raise :class:`StoreError`."""
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise StoreError(
+            f"cannot write {path}: {exc.strerror}; the {record.status} record of cell "
+            f"{record.cell} (host {record.host}) is not saved (the file is as it was); make "
+            "room, then run again with --resume"
+        ) from None
 
 
 class ResultStore:
@@ -493,23 +729,52 @@ class ResultStore:
             record.label = self.label
         data = encode(record)
         with _signals_held():
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            except OSError as exc:
+                raise StoreError(f"cannot write {path}: {_not_regular(exc)}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
                     size = os.fstat(fd).st_size
                     if size and os.pread(fd, 1, size - 1) != b"\n":
                         data = b"\n" + data
-                    view = memoryview(data)
-                    while view:
-                        written = os.write(fd, view)
-                        view = view[written:]
-                    os.fsync(fd)
+                    _write_all(fd, data, size, path, record)
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
         return path
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the results directory for one ``mxbench run``: a second run on the same
+        directory (which would measure the same cells at the same time) stops with exit 2,
+        saying which process holds it. The lock is the kernel's (``flock``): it goes with
+        its process, ``kill -9`` included, so it is never stale."""
+        path = self.root / LOCK_NAME
+        try:
+            fd = open_regular(path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise UsageError(f"--results {self.root}: cannot lock {path.name}: "
+                             f"{_not_regular(exc)}") from None  # fmt: skip
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
+                raise UsageError(
+                    f"--results {self.root} is in use by another mxbench run ({holder}); "
+                    "wait for it to end, or give this run another --results"
+                ) from None
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "since": now_iso(),
+                  "argv": sys.argv[1:]}  # fmt: skip
+            with contextlib.suppress(OSError):  # who holds it: a courtesy (a full disk...)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(me).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def check_writable(self, hosts: Iterable[str]) -> None:
         """Before anything is measured: the directory exists or can be made, is writable,
@@ -530,6 +795,8 @@ class ResultStore:
             raise UsageError(f"{where}: cannot write there ({exc.strerror})") from None
         for host in sorted(set(hosts)):
             path = self.path_for(host)
+            if path.is_symlink():
+                raise UsageError(f"{where}: {path.name} is a symbolic link (not followed)")
             if os.path.lexists(path) and not path.is_file():
                 raise UsageError(f"{where}: {path.name} exists and is not a regular file")
             if path.is_file() and not os.access(path, os.W_OK):

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from mxbench import params
 
 MAX_CELL_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_HOST_NAME = 128
 
 
 class Strict(BaseModel):
@@ -75,7 +76,10 @@ class HostBase(Strict):
     # Whether `mxbench build` builds images for hosts of this engine.
     needs_build: ClassVar[bool] = False
 
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    # Bounded: it names the host's results file (<name>.jsonl), its Slurm jobs and containers.
+    name: Annotated[
+        str, Field(min_length=1, max_length=MAX_HOST_NAME, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    ]
     timeout_s: Seconds | None = None  # overrides benchmark.timeout_s
     env: dict[EnvName, OneLine] = {}  # extra environment for the bench (TF_ENABLE_ONEDNN_OPTS)
     # Memory the bench may use (Docker's notation, 2g / 512m): a cgroup on a local host, the

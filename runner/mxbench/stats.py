@@ -1,140 +1,226 @@
-"""How sure a speedup is: the ratio of medians with a bootstrap interval, and a verdict.
+"""How sure a speedup is: a ratio with an interval that holds its level, and a verdict.
 
-mxbench's answer is a ratio (float32 median / policy median). Printed bare, "1.07" on a
-noisy machine reads as a speedup even when the two policies' step times overlap. Here the
-ratio gets a 95 % percentile-bootstrap interval (hyperfine and asv report uncertainty the
-same spirit): resampled over repeats when a cell was measured in at least
-:data:`MIN_REPEATS` fresh processes (the variation that matters: process to process),
-else over the timed steps of one process (which understates it, and says so). A fixed seed
-makes every report reproducible. Resampling sorted data by rank (:func:`_middle_ranks`)
-gives exactly the bootstrap distribution of the median at a fraction of the cost.
-The verdict is *faster* / *slower* only when the interval
-excludes 1.0, else *no clear difference*.
+mxbench's answer is a ratio (float32's step time / the policy's). Printed bare, "1.07" on a
+noisy machine reads as a speedup even when the two policies' step times overlap, and an
+interval over the steps of one process is far too narrow: real machines vary from process
+to process (clock boost, shared cores, kernels picked by autotuning, memory placement), and
+steps within a process are autocorrelated. The interval here has two levels:
+
+- **Within a process** (autocorrelated steps): each process is summarised by the log of its
+  median step time and that median's variance, from the steps' robust spread (IQR) and
+  their lag-1 autocorrelation: n autocorrelated steps are worth n·(1-ρ)/(1+ρ) independent
+  ones (the AR(1) effective sample size), so a run of similar steps does not pass for
+  independent evidence. O(n) time and memory per process, whatever ``steps`` is.
+- **Between processes** (the unit that matters): the difference of the two policies' mean
+  log medians with Welch's t interval on the processes' spread, that spread floored at the
+  within-process variance (two processes that agree by chance cannot claim more precision
+  than their own steps allow). Student's t is what keeps the level with 2, 3 or 5
+  processes, where resampling so few units cannot (a percentile bootstrap over 3 processes
+  has only 10 distinct resamples per side; ``benchmarks/calibration.py`` measures both).
+
+With one process on either side the process-to-process variation cannot be judged at all:
+the verdict is :data:`TOO_FEW` (its interval, over steps only, is kept for diagnosis and not
+shown as an answer). Otherwise *faster* / *slower* only when the 95 % interval excludes 1.0,
+else *no clear difference*. Everything is deterministic: no resampling, no seed.
+
+The verdict vocabulary (:data:`VERDICTS`, :data:`SHORT`) is defined here once; the report,
+the DataFrame and ``compare`` import it.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
-from typing import Literal
+from typing import Final, Literal
 
 import numpy as np
 
-MIN_REPEATS = 3
-RESAMPLES = 1000
 LEVEL = 0.95
-SEED = 20200113  # the blog post's date: any fixed value makes reports reproducible
+MIN_PROCESSES = 2  # per side, for a verdict
 # A cell whose interquartile range exceeds this share of its median is flagged noisy.
 NOISY_IQR = 0.20
 
-Verdict = Literal["faster", "slower", "no clear difference"]
-Over = Literal["repeats", "steps"]
+Verdict = Literal["faster", "slower", "no clear difference", "too few processes"]
+FASTER: Final = "faster"
+SLOWER: Final = "slower"
+SAME: Final = "no clear difference"
+TOO_FEW: Final = "too few processes"
+VERDICTS: tuple[Verdict, ...] = (FASTER, SLOWER, SAME, TOO_FEW)
+# The same verdicts where a table cell has little room: with one process the cell shows the
+# bare ratio, and a note under the table says why there is no verdict.
+SHORT: dict[str, str] = {FASTER: "faster", SLOWER: "slower", SAME: "≈ same", TOO_FEW: ""}
+HINT = "set benchmark.repeats to 3 or more"  # what gives a TOO_FEW reader a verdict
+Over = Literal["processes", "steps"]
 
 
 @dataclass(frozen=True)
 class Ratio:
-    """``value`` = median(base) / median(other): above 1, ``other`` is faster."""
+    """``value`` = base's step time / other's (geometric mean of the processes' medians):
+    above 1, ``other`` is faster. ``low``-``high``: the 95 % interval, over ``processes``
+    (a verdict) or, with one process on a side, over its ``steps`` only (no verdict)."""
 
     value: float
     low: float
     high: float
     over: Over
-    n: int  # resampled units on the smaller side
+    n: int  # processes on the smaller side
+
+    @property
+    def judged(self) -> bool:
+        """Enough processes on both sides for the interval to hold its level."""
+        return self.over == "processes"
 
     @property
     def verdict(self) -> Verdict:
+        if not self.judged:
+            return TOO_FEW
         if self.low > 1.0:
-            return "faster"
+            return FASTER
         if self.high < 1.0:
-            return "slower"
-        return "no clear difference"
+            return SLOWER
+        return SAME
 
     def text(self) -> str:
-        """``1.07 [1.03–1.11]``."""
+        """``1.07 [1.03–1.11]``; the bare figure when there is no verdict."""
+        if not self.judged:
+            return f"{self.value:.2f}"
         return f"{self.value:.2f} [{self.low:.2f}–{self.high:.2f}]"
 
+    def sentence(self, name: str, base: str, where: str = "") -> str:
+        """As hyperfine says it: ``mixed_bfloat16 is 1.48× [1.41–1.55] faster than float32
+        <where>``; ``… is 1.25× [1.20–1.31] slower than …`` (the inverse ratio);
+        ``…: no clear difference from float32 <where> (0.99× [0.95–1.03])``."""
+        at = f" {where}" if where else ""
+        span = f"[{self.low:.2f}–{self.high:.2f}]"
+        verdict = self.verdict
+        if verdict == FASTER:
+            return f"{name} is {self.value:.2f}× {span} faster than {base}{at}"
+        if verdict == SLOWER:
+            inv = f"[{1 / self.high:.2f}–{1 / self.low:.2f}]"
+            return f"{name} is {1 / self.value:.2f}× {inv} slower than {base}{at}"
+        if verdict == SAME:
+            return f"{name}: {SAME} from {base}{at} ({self.value:.2f}× {span})"
+        return (
+            f"{name}: {self.value:.2f}× the speed of {base}{at}, {TOO_FEW} for a verdict ({HINT})"
+        )
 
-Samples = Sequence[Sequence[float]]  # one list of step times (ms) per repeat
+
+Samples = Sequence[Sequence[float]]  # one list of step times (ms) per process, in order
 
 
 def speedup(base: Samples, other: Samples) -> Ratio | None:
     """The speedup of ``other`` over ``base``, each given as the step times (ms) of every
-    repeat (one list per fresh process). None when either side has no positive sample."""
+    process (one list per fresh process). None when either side has no positive sample."""
     return speedups([(base, other)])[0]
 
 
 def speedups(pairs: Sequence[tuple[Samples, Samples]]) -> list[Ratio | None]:
-    """:func:`speedup` of many pairs at once (a report has thousands): pairs with the same
-    numbers of units are resampled together, as matrices."""
-    out: list[Ratio | None] = [None] * len(pairs)
-    groups: dict[tuple[int, int, Over], list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    """:func:`speedup` of many pairs at once (a report has thousands): processes of one
+    length are summarised together as a matrix, pairs with the same numbers of processes
+    are judged together."""
+    rows: list[np.ndarray] = []
+    where: list[tuple[int, list[int], list[int]]] = []
     for i, (base, other) in enumerate(pairs):
-        units = _units(base, other)
-        if units is None:
-            continue
-        b, o, over = units
-        if min(b.size, o.size) < 2:
-            value = float(np.median(b) / np.median(o))
-            out[i] = Ratio(value, value, value, over, int(min(b.size, o.size)))
-            continue
-        groups.setdefault((b.size, o.size, over), []).append((i, b, o))
-    for (nb, no, over), members in groups.items():
-        for start in range(0, len(members), _CHUNK):
-            chunk = members[start : start + _CHUNK]
-            xb = np.sort(np.stack([b for _, b, _ in chunk]), axis=1)
-            xo = np.sort(np.stack([o for _, _, o in chunk]), axis=1)
-            values = (_medians(xb) / _medians(xo)).tolist()
-            ratio = _boot_medians(xb, nb, 0) / _boot_medians(xo, no, 1)
-            lo_k, hi_k = _TAILS
-            part = np.partition(ratio, [lo_k, hi_k], axis=1)
-            lows, highs = part[:, lo_k].tolist(), part[:, hi_k].tolist()
-            for row, (i, _, _) in enumerate(chunk):
-                out[i] = Ratio(
-                    values[row],
-                    lows[row],
-                    highs[row],
-                    over,
-                    min(nb, no),
-                )
+        sides = []
+        for side in (base, other):
+            first = len(rows)
+            for steps in side:
+                r = np.asarray([x for x in steps if x > 0], dtype=float)
+                if r.size:
+                    rows.append(r)
+            sides.append(list(range(first, len(rows))))
+        if sides[0] and sides[1]:
+            where.append((i, sides[0], sides[1]))
+    med, v = summarise(rows)
+    out: list[Ratio | None] = [None] * len(pairs)
+    groups: dict[tuple[int, int], list[tuple[int, list[int], list[int]]]] = {}
+    for item in where:
+        groups.setdefault((len(item[1]), len(item[2])), []).append(item)
+    for (kb, ko), members in groups.items():
+        ib = np.array([b for _, b, _ in members])
+        io = np.array([o for _, _, o in members])
+        value, low, high, judged = _intervals(med[ib], v[ib], med[io], v[io])
+        over: Over = "processes" if judged else "steps"
+        for row, (i, _, _) in enumerate(members):
+            out[i] = Ratio(value[row], low[row], high[row], over, min(kb, ko))
     return out
 
 
-_CHUNK = 2048
-_TAILS = (int(RESAMPLES * (1 - LEVEL) / 2), int(RESAMPLES * (1 + LEVEL) / 2) - 1)
+_CELLS = 1 << 22  # at most this many step times in one matrix (32 MiB of float64)
 
 
-def _units(base: Samples, other: Samples) -> tuple[np.ndarray, np.ndarray, Over] | None:
-    b = [r for r in (np.asarray([x for x in s if x > 0], dtype=float) for s in base) if r.size]
-    o = [r for r in (np.asarray([x for x in s if x > 0], dtype=float) for s in other) if r.size]
-    if not b or not o:
-        return None
-    if min(len(b), len(o)) >= MIN_REPEATS:
-        mid = [float(np.median(r)) for r in b], [float(np.median(r)) for r in o]
-        return np.array(mid[0]), np.array(mid[1]), "repeats"
-    return np.concatenate(b), np.concatenate(o), "steps"
+def summarise(rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per process (its positive step times, in order): its median, and the variance of
+    the median's log from the steps alone (0 with fewer than 4 steps). Rows of one length
+    are done together, in chunks of bounded size."""
+    m, v = np.zeros(len(rows)), np.zeros(len(rows))
+    by_n: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_n.setdefault(r.size, []).append(i)
+    for n, idx in by_n.items():
+        step = max(1, _CELLS // n)
+        for start in range(0, len(idx), step):
+            part = idx[start : start + step]
+            m[part], v[part] = _within(np.stack([rows[i] for i in part]))
+    return m, v
 
 
-@cache
-def _middle_ranks(n: int, side: int) -> tuple[np.ndarray, np.ndarray]:
-    """For RESAMPLES bootstrap samples of n values (seeded by n and the side): the ranks of
-    the two middle values of each. The median of a resample of *sorted* data x is then
-    (x[k1] + x[k2]) / 2: the same bootstrap, without resampling the data itself."""
-    rng = np.random.default_rng((SEED, n, side))
-    idx = np.sort(rng.integers(0, n, size=(RESAMPLES, n)), axis=1)
-    return idx[:, (n - 1) // 2], idx[:, n // 2]
+def _within(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Medians, and the variance of their logs, for a matrix of step times (one process a
+    row): the median's asymptotic variance π/2·σ²/n (σ from the IQR, robust to stray steps) with
+    n the AR(1) effective sample size n·(1-ρ)/(1+ρ), ρ the lag-1 autocorrelation (clipped
+    to [0, 0.95]: negative ρ is not taken as extra precision)."""
+    n = x.shape[1]
+    srt = np.sort(x, axis=1)
+    median = (srt[:, (n - 1) // 2] + srt[:, n // 2]) / 2
+    if n < 4:
+        return median, np.zeros(len(x))
+    x, srt = np.log(x), np.log(srt)
+    q1, q3 = np.quantile(srt, [0.25, 0.75], axis=1)
+    sigma = (q3 - q1) / 1.349
+    c = x - x.mean(axis=1, keepdims=True)
+    den = (c * c).sum(axis=1)
+    num = (c[:, 1:] * c[:, :-1]).sum(axis=1)
+    rho = np.clip(np.divide(num, den, out=np.zeros_like(num), where=den > 0), 0.0, 0.95)
+    n_eff = n * (1 - rho) / (1 + rho)
+    return median, math.pi / 2 * sigma**2 / n_eff
 
 
-def _medians(sorted_rows: np.ndarray) -> np.ndarray:
-    n = sorted_rows.shape[1]
-    out: np.ndarray = (sorted_rows[:, (n - 1) // 2] + sorted_rows[:, n // 2]) / 2
-    return out
+def _intervals(
+    mb: np.ndarray, vb: np.ndarray, mo: np.ndarray, vo: np.ndarray
+) -> tuple[list[float], list[float], list[float], bool]:
+    """Ratios and 95 % intervals of pairs with ``kb`` / ``ko`` processes a side (the
+    columns of the matrices of medians and variances): Welch's t over processes when both
+    sides have :data:`MIN_PROCESSES`, else a normal interval from the within-process
+    variance alone. The ratio is exactly base / other with one process a side."""
+    kb, ko = mb.shape[1], mo.shape[1]
+    value = _geomean(mb) / _geomean(mo)
+    mb, mo = np.log(mb), np.log(mo)
+    diff = np.log(value)
+    judged = min(kb, ko) >= MIN_PROCESSES
+    if judged:
+        # each side's variance per process: the spread of its processes' log medians,
+        # floored at what their own steps say
+        sb = np.maximum(mb.var(axis=1, ddof=1), vb.mean(axis=1)) / kb
+        so = np.maximum(mo.var(axis=1, ddof=1), vo.mean(axis=1)) / ko
+        se = np.sqrt(sb + so)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            df = (sb + so) ** 2 / (sb**2 / (kb - 1) + so**2 / (ko - 1))
+        df = np.where(np.isfinite(df), df, kb + ko - 2)
+        from scipy.special import stdtrit  # Student's t quantile (imported when needed)
+
+        q = stdtrit(df, (1 + LEVEL) / 2)
+    else:
+        se = np.sqrt(vb.mean(axis=1) / kb + vo.mean(axis=1) / ko)
+        q = np.full(len(se), statistics.NormalDist().inv_cdf((1 + LEVEL) / 2))
+    low, high = np.exp(diff - q * se), np.exp(diff + q * se)
+    return value.tolist(), low.tolist(), high.tolist(), judged
 
 
-def _boot_medians(sorted_rows: np.ndarray, n: int, side: int) -> np.ndarray:
-    k1, k2 = _middle_ranks(n, side)
-    out: np.ndarray = (sorted_rows[:, k1] + sorted_rows[:, k2]) / 2
+def _geomean(rows: np.ndarray) -> np.ndarray:
+    out: np.ndarray = rows[:, 0] if rows.shape[1] == 1 else np.exp(np.log(rows).mean(axis=1))
     return out
 
 

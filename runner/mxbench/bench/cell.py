@@ -20,7 +20,7 @@ from mxbench import __version__
 from mxbench.bench import backends, probe
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import StepLog, split, step_timer, summarize
-from mxbench.errors import UsageError
+from mxbench.errors import UsageError, pip_install
 from mxbench.params import Params
 from mxbench.results import (
     Cpu,
@@ -91,7 +91,7 @@ def _measure(
         extra = backends.EXTRAS[p.backend]
         raise UsageError(
             f"--backend {p.backend}: {exc.name or 'the framework'} is not installed here "
-            f"(pip install 'mxbench[{extra}]')"
+            f"({pip_install(extra)})"
         ) from None
     state["backend"] = backend
     import keras
@@ -120,7 +120,7 @@ def _measure(
 
     log_ = StepLog()
     total = p.warmup_steps + p.steps
-    timer = step_timer(log_, on_step)
+    timer = step_timer(log_, on_step, p.warmup_steps)
     sampler = state["util"] = HealthSampler()
     sampler.start()
     try:
@@ -133,7 +133,7 @@ def _measure(
 
     stats = summarize(parts["timed"])
     flops = rec.model.flops_per_example
-    images_per_s = p.batch_size * 1000.0 / stats["median"]
+    images_per_s = p.batch_size * p.steps / parts["window_s"]  # sustained: the window
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
         step_ms=msgspec.convert(stats, StepStats),

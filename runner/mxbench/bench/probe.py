@@ -115,7 +115,7 @@ def device_record(
     ``framework_gpus``: the GPUs the framework accepted, each with a ``compute_capability``
     from the framework when it knows it. A GPU NVML sees but the framework ignores (e.g.
     compute capability 5.2 under TensorFlow >= 2.18) makes a CPU run with
-    ``used_by_tf: false``; NVML is the first source of compute capability, the framework a
+    ``used_gpu: false``; NVML is the first source of compute capability, the framework a
     cross-check.
     """
     present = [
@@ -130,7 +130,7 @@ def device_record(
             "memory_bytes": None,
             "driver": driver,
             "uuid": None,
-            "used_by_tf": False if nvml or framework_gpus else None,
+            "used_gpu": False if nvml or framework_gpus else None,
             "present_gpus": present,
             "cc_source": None,
         }
@@ -145,7 +145,7 @@ def device_record(
         "memory_bytes": hw.get("memory_bytes"),
         "driver": driver,
         "uuid": hw.get("uuid"),
-        "used_by_tf": True,
+        "used_gpu": True,
         "present_gpus": present,
         "cc_source": source,
     }

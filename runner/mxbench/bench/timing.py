@@ -1,12 +1,25 @@
-"""Per-step timing inside ``model.fit`` and its summary.
+"""Timing inside ``model.fit``: the timed steps as one window between two device syncs,
+with a completion stamp per step, and the summary.
 
-Method: one ``fit`` call runs the warm-up and the timed steps back to back. A callback
-with ``on_train_batch_end`` makes Keras 3 dispatch batch callbacks synchronously and turn
-the step's logs into Python floats, which waits for the step to finish on the device. So
-the interval between two consecutive batch ends is exactly one whole step (input, forward,
-backward, update, sync), with no gap between steps left out. The first warm-up step is
-timed from ``on_train_batch_begin`` (it includes tracing/compilation/autotuning).
-``benchmarks/timing_agreement.py`` checks this against a bare loop with no callbacks.
+Method: one ``fit`` call runs the warm-up and the timed steps back to back. The callback is
+``async_safe``: where the backend allows it (JAX, PyTorch), Keras hands its
+``on_train_batch_end`` to worker threads, which turn the step's logs into Python floats
+(waiting for that step, and only that step, to finish on the device) while the training loop
+goes on dispatching the next steps, as Keras does with no callbacks at all. A callback that
+waited on the device at every step would switch that asynchronous dispatch off and add the
+host's latency to every step, pulling short steps' speedups toward 1.
+
+- **The window** is the throughput's clock: it starts once every warm-up step has finished
+  on the device (the first sync: ``on_train_batch_begin`` of the first timed step waits for
+  the last warm-up step's completion) and ends when the last timed step's logs are ready
+  (the second sync). ``window_s / steps`` is the sustained time per step.
+- **Per-step stamps**, for diagnosis and the step statistics: the time each step's logs
+  became ready, in completion order (steps finish in order on one device). Under
+  asynchronous dispatch these are completions, not dispatch-to-completion latencies; on
+  TensorFlow, whose Keras trainer is not thread-safe, batch ends stay synchronous and the
+  two clocks agree. The first warm-up step is timed from ``on_train_batch_begin`` (it
+  includes tracing/compilation/autotuning). ``benchmarks/timing_agreement.py`` checks both
+  against a bare loop with no callbacks.
 
 Keras reports ``loss`` as the running mean over the epoch; the loss of step ``k`` is
 recovered exactly as ``(k + 1) * mean_k - k * mean_(k-1)``.
@@ -16,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,30 +44,55 @@ def _callback_base() -> Any:
 
 @dataclass
 class StepLog:
-    """Raw marks: when step 0 began, when each step ended, the running-mean loss then."""
+    """Raw marks: when step 0 began, when each step had finished (in order), the
+    running-mean loss after each step, and when the timed window began (after the sync
+    that waits for the warm-up; None: no warm-up, the window begins with step 0)."""
 
     begin: float | None = None
     ends: list[float] = field(default_factory=list)
     mean_losses: list[float] = field(default_factory=list)
+    window_start: float | None = None
 
     def step_loss(self, k: int) -> float:
         m = self.mean_losses
         return m[k] if k == 0 else (k + 1) * m[k] - k * m[k - 1]
 
 
-def step_timer(log: StepLog, on_step: Callable[[int], None] | None = None) -> Any:
-    """A Keras callback filling ``log``; ``on_step(k)`` after each step (progress display)."""
+def step_timer(
+    log: StepLog, on_step: Callable[[int], None] | None = None, warmup_steps: int = 0
+) -> Any:
+    """A Keras callback filling ``log`` (complete once ``fit`` returns); ``on_step(k)``
+    after each step's completion (progress display, called one at a time)."""
+    done: dict[int, tuple[float, float]] = {}  # step -> (ready at, running-mean loss)
+    warmed = threading.Event()
+    lock = threading.Lock()
+    if warmup_steps <= 0:
+        warmed.set()
 
     class StepTimer(_callback_base()):  # type: ignore[misc]
+        async_safe = True  # batch ends may run on worker threads: no device sync per step
+
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             if log.begin is None:
                 log.begin = time.perf_counter()
+            if batch == warmup_steps and warmup_steps > 0:
+                warmed.wait()  # the first sync: every warm-up step has finished
+                log.window_start = time.perf_counter()
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-            log.ends.append(time.perf_counter())
-            log.mean_losses.append(float((logs or {}).get("loss", float("nan"))))
-            if on_step is not None:
-                on_step(len(log.ends))
+            ready = time.perf_counter()  # the logs are numbers: the step has finished
+            loss = float((logs or {}).get("loss", float("nan")))
+            with lock:
+                done[batch] = (ready, loss)
+                if batch == warmup_steps - 1:
+                    warmed.set()
+                if on_step is not None:
+                    on_step(len(done))
+
+        def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+            # Keras has waited for every batch end by now (the second sync)
+            log.ends = sorted(ready for ready, _ in done.values())
+            log.mean_losses = [done[k][1] for k in sorted(done)]
 
     return StepTimer()
 
@@ -81,14 +120,17 @@ def summarize(durations_s: Sequence[float]) -> dict[str, Any]:
 
 
 def split(log: StepLog, warmup_steps: int) -> dict[str, Any]:
-    """Warm-up and timed parts of one fit: durations (s) and the marks that bound them."""
+    """Warm-up and timed parts of one fit: durations (s), the marks that bound them, and
+    the timed window (s: from the sync after the warm-up to the last step's end)."""
     if log.begin is None or not log.ends:
         raise ValueError("no steps ran")
     marks = [log.begin, *log.ends]
     durations = [b - a for a, b in itertools.pairwise(marks)]
+    start = log.window_start if log.window_start is not None else marks[warmup_steps]
     return {
         "first_step_s": durations[0],
         "warmup_s": marks[warmup_steps] - marks[0],
         "timed": durations[warmup_steps:],
         "first_timed_start": marks[warmup_steps],
+        "window_s": marks[-1] - start,
     }

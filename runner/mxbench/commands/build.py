@@ -135,8 +135,13 @@ def _build_all(m: Any, plan: list[tuple[Any, list[str]]], ca: Path | None, rebui
                         step=step,
                         rebuild=rebuild,
                     )
-                except MxbenchError as exc:
-                    failures.append(str(exc))
+                except Exception as exc:  # a daemon answering 500, a cut link: this image only
+                    failures.append(
+                        str(exc)
+                        if isinstance(exc, MxbenchError)
+                        else f"host {h.name}: building image {name!r} failed: "
+                        f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                    )
                     rows.append((h.name, name, specs[name].tag(), "-", "FAILED"))
                     continue
                 finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -27,17 +28,28 @@ def compare(
         "interval that excludes no change, is a regression (exit 1).",
     ),
     as_json: bool = typer.Option(False, "--json", help="JSON instead of a markdown table."),
+    only_changed: bool = typer.Option(
+        False,
+        "--only-changed",
+        help="Only the cells whose verdict is faster or slower (and the speedups that "
+        "clearly changed); the counts still cover every cell.",
+    ),
 ) -> None:
     """Compare two runs of the same matrix, cell by cell (matched by host, image and
-    parameters): median step time before and after, the change with its 95% bootstrap
-    interval, and a verdict. Exit 1 when any cell regressed; made for CI checks of a driver,
-    CUDA or framework upgrade. BASE and NEW may be the same directory with two labels.
+    parameters): median step time before and after, the change with its 95% interval (over
+    processes) and a verdict. Then the answer itself in both runs: the speedup of each
+    policy over float32 before and after ("mixed precision gained 0.30x"). Rows sorted by
+    host, image, policy and batch size. Exit 1 when any cell regressed; made for CI checks of
+    a driver, CUDA or framework upgrade. BASE and NEW may be the same directory with two
+    labels.
     """
     import msgspec
 
     from mxbench.report import load
     from mxbench.report.compare import compare as diff
+    from mxbench.report.compare import speedups
     from mxbench.report.markdown import escape, table
+    from mxbench.stats import HINT, TOO_FEW
 
     loaded = [load.load([base], label=base_label), load.load([new], label=new_label)]
     for side in loaded:
@@ -50,25 +62,68 @@ def compare(
             f"no cell was timed in both {base} and {new} (same host, image and parameters)"
         )
     regressed = [c for c in changes if c.regressed]
+    shown = [c for c in changes if c.verdict != "no clear difference"] if only_changed else changes
     if as_json:
-        sys.stdout.write(msgspec.json.encode(changes).decode() + "\n")
+        sys.stdout.write(msgspec.json.encode(shown).decode() + "\n")
     else:
         headers = ["host", "image", "policy", "batch", "base ms", "new ms", "change [95% CI]",
                    "verdict"]  # fmt: skip
         rows = [
             [c.host, c.image or "-", str(c.params["policy"]), str(c.params["batch_size"]),
              f"{c.base_ms:.2f}", f"{c.new_ms:.2f}",
-             f"{c.change:+.1%} [{c.low:+.1%} – {c.high:+.1%}]",
+             f"{c.change:+.1%}" + ("" if c.low is None or c.high is None
+                                   else f" [{c.low:+.1%} – {c.high:+.1%}]"),
              ("REGRESSION" if c.regressed else c.verdict)]
-            for c in changes
+            for c in shown
         ]  # fmt: skip
-        typer.echo(table(headers, rows))
+        typer.echo((table(headers, rows) if rows else "No cell changed.") + "\n")
+        few = sum(1 for c in changes if c.verdict == TOO_FEW)
         typer.echo(
             escape(
-                f"\n{len(changes)} cell(s) compared, {len(regressed)} regression(s) "
+                f"{len(changes)} cell(s) compared, {len(regressed)} regression(s) "
                 f"(slower by more than {threshold:g}%, interval excluding no change); "
                 f"{only_base} only in base, {only_new} only in new."
+                + (
+                    f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
+                    if few
+                    else ""
+                )
             )
         )
+        _speedups(speedups(loaded[0], loaded[1]), only_changed)
     if regressed:
         raise MxbenchError(f"{len(regressed)} cell(s) regressed by more than {threshold:g}%")
+
+
+def _speedups(found: list[Any], only_changed: bool) -> None:
+    """The speedup over float32 in both runs, per slot, and how it moved."""
+    from mxbench.report.markdown import escape, table
+
+    if only_changed:
+        found = [s for s in found if s.clear]
+    if not found:
+        return
+
+    def ratio(value: float, low: float, high: float, verdict: str | None) -> str:
+        return f"{value:.2f}" if verdict is None else f"{value:.2f} [{low:.2f}–{high:.2f}]"
+
+    headers = ["host", "image", "policy", "batch", "speedup base", "speedup new", "gained"]
+    rows = [
+        [s.host, s.image or "-", str(s.params["policy"]), str(s.params["batch_size"]),
+         ratio(s.base, s.base_low, s.base_high, s.base_verdict),
+         ratio(s.new, s.new_low, s.new_high, s.new_verdict),
+         f"{s.gained:+.2f}x" + (" (intervals apart)" if s.clear else "")]
+        for s in found
+    ]  # fmt: skip
+    typer.echo("\nSpeedup over float32 in each run:\n")
+    typer.echo(table(headers, rows))
+    by_policy: dict[str, list[float]] = {}
+    for s in found:
+        by_policy.setdefault(str(s.params["policy"]), []).append(s.gained)
+    for policy, gains in by_policy.items():
+        import statistics
+
+        typer.echo(escape(
+            f"{policy}: the speedup over float32 moved by {statistics.median(gains):+.2f}x "
+            f"(median of {len(gains)} slot(s), {min(gains):+.2f}x to {max(gains):+.2f}x)."
+        ))  # fmt: skip

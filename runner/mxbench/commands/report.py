@@ -18,15 +18,19 @@ def report(
         None,
         "--results",
         "-r",
-        help="A results directory (its *.jsonl files) or a JSONL file; repeatable. "
-        "Default: ./results.",
+        help="A folder (every *.jsonl file in the tree below it) or a JSONL file; "
+        "repeatable. Default: ./results.",
     ),
     markdown: bool = typer.Option(
-        False, "--markdown", help="GitHub-style markdown tables (the default format)."
+        False,
+        "--markdown",
+        help="GitHub-style markdown (the default when stdout is not a terminal).",
     ),
     csv: bool = typer.Option(False, "--csv", help="Tidy CSV: one row per cell."),
     html: bool = typer.Option(
-        False, "--html", help="One self-contained HTML page: tables, diagnosis, PNG plots."
+        False,
+        "--html",
+        help="One self-contained HTML page: the answer grids, tables, plots, diagnosis.",
     ),
     json_: bool = typer.Option(
         False,
@@ -37,35 +41,50 @@ def report(
     label: str | None = typer.Option(
         None, "--label", "-l", help="Only the records of `mxbench run --label LABEL`."
     ),
-    output: Path = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+    output: list[Path] = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Write here instead of stdout; repeatable: each file's suffix names its format "
+        "(.md, .html, .json, .csv, .txt), so one call writes several.",
+    ),
 ) -> None:
-    """Tables per (host, device, image, setup): ms/step per policy and batch size, the
-    speedup over float32 with its 95% interval and a verdict, images/s, device annotations
-    and a diagnosis; then a summary across devices.
+    """The answer first: per policy, the speedup over float32 by device and batch size with
+    its verdict; then tables per (host, device, image, setup): ms/step per policy and batch
+    size, the speedup with its 95% interval, images/s, device annotations, failures and a
+    diagnosis.
 
-    Exactly one of --markdown, --csv, --html, --json (markdown when none is given). Several
-    attempts of a cell: the latest ok wins, else the latest attempt's status shows (OOM,
-    error, timeout, unsupported), and the report says how many older attempts it hides.
-    Unreadable lines and files are skipped with a `file:line: reason` warning. Exit 0 ok,
-    1 no records found, 2 bad usage (e.g. a --results path that does not exist).
+    Formats: --markdown, --csv, --html, --json (one, to stdout or to one --output); or
+    repeated --output files, each in the format its suffix names. With neither, a terminal
+    gets a coloured rendering and a pipe gets markdown. Several attempts of a cell: the
+    latest ok wins, else the latest attempt's status shows (OOM, error, timeout,
+    unsupported), and the report says how many older attempts it hides. A folder is read
+    with every result file in the tree below it. Unreadable lines and files are skipped with
+    a `file:line: reason` warning. Exit 0 ok, 1 no records found, 2 bad usage (e.g. a
+    --results path that does not exist).
     """
     formats = (("markdown", markdown), ("csv", csv), ("html", html), ("json", json_))
     chosen = [name for name, on in formats if on]
-    if len(chosen) > 1:
-        raise UsageError(f"choose one output format, not {' and '.join('--' + c for c in chosen)}")
-    fmt = chosen[0] if chosen else "markdown"
+    targets = _targets(chosen, list(output or []))
     sources = list(results) if results else [Path("results")]
-    if output is not None and output.is_dir():
-        raise UsageError(f"--output {output}: is a directory")
     if not results and not Path("results").exists():
         raise UsageError(
             "no ./results directory here: measure first (mxbench run), or name result "
             "directories or files with --results"
         )
 
-    from mxbench.report import load, tables
+    from mxbench.report import load
 
-    loaded = load.load(sources, label=label)
+    with load.collector_paused():
+        _report(load.load(sources, label=label), sources, label, targets)
+
+
+def _report(
+    loaded: Any, sources: list[Path], label: str | None, targets: list[tuple[str, Path | None]]
+) -> None:
+    """Warnings, then every output asked for, from one document."""
+    from mxbench.report import document, tables
+
     for bad in loaded.bad[:MAX_WARNINGS]:
         where = f"{bad.path}:{bad.lineno}" if bad.lineno else str(bad.path)
         typer.echo(f"mxbench: warning: {where}: {bad.reason} (skipped)", err=True)
@@ -76,46 +95,72 @@ def report(
         where = ", ".join(str(s) for s in sources)
         which = f" with label {label!r}" if label else ""
         raise MxbenchError(
-            f"no result records{which} found in {where}: run `mxbench run` first "
-            "(or point --results at result files)"
+            f"no result records{which} found in {where}: run `mxbench run` first (or point "
+            "--results at result files or the folders above them)"
         )
-    built = tables.build(loaded.winners)
-    if fmt == "csv":
-        from mxbench.report import frame
+    doc = document.build(loaded, tables.build(loaded.winners))
+    for fmt, path in targets:
+        if fmt == "terminal" and path is None:
+            from rich.console import Console
 
-        text = frame.to_csv(loaded, built)
-    elif fmt == "html":
-        text = _html(loaded, built)
-    elif fmt == "json":
-        from mxbench.report import export
+            from mxbench.report import terminal
 
-        text = export.render(loaded, built)
-    else:
-        from mxbench.report import markdown as md
-
-        text = md.render(loaded, built)
-    _write(text, output)
+            terminal.show(doc, Console())
+            continue
+        _write(_html(doc) if fmt == "html" else document.render(doc, fmt), path)
 
 
-def _html(loaded: Any, built: list[Any]) -> str:
+def _targets(chosen: list[str], outputs: list[Path]) -> list[tuple[str, Path | None]]:
+    """(format, file or None for stdout) for each output asked for."""
+    from mxbench.report.document import FORMATS, format_of
+
+    for path in outputs:
+        if path.is_dir():
+            raise UsageError(f"--output {path}: is a directory")
+    if len(outputs) > 1 and chosen:
+        raise UsageError(
+            "with several --output files each file's suffix names its format: leave out "
+            + " ".join("--" + c for c in chosen)
+        )
+    if len(chosen) > 1:
+        raise UsageError(f"choose one output format, not {' and '.join('--' + c for c in chosen)}")
+    if chosen:
+        return [(chosen[0], outputs[0] if outputs else None)]
+    if not outputs:
+        return [("terminal" if sys.stdout.isatty() else "markdown", None)]
+    out: list[tuple[str, Path | None]] = []
+    for path in outputs:
+        fmt = format_of(path.suffix)
+        if fmt is None:
+            known = ", ".join(s for _, suffixes in FORMATS.values() for s in suffixes)
+            raise UsageError(
+                f"--output {path}: cannot tell the format from its suffix ({known}; or name "
+                "one format with --markdown, --csv, --html or --json)"
+            )
+        out.append((fmt, path))
+    return out
+
+
+def _html(doc: Any) -> str:
     from rich.console import Console
     from rich.progress import Progress
 
     from mxbench.report import html
-    from mxbench.report.plot import pngs_base64
 
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
-        task = progress.add_task("tables and plots", total=len(built))
-        return html.render(loaded, built, pngs_base64, lambda: progress.advance(task))
+        task = progress.add_task("tables and plots", total=len(doc.speed))
+        return html.render(doc, on_table=lambda: progress.advance(task))
 
 
 def _write(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
+    from mxbench.results import write_atomic
+
     try:
-        output.write_text(text, encoding="utf-8")
+        write_atomic(output, text.encode("utf-8"))
     except OSError as exc:
-        raise UsageError(f"--output {output}: {exc.strerror}") from None
+        raise UsageError(f"--output {output}: {exc.strerror} (nothing written)") from None
     typer.echo(f"mxbench: report written to {output}", err=True)

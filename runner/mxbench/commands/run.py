@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import sys
@@ -13,7 +14,10 @@ import typer
 from mxbench.errors import MxbenchError, UsageError
 
 if TYPE_CHECKING:
-    from mxbench.cells import Cell
+    from mxbench.cells import Cell, Search
+    from mxbench.matrix import Matrix
+    from mxbench.orchestrate import RunSummary
+    from mxbench.results import ResultStore
 
 
 def run(
@@ -85,9 +89,7 @@ def run(
 
     from mxbench.cells import expand, searches
     from mxbench.matrix import default_matrix_path, load_matrix
-    from mxbench.orchestrate import run_cells
-    from mxbench.progress import CellProgress
-    from mxbench.results import FINAL_STATUSES, ResultStore
+    from mxbench.results import ResultStore
 
     matrix_path = matrix or default_matrix_path()
     mx = load_matrix(matrix_path)
@@ -100,36 +102,14 @@ def run(
             "(starting with a letter or digit)"
         )
     store = ResultStore(results, label)
-    skipped = 0
-    known = store.latest_by_cell() if resume else {}
-    if resume:
-        done = {k for k, r in known.items() if r.status in FINAL_STATUSES}
-        skipped = sum(1 for c in cells if c.key in done)
-        cells = [c for c in cells if c.key not in done]
-    if dry_run:  # the plan of what would really run (with --resume: without the done cells)
-        if cells or not hunts:
-            _print_plan(cells)
-        if skipped:
-            print(f"{skipped} cell(s) already done in {results}/, skipped (--resume)")
-        for hunt in hunts:
-            print(f"batch-size search: {hunt.label()}: {hunt.config.describe()}")
+    with contextlib.ExitStack() as held:
+        if not dry_run:  # one run at a time per results directory (exit 2 if another holds it)
+            store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
+            held.enter_context(store.lock())
+        summary = _measure(mx, cells, hunts, store, matrix, matrix_path, resume, dry_run,
+                           max_parallel)  # fmt: skip
+    if summary is None:
         return
-    store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
-    where = "embedded default matrix" if matrix is None else str(matrix_path)
-    print(
-        f"mxbench: {len(cells)} cell(s)"
-        + (f" and {len(hunts)} batch-size search(es)" if hunts else "")
-        + f" to run from {where}"
-        + (f" ({skipped} already done, skipped)" if skipped else "")
-        + f"; results in {results}/",
-        file=sys.stderr,
-    )
-    if not cells and not hunts:
-        return
-
-    with CellProgress(len(cells)) as progress:
-        summary = run_cells(mx, cells, store, progress, hunts, known, max_parallel)
-
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
     if summary.interrupted:
         again = ["mxbench", "run"]
@@ -151,8 +131,68 @@ def run(
         )
         raise typer.Exit(130)
     print(f"mxbench: done: {counts}. Report: mxbench report --results {results}", file=sys.stderr)
+    _print_answers(results, label, {c.key for c in cells})
     if summary.failed:
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
+
+
+def _measure(
+    mx: Matrix,
+    cells: list[Cell],
+    hunts: list[Search],
+    store: ResultStore,
+    matrix: Path | None,
+    matrix_path: Path,
+    resume: bool,
+    dry_run: bool,
+    max_parallel: int | None,
+) -> RunSummary | None:
+    """The plan (``--dry-run``) or the run, under the results directory's lock; None when
+    nothing ran."""
+    from mxbench.orchestrate import run_cells
+    from mxbench.progress import CellProgress
+    from mxbench.results import FINAL_STATUSES
+
+    results = store.root
+    skipped = 0
+    known = store.latest_by_cell() if resume else {}
+    if resume:
+        done = {k for k, r in known.items() if r.status in FINAL_STATUSES}
+        skipped = sum(1 for c in cells if c.key in done)
+        cells = [c for c in cells if c.key not in done]
+    if dry_run:  # the plan of what would really run (with --resume: without the done cells)
+        if cells or not hunts:
+            _print_plan(cells)
+        if skipped:
+            print(f"{skipped} cell(s) already done in {results}/, skipped (--resume)")
+        for hunt in hunts:
+            print(f"batch-size search: {hunt.label()}: {hunt.config.describe()}")
+        return None
+    where = "embedded default matrix" if matrix is None else str(matrix_path)
+    print(
+        f"mxbench: {len(cells)} cell(s)"
+        + (f" and {len(hunts)} batch-size search(es)" if hunts else "")
+        + f" to run from {where}"
+        + (f" ({skipped} already done, skipped)" if skipped else "")
+        + f"; results in {results}/",
+        file=sys.stderr,
+    )
+    if not cells and not hunts:
+        return None
+
+    with CellProgress(len(cells)) as progress:
+        return run_cells(mx, cells, store, progress, hunts, known, max_parallel)
+
+
+def _print_answers(results: Path, label: str | None, keys: set[str]) -> None:
+    """The verdicts of the matrix's cells (this run's, and those --resume kept), one line
+    per comparison with float32, on stdout: the answer comes first."""
+    from mxbench.report import answers, load, tables
+
+    loaded = load.load([results], label=label)
+    said = answers.lines(tables.build([r for r in loaded.winners if r.cell in keys]))
+    if said:
+        print("\n" + "\n".join(said))
 
 
 def _print_plan(cells: list[Cell]) -> None:

@@ -12,6 +12,7 @@ outcomes as they complete. :meth:`Engine.cancel` is called on Ctrl-C from anothe
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import json
 import signal
@@ -28,7 +29,16 @@ from mxbench.schema import HostBase, format_bytes
 if TYPE_CHECKING:
     from mxbench.cells import Cell
     from mxbench.matrix import Matrix
-from mxbench.results import Image, Record, Status, new_record, parse_bench_output, tail
+from mxbench.results import (
+    MAX_LINE_BYTES,
+    Image,
+    Record,
+    Status,
+    bench_output,
+    new_record,
+    now_iso,
+    tail,
+)
 
 
 class EngineUnavailable(Exception):
@@ -49,8 +59,8 @@ class Outcome:
     """What came back from running one cell's bench command."""
 
     returncode: int | None
-    stdout: str = ""
-    stderr: str = ""
+    stdout: str | bytes = ""  # untrusted: bytes as they came (bounded by the engine)
+    stderr: str | bytes = ""
     wall_s: float = 0.0
     timed_out: bool = False
     oom_killed: bool = False  # killed by the kernel / cgroup / scheduler for memory
@@ -122,6 +132,45 @@ class Engine(ABC):
         return ""
 
 
+# How much of a bench's output an engine keeps (the end of it: the record is the last line).
+STDOUT_LIMIT = MAX_LINE_BYTES + 2**20
+STDERR_LIMIT = 2**16
+
+
+class Tail:
+    """The last ``limit`` bytes of a stream (a bench's output is untrusted: its size is
+    not), and how many bytes came in all. Memory: ``limit`` plus one chunk."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self._kept = 0
+        self._chunks: collections.deque[bytes] = collections.deque()
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self._chunks.append(chunk)
+        self._kept += len(chunk)
+        while self._kept - len(self._chunks[0]) >= self.limit:
+            self._kept -= len(self._chunks.popleft())
+
+    def data(self) -> bytes:
+        excess = self._kept - self.limit
+        if excess > 0:  # only the first chunk reaches past the limit
+            self._chunks[0] = self._chunks[0][excess:]
+            self._kept = self.limit
+        return b"".join(self._chunks)
+
+    @property
+    def dropped(self) -> int:
+        return max(0, self.total - self.limit)
+
+
+def text(data: str | bytes) -> str:
+    """Output as text, whatever bytes it holds (invalid UTF-8 is replaced, never raised)."""
+    return data if isinstance(data, str) else data.decode("utf-8", "replace")
+
+
 PROBE = ["-m", "mxbench.bench.probe"]  # what `mxbench doctor` runs where the bench runs
 
 
@@ -153,18 +202,29 @@ def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
 
 
 def to_record(cell: Cell, outcome: Outcome) -> Record:
-    """The result record for one attempt, whatever happened."""
+    """The result record for one attempt, whatever happened.
+
+    What the bench printed is untrusted: a record is taken only when it is consistent with
+    the process that printed it (:func:`implausible`), and what is the orchestrator's to say
+    (cell, host, engine, image, params, label, source, time, exit code) is stamped here
+    (the label by the store), whatever the bench wrote there.
+    """
     image = Image(name=cell.image)
     if outcome.image:
         image = msgspec.convert({"name": cell.image, **outcome.image}, Image)
-    parsed = parse_bench_output(outcome.stdout) if outcome.stdout else None
-    if parsed is not None and not outcome.timed_out and outcome.status is None:
+    parsed, why = None, None
+    if outcome.stdout and not outcome.timed_out and outcome.status is None:
+        parsed, why = bench_output(outcome.stdout)
+        problem = implausible(cell, outcome, parsed) if parsed is not None else None
+        if problem is not None:
+            parsed, why = None, problem
+    if parsed is not None:
         record = msgspec.structs.replace(
             parsed, cell=cell.key, host=cell.host, engine=cell.engine, image=image,
-            params=cell.params,
+            params=cell.params, time=now_iso(), label=None, source=None, run={},
         )  # fmt: skip
     else:
-        status, error = _failure(cell, outcome)
+        status, error = _failure(cell, outcome, why)
         record = new_record(
             params=cell.params, status=status, error=error, cell=cell.key, host=cell.host,
             engine=cell.engine, image=image,
@@ -172,10 +232,54 @@ def to_record(cell: Cell, outcome: Outcome) -> Record:
     record.search = cell.search
     record.started_at = _iso(outcome.started_at)
     record.finished_at = _iso(outcome.finished_at)
-    record.run = {**record.run, "wall_s": round(outcome.wall_s, 3), **outcome.extra}
+    record.run = {"wall_s": round(outcome.wall_s, 3), "exit_code": outcome.returncode}
+    record.run.update(outcome.extra)
     if outcome.memory_limit is not None:
         record.run["memory_limit_bytes"] = outcome.memory_limit
     return record
+
+
+# Slack when comparing the timed steps a record claims with the life of its process.
+_WALL_SLACK = 1.1
+_WALL_SLACK_S = 1.0
+
+
+def implausible(cell: Cell, outcome: Outcome, rec: Record) -> str | None:
+    """Why the record a bench printed cannot be what that process measured, or None.
+
+    An ``ok`` needs exit code 0, step times in order (min <= p25 <= median <= p75 <= max),
+    no more timed steps than the cell asked for, a rate that follows from its step time, and
+    timed steps that fit in the time the process lived."""
+    if rec.status != "ok":
+        return None  # the bench's own account of a failure: kept as it said it
+    code = outcome.returncode
+    if code is not None and code != 0:
+        return f"the bench printed an ok record but exited with code {code}"
+    step = rec.metrics.step_ms
+    if step is None or step.median is None:
+        return "the bench printed an ok record without step times"
+    steps = cell.params.steps
+    n = step.n if step.n is not None else len(step.samples)
+    if n > steps or len(step.samples) > steps:
+        return f"implausible record: {max(n, len(step.samples))} timed steps, the cell ran {steps}"
+    order = [step.min, step.p25, step.median, step.p75, step.max]
+    known = [v for v in order if v is not None]
+    if known != sorted(known):
+        return "implausible record: step times out of order (min <= p25 <= median <= p75 <= max)"
+    rate = rec.metrics.images_per_s
+    expected = cell.params.batch_size * 1000.0 / step.median
+    if rate is not None and not expected / 2 <= rate <= expected * 2:
+        return (
+            f"implausible record: {rate:.6g} images/s, but batch {cell.params.batch_size} at "
+            f"{step.median:.6g} ms per step is {expected:.6g}"
+        )
+    timed_s = (sum(step.samples) if step.samples else step.median * max(n, 1)) / 1000.0
+    if outcome.wall_s > 0 and timed_s > outcome.wall_s * _WALL_SLACK + _WALL_SLACK_S:
+        return (
+            f"implausible record: its timed steps add up to {timed_s:.6g} s, but the bench "
+            f"ran for {outcome.wall_s:.3g} s"
+        )
+    return None
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -184,7 +288,7 @@ def _iso(epoch: float | None) -> str | None:
     return _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _failure(cell: Cell, o: Outcome) -> tuple[Status, str]:
+def _failure(cell: Cell, o: Outcome, why: str | None = None) -> tuple[Status, str]:
     if o.status:
         return o.status, o.reason or o.status
     if o.timed_out:
@@ -196,13 +300,15 @@ def _failure(cell: Cell, o: Outcome) -> tuple[Status, str]:
         )
     if o.oom_killed or o.returncode == -signal.SIGKILL or o.returncode == 137:
         return "oom", "the bench process was killed (out of memory)" + _tail(o)
+    if why is not None:
+        return "error", f"the bench's record was rejected: {why}" + _tail(o)
     if o.returncode == 0:
         return "error", "the bench printed no result record" + _tail(o)
     return "error", f"the bench failed with exit code {o.returncode}" + _tail(o)
 
 
 def _tail(o: Outcome) -> str:
-    t = tail(o.stderr or o.stdout)
+    t = tail(text(o.stderr or o.stdout))
     return f"\n{t}" if t else ""
 
 
@@ -214,6 +320,11 @@ E = TypeVar("E", bound=type[Engine])
 
 
 def register(cls: E) -> E:
-    """Class decorator: make an engine (and its ``host_model``) known by its ``name``."""
+    """Class decorator: make an engine known by its ``name``; its ``host_model`` is the one
+    the matrix validates hosts of that engine against (:data:`mxbench.hosts.HOSTS`)."""
+    from mxbench.hosts import HOSTS
+
+    if HOSTS.get(cls.name) is not cls.host_model:
+        raise TypeError(f"engine {cls.name!r}: its host model is not mxbench.hosts.HOSTS's")
     ENGINES[cls.name] = cls
     return cls

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
+import socket
 import time
 import uuid
 from pathlib import Path
+
+from mxbench.engines import stale
 
 ROOT = Path("/sys/fs/cgroup")
 
@@ -41,7 +45,9 @@ class MemoryCgroup:
         parent, self.version = _controller()
         if not os.access(parent, os.W_OK):
             raise CgroupUnavailable(f"{parent} is not writable (memory_limit needs root)")
-        self.path = parent / f"mxbench-{tag}-{uuid.uuid4().hex[:8]}"
+        # The owner's pid and start time in the name: sweep_stale() finds it after a kill -9.
+        _, pid, started = stale.owner().split("/")
+        self.path = parent / f"mxbench-{tag}-{pid}_{started}-{uuid.uuid4().hex[:8]}"
         try:
             self.path.mkdir()
             if self.version == 1:
@@ -88,19 +94,41 @@ class MemoryCgroup:
 
     def remove(self) -> None:
         """Kill anything left inside, then remove the cgroup."""
-        procs = self.path / "cgroup.procs"
-        for _ in range(50):
-            try:
-                pids = procs.read_text().split()
-            except OSError:
-                pids = []
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.1)
+        _remove(self.path)
+
+
+_STALE = re.compile(r"^mxbench-.*-(\d+)_(\d+)-[0-9a-f]{8}$")
+
+
+def sweep_stale(host: str) -> None:
+    """Remove the memory cgroups (and what runs in them) of runs killed abruptly."""
+    try:
+        parent, _ = _controller()
+        found = [p for p in parent.iterdir() if p.is_dir() and _STALE.match(p.name)]
+    except (CgroupUnavailable, OSError):
+        return
+    machine = socket.gethostname()
+    dead = [p for p in found if stale.gone(f"{machine}/{'/'.join(_STALE.findall(p.name)[0])}")]
+    for path in dead:
+        _remove(path)
+    stale.say(host, "removed stale memory cgroups", len(dead))
+
+
+def _remove(path: Path) -> None:
+    """Kill anything left inside a cgroup, then remove it."""
+    procs = path / "cgroup.procs"
+    for _ in range(50):
+        try:
+            pids = procs.read_text().split()
+        except OSError:
+            pids = []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)

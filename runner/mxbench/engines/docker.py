@@ -1,8 +1,10 @@
 """``engine: docker``: each cell in a fresh container of the host's image.
 
 The host is a Docker Engine reached through the docker SDK: the local socket (or
-``DOCKER_HOST``), ``docker_host: ssh://user@host[:port]`` (docker[ssh], paramiko; the remote
-needs the docker CLI for ``docker system dial-stdio``), ``tcp://``, or ``context: NAME``.
+``DOCKER_HOST``), ``docker_host: ssh://user@host[:port]`` (through the system's ssh client, as
+the docker CLI does, so ~/.ssh/config applies: jump hosts, identity files, known hosts;
+paramiko only where there is no ``ssh``; the remote needs the docker CLI for ``docker system
+dial-stdio``), ``tcp://``, or ``context: NAME``.
 
 Nothing is pulled: ``prepare`` looks for the exact content-hash tag ``mxbench build`` makes
 and, when it is missing, names the command that builds it. The record comes back on the
@@ -16,56 +18,37 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import shutil
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
-
-from pydantic import Field, model_validator
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from mxbench import models
-from mxbench.engines import retry
+from mxbench.engines import retry, stale
 from mxbench.engines.base import (
     PROBE,
+    STDERR_LIMIT,
+    STDOUT_LIMIT,
     Check,
     Engine,
     EngineUnavailable,
     Outcome,
+    Tail,
     probe_check,
     register,
+    text,
 )
 from mxbench.errors import MxbenchError
-from mxbench.schema import HostBase, OneLine
+from mxbench.hosts import DockerHost
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
     from mxbench.matrix import Matrix
 
-Gpus = Literal["all", "none"] | list[str]
-
-
-class DockerHost(HostBase):
-    """A Docker Engine (local socket, ssh://, tcp:// or a docker context); each cell in a
-    fresh container of one of the host's matrix images (built by `mxbench build`)."""
-
-    needs_build: ClassVar[bool] = True
-
-    engine: Literal["docker"]
-    docker_host: OneLine | None = None  # unix://, tcp://, ssh://user@host[:port]; absent = local
-    context: OneLine | None = None  # a docker CLI context name
-    gpus: Gpus = "none"
-    images: Annotated[list[OneLine], Field(min_length=1)]
-
-    def image_names(self) -> list[str]:
-        return list(self.images)
-
-    @model_validator(mode="after")
-    def _one_address(self) -> DockerHost:
-        if self.docker_host and self.context:
-            raise ValueError("give docker_host or context, not both")
-        return self
+T = TypeVar("T")
 
 
 CONNECT_TIMEOUT_S = 60
@@ -102,8 +85,10 @@ def connect(
     def once() -> Any:
         try:
             if base_url:
+                # ssh:// through the system ssh client (~/.ssh/config: ProxyJump, keys)
+                system_ssh = base_url.startswith("ssh://") and shutil.which("ssh") is not None
                 client = docker.DockerClient(
-                    base_url=base_url, tls=tls, timeout=int(timeout), use_ssh_client=False
+                    base_url=base_url, tls=tls, timeout=int(timeout), use_ssh_client=system_ssh
                 )
             else:
                 client = docker.from_env(timeout=int(timeout))
@@ -191,6 +176,7 @@ class DockerEngine(Engine):
         self._lock = threading.Lock()
         self._running: Any = None
         self._cancelled = False
+        self._dropouts = 0  # times the daemon dropped out during the current cell
 
     # ------------------------------------------------------------------ prepare
 
@@ -219,6 +205,7 @@ class DockerEngine(Engine):
             self._connect()
         except DockerUnreachable as exc:
             raise EngineUnavailable(str(exc), "error") from None
+        self._sweep()
         if self.host.gpus != "none":
             info = self._client.info()
             if not has_nvidia_runtime(info):
@@ -232,6 +219,14 @@ class DockerEngine(Engine):
         needed = {c.image: c.image_spec for c in cells if c.image}
         for name, spec in needed.items():
             self._images[name] = self._find_image(name, spec)
+
+    def _sweep(self) -> None:
+        """Remove the containers a run of this machine that was killed (-9) left here."""
+        found = self._client.containers.list(all=True, filters={"label": stale.LABEL})
+        left = [c for c in found if stale.gone((c.labels or {}).get(stale.LABEL, ""))]
+        for container in left:
+            _quietly(lambda c=container: c.remove(force=True))
+        stale.say(self.host.name, "removed stale containers", len(left))
 
     def _tag(self, name: str, spec_dict: dict[str, Any] | None) -> str:
         """The content-hash tag ``mxbench build`` gives the image (hashes its context)."""
@@ -326,13 +321,17 @@ class DockerEngine(Engine):
                 command=[],
                 environment=dict(self.host.env),
                 device_requests=device_requests(self.host.gpus),
-                labels={"io.mxbench.host": self.host.name, "io.mxbench.doctor": "probe"},
+                labels={
+                    "io.mxbench.host": self.host.name,
+                    "io.mxbench.doctor": "probe",
+                    stale.LABEL: stale.owner(),
+                },
                 detach=True,
             )
             try:
                 container.wait(timeout=DOCTOR_TIMEOUT_S)
-                out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-                err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+                out = text(_logs(container, Tail(STDERR_LIMIT), stdout=True, stderr=False))
+                err = text(_logs(container, Tail(STDERR_LIMIT), stdout=False, stderr=True))
             finally:
                 _quietly(lambda: container.remove(force=True))
         except Exception as exc:
@@ -363,18 +362,26 @@ class DockerEngine(Engine):
 
     def _run_container(self, cell: Cell, image: dict[str, Any], public: dict[str, Any]) -> Outcome:
         t0 = time.monotonic()
+        self._dropouts = 0
         model_volumes, model_env = model_mount(cell.params.model)
-        container = self._client.containers.create(
-            image["tag"],
-            command=cell.bench_args(),
-            environment={**model_env, **self.host.env},
-            device_requests=device_requests(self.host.gpus),
-            volumes={**data_mount(cell.params.data), **model_volumes},
-            labels={"io.mxbench.cell": cell.key, "io.mxbench.host": cell.host},
-            # memory_limit: the container's limit, with no swap beyond it
-            mem_limit=self.host.memory_limit,
-            memswap_limit=self.host.memory_limit,
-            detach=True,
+        container = self._reconnecting(
+            None,
+            lambda _: self._client.containers.create(
+                image["tag"],
+                command=cell.bench_args(),
+                environment={**model_env, **self.host.env},
+                device_requests=device_requests(self.host.gpus),
+                volumes={**data_mount(cell.params.data), **model_volumes},
+                labels={
+                    "io.mxbench.cell": cell.key,
+                    "io.mxbench.host": cell.host,
+                    stale.LABEL: stale.owner(),
+                },
+                # memory_limit: the container's limit, with no swap beyond it
+                mem_limit=self.host.memory_limit,
+                memswap_limit=self.host.memory_limit,
+                detach=True,
+            ),
         )
         with self._lock:
             self._running = container
@@ -383,23 +390,34 @@ class DockerEngine(Engine):
             if self._cancelled:  # Ctrl-C arrived while the container was being created
                 return Outcome(None, status="error", reason="cancelled", image=public)
             container.start()
-            try:
-                container.wait(timeout=cell.timeout_s)
-            except Exception as exc:  # read timeout: requests, urllib3 or paramiko flavour
-                if not _is_timeout(exc):
-                    raise
-                timed_out = True
-                _quietly(container.kill)
+            deadline = t0 + cell.timeout_s
+            while True:
+                try:
+                    container.wait(timeout=max(1.0, deadline - time.monotonic()))
+                    break
+                except Exception as exc:  # read timeout: requests, urllib3 or paramiko flavour
+                    if not _is_timeout(exc):
+                        container = self._reattach(container, exc)  # the daemon dropped out
+                        continue
+                    if time.monotonic() < deadline - 1.0:
+                        continue  # a wait cut short (the link was re-made meanwhile)
+                    timed_out = True
+                    _quietly(container.kill)
+                    break
             wall = time.monotonic() - t0
-            container.reload()
+            container = self._reconnecting(container, _reloaded)
             state = container.attrs.get("State") or {}
-            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+            stdout = self._reconnecting(
+                container, lambda c: _logs(c, Tail(STDOUT_LIMIT), stdout=True, stderr=False)
+            )
+            stderr = self._reconnecting(
+                container, lambda c: _logs(c, Tail(STDERR_LIMIT), stdout=False, stderr=True)
+            )
         finally:
             with self._lock:
                 self._running = None
             _quietly(lambda: container.remove(force=True))
-        return Outcome(
+        outcome = Outcome(
             returncode=None if timed_out else state.get("ExitCode"),
             stdout=stdout,
             stderr=stderr,
@@ -410,6 +428,42 @@ class DockerEngine(Engine):
             image=public,
             extra={"container": container.short_id, "docker_host": address(self.host)},
         )
+        if self._dropouts:
+            outcome.extra["daemon_dropouts"] = self._dropouts
+            if not timed_out and not outcome.oom_killed and outcome.returncode:
+                outcome.status = "error"
+                outcome.reason = (
+                    f"host {cell.host}: the Docker daemon at {address(self.host)} dropped out "
+                    f"during the cell; its container ended with exit code {outcome.returncode}"
+                )
+        return outcome
+
+    def _reattach(self, container: Any, exc: BaseException) -> Any:
+        """After the daemon dropped out mid-cell: connect again (the bounded retries of
+        :func:`connect`) and take the cell's container back, at most ``retry.ATTEMPTS``
+        times a cell; the exception when the daemon or the container is gone."""
+        if not _lost(exc) or self._dropouts >= retry.ATTEMPTS:
+            raise exc
+        self._dropouts += 1
+        self._client = connect(self.host)
+        found = self._client.containers.get(container.id)
+        with self._lock:
+            self._running = found
+        return found
+
+    def _reconnecting(self, container: Any, fn: Callable[[Any], T]) -> T:
+        """``fn(container)``; when the daemon drops out meanwhile, again on a new link."""
+        while True:
+            try:
+                return fn(container)
+            except Exception as exc:
+                if container is None:  # creating: connect again, then create again
+                    if not _lost(exc) or self._dropouts >= retry.ATTEMPTS:
+                        raise
+                    self._dropouts += 1
+                    self._client = connect(self.host)
+                    continue
+                container = self._reattach(container, exc)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -418,6 +472,13 @@ class DockerEngine(Engine):
         if running is not None:
             _quietly(running.kill)
             _quietly(lambda: running.remove(force=True))
+
+
+def _logs(container: Any, sink: Tail, **which: bool) -> bytes:
+    """A container's output, streamed into a bounded tail (a bench's output is untrusted)."""
+    for chunk in container.logs(stream=True, follow=False, **which):
+        sink.add(chunk)
+    return sink.data()
 
 
 def _gpus(gpus: str | list[str]) -> str:
@@ -434,6 +495,26 @@ def _is_timeout(exc: BaseException) -> bool:
         if isinstance(seen, (requests.exceptions.Timeout, socket.timeout, TimeoutError)):
             return True
         if "timed out" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _reloaded(container: Any) -> Any:
+    container.reload()
+    return container
+
+
+def _lost(exc: BaseException) -> bool:
+    """Whether the link to the daemon broke (reset, refused, closed), as opposed to an
+    answer the daemon gave (an HTTP error) or a read timeout."""
+    import requests
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (requests.exceptions.ConnectionError, ConnectionError, EOFError)):
+            return True
+        if type(seen).__name__ in ("ProtocolError", "SSHException"):
             return True
         seen = seen.__cause__ or seen.__context__
     return False

@@ -3,47 +3,50 @@
 The bench runs with the interpreter running mxbench (or ``python:`` from the host entry), in
 its own session so that a Ctrl-C in the terminal reaches only the orchestrator, which then
 kills the cell's whole process group (:meth:`LocalEngine.cancel`). A cell past its timeout is
-killed the same way.
+killed the same way, and so is what a bench leaves in its group when it exits. The bench
+dies with the orchestrator too (a parent-death signal: ``kill -9`` included); what escaped
+both is swept by the next run (:mod:`mxbench.engines.stale`). Its output is untrusted: read
+as bytes, the last :data:`~mxbench.engines.base.STDOUT_LIMIT` bytes kept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
-import shlex
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from mxbench import models
+from mxbench.engines import stale
 from mxbench.engines.base import (
     PROBE,
+    STDERR_LIMIT,
+    STDOUT_LIMIT,
     Check,
     Engine,
     EngineUnavailable,
     Outcome,
+    Tail,
     probe_check,
     register,
 )
 from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
-from mxbench.errors import UsageError
-from mxbench.schema import HostBase, OneLine
+from mxbench.engines.cgroup import sweep_stale as cgroup_sweep
+from mxbench.errors import UsageError, pip_install
+from mxbench.hosts import LocalHost
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
     from mxbench.matrix import Matrix
-
-
-class LocalHost(HostBase):
-    """This machine, a fresh subprocess per cell, no container (the embedded default)."""
-
-    engine: Literal["local"]
-    python: OneLine | None = None  # interpreter with mxbench[tf]; default: the running one
 
 
 @register
@@ -54,7 +57,7 @@ class LocalEngine(Engine):
 
     def __init__(self, host: LocalHost, matrix: Matrix) -> None:
         super().__init__(host, matrix)
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._cancelled = False
 
@@ -84,7 +87,7 @@ class LocalEngine(Engine):
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise UsageError(f"host {self.host.name}: cannot run {python!r}: {exc}") from None
             if found.returncode != 0:
-                pip = shlex.join([python, "-m", "pip", "install", f"mxbench[{extra}]"])
+                pip = pip_install(extra, python)
                 raise UsageError(
                     f"host {self.host.name}: {python} cannot import {module}; install it "
                     f"there with: {pip}"
@@ -114,6 +117,8 @@ class LocalEngine(Engine):
             yield Check("devices", "fail", f"the probe did not run: {exc}")
 
     def prepare(self, cells: Sequence[Cell]) -> None:
+        stale.sweep_processes(self.host.name)  # what a run killed with -9 left behind
+        cgroup_sweep(self.host.name)
         if self.host.python and not shutil.which(self.host.python):
             raise EngineUnavailable(f"python interpreter {self.host.python!r} not found")
         if self.host.memory_limit is not None:
@@ -130,7 +135,7 @@ class LocalEngine(Engine):
                 raise EngineUnavailable(problem)
 
     def run_one(self, cell: Cell) -> Outcome:
-        env = {**os.environ, **self.host.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **self.host.env, "PYTHONUNBUFFERED": "1", stale.ENV: stale.owner()}
         found = models.source_dir(cell.params.model)
         if found is not None and found[1]:  # a module entry point: its package on the path
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [found[0], env.get("PYTHONPATH")]))
@@ -159,33 +164,31 @@ class LocalEngine(Engine):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
-                text=True,
                 env=env,
                 start_new_session=True,  # Ctrl-C goes to us; we decide what the cell gets
-                preexec_fn=cgroup.enter if cgroup else None,
+                preexec_fn=_child_setup(cgroup),
             )
             self._proc = proc
-        timed_out = False
+        out, err = Tail(STDOUT_LIMIT), Tail(STDERR_LIMIT)
         try:
-            stdout, stderr = proc.communicate(timeout=cell.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            stdout, stderr = proc.communicate()
+            timed_out = _collect(proc, out, err, cell.timeout_s)
         except BaseException:
             _kill_group(proc)
-            proc.communicate()
+            proc.wait()
             raise
         finally:
             with self._lock:
                 self._proc = None
+        extra: dict[str, object] = {"pid": proc.pid}
+        if out.dropped:
+            extra["stdout_dropped_bytes"] = out.dropped
         return Outcome(
             returncode=proc.returncode,
-            stdout=stdout,
-            stderr=stderr,
+            stdout=out.data(),
+            stderr=err.data(),
             wall_s=time.monotonic() - start,
             timed_out=timed_out,
-            extra={"pid": proc.pid},
+            extra=extra,
         )
 
     def cancel(self) -> None:
@@ -199,6 +202,77 @@ class LocalEngine(Engine):
 _FIND_SPEC = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+# After the bench exits, how long output still held open by something it started outside
+# its process group may keep the cell waiting.
+DRAIN_S = 2.0
+
+
+def _collect(proc: subprocess.Popen[bytes], out: Tail, err: Tail, timeout_s: float) -> bool:
+    """Read the bench's stdout and stderr (bounded, :class:`Tail`) until it exits or its
+    timeout passes, then kill its process group (what it started dies with the cell) and
+    reap it. A pipe held open by a process that left the group costs at most
+    :data:`DRAIN_S`. True when the timeout was reached."""
+    assert proc.stdout is not None and proc.stderr is not None
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    ended: float | None = None
+    with selectors.DefaultSelector() as sel:
+        for pipe, sink in ((proc.stdout, out), (proc.stderr, err)):
+            os.set_blocking(pipe.fileno(), False)
+            sel.register(pipe, selectors.EVENT_READ, sink)
+        while True:
+            now = time.monotonic()
+            if ended is None and (_exited(proc) or now >= deadline):
+                timed_out = not _exited(proc)
+                _kill_group(proc)
+                ended = now
+            if not sel.get_map() and ended is not None:
+                break
+            if ended is not None and now - ended > DRAIN_S:
+                break
+            for key, _ in sel.select(timeout=0.1):
+                chunk = os.read(key.fd, 1 << 16)
+                if chunk:
+                    key.data.add(chunk)
+                else:
+                    sel.unregister(key.fileobj)
+    proc.stdout.close()
+    proc.stderr.close()
+    proc.wait()
+    return timed_out
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the bench has exited, without reaping it (its pid stays its group's id until
+    the group is killed)."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _child_setup(cgroup: MemoryCgroup | None) -> Callable[[], None]:
+    """``preexec_fn``: the bench dies with the thread that started it (``kill -9`` of the
+    orchestrator included: a parent-death signal), and enters its memory cgroup."""
+    prctl = _libc().prctl if sys.platform == "linux" else None
+
+    def setup() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if cgroup is not None:
+            cgroup.enter()
+
+    return setup
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

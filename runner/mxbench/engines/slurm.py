@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -34,12 +33,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import field_validator, model_validator
-
-from mxbench.engines import retry
-from mxbench.engines.base import Check, Engine, EngineUnavailable, Outcome, register
+from mxbench.engines import retry, stale
+from mxbench.engines.base import STDOUT_LIMIT, Check, Engine, EngineUnavailable, Outcome, register
 from mxbench.engines.slurm_script import job_script, runtime
 from mxbench.engines.slurm_states import (
     FINAL_STATES,
@@ -52,60 +49,11 @@ from mxbench.engines.slurm_states import (
     state_reason,
 )
 from mxbench.errors import UsageError
+from mxbench.hosts import SlurmHost
 from mxbench.results import parse_bench_output, tail
-from mxbench.schema import HostBase, OneLine, echo
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
-
-
-class SlurmHost(HostBase):
-    engine: Literal["slurm"]
-    partition: OneLine | None = None
-    gres: OneLine | None = None  # e.g. gpu:v100:1
-    constraint: OneLine | None = None
-    account: OneLine | None = None
-    time_limit: OneLine | None = None  # sbatch --time, e.g. "00:30:00"
-    sbatch_options: list[OneLine] = []
-    # How the bench runs on the nodes: one of container_image (pyxis / apptainer) or python.
-    container_image: OneLine | None = None
-    container_runtime: Literal["pyxis", "apptainer"] | None = None
-    python: OneLine | None = None  # interpreter with mxbench[tf] on the shared filesystem
-    workdir: OneLine | None = None  # shared directory for job scripts and outputs
-    array: bool = True  # many cells as one job array
-
-    @field_validator("time_limit")
-    @classmethod
-    def _time_limit(cls, v: str | None) -> str | None:
-        # sbatch --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or unlimited.
-        if v is None or re.fullmatch(
-            r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:unlimited|infinite)", v.strip()
-        ):
-            return v
-        raise ValueError(f"{echo(v)} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
-
-    @field_validator("sbatch_options")
-    @classmethod
-    def _sbatch_options(cls, v: list[str]) -> list[str]:
-        for opt in v:
-            try:
-                words = shlex.split(opt)
-            except ValueError as exc:
-                raise ValueError(f"{echo(opt)}: {exc}") from None
-            if not words or not words[0].startswith("-"):
-                raise ValueError(f"{echo(opt)}: each item is one sbatch option, like '--qos=high'")
-        return v
-
-    def runtime_identity(self) -> dict[str, Any] | None:
-        return {"container_image": self.container_image} if self.container_image else None
-
-    @model_validator(mode="after")
-    def _how(self) -> SlurmHost:
-        if self.container_image and self.python:
-            raise ValueError("give container_image or python, not both")
-        if self.container_runtime and not self.container_image:
-            raise ValueError("container_runtime needs container_image")
-        return self
 
 
 MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (task ids 0..1000)
@@ -149,6 +97,7 @@ class SlurmEngine(Engine):
     poll_s: float = 5.0  # between two polls of the controller (env MXBENCH_SLURM_POLL_S)
     settle_s: float = 30.0  # wait for a finished task's files on a shared filesystem
     lost_after_s: float = 600.0  # give up when the controller does not answer this long
+    # (a task whose .rc file is on the shared disk is taken from there meanwhile)
 
     def __init__(self, host: SlurmHost, matrix: Any) -> None:
         super().__init__(host, matrix)
@@ -169,6 +118,7 @@ class SlurmEngine(Engine):
         info = self._try(["sinfo", "-h", "-o", "%P"])
         if info.returncode != 0:
             raise EngineUnavailable(f"Slurm controller not reachable: {_last_line(info)}")
+        self._sweep()
         if not cells:
             return
         # Ask the controller whether it would accept this job (partition, gres, account,
@@ -182,6 +132,19 @@ class SlurmEngine(Engine):
         test = self._try(["sbatch", "--test-only"], stdin=script)
         if test.returncode != 0:
             raise EngineUnavailable(f"sbatch rejects the job for this host: {_last_line(test)}")
+
+    def _sweep(self) -> None:
+        """Cancel this host's jobs left by a run of this machine that was killed (-9)."""
+        res = self._try(["squeue", "-h", "-n", f"mxbench-{self.host.name}", "-o", "%F|%k"])
+        prefix = f"{stale.LABEL}="
+        jobs = {
+            job
+            for job, _, comment in (line.partition("|") for line in res.stdout.splitlines())
+            if comment.startswith(prefix) and stale.gone(comment.removeprefix(prefix))
+        }
+        if jobs:
+            self._try(["scancel", *sorted(jobs)])
+        stale.say(self.host.name, "cancelled stale Slurm jobs", len(jobs))
 
     def doctor(self, cells: Sequence[Cell]) -> Iterator[Check]:
         if shutil.which("sbatch") is None:
@@ -297,14 +260,19 @@ class SlurmEngine(Engine):
                     reason = f"lost contact with the Slurm controller for {self.lost_after_s:g} s"
                     self.progress.done += 1
                     yield sub.cells[t], Outcome(returncode=None, status="error", reason=reason)
+                self._try(["scancel", *{s.job_id for s, _ in left.values() if s.job_id}])
                 return
             queued = running = 0
             for key, (sub, t) in list(left.items()):
                 listing = listings[id(sub)]
-                if listing is None:  # no answer this time: ask again at the next poll
-                    queued += 1
-                    continue
-                st = listing.get(t if sub.array else None) or self._forgotten(sub, t)
+                if listing is None:  # no answer: a task that wrote its .rc is done all the same
+                    on_disk = self._finished_on_disk(sub, t)
+                    if on_disk is None:
+                        queued += 1  # ask again at the next poll
+                        continue
+                    st = on_disk
+                else:
+                    st = listing.get(t if sub.array else None) or self._forgotten(sub, t)
                 if st.state in PENDING_STATES:
                     queued += 1
                     continue
@@ -337,10 +305,18 @@ class SlurmEngine(Engine):
             if st is not None:
                 return st
         job_id = f"{sub.job_id}_{t}" if sub.array else sub.job_id
+        return self._finished_on_disk(sub, t) or TaskState(
+            job_id, "UNKNOWN", reason="purged by the controller, no accounting"
+        )
+
+    def _finished_on_disk(self, sub: _Submission, t: int) -> TaskState | None:
+        """A task whose script wrote its ``.rc`` (last, after the bench exited) is finished,
+        whatever the controller says or whether it answers."""
         rc = self._rc(sub, t)
-        if rc is not None:
-            return TaskState(job_id, "COMPLETED" if rc == 0 else "FAILED", f"{rc}:0")
-        return TaskState(job_id, "UNKNOWN", reason="purged by the controller, no accounting")
+        if rc is None:
+            return None
+        job_id = f"{sub.job_id}_{t}" if sub.array else sub.job_id
+        return TaskState(job_id, "COMPLETED" if rc == 0 else "FAILED", f"{rc}:0")
 
     def _has_accounting(self) -> bool:
         if self._accounting is None:
@@ -480,8 +456,12 @@ def _last_line(res: subprocess.CompletedProcess[str]) -> str:
     return text.splitlines()[-1] if text else f"exit code {res.returncode}"
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, limit: int = STDOUT_LIMIT) -> str:
+    """The end of a job's output file (at most ``limit`` bytes: the output is untrusted)."""
     try:
-        return path.read_text(errors="replace")
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - limit))
+            return fh.read(limit).decode("utf-8", "replace")
     except OSError:
         return ""

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mxbench.engines import stale
 from mxbench.params import CONTROL_CHARS
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
-    from mxbench.engines.slurm import SlurmHost
+    from mxbench.hosts import SlurmHost
 
 # A control character (a newline above all, or a Unicode line separator) would end a
 # #SBATCH or export line early and start a new one: the rest of the value would run.
@@ -73,6 +74,7 @@ def sbatch_directives(
     task = "%a" if array else "0"
     opts = [
         f"--job-name=mxbench-{host.name}",
+        f"--comment={stale.LABEL}={stale.owner()}",  # swept if this run is killed (-9)
         f"--output={run_dir}/{prefix}-{task}.out",
         f"--error={run_dir}/{prefix}-{task}.err",
         f"--time={time_limit(host, cells)}",

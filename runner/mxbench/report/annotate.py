@@ -26,7 +26,8 @@ def software_line(rec: Record) -> str:
     parts = [
         f"{label} {value}"
         for label, value in (("TF", sw.tensorflow), ("JAX", sw.jax), ("PyTorch", sw.torch),
-                             ("Keras", sw.keras), ("CUDA", sw.cuda), ("cuDNN", sw.cudnn))
+                             ("Keras", sw.keras), ("CUDA", devices.cuda_text(sw.cuda)),
+                             ("cuDNN", devices.cudnn_text(sw.cudnn)))
         if value
     ]  # fmt: skip
     if sw.backend and sw.backend != "tensorflow":

@@ -2,16 +2,25 @@
 whether it is a regression (for CI checks of a driver, CUDA or TensorFlow upgrade).
 
 Cells are matched by host, image and parameters (repeats of a cell pooled). The change is
-median(new) / median(base) - 1 with the 95% bootstrap interval of :mod:`mxbench.stats`; a
-cell *regressed* when it is slower by more than the threshold and its interval excludes
-no change.
+median(new) / median(base) - 1 with the 95% interval and the verdict of
+:mod:`mxbench.stats` (processes are the unit: with one process a side the verdict is
+"too few processes" and there is no interval); a cell *regressed* when it is slower by
+more than the threshold and its interval excludes no change. Rows come sorted by host,
+image and parameters, numbers as numbers (batch 8 before 32).
+
+:func:`speedups` compares the answer itself: per table (host, image, setup) and slot, the
+speedup over float32 in each run ("mixed precision gained 0.30x after the driver update"),
+with both intervals; the change is *clear* when the two intervals do not overlap.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from mxbench import params, stats
+from mxbench.report import tables
 from mxbench.report.load import Loaded
 from mxbench.results import Record
 
@@ -26,10 +35,10 @@ class Change(msgspec.Struct):
     base_ms: float
     new_ms: float
     change: float  # new / base - 1 (positive: slower)
-    low: float
-    high: float
+    low: float | None  # the interval's ends (None: too few processes for one)
+    high: float | None
     over: str
-    verdict: str  # "slower" | "faster" | "no clear difference"
+    verdict: stats.Verdict  # of the new run against the base
     regressed: bool
 
 
@@ -37,6 +46,19 @@ def _key(rec: Record) -> Key:
     p = rec.params
     return (str(rec.host), rec.image.name or rec.image.id or "",
             *(str(getattr(p, n)) for n in _IDENTITY))  # fmt: skip
+
+
+def _order(value: Any) -> tuple[int, Any]:
+    """Numbers by value, everything else as text (None first)."""
+    if value is None:
+        return (0, "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (1, value)
+    return (2, str(value))
+
+
+def order(c: Change | SpeedupChange) -> tuple[Any, ...]:
+    return (c.host, c.image or "", *(_order(v) for v in c.params.values()))
 
 
 def _samples(loaded: Loaded) -> dict[Key, tuple[Record, list[list[float]]]]:
@@ -61,9 +83,9 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], 
             continue
         rec = n[key][0]
         change = 1 / ratio.value - 1
-        low, high = 1 / ratio.high - 1, 1 / ratio.low - 1
+        low, high = (1 / ratio.high - 1, 1 / ratio.low - 1) if ratio.judged else (None, None)
         # ratio = median(base) / median(new): its verdict is already about the new run
-        verdict = ratio.verdict if ratio.n >= 2 else "no clear difference"
+        verdict = ratio.verdict
         out.append(
             Change(
                 host=str(rec.host),
@@ -76,10 +98,63 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], 
                 high=high,
                 over=ratio.over,
                 verdict=verdict,
-                regressed=verdict == "slower" and change > threshold,
+                regressed=verdict == stats.SLOWER and change > threshold,
             )
         )
+    out.sort(key=order)
     return out, len(b.keys() - n.keys()), len(n.keys() - b.keys())
+
+
+class SpeedupChange(msgspec.Struct):
+    """One slot's speedup over float32 in both runs."""
+
+    host: str
+    image: str | None
+    params: dict[str, object]  # the table's setup, then policy and batch_size
+    base: float
+    base_low: float
+    base_high: float
+    new: float
+    new_low: float
+    new_high: float
+    base_verdict: str | None  # None: no interval (one number per side)
+    new_verdict: str | None
+    clear: bool  # both have intervals and they do not overlap
+
+    @property
+    def gained(self) -> float:
+        return self.new - self.base
+
+
+def _tables(loaded: Loaded) -> dict[tuple[str, ...], tables.Table]:
+    return {
+        (t.host, t.image_name or "", *(str(v) for v in t.setup.values())): t
+        for t in tables.build(loaded.winners)
+    }
+
+
+def speedups(base: Loaded, new: Loaded) -> list[SpeedupChange]:
+    """The speedup of every slot that has one in both runs, sorted like the cells."""
+    b, n = _tables(base), _tables(new)
+    out = []
+    for key in b.keys() & n.keys():
+        old_t, new_t = b[key], n[key]
+        for slot in old_t.ratios.keys() & new_t.ratios.keys():
+            if not (old_t.trusted(slot) and new_t.trusted(slot)):
+                continue
+            r0, r1 = old_t.ratios[slot], new_t.ratios[slot]
+            both = r0.n >= 2 and r1.n >= 2
+            out.append(SpeedupChange(
+                host=new_t.host, image=new_t.image_name,
+                params={**new_t.setup, "policy": slot[0], "batch_size": slot[1]},
+                base=r0.value, base_low=r0.low, base_high=r0.high,
+                new=r1.value, new_low=r1.low, new_high=r1.high,
+                base_verdict=r0.verdict if r0.n >= 2 else None,
+                new_verdict=r1.verdict if r1.n >= 2 else None,
+                clear=both and (r1.low > r0.high or r1.high < r0.low),
+            ))  # fmt: skip
+    out.sort(key=order)
+    return out
 
 
 def _median(runs: list[list[float]]) -> float:

@@ -180,3 +180,23 @@ def native_bf16(flags: list[str] | None) -> bool | None:
         return None
     lower = {f.lower() for f in flags}
     return bool(lower & {"avx512_bf16", "amx_bf16"})
+
+
+def cuda_text(value: str | None) -> str | None:
+    """CUDA as people write it: '13.0' from jaxlib's 'cuda 13000' (major * 1000 + minor * 10)."""
+    if not value:
+        return value
+    from mxbench.bench.backends import cuda_version
+
+    return cuda_version(value)
+
+
+def cudnn_text(value: str | None) -> str | None:
+    """cuDNN as people write it: '9.19.0' from PyTorch's 91900 (from 9: major * 10000 + minor *
+    100 + patch; before: major * 1000 + minor * 100 + patch, 8907 -> '8.9.7'); other text as
+    it is."""
+    if not value or not value.strip().isdigit() or len(value.strip()) < 4:
+        return value
+    n = int(value)
+    major, rest = (n // 10000, n % 10000) if n >= 90000 else (n // 1000, n % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"

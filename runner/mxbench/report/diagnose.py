@@ -51,7 +51,7 @@ def _observed(t: Table, policies: frozenset[str]) -> str:
     if not speedups:
         return ""
     verdicts = {r.verdict for slot, r in t.ratios.items()
-                if slot[0] in policies and r.n >= 2 and t.trusted(slot)}  # fmt: skip
+                if slot[0] in policies and r.judged and t.trusted(slot)}  # fmt: skip
     said = ""
     if len(verdicts) == 1:
         said = f", {verdicts.pop()}"
@@ -290,7 +290,7 @@ def silent_cpu_fallback(t: Table) -> str | None:
             "on the CPU: give the host gpus: all (with the NVIDIA container runtime) and "
             "check nvidia-smi on it."
         )
-    if dev.used_by_tf is not False and not (_is_cpu(t) and gpus):
+    if dev.used_gpu is not False and not (_is_cpu(t) and gpus):
         return None
     names = ", ".join(
         f"{g.name or 'GPU'} (CC {g.compute_capability})" if g.compute_capability

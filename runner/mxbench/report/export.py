@@ -9,14 +9,12 @@ as data: one object per table with a row per (batch size, policy). Numbers are n
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
-from mxbench.report import annotate, text
-from mxbench.report.diagnose import diagnose
-from mxbench.report.load import Loaded
+from mxbench.report.document import Document, Grid, Section
+from mxbench.report.load import folders
 from mxbench.report.tables import LOSS_TOLERANCE, Table
 
 SCHEMA = "mxbench.report/1"
@@ -46,7 +44,7 @@ def _rows(t: Table) -> list[dict[str, Any]]:
                     "repeats": len(e.records) if e.status == "ok" else 0,
                     "speedup": None if r is None else {
                         "value": _num(r.value), "low": _num(r.low), "high": _num(r.high),
-                        "over": r.over, "n": r.n, "verdict": r.verdict if r.n >= 2 else None,
+                        "over": r.over, "n": r.n, "verdict": r.verdict,
                         "trusted": t.trusted((p, b)),
                     },
                     "loss": None if loss is None else {
@@ -59,7 +57,8 @@ def _rows(t: Table) -> list[dict[str, Any]]:
     return out
 
 
-def _table(t: Table) -> dict[str, Any]:
+def _table(s: Section) -> dict[str, Any]:
+    t = s.table
     cap, inferred = t.capability
     return {
         "title": t.title,
@@ -72,22 +71,39 @@ def _table(t: Table) -> dict[str, Any]:
         },
         "image": {"name": t.image.name, "id": t.image.id},
         "setup": t.setup,
-        "annotations": annotate.lines(t),
+        "annotations": s.lines,
         "rows": _rows(t),
-        "interval_note": text.interval_note(t),
-        "diagnosis": [{"rule": n.rule, "text": n.text} for n in diagnose(t)],
+        "interval_note": s.note,
+        "failures": s.failures,
+        "diagnosis": [{"rule": rule, "text": text} for rule, text in s.diagnosis_rules],
     }  # fmt: skip
 
 
-def render(loaded: Loaded, tables: Sequence[Table]) -> str:
-    doc = {
+def _grid(g: Grid) -> dict[str, Any]:
+    return {
+        "policy": g.policy, "batch_sizes": g.batches,
+        "devices": [
+            {"title": r.title, "table": r.anchor,
+             "cells": [{"value": c.value or None, "verdict": c.verdict,
+                        "detail": c.detail or None} for c in r.cells]}
+            for r in g.rows
+        ],
+    }  # fmt: skip
+
+
+def render(doc: Document) -> str:
+    loaded = doc.loaded
+    out = {
         "schema": SCHEMA,
         "records": loaded.read,
         "files": [str(f) for f in loaded.files],
+        "folders": [str(d) for d in folders(loaded.files)],
         "cells": len(loaded.winners),
         "older_attempts": sum(n - 1 for n in loaded.attempts.values()),
         "unreadable": len(loaded.bad),
         "loss_tolerance": LOSS_TOLERANCE,
-        "tables": [_table(t) for t in tables],
+        # the answer: per policy, the speedup's verdict per device and batch size
+        "summary": [_grid(g) for g in doc.grids],
+        "tables": [_table(s) for s in doc.speed],
     }
-    return msgspec.json.format(msgspec.json.encode(doc), indent=1).decode("utf-8")
+    return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")

@@ -2,30 +2,61 @@
 
 One tidy row per record: the winning record of each cell by default (what the tables show),
 or every attempt with ``latest=False``. Flat columns: where it ran, what it measured (every
-parameter of :class:`mxbench.params.Params`), the outcome and the speedup over float32.
+parameter of :class:`mxbench.params.Params`), the outcome, the speedup over float32 and the
+loss parity, what changes the numbers (input device, TF32 and the matmul setting, throttling),
+memory, warm-up, versions as people write them (CUDA 13.0, cuDNN 9.19.0).
+
+The DataFrame is typed: times are UTC datetimes, counts nullable integers (``Int64``: a
+missing value stays missing, not a float NaN), flags nullable booleans. The CSV keeps the
+same columns as text (ISO-8601 times).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxbench import params
 from mxbench.report import load, tables
+from mxbench.report.devices import cuda_text, cudnn_text
 from mxbench.results import Record
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from mxbench.report.document import Document
+
 _BEFORE = ("host", "engine", "image", "image_id", "device_kind", "device",
            "compute_capability", "cpu_model")  # fmt: skip
 _AFTER = ("status", "step_ms_median", "step_ms_p25", "step_ms_p75", "step_ms_n",
           "images_per_s", "speedup_vs_float32", "speedup_low", "speedup_high", "verdict",
-          "gpu_util_pct", "achieved_tflops", "tensorflow", "jax", "torch", "keras", "cuda",
-          "cudnn", "label", "attempts", "time", "cell", "source", "error")  # fmt: skip
+          "loss_mean", "loss_vs_float32", "loss_parity", "first_step_ms", "warmup_ms",
+          "peak_memory_bytes", "peak_memory_kind", "gpu_util_pct", "achieved_tflops",
+          "throttle_reasons", "input_device", "tf32", "matmul_precision", "tensorflow", "jax",
+          "torch", "keras", "cuda", "cudnn", "label", "attempts", "time", "started_at",
+          "finished_at", "cell", "source", "error")  # fmt: skip
 COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
+# The frame's types (everything else: text or float)
+TIMES = ("time", "started_at", "finished_at")
+
+
+def _integer(tp: Any) -> bool:
+    """int, Annotated[int, ...], or either of them | None."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return all(_integer(a) for a in typing.get_args(tp) if a is not type(None))
+    if typing.get_origin(tp) is typing.Annotated:
+        return _integer(typing.get_args(tp)[0])
+    return tp is int
+
+
+INTEGERS = (*(f.name for f in params.fields() if _integer(f.type)),
+            "step_ms_n", "peak_memory_bytes", "attempts")  # fmt: skip
+FLAGS = ("tf32",)
 # OWASP: a cell a spreadsheet would read as a formula gets a leading apostrophe.
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 _CONTROL = re.compile(f"[{params.CONTROL_CHARS}]")
@@ -33,7 +64,10 @@ _CONTROL = re.compile(f"[{params.CONTROL_CHARS}]")
 
 def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
     p, m, step = rec.params, rec.metrics, rec.metrics.step_ms
-    ratio = t.ratios.get((p.policy, p.batch_size)) if t is not None and rec.status == "ok" else None
+    slot = (p.policy, p.batch_size)
+    ratio = t.ratios.get(slot) if t is not None and rec.status == "ok" else None
+    loss = t.parity.get(slot) if t is not None and rec.status == "ok" else None
+    health = m.gpu_health
     error = rec.error.strip().splitlines()[-1][:300] if rec.error and rec.error.strip() else None
     out: dict[str, Any] = {
         "host": rec.host, "engine": rec.engine, "image": rec.image.name, "image_id": rec.image.id,
@@ -49,14 +83,23 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
         step_ms_n=step.n if step else None,
         images_per_s=m.images_per_s,
         speedup_vs_float32=None if ratio is None else round(ratio.value, 4),
-        speedup_low=None if ratio is None or ratio.n < 2 else round(ratio.low, 4),
-        speedup_high=None if ratio is None or ratio.n < 2 else round(ratio.high, 4),
-        verdict=None if ratio is None or ratio.n < 2 else ratio.verdict,
+        speedup_low=None if ratio is None or not ratio.judged else round(ratio.low, 4),
+        speedup_high=None if ratio is None or not ratio.judged else round(ratio.high, 4),
+        verdict=None if ratio is None else ratio.verdict,  # one of mxbench.stats.VERDICTS
+        loss_mean=None if loss is None or loss.loss is None else loss.loss,
+        loss_vs_float32=None if loss is None or loss.diff is None else round(loss.diff, 4),
+        loss_parity=None if loss is None else loss.state,
+        first_step_ms=m.first_step_ms, warmup_ms=m.warmup_ms,
+        peak_memory_bytes=m.peak_memory_bytes, peak_memory_kind=m.peak_memory_kind,
         gpu_util_pct=m.gpu_util_pct, achieved_tflops=m.achieved_tflops,
+        throttle_reasons=",".join(health.throttle_reasons) if health is not None else None,
+        input_device=rec.settings.input_device, tf32=rec.settings.tf32,
+        matmul_precision=rec.settings.matmul_precision,
         tensorflow=rec.software.tensorflow, jax=rec.software.jax, torch=rec.software.torch,
-        keras=rec.software.keras, cuda=rec.software.cuda, cudnn=rec.software.cudnn,
-        label=rec.label, attempts=attempts, time=rec.time, cell=rec.cell, source=rec.source,
-        error=error,
+        keras=rec.software.keras, cuda=cuda_text(rec.software.cuda),
+        cudnn=cudnn_text(rec.software.cudnn), label=rec.label, attempts=attempts,
+        time=rec.time, started_at=rec.started_at, finished_at=rec.finished_at, cell=rec.cell,
+        source=rec.source, error=error,
     )  # fmt: skip
     return out
 
@@ -90,19 +133,55 @@ def rows(
 def load_results(*paths: str | Path, latest: bool = True, label: str | None = None) -> pd.DataFrame:
     """Result records as a DataFrame, one row per cell (``latest=False``: per attempt).
 
-    ``paths``: result directories or JSONL files (default ``results``). Unreadable lines are
-    skipped with a warning (``warnings.warn``), as in the report.
+    ``paths``: result folders (every JSONL file in the tree below) or JSONL files (default
+    ``results``). Unreadable lines are skipped with a warning (``warnings.warn``), as in the
+    report, and so is a ``label`` that no record carries. A path that does not exist raises
+    :class:`FileNotFoundError`; arguments of the wrong kind :class:`TypeError`.
     """
     import warnings
 
     import pandas as pd
 
-    loaded = load.load(paths or ("results",), label=label, keep_all=not latest)
+    for p in paths:
+        if not isinstance(p, (str, os.PathLike)):
+            raise TypeError(f"load_results: a path is a str or a Path, not {type(p).__name__}")
+        if not os.path.lexists(p):
+            raise FileNotFoundError(2, "no result file or folder", str(p))
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"load_results: label is a str, not {type(label).__name__}")
+    where = paths or ("results",)
+    with load.collector_paused():
+        loaded = load.load(where, label=label, keep_all=not latest)
+        built = tables.build(loaded.winners)
+        found = rows(loaded, built, latest)
     for bad in loaded.bad:
         warnings.warn(f"{bad.path}:{bad.lineno}: {bad.reason} (skipped)", stacklevel=2)
-    built = tables.build(loaded.winners)
-    frame: pd.DataFrame = pd.DataFrame(rows(loaded, built, latest), columns=list(COLUMNS))
+    if label is not None and not loaded.winners and loaded.read:
+        known = ", ".join(sorted(repr(x) for x in loaded.labels if x is not None)) or "none"
+        warnings.warn(
+            f"label {label!r} matches none of the {loaded.read} records read "
+            f"(their labels: {known})",
+            stacklevel=2,
+        )
+    return typed(pd.DataFrame(found, columns=list(COLUMNS)))
+
+
+def typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """Times as UTC datetimes, counts as nullable integers, flags as nullable booleans."""
+    import pandas as pd
+
+    for col in TIMES:
+        frame[col] = pd.to_datetime(frame[col], utc=True, format="ISO8601", errors="coerce")
+    for col in INTEGERS:
+        frame[col] = frame[col].astype("Int64")
+    for col in FLAGS:
+        frame[col] = frame[col].astype("boolean")
     return frame
+
+
+def render(doc: Document) -> str:
+    """The CSV format of the report: one row per cell (the frame's columns)."""
+    return to_csv(doc.loaded, list(doc.tables))
 
 
 def to_csv(loaded: load.Loaded, built: list[tables.Table]) -> str:

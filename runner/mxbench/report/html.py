@@ -1,8 +1,14 @@
-"""The report as one self-contained HTML page: tables, diagnosis, PNG plots per table.
+"""The report as one self-contained HTML page: the answer first, then the evidence.
 
-Everything from a record is HTML-escaped; plot labels are plain text (no mathtext). Plots
-are drawn for the first :data:`MAX_PLOTS` tables only (a matplotlib figure costs tens of
-milliseconds): a fleet of thousands of tables still renders in seconds, and the page says
+The page opens with the summary: per policy a device x batch-size grid of speedups over
+float32, each cell coloured by its verdict (faster / no clear difference / slower, pale
+where there is one number and no interval, diverged, out of memory, failed) with its
+interval on hover, each device a link to its table. Then a contents line, how to read the
+numbers, and per table: annotations, the table, its plots side by side, the failures and the
+diagnosis. Tables scroll sideways in a narrow window instead of wrapping their cells; colours
+print. Everything from a record is HTML-escaped; plot labels are plain text (no mathtext).
+Plots are drawn for the first :data:`MAX_PLOTS` tables only (a matplotlib figure costs tens
+of milliseconds): a fleet of thousands of tables still renders in seconds, and the page says
 which tables have no plot.
 """
 
@@ -10,41 +16,145 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container
 
-from mxbench.report import annotate, capacity, text
-from mxbench.report.diagnose import diagnose
-from mxbench.report.load import Loaded
-from mxbench.report.plot import memory_png
+from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
+from mxbench.report.plot import memory_png, pngs_base64
 from mxbench.report.tables import Table
 
 MAX_PLOTS = 200
 
+# verdict -> (background, text) colours; the same in the legend and in every grid
+COLOURS: dict[str, tuple[str, str]] = {
+    "faster": ("#1b7837", "#ffffff"),
+    "same": ("#e0e0e0", "#222222"),
+    "slower": ("#b2182b", "#ffffff"),
+    "point-faster": ("#d9f0d3", "#1b4d23"),
+    "point-slower": ("#fddbc7", "#6b1020"),
+    "point-same": ("#f2f2f2", "#222222"),
+    "diverged": ("#762a83", "#ffffff"),
+    "oom": ("#2166ac", "#ffffff"),
+    "failed": ("#f1a340", "#222222"),
+    "none": ("#ffffff", "#777777"),
+}
+
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
-table{border-collapse:collapse;margin:.5em 0}
-th,td{border:1px solid #bbb;padding:.25em .6em;text-align:right}
-th{background:#eee} td:first-child{text-align:left}
-.meta{color:#555;margin:.1em 0} .notes li{margin:.2em 0} img{max-width:100%}
+*{-webkit-print-color-adjust:exact;print-color-adjust:exact}
+body{font-family:system-ui,sans-serif;margin:1.2em auto;max-width:84em;padding:0 1em;color:#222}
+h1{margin:.2em 0} h2{margin:1.4em 0 .4em} h3{margin:.8em 0 .3em;font-size:1.05em}
+table{border-collapse:collapse;margin:.4em 0;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #bbb;padding:.25em .6em;text-align:right;white-space:nowrap}
+th{background:#eee} td:first-child,th:first-child{text-align:left}
+.scroll{overflow-x:auto;max-width:100%}
+.counts,.meta{color:#555;margin:.1em 0}
+.grid td{min-width:4.5em;text-align:center;font-weight:600}
+.grid td small{display:block;font-weight:400;font-size:.75em}
+.grid th a{color:inherit} .grid th:first-child{white-space:normal;min-width:9em;text-align:left}
+.legend span{display:inline-block;padding:.1em .5em;margin:.15em .3em .15em 0;border-radius:3px;
+  font-size:.85em}
+nav{margin:.8em 0;line-height:1.7} nav a{margin-right:1em}
+.plots{display:flex;flex-wrap:wrap;gap:.5em}
+.plots img{flex:1 1 26em;min-width:0;max-width:100%;height:auto}
+.notes li,.failures li{margin:.2em 0}
+.failures li{font-family:ui-monospace,monospace;font-size:.9em;white-space:pre-wrap;
+  word-break:break-word}
+section.device{border-top:2px solid #ddd;margin-top:1.5em}
+@media (max-width:40em){body{padding:0 .3em} th,td{padding:.2em .3em}
+  .grid td{min-width:0} .grid th:first-child{min-width:6em}}
+@media print{body{margin:0;max-width:none} nav{display:none} section.device{break-before:page}
+  .plots img{flex-basis:45%} .scroll{overflow:visible} a{color:inherit;text-decoration:none}}
 """
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
     esc = html.escape
     out = [
-        "<table>",
+        '<div class="scroll"><table>',
         "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr></thead>",
+        "<tbody>",
     ]
-    out.append("<tbody>")
     out += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows]
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "\n".join(out)
 
 
+def _style(verdict: str) -> str:
+    bg, fg = COLOURS[verdict]
+    return f"background:{bg};color:{fg}"
+
+
+def grid(g: Grid) -> str:
+    esc = html.escape
+    out = [
+        f"<h3>{esc(g.policy)} against float32</h3>",
+        '<div class="scroll"><table class="grid"><thead><tr><th>device \\ batch size</th>'
+        + "".join(f"<th>{b}</th>" for b in g.batches)
+        + "</tr></thead><tbody>",
+    ]
+    for row in g.rows:
+        cells = []
+        for c in row.cells:
+            word = c.word
+            said = VERDICT_WORDS[c.verdict]
+            tip = f"{c.detail} ({said})" if c.detail else said
+            cells.append(
+                f'<td class="v-{c.verdict}" style="{_style(c.verdict)}" title="{esc(tip)}">'
+                f"{esc(c.value)}{f'<small>{esc(word)}</small>' if word else ''}</td>"
+            )
+        link = f'<a href="#{row.anchor}">{esc(row.title)}</a>'
+        out.append(f"<tr><th>{link}</th>{''.join(cells)}</tr>")
+    out.append("</tbody></table></div>")
+    return "\n".join(out)
+
+
+def legend(shown: Container[str]) -> str:
+    """The colours the grids use, each with its meaning."""
+    chips = "".join(
+        f'<span style="{_style(v)}">{html.escape(VERDICT_WORDS[v])}</span>'
+        for v in COLOURS
+        if v in shown and v != "none"
+    )
+    return (
+        f'<p class="legend">{chips}</p><p class="meta">The verdict comes from the speedup\'s '
+        "95% interval (hover over a cell for it); a pale cell has one number per side and no "
+        "interval, so only its direction is known.</p>"
+    )
+
+
+def section(s: Section, plots: list[tuple[str, str]]) -> str:
+    esc = html.escape
+    out = [f'<section class="device" id="{s.anchor}"><h2>{esc(s.title)}</h2>']
+    out += [f'<p class="meta">{esc(line)}</p>' for line in s.lines]
+    out.append(_table(s.headers, s.rows))
+    if s.note:
+        out.append(f'<p class="meta">{esc(s.note)}</p>')
+    if plots:
+        out.append('<div class="plots">')
+        out += [f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">' for alt, data in plots]
+        out.append("</div>")
+    if s.failures:
+        out.append('<h3>Failures</h3><ul class="failures">')
+        out += [f"<li>{esc(f)}</li>" for f in s.failures]
+        out.append("</ul>")
+    if s.diagnosis:
+        out.append('<h3>Diagnosis</h3><ul class="notes">')
+        out += [f"<li>{esc(n)}</li>" for n in s.diagnosis]
+        out.append("</ul>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _largest_plot(s: Section) -> list[tuple[str, str]]:
+    png = memory_png(s.capacity) if s.capacity is not None else None
+    if not png:
+        return []
+    alt = f"peak memory against batch size, {s.table.title}"
+    return [(alt, base64.b64encode(png).decode("ascii"))]
+
+
 def render(
-    loaded: Loaded,
-    tables: Sequence[Table],
-    plot: Callable[[Table], list[tuple[str, str]]],
+    doc: Document,
+    plot: Callable[[Table], list[tuple[str, str]]] = pngs_base64,
     on_table: Callable[[], None] = lambda: None,
 ) -> str:
     """``plot``: a table -> its plots as (alt text, base64 PNG); ``on_table`` after each
@@ -52,45 +162,26 @@ def render(
     esc = html.escape
     out = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8"><title>mxbench report</title>',
-        f"<style>{_CSS}</style></head><body>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>mxbench report</title><style>{_CSS}</style></head><body>",
         "<h1>mxbench report</h1>",
-        f"<p>{esc(text.intro(loaded, tables))}</p>",
+        f'<p class="counts">{esc(doc.counts)}</p>',
     ]
-    if len(tables) > MAX_PLOTS:
-        out.append(f"<p>Plots for the first {MAX_PLOTS} of {len(tables)} tables only.</p>")
-    for i, t in enumerate(tables):
-        out.append(f'<section class="device"><h2>{esc(t.title)}</h2>')
-        out += [f'<p class="meta">{esc(line)}</p>' for line in annotate.lines(t)]
-        out.append(_table(*text.table_rows(t)))
-        note = text.interval_note(t)
-        if note:
-            out.append(f'<p class="meta">{esc(note)}</p>')
-        for alt, data in plot(t) if i < MAX_PLOTS else []:
-            out.append(f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">')
-        notes = diagnose(t)
-        if notes:
-            out.append('<h3>Diagnosis</h3><ul class="notes">')
-            out += [f"<li>{esc(n.text)}</li>" for n in notes]
-            out.append("</ul>")
-        out.append("</section>")
+    if doc.grids:
+        out.append('<section id="summary"><h2>Is mixed precision faster? Speedup over float32</h2>')
+        out += [grid(g) for g in doc.grids]
+        shown = {c.verdict for g in doc.grids for r in g.rows for c in r.cells}
+        out += [legend(shown), "</section>"]
+    links = " ".join(f'<a href="#{s.anchor}">{esc(s.title)}</a>' for s in doc.sections)
+    out.append(f"<nav>Tables: {links}</nav>")
+    out.append(f'<p class="meta">{esc(" ".join([doc.definitions, *doc.notices]))}</p>')
+    speed = doc.speed
+    if len(speed) > MAX_PLOTS:
+        out.append(f"<p>Plots for the first {MAX_PLOTS} of {len(speed)} tables only.</p>")
+    for i, s in enumerate(speed):
+        out.append(section(s, plot(s.table) if i < MAX_PLOTS else []))
         on_table()
-    headers, rows = text.summary_rows(tables)
-    if rows:
-        out.append("<h2>Summary: speedup over float32 by device and batch size</h2>")
-        out.append(_table(headers, rows))
-    for c in capacity.build(loaded.winners):
-        out.append(f'<section class="device"><h2>Largest batch: {esc(c.table.title)}</h2>')
-        out += [f'<p class="meta">{esc(line)}</p>' for line in annotate.lines(c.table)]
-        out.append(_table(*capacity.rows(c)))
-        png = memory_png(c)
-        if png:
-            alt = f"peak memory against batch size, {c.table.title}"
-            b64 = base64.b64encode(png).decode("ascii")
-            out.append(f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">')
-        note = capacity.diagnosis(c)
-        if note:
-            out.append(f'<p class="meta">{esc(note)}</p>')
-        out.append("</section>")
+    out += [section(s, _largest_plot(s)) for s in doc.largest]
     out.append("</body></html>")
     return "\n".join(out)

@@ -12,10 +12,12 @@ record's ``time`` (ISO-8601, any offset), then the order in which records were r
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import gc
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,11 +37,19 @@ class Loaded:
     files: list[Path] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
     everything: dict[str, list[Record]] = field(default_factory=dict)  # keep_all=True only
+    labels: set[str | None] = field(default_factory=set)  # every label read (with --label)
+
+
+# How far below a named folder result files are looked for, and how many are read at most.
+MAX_DEPTH = 8
+MAX_FILES = 100_000
 
 
 def source_files(sources: Iterable[Path | str], bad: list[BadLine]) -> list[Path]:
-    """Result files named by --results: a directory means its ``*.jsonl`` entries. A path
-    that does not exist is a usage error; one that exists but cannot be read is a warning."""
+    """Result files named by --results: a folder means every ``*.jsonl`` file in the tree
+    below it (at most :data:`MAX_DEPTH` levels down, hidden folders and symbolic links not
+    followed, at most :data:`MAX_FILES` files). A path that does not exist is a usage error;
+    one that exists but cannot be read is a warning."""
     files: list[Path] = []
     for src in sources:
         path = Path(src)
@@ -54,15 +64,45 @@ def source_files(sources: Iterable[Path | str], bad: list[BadLine]) -> list[Path
             bad.append(BadLine(path, 0, f"cannot read ({exc.strerror})"))
             continue
         if stat.S_ISDIR(st.st_mode):
-            try:
-                entries = sorted(path.glob("*.jsonl"))
-            except OSError as exc:
-                bad.append(BadLine(path, 0, f"cannot list ({exc.strerror})"))
-                continue
-            files.extend(f for f in entries if _readable(f, bad))
+            files.extend(_tree(path, bad, MAX_FILES - len(files)))
         elif _readable(path, bad):
             files.append(path)
     return files
+
+
+def _tree(top: Path, bad: list[BadLine], room: int) -> list[Path]:
+    """The ``*.jsonl`` files below ``top``, sorted, walked without following links."""
+    out: list[Path] = []
+
+    def failed(exc: OSError) -> None:
+        bad.append(BadLine(Path(exc.filename or top), 0, f"cannot list ({exc.strerror})"))
+
+    for root, dirs, names in os.walk(top, onerror=failed, followlinks=False):
+        here = Path(root)
+        depth = len(here.relative_to(top).parts)
+        links = [d for d in dirs if (here / d).is_symlink()]
+        for d in links:
+            bad.append(BadLine(here / d, 0, "a symbolic link to a folder (not followed)"))
+        keep = sorted(d for d in dirs if not d.startswith(".") and d not in links)
+        if depth >= MAX_DEPTH and keep:
+            bad.append(BadLine(here, 0, f"more than {MAX_DEPTH} folders deep (not read)"))
+            keep = []
+        dirs[:] = keep
+        for name in sorted(n for n in names if n.endswith(".jsonl")):
+            f = here / name
+            if f.is_symlink():
+                bad.append(BadLine(f, 0, "a symbolic link (not followed; name it to read it)"))
+            elif _readable(f, bad):
+                if len(out) >= room:
+                    bad.append(BadLine(top, 0, f"more than {MAX_FILES} result files (stopped)"))
+                    return out
+                out.append(f)
+    return out
+
+
+def folders(files: Iterable[Path]) -> list[Path]:
+    """The folders the files were read in, in reading order."""
+    return list(dict.fromkeys(f.parent for f in files))
 
 
 def _readable(path: Path, bad: list[BadLine]) -> bool:
@@ -82,6 +122,23 @@ def _readable(path: Path, bad: list[BadLine]) -> bool:
         bad.append(BadLine(path, 0, "cannot read (permission denied)"))
         return False
     return True
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a report is made, back as it was after.
+
+    A report builds millions of small objects that form no cycle (records are trees, tables
+    and documents refer downwards), so every collection walks them all and frees nothing:
+    with 100,000 records that was about 45% of the report's time (benchmarks/report_speed.py).
+    Reference counting still frees everything as usual."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def when(rec: Record) -> _dt.datetime:
@@ -129,6 +186,7 @@ def load(sources: Iterable[Path | str], label: str | None = None, keep_all: bool
                     out.bad.append(BadLine(path, lineno, why))
                     continue
                 if label is not None and rec.label != label:
+                    out.labels.add(rec.label)
                     continue
                 by_cell.setdefault(str(rec.cell), []).append(rec)
         except OSError as exc:  # vanished or became unreadable while reading

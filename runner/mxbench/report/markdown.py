@@ -1,4 +1,5 @@
-"""The report as GitHub markdown: a section per table, then the summary across devices.
+"""The report as GitHub markdown: the answer (per policy, speedups by device and batch size),
+then a section per table and per largest-batch search.
 
 Every string that comes from a record (host, device, image, error, labels, source) is
 escaped: HTML is neutralised, ``|`` cannot add a column, a newline cannot start a heading,
@@ -8,13 +9,10 @@ escaped: HTML is neutralised, ``|`` cannot add a column, a newline cannot start 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 from mxbench.params import CONTROL_CHARS
-from mxbench.report import annotate, capacity, text
-from mxbench.report.diagnose import diagnose
-from mxbench.report.load import Loaded
-from mxbench.report.tables import Table
+from mxbench.report import text
+from mxbench.report.document import Document, Grid, Section
 
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")
 _TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what would open an HTML tag or comment
@@ -34,7 +32,9 @@ def escape(value: str, limit: int | None = MAX_TEXT) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    """A GitHub pipe table (cells escaped), numbers right-aligned."""
+    """A GitHub pipe table (tabulate's ``pipe`` format; cells escaped), numbers right-aligned."""
+    from tabulate import tabulate
+
     headers = [escape(h) for h in headers]
     rows = [[escape(c) for c in row] for row in rows]
     right = [
@@ -42,17 +42,11 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
         and all(_numeric(row[i]) or row[i] in _NOT_A_NUMBER for row in rows if row[i])
         for i in range(len(headers))
     ]
-    widths = [max(len(h), *(len(r[i]) for r in rows), 3) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        padded = (
-            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
-        )
-        return "| " + " | ".join(padded) + " |"
-
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if r else "-" * (w + 2)
-                          for w, r in zip(widths, right, strict=True)) + "|"  # fmt: skip
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+    out: str = tabulate(
+        rows, headers, tablefmt="pipe", disable_numparse=True,
+        colalign=["right" if r else "left" for r in right],
+    )  # fmt: skip
+    return out
 
 
 # What stands in a numeric column where a slot has no number (a status, a dash).
@@ -68,42 +62,39 @@ def _numeric(cell: str) -> bool:
     return True
 
 
-def section(t: Table) -> str:
-    out = [f"## {escape(t.title)}", ""]
-    out += [f"{escape(line)}  " for line in annotate.lines(t)]
-    out += ["", table(*text.table_rows(t)), ""]
-    note = text.interval_note(t)
-    if note:
-        out += [escape(note), ""]
-    errors = sorted({(b, p, e.records[-1].error) for (p, b), e in t.entries.items()
-                     if e.status != "ok" and e.records[-1].error})  # fmt: skip
-    if errors:
-        out += ["Failures:", ""]
-        out += [f"- batch {b} {p}: {escape(err.strip().splitlines()[-1])}" for b, p, err in errors]
-        out += [""]
-    notes = diagnose(t)
-    if notes:
-        out += ["Diagnosis:", ""] + [f"- {escape(n.text)}" for n in notes] + [""]
+def section(s: Section) -> str:
+    out = [f"## {escape(s.title)}", ""]
+    out += [f"{escape(line)}  " for line in s.lines]
+    out += ["", table(s.headers, s.rows), ""]
+    if s.note:
+        out += [escape(s.note, limit=None), ""]
+    if s.failures:
+        out += ["Failures:", ""] + [f"- {escape(f, limit=None)}" for f in s.failures] + [""]
+    if s.diagnosis:
+        out += ["Diagnosis:", ""] + [f"- {escape(n, limit=None)}" for n in s.diagnosis] + [""]
     return "\n".join(out)
 
 
-def render(loaded: Loaded, tables: Sequence[Table]) -> str:
-    out = ["# mxbench report", "", escape(text.intro(loaded, tables), limit=None), ""]
-    out += [section(t) for t in tables]
-    headers, rows = text.summary_rows(tables)
-    if rows:
-        out += ["## Summary: speedup over float32 by device and batch size", ""]
-        out += [table(headers, rows), ""]
-    out += [largest(c) for c in capacity.build(loaded.winners)]
-    return "\n".join(out)
+def grid(g: Grid) -> str:
+    """The answer for one policy: a device x batch-size table of speedups and verdicts."""
+    rows = [[r.title, *(c.text for c in r.cells)] for r in g.rows]
+    out = [f"## Summary: {escape(g.policy)} against float32, speedup by device and batch size"]
+    return "\n".join([*out, "", table(["device", *map(str, g.batches)], rows), ""])
 
 
-def largest(c: capacity.Capacity) -> str:
-    """The largest-batch table of one device (batch-size search)."""
-    out = [f"## Largest batch: {escape(c.table.title)}", ""]
-    out += [f"{escape(line)}  " for line in annotate.lines(c.table)]
-    out += ["", table(*capacity.rows(c)), ""]
-    note = capacity.diagnosis(c)
-    if note:
-        out += [escape(note), ""]
+LEGEND = (
+    "Verdicts from the speedup's 95% interval (in each table below): faster, ≈ same (no "
+    "clear difference), slower; a number alone is one measurement per side (direction only). "
+    "OOM / error: a side did not run (the table below says which)."
+)
+
+
+def render(doc: Document) -> str:
+    out = ["# mxbench report", "", escape(doc.counts, limit=None), ""]
+    for g in doc.grids:
+        out.append(grid(g))
+    if doc.grids:
+        out += [LEGEND, ""]
+    out += [escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""]
+    out += [section(s) for s in doc.sections]
     return "\n".join(out)

@@ -13,6 +13,19 @@ from mxbench.report.capacity import Capacity, peak_bytes
 from mxbench.report.tables import Table
 
 MAX_LABEL = 80
+# One colour per policy in every plot (Paul Tol's colour-blind-safe "bright" scheme); a
+# policy this list does not know is grey.
+POLICY_COLOURS = {
+    "float32": "#4477AA",
+    "mixed_float16": "#EE6677",
+    "mixed_bfloat16": "#228833",
+    "float16": "#CCBB44",
+}
+OTHER_COLOUR = "#888888"
+
+
+def colour(policy: str) -> str:
+    return POLICY_COLOURS.get(policy, OTHER_COLOUR)
 
 
 def plain(label: str) -> str:
@@ -59,7 +72,7 @@ def png(t: Table) -> bytes | None:
     try:
         for policy, points in series.items():
             xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", label=plain(policy))
+            ax.plot(xs, ys, marker="o", label=plain(policy), color=colour(policy))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(t.batches, [str(b) for b in t.batches])
@@ -106,9 +119,11 @@ def _speedup_line(ax: Any, t: Table, policy: str) -> None:
     if not points:
         return
     xs = [b for b, _ in points]
-    (line,) = ax.plot(xs, [r.value for _, r in points], marker="o", label=plain(policy))
-    if any(r.n >= 2 for _, r in points):
-        lows, highs = [r.low for _, r in points], [r.high for _, r in points]
+    (line,) = ax.plot(xs, [r.value for _, r in points], marker="o", label=plain(policy),
+                      color=colour(policy))  # fmt: skip
+    if any(r.judged for _, r in points):  # a band where there is an interval (processes)
+        lows = [r.low if r.judged else r.value for _, r in points]
+        highs = [r.high if r.judged else r.value for _, r in points]
         ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.2, linewidth=0)
     bad = [(b, r.value) for b, r in points if not t.trusted((policy, b))]
     if bad:
@@ -144,7 +159,8 @@ def memory_png(c: Capacity) -> bytes | None:
     try:
         for policy, (points, oom_at) in series.items():
             xs, ys = zip(*sorted(points), strict=True)
-            (line,) = ax.plot(xs, [y / 2**30 for y in ys], marker="o", label=plain(policy))
+            (line,) = ax.plot(xs, [y / 2**30 for y in ys], marker="o", label=plain(policy),
+                              color=colour(policy))  # fmt: skip
             if oom_at:
                 ax.axvline(oom_at, color=line.get_color(), linestyle=":", linewidth=1,
                            label=f"{plain(policy)}: out of memory at {oom_at}")  # fmt: skip

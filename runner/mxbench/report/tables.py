@@ -14,6 +14,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Literal
 
 from mxbench import params, stats
@@ -66,7 +67,13 @@ class Entry:
         return out
 
     def images_per_s(self, batch: int) -> float | None:
-        """Throughput from the median step time (None: nothing timed)."""
+        """Sustained throughput: the median over the ok records of their images/s over the
+        timed window; from the median step time for records without it (None: nothing
+        timed)."""
+        rates = [r.metrics.images_per_s for r in self.records
+                 if r.status == "ok" and r.metrics.images_per_s]  # fmt: skip
+        if rates:
+            return statistics.median(rates)
         return batch * 1000 / self.median if self.median else None
 
     def samples(self) -> list[list[float]]:
@@ -174,6 +181,9 @@ class Table:
     @property
     def title(self) -> str:
         parts = [self.host, self.device_name]
+        model = str(self.setup.get("model") or "")
+        if model and model != params.field("model").default:
+            parts.append(Path(model).name)  # a zoo name, or a user's file.py:build
         if self.image_name:
             parts.append(f"image {self.image_name}")
         backend = self.setup.get("backend")

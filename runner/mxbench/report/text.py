@@ -1,20 +1,19 @@
-"""What every format shows, as text: cell values, speedups with their intervals, the rows
-of a table and of the summary, the intro. Formats differ only in how they frame and escape
-it (:mod:`.markdown`, :mod:`.html`; the CSV is the DataFrame of :mod:`.frame`)."""
+"""What every format shows, as text: cell values, speedups with their intervals, a table's
+rows, what was read and how to read it. :mod:`.document` gathers them once; the renderers
+only frame and escape them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from mxbench import stats
 from mxbench.params import BASELINE
-from mxbench.report.load import Loaded
+from mxbench.report.load import Loaded, folders
 from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
 
 STATUS_TEXT = {"oom": "OOM", "error": "error", "timeout": "timeout", "unsupported": "unsupported"}
 DASH = "–"
-VERDICT_MARK = {"faster": "faster", "slower": "slower", "no clear difference": "≈ same"}
+VERDICT_MARK = stats.SHORT  # the verdicts in a table cell
 
 
 def ms(value: float) -> str:
@@ -42,15 +41,17 @@ def cell_text(e: Entry | None) -> str:
 
 
 def ratio_text(r: stats.Ratio | None, loss: Parity | None = None) -> str:
-    """``1.07 [1.03–1.11] faster``; the bare ratio when there is nothing to resample. A
-    diverged loss replaces the verdict (it is not a speedup); a loss off float32's by more
-    than the tolerance is said after it."""
+    """``1.07 [1.03–1.11] faster``; the bare ``1.07`` (no interval, no verdict: see
+    :func:`interval_note`) with one process a side. A diverged loss replaces the verdict
+    (it is not a speedup); a loss off float32's by more than the tolerance is said after
+    it."""
     if r is None:
         return DASH
-    figure = f"{r.value:.2f}" if r.n < 2 else r.text()
+    figure = r.text()
     if loss is not None and not loss.trusted:
         return f"{figure} loss diverged, not a speedup"
-    text = figure if r.n < 2 else f"{figure} {VERDICT_MARK[r.verdict]}"
+    mark = VERDICT_MARK[r.verdict]
+    text = f"{figure} {mark}" if mark else figure
     if loss is not None and loss.state == "differs":
         text += f", {loss.text()}"
     return text
@@ -93,55 +94,48 @@ def _with_loss(t: Table, policy: str, batch: int) -> str:
 
 
 def interval_note(t: Table) -> str | None:
-    overs = {r.over for r in t.ratios.values() if r.n >= 2}
-    if not overs:
-        return None
-    how = " and ".join(sorted(overs))
+    judged = {r.judged for r in t.ratios.values()}
+    parts = []
+    if True in judged:
+        parts.append("Speedup intervals: 95% over processes (Welch's t on the processes' "
+                     "median step times; steps within a process as autocorrelated).")  # fmt: skip
+    if False in judged:
+        parts.append(f"A speedup without an interval: a policy measured in one process, "
+                     f"{stats.TOO_FEW} to judge the variation between processes, so no "
+                     f"verdict ({stats.HINT}).")  # fmt: skip
+    return " ".join(parts) or None
+
+
+def where(loaded: Loaded, limit: int = 6) -> str:
+    """The folders the records were read in: ``a, b and 3 more folder(s)``."""
+    dirs = [str(d) for d in folders(loaded.files)]
+    if len(dirs) <= limit:
+        return ", ".join(dirs) or "no folder"
+    return f"{', '.join(dirs[:limit])} and {len(dirs) - limit} more folder(s)"
+
+
+DEFINITIONS = (
+    "Cells: median ms per step [p25–p75]; speedup = float32 median / policy median "
+    "(geometric mean over processes) with its 95% interval and a verdict (≈ same: the "
+    "interval contains 1.0; none with one process per policy); latest ok attempt per "
+    "cell. Loss parity: each policy's mean training loss over the timed steps against "
+    f"float32's (same seed, same data), flagged beyond {LOSS_TOLERANCE:.0%}; a non-finite "
+    "loss is 'diverged', and its speedup is not one."
+)
+
+
+def counts(loaded: Loaded, tables: Sequence[Table]) -> str:
     return (
-        f"Speedup intervals: 95% bootstrap over {how} (steps of one process understate "
-        "process-to-process noise; use benchmark.repeats >= 3)."
-        if "steps" in overs
-        else f"Speedup intervals: 95% bootstrap over {how}."
+        f"{loaded.read} records from {len(loaded.files)} file(s) in {where(loaded)}; "
+        f"{len(loaded.winners)} cells, {len(tables)} table(s)."
     )
 
 
-@dataclass(frozen=True)
-class Brief:
-    """What the summary across devices takes from one table."""
-
-    title: str
-    reduced: list[str]
-    batches: list[int]
-    speedups: dict[tuple[str, int], str]
-
-
-def brief(t: Table) -> Brief:
-    return Brief(t.title, t.reduced, t.batches, speedup_texts(t))
-
-
-def summary_rows(tables: Sequence[Table]) -> tuple[list[str], list[list[str]]]:
-    briefs = [brief(t) for t in tables]
-    batches = sorted({b for t in briefs for b in t.batches})
-    headers = ["device", "policy", *map(str, batches)]
-    rows = [
-        [t.title, p, *(t.speedups.get((p, b), "") for b in batches)]
-        for t in briefs for p in t.reduced
-    ]  # fmt: skip
-    return headers, rows
-
-
-def intro(loaded: Loaded, tables: Sequence[Table]) -> str:
-    text = (
-        f"{loaded.read} records from {len(loaded.files)} file(s), {len(loaded.winners)} cells, "
-        f"{len(tables)} table(s). Cells: median ms per step [p25–p75]; speedup = float32 "
-        "median / policy median with its 95% interval and a verdict (≈ same: the interval "
-        "contains 1.0); latest ok attempt per cell. Loss parity: each policy's mean training "
-        f"loss over the timed steps against float32's (same seed, same data), flagged beyond "
-        f"{LOSS_TOLERANCE:.0%}; a non-finite loss is 'diverged', and its speedup is not one."
-    )
+def notices(loaded: Loaded) -> list[str]:
+    out = []
     older = sum(n - 1 for n in loaded.attempts.values())
     if older:
-        text += f" {older} older attempt(s) of {len(loaded.attempts)} cell(s) not shown."
+        out.append(f"{older} older attempt(s) of {len(loaded.attempts)} cell(s) not shown.")
     if loaded.bad:
-        text += f" {len(loaded.bad)} unreadable line(s) or file(s) skipped."
-    return text
+        out.append(f"{len(loaded.bad)} unreadable line(s) or file(s) skipped.")
+    return out

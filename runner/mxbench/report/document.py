@@ -1,0 +1,233 @@
+"""The report as one neutral document, built once; every format is a small renderer of it.
+
+:func:`build` turns the merged records into a :class:`Document`: the answer first (per
+policy a device x batch-size grid of speedups over float32, each cell with its verdict),
+then one :class:`Section` per table (annotations, the table's rows, its interval note, the
+failures, the diagnosis) and per largest-batch search. Renderers (:data:`FORMATS`:
+markdown, html, json, csv, terminal) only frame and escape it; a new format is one module
+with a ``render(doc) -> str``.
+
+Text the tool writes (diagnosis, notes) is never cut; text from records (names, errors) is
+bounded where it enters the document (:data:`MAX_RECORD_TEXT`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mxbench.params import BASELINE
+from mxbench.report import annotate, capacity, text
+from mxbench.report.diagnose import diagnose
+from mxbench.report.load import Loaded
+from mxbench.report.tables import Table
+
+MAX_RECORD_TEXT = 300  # characters of one value taken from a record (an error's last line)
+
+# A grid cell's verdict, the key of its colour in every format.
+# faster / same / slower: the 95% interval says so; point-*: one number per side, no
+# interval (direction only); diverged: the policy's loss was not finite (not a speedup);
+# oom: a side ran out of memory; failed: a side errored, timed out or was unsupported.
+Verdict = Literal[
+    "faster", "same", "slower", "point-faster", "point-slower", "point-same", "diverged",
+    "oom", "failed", "none",
+]  # fmt: skip
+VERDICT_WORDS: dict[str, str] = {
+    "faster": "faster",
+    "same": "no clear difference",
+    "slower": "slower",
+    "point-faster": "faster (one number, no interval)",
+    "point-slower": "slower (one number, no interval)",
+    "point-same": "equal (one number, no interval)",
+    "diverged": "loss diverged: not a speedup",
+    "oom": "out of memory",
+    "failed": "failed (error, timeout or unsupported)",
+    "none": "not measured",
+}
+# the word a grid cell shows after its value (the colour says it too, where there is colour)
+SHORT_WORDS: dict[str, str] = {"faster": "faster", "same": "≈ same", "slower": "slower",
+                               "diverged": "loss diverged"}  # fmt: skip
+_FROM_STATS = {"faster": "faster", "slower": "slower", "no clear difference": "same"}
+
+
+@dataclass(frozen=True)
+class GridCell:
+    value: str  # "1.07", "OOM", "error", "" (nothing measured)
+    verdict: Verdict
+    detail: str  # the speedup with its interval and what follows it, or who failed
+
+    @property
+    def word(self) -> str:
+        return SHORT_WORDS.get(self.verdict, "")
+
+    @property
+    def text(self) -> str:
+        """``1.07 faster``, ``0.98`` (no interval), ``OOM``: value and verdict, no interval."""
+        return f"{self.value} {self.word}" if self.word else self.value
+
+
+@dataclass(frozen=True)
+class GridRow:
+    title: str
+    anchor: str  # the section it summarises
+    cells: list[GridCell]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The answer for one policy: speedup over float32 per device (rows) and batch size."""
+
+    policy: str
+    batches: list[int]
+    rows: list[GridRow]
+
+
+@dataclass
+class Section:
+    kind: Literal["speed", "largest"]
+    title: str
+    anchor: str
+    lines: list[str]  # what the device is and can do, the software, the setup
+    headers: list[str]
+    rows: list[list[str]]
+    table: Table
+    note: str | None = None  # how the intervals were made / the largest-batch sentence
+    failures: list[str] = field(default_factory=list)  # "batch 512 float32: <last line>"
+    diagnosis_rules: list[tuple[str, str]] = field(default_factory=list)  # (rule, text)
+    capacity: capacity.Capacity | None = None
+
+    @property
+    def diagnosis(self) -> list[str]:
+        return [text for _, text in self.diagnosis_rules]
+
+
+@dataclass
+class Document:
+    loaded: Loaded
+    tables: Sequence[Table]
+    counts: str  # records, files, folders, cells, tables
+    definitions: str  # how to read the numbers
+    notices: list[str]  # older attempts hidden, lines skipped
+    grids: list[Grid]
+    sections: list[Section]
+
+    @property
+    def speed(self) -> list[Section]:
+        return [s for s in self.sections if s.kind == "speed"]
+
+    @property
+    def largest(self) -> list[Section]:
+        return [s for s in self.sections if s.kind == "largest"]
+
+
+def bounded(value: str, limit: int = MAX_RECORD_TEXT) -> str:
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def verdict(t: Table, policy: str, batch: int) -> GridCell:
+    """The grid cell of one policy at one batch size of a table."""
+    slot = (policy, batch)
+    r = t.ratios.get(slot)
+    if r is not None:
+        detail = text.ratio_text(r, t.parity.get(slot))
+        if not t.trusted(slot):
+            return GridCell(f"{r.value:.2f}", "diverged", detail)
+        if r.n >= 2:
+            return GridCell(f"{r.value:.2f}", _FROM_STATS[r.verdict], detail)  # type: ignore[arg-type]
+        direction = "faster" if r.value > 1 else "slower" if r.value < 1 else "same"
+        return GridCell(f"{r.value:.2f}", f"point-{direction}", detail)  # type: ignore[arg-type]
+    sides = [(p, e) for p in (BASELINE, policy) if (e := t.entries.get((p, batch))) is not None]
+    failed = [(p, e.status) for p, e in sides if e.status != "ok"]
+    if not failed:
+        return GridCell("", "none", "")
+    who = ", ".join(f"{p} {text.STATUS_TEXT.get(s, s)}" for p, s in failed)
+    if any(s == "oom" for _, s in failed):
+        return GridCell("OOM", "oom", who)
+    return GridCell(text.STATUS_TEXT.get(failed[0][1], failed[0][1]), "failed", who)
+
+
+def grids(tables: Sequence[Table], anchors: dict[int, str]) -> list[Grid]:
+    """Per compared policy (in the tables' order) its grid over every table that has it."""
+    policies = list(dict.fromkeys(p for t in tables for p in t.reduced))
+    out = []
+    for policy in policies:
+        having = [t for t in tables if policy in t.reduced]
+        batches = sorted({b for t in having for b in t.batches})
+        rows = [
+            GridRow(t.title, anchors[id(t)], [verdict(t, policy, b) for b in batches])
+            for t in having
+        ]
+        out.append(Grid(policy, batches, rows))
+    return out
+
+
+def failures(t: Table) -> list[str]:
+    """One line per slot that did not run: the last line of its latest attempt's error."""
+    found = sorted({(b, p, e.records[-1].error) for (p, b), e in t.entries.items()
+                    if e.status != "ok" and e.records[-1].error})  # fmt: skip
+    return [
+        f"batch {b} {p} ({text.STATUS_TEXT.get(t.entries[p, b].status, '')}): "
+        f"{bounded(' '.join(err.strip().splitlines()[-1].split()))}"
+        for b, p, err in found
+        if err.strip()
+    ]
+
+
+def section(t: Table, anchor: str) -> Section:
+    headers, rows = text.table_rows(t)
+    return Section(
+        "speed", t.title, anchor, annotate.lines(t), headers, rows, t,
+        note=text.interval_note(t), failures=failures(t),
+        diagnosis_rules=[(n.rule, n.text) for n in diagnose(t)],
+    )  # fmt: skip
+
+
+def largest(c: capacity.Capacity, anchor: str) -> Section:
+    headers, rows = capacity.rows(c)
+    return Section(
+        "largest", f"Largest batch: {c.table.title}", anchor, annotate.lines(c.table), headers,
+        rows, c.table, note=capacity.diagnosis(c), capacity=c,
+    )  # fmt: skip
+
+
+def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
+    anchors = {id(t): f"table-{i + 1}" for i, t in enumerate(tables)}
+    sections = [section(t, anchors[id(t)]) for t in tables]
+    found = capacity.build(loaded.winners)
+    sections += [largest(c, f"largest-{i + 1}") for i, c in enumerate(found)]
+    return Document(
+        loaded=loaded,
+        tables=tables,
+        counts=text.counts(loaded, tables),
+        definitions=text.DEFINITIONS,
+        notices=text.notices(loaded),
+        grids=grids(tables, anchors),
+        sections=sections,
+    )
+
+
+# format name -> (module of its renderer, the file suffixes it is chosen by)
+FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "markdown": ("mxbench.report.markdown", (".md", ".markdown")),
+    "html": ("mxbench.report.html", (".html", ".htm")),
+    "json": ("mxbench.report.export", (".json",)),
+    "csv": ("mxbench.report.frame", (".csv",)),
+    "terminal": ("mxbench.report.terminal", (".txt",)),
+}
+
+
+def render(doc: Document, fmt: str) -> str:
+    import importlib
+
+    module = importlib.import_module(FORMATS[fmt][0])
+    out: str = module.render(doc)
+    return out
+
+
+def format_of(suffix: str) -> str | None:
+    """The format a file name's suffix chooses (``.md`` -> markdown), or None."""
+    for name, (_, suffixes) in FORMATS.items():
+        if suffix.lower() in suffixes:
+            return name
+    return None

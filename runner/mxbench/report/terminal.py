@@ -1,0 +1,93 @@
+"""The report on a terminal (rich): the answer grids coloured by verdict, then each table.
+
+What `mxbench report` shows when no format is named and stdout is a terminal. Every string
+is a rich ``Text`` (never markup), so a record cannot restyle the output.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Container, Iterator
+from typing import Any
+
+from rich.console import Console
+from rich.rule import Rule
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
+from mxbench.report.html import COLOURS
+
+_NUMERIC = frozenset("0123456789.")
+
+
+def grid(g: Grid) -> RichTable:
+    out = RichTable(title=Text(f"{g.policy} against float32: speedup"), title_justify="left")
+    out.add_column(Text("device \\ batch"))
+    for b in g.batches:
+        out.add_column(Text(str(b)), justify="center")
+    for row in g.rows:
+        cells = []
+        for c in row.cells:
+            bg, fg = COLOURS[c.verdict]
+            style = f"{fg} on {bg}" if c.verdict != "none" else ""
+            cells.append(Text(f" {c.text} ", style=style) if c.value else Text(""))
+        out.add_row(Text(row.title), *cells)
+    return out
+
+
+def legend(shown: Container[str]) -> Text:
+    """The colours the grids use, each with its meaning."""
+    out = Text()
+    for verdict, (bg, fg) in COLOURS.items():
+        if verdict in shown and verdict != "none":
+            out.append(f" {VERDICT_WORDS[verdict]} ", style=f"{fg} on {bg}")
+            out.append(" ")
+    return out
+
+
+def section(s: Section) -> Iterator[Any]:
+    yield Rule(Text(s.title), align="left")
+    for line in s.lines:
+        yield Text(line, style="dim")
+    table = RichTable()
+    for i, h in enumerate(s.headers):
+        numeric = i == 0 or h.endswith(("ms/step [IQR]", "images/s"))
+        table.add_column(Text(h), justify="right" if numeric else "left")
+    for row in s.rows:
+        table.add_row(*(Text(c) for c in row))
+    yield table
+    if s.note:
+        yield Text(s.note, style="dim")
+    if s.failures:
+        yield Text("Failures:", style="bold")
+        yield from (Text(f"  - {f}") for f in s.failures)
+    if s.diagnosis:
+        yield Text("Diagnosis:", style="bold")
+        yield from (Text(f"  - {n}") for n in s.diagnosis)
+    yield Text("")
+
+
+def renderables(doc: Document) -> Iterator[Any]:
+    yield Text("mxbench report", style="bold")
+    yield Text(doc.counts)
+    for g in doc.grids:
+        yield grid(g)
+    if doc.grids:
+        yield legend({c.verdict for g in doc.grids for r in g.rows for c in r.cells})
+    yield Text(" ".join([doc.definitions, *doc.notices]), style="dim")
+    yield Text("")
+    for s in doc.sections:
+        yield from section(s)
+
+
+def show(doc: Document, console: Console) -> None:
+    for part in renderables(doc):
+        console.print(part)
+
+
+def render(doc: Document, width: int = 120) -> str:
+    """The terminal rendering as plain text (no colour codes): what ``--output x.txt`` gets."""
+    console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
+    show(doc, console)
+    return console.export_text(styles=False)

@@ -1,0 +1,188 @@
+"""Faults of a Docker daemon, injected at our own seam: a TCP proxy in front of the real
+daemon's socket that we cut (every connection dropped, new ones refused) for a few seconds
+while a cell's container runs. The shared daemon itself is never stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from conftest import BASE_IMAGE, docker_ok, require_service
+from test_faults import GOOD, records
+
+DOCKER_SOCKET = "/var/run/docker.sock"
+
+
+class Proxy:
+    """127.0.0.1:port -> the Docker socket; :meth:`cut` drops the link for a while."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.up = threading.Event()
+        self.up.set()
+        self.open: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            if not self.up.is_set():
+                client.close()  # refused while cut
+                continue
+            daemon = socket.socket(socket.AF_UNIX)
+            daemon.connect(DOCKER_SOCKET)
+            with self.lock:
+                self.open += [client, daemon]
+            for a, b in ((client, daemon), (daemon, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self, seconds: float) -> None:
+        self.up.clear()
+        with self.lock:
+            for s in self.open:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            self.open.clear()
+        time.sleep(seconds)
+        self.up.set()
+
+    def close(self) -> None:
+        self.server.close()
+        self.cut(0)
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    p = Proxy()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+# The bench in the fake image: 8 s, except pure float16 (never ends) and mixed_bfloat16 (0 s).
+FAKE_BENCH = f"""
+import json, sys, time
+time.sleep(300 if "float16" in sys.argv else 0 if "mixed_bfloat16" in sys.argv else 8)
+print(json.dumps({GOOD!r}))
+"""
+
+
+def _containers(host: str) -> list[str]:
+    import docker
+
+    found = docker.from_env().containers.list(
+        all=True, filters={"label": f"io.mxbench.host={host}"}
+    )
+    return [c.short_id for c in found]
+
+
+@pytest.fixture
+def fake_image(tmp_path: Path, proxy: Proxy) -> Callable[..., subprocess.Popen[str]]:
+    """A built image whose bench is FAKE_BENCH, and ``mxbench(*args, policies=[...])`` on a
+    matrix of one docker host (its name: ``mxbench.host``) reached through the proxy."""
+    require_service(docker_ok(), f"a Docker daemon with {BASE_IMAGE}")
+    (tmp_path / "fake.py").write_text(FAKE_BENCH)
+    (tmp_path / ".dockerignore").write_text("*\n!fake.py\n")  # the image: fake.py only
+    (tmp_path / "Dockerfile").write_text(
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nCOPY fake.py /fake.py\n"
+        'ENTRYPOINT ["python3", "/fake.py"]\n'
+    )
+    host = f"cut-{uuid.uuid4().hex[:6]}"
+
+    def mxbench(*args: str, policies: Sequence[str] = ("float32",)) -> subprocess.Popen[str]:
+        doc = {
+            "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3},
+            "axes": {"policy": list(policies), "batch_size": [4]},
+            "images": {"fake": {"dockerfile": "Dockerfile",
+                                "build_args": {"BASE_IMAGE": BASE_IMAGE}}},
+            "hosts": [{"name": host, "engine": "docker", "images": ["fake"],
+                       "docker_host": f"tcp://127.0.0.1:{proxy.port}"}],
+        }  # fmt: skip
+        (tmp_path / "matrix.yaml").write_text(json.dumps(doc))
+        return subprocess.Popen(
+            [sys.executable, "-m", "mxbench", *args, "-m", "matrix.yaml"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    mxbench.host = host  # type: ignore[attr-defined]
+    build = mxbench("build")
+    _, err = build.communicate(timeout=300)
+    assert build.returncode == 0, err
+    return mxbench
+
+
+def _started(host: str, run: subprocess.Popen[str]) -> list[str]:
+    deadline = time.monotonic() + 60
+    while not (found := _containers(host)):
+        assert time.monotonic() < deadline and run.poll() is None, run.communicate()
+        time.sleep(0.2)
+    return found
+
+
+def test_a_daemon_that_drops_out_mid_cell_is_reconnected_and_the_cell_kept(
+    tmp_path: Path, proxy: Proxy, fake_image: Callable[..., subprocess.Popen[str]]
+) -> None:
+    host = fake_image.host  # type: ignore[attr-defined]
+    run = fake_image("run", "-r", "results", policies=["float32", "mixed_float16"])
+    try:
+        _started(host, run)
+        time.sleep(1)
+        proxy.cut(3)
+        _, err = run.communicate(timeout=180)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err
+    assert "Traceback" not in err
+    assert "retrying" in err  # the bounded retries said so
+    recs = records(tmp_path, host)
+    assert [r["status"] for r in recs] == ["ok", "ok"], [r.get("error") for r in recs]
+    assert recs[0]["run"]["daemon_dropouts"] >= 1
+    assert _containers(host) == []  # the cut cell's container was removed too
+
+
+def test_the_next_run_removes_the_container_a_killed_run_left(
+    tmp_path: Path, fake_image: Callable[..., subprocess.Popen[str]]
+) -> None:
+    host = fake_image.host  # type: ignore[attr-defined]
+    first = fake_image("run", "-r", "results", policies=["float16"])
+    try:
+        (left,) = _started(host, first)
+    finally:
+        first.kill()
+        first.communicate()
+    assert _containers(host) == [left]  # kill -9: nobody removed it
+    second = fake_image("run", "-r", "results", policies=["mixed_bfloat16"])
+    _, err = second.communicate(timeout=180)
+    assert second.returncode == 0, err
+    assert "removed stale containers (1) left by an earlier run" in err
+    assert _containers(host) == []

@@ -1,0 +1,109 @@
+"""Records evolve: every record shape ever written (tests/records/, one file per shape) loads
+through the upgrade table, and the report shows what it holds (an OOM written with
+``metrics: null`` stays an OOM cell)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from mxbench.report import load, tables, text
+from mxbench.results import HISTORY, SCHEMA, UPGRADES, BadRecord, Record, decode, encode, upgrade
+
+CORPUS = Path(__file__).parent / "records"
+EXAMPLES = Path(__file__).parents[1] / "examples"
+FILES = sorted(CORPUS.glob("*.jsonl"))
+
+# file -> the statuses of its lines, in order (what each line must read back as)
+EXPECTED = {
+    "v1-bench-untyped.jsonl": ["ok", "oom", "ok"],
+    "v1-contract-minimum.jsonl": ["ok", "oom", "error", "oom"],
+    "v1-first-report-tolerated.jsonl": ["ok", "ok", "oom"],
+    "v1-published-2020.jsonl": ["ok"] * 7 + ["oom"] * 3,
+    "v1-store-skeleton.jsonl": ["timeout", "error"],
+    "v1-typed-cpu.jsonl": ["ok", "ok"],
+    "v1-typed-failures.jsonl": ["oom", "timeout"],
+    "v1-typed-h100-jax.jsonl": ["ok"],
+    "v2-current.jsonl": ["ok", "oom"],
+}
+
+
+def _read(name: str) -> list[Record]:
+    return [decode(line) for line in (CORPUS / name).read_bytes().splitlines()]
+
+
+def test_the_corpus_is_the_list_above() -> None:
+    assert [f.name for f in FILES] == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_old_shape_loads_as_the_current_version(path: Path) -> None:
+    lines = path.read_bytes().splitlines()
+    recs = [decode(line) for line in lines]
+    assert [r.status for r in recs] == EXPECTED[path.name]
+    for line, rec in zip(lines, recs, strict=True):
+        assert rec.schema == SCHEMA and rec.problem() is None
+        raw = json.loads(line)
+        assert rec.cell == raw["cell"] and rec.params.batch_size == raw["params"]["batch_size"]
+        # written again, it reads back the same (the upgrade is complete)
+        assert decode(encode(rec)) == rec
+
+
+def test_used_by_tf_is_retired_into_used_gpu() -> None:
+    untyped = _read("v1-bench-untyped.jsonl")
+    assert [r.device.used_gpu for r in untyped] == [True, True, False]
+    assert decode((CORPUS / "v1-typed-h100-jax.jsonl").read_bytes()).device.used_gpu is True
+    new = encode(untyped[0]).decode()
+    assert '"used_gpu":true' in new and "used_by_tf" not in new
+
+
+def test_compute_capability_written_as_a_number_or_a_pair_reads_as_text() -> None:
+    recs = _read("v1-first-report-tolerated.jsonl")
+    assert [r.device.compute_capability for r in recs] == ["8.0", "8.0", "8.0"]
+    assert recs[1].device.present_gpus[0].compute_capability == "8.0"
+    assert recs[0].metrics.step_ms is not None and recs[0].metrics.step_ms.samples == []
+
+
+def test_metrics_null_oom_and_error_are_cells_of_the_report() -> None:
+    loaded = load.load([CORPUS / "v1-contract-minimum.jsonl"])
+    assert loaded.bad == [] and len(loaded.winners) == 4
+    (t,) = tables.build(loaded.winners)
+    _, rows = text.table_rows(t)
+    by_batch = {row[0]: row for row in rows}
+    assert by_batch["512"][1] == "OOM" and by_batch["512"][3] == "error"
+    assert by_batch["32"][3] == "OOM" and by_batch["32"][1].startswith("120")
+
+
+def test_the_whole_corpus_and_every_example_load_without_a_skipped_line() -> None:
+    for where in (CORPUS, *sorted(p for p in EXAMPLES.iterdir() if p.is_dir())):
+        loaded = load.load([where])
+        assert loaded.read > 0 and loaded.bad == [], (where, loaded.bad[:3])
+
+
+def test_every_version_but_the_current_has_an_upgrade_step_and_a_corpus_file() -> None:
+    versions = list(HISTORY)
+    assert versions[-1] == SCHEMA
+    assert set(UPGRADES) == set(versions[:-1])
+    for v in versions:
+        n = re.fullmatch(r"mxbench\.result/(\d+)", v)
+        assert n is not None and list(CORPUS.glob(f"v{n.group(1)}-*.jsonl")), v
+
+
+def test_an_unknown_version_is_left_as_it_is_and_named_by_the_report() -> None:
+    line = json.dumps({"schema": "mxbench.result/99", "cell": "x", "host": "h", "status": "ok",
+                       "params": {"batch_size": 8}, "metrics": {"novel": 1}})  # fmt: skip
+    assert upgrade(json.loads(line))["schema"] == "mxbench.result/99"
+    why = decode(line).problem()
+    assert why is not None and "unknown schema 'mxbench.result/99'" in why
+
+
+def test_an_old_line_the_upgrade_cannot_mend_is_still_a_bad_record() -> None:
+    line = json.dumps({"schema": "mxbench.result/1", "cell": "x", "host": "h", "status": "ok",
+                       "params": {"batch_size": "many"}})  # fmt: skip
+    with pytest.raises(BadRecord, match="batch_size"):
+        decode(line)
+    with pytest.raises(BadRecord, match="Expected `object`, got `array`"):
+        decode("[1, 2]")

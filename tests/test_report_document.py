@@ -1,0 +1,175 @@
+"""One document, small renderers: the answer first in every format, each grid cell's verdict,
+several outputs in one call, a terminal rendering, nothing the tool wrote cut, the failures
+in HTML, one colour per policy in every plot."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mxbench.cells import cell_key
+from mxbench.params import Params
+from mxbench.report import document, html, markdown, terminal
+from mxbench.report.load import load
+from mxbench.report.plot import POLICY_COLOURS, png, speedup_png
+from mxbench.report.tables import build
+from report_records import rec, write
+
+ROOT = Path(__file__).resolve().parents[1]
+V100 = {"kind": "gpu", "name": "Tesla V100-SXM2-16GB", "compute_capability": "7.0"}
+
+
+def timed(policy: str, batch: int, median: float, losses: list[float | None] | None = None,
+          host: str = "h") -> list[dict[str, Any]]:  # fmt: skip
+    """The slot measured in 3 processes (repeats), whose levels differ by under 1%: enough
+    processes for an interval and a verdict."""
+    spread = (0.99, 1.0, 1.01, 0.995, 1.005, 0.998, 1.002)
+    out = []
+    for repeat, level in enumerate((0.996, 1.0, 1.004)):
+        m = median * level
+        metrics: dict[str, Any] = {
+            "step_ms": {"median": m, "p25": m * 0.995, "p75": m * 1.005, "n": 7,
+                        "samples": [m * f for f in spread]},
+        }  # fmt: skip
+        if losses is not None:
+            metrics["losses"] = losses
+        r = rec(host, policy, batch, device=V100, metrics=metrics)
+        r["params"]["repeat"] = repeat
+        r["cell"] = cell_key(host, None, None, Params(**r["params"]))
+        out.append(r)
+    return out
+
+
+LOSS = [2.3, 2.2, 2.1]
+
+
+def mixed_bag(tmp_path: Path) -> document.Document:
+    """One table with every kind of grid cell."""
+    recs = [
+        *timed("float32", 8, 100.0), *timed("mixed_float16", 8, 50.0),  # faster
+        *timed("float32", 16, 100.0), *timed("mixed_float16", 16, 100.0),  # same
+        *timed("float32", 32, 100.0), *timed("mixed_float16", 32, 200.0),  # slower
+        *timed("float32", 64, 100.0, LOSS), *timed("mixed_float16", 64, 50.0, [2.3, None, None]),
+        *timed("float32", 128, 100.0),
+        rec("h", "mixed_float16", 128, status="oom", device=V100, error="OOM when allocating"),
+        *timed("float32", 256, 100.0),
+        rec("h", "mixed_float16", 256, status="error", device=V100,
+            error="Traceback (most recent call last):\n  ...\nValueError: " + "why " * 100),
+    ]  # fmt: skip
+    loaded = load([write(tmp_path / "h.jsonl", recs)])
+    return document.build(loaded, build(loaded.winners))
+
+
+def test_each_grid_cell_carries_its_verdict(tmp_path: Path) -> None:
+    doc = mixed_bag(tmp_path)
+    (g,) = doc.grids
+    assert g.policy == "mixed_float16" and g.batches == [8, 16, 32, 64, 128, 256]
+    (row,) = g.rows
+    assert row.anchor == "table-1"
+    assert [c.verdict for c in row.cells] == ["faster", "same", "slower", "diverged", "oom",
+                                              "failed"]  # fmt: skip
+    assert [c.value for c in row.cells] == ["2.00", "1.00", "0.50", "2.00", "OOM", "error"]
+    assert "faster" in row.cells[0].detail and "[" in row.cells[0].detail  # the interval
+    assert row.cells[4].detail == "mixed_float16 OOM"
+
+
+def test_one_number_per_side_gives_a_direction_not_a_verdict(tmp_path: Path) -> None:
+    loaded = load([ROOT / "examples" / "published"])
+    doc = document.build(loaded, build(loaded.winners))
+    titan = next(r for r in doc.grids[0].rows if r.title.startswith("blog-titan-xp"))
+    assert [c.verdict for c in titan.cells] == ["point-slower", "point-same", "point-slower",
+                                                "point-same", "point-faster"]  # fmt: skip
+
+
+def test_the_answer_comes_first_in_every_format(tmp_path: Path) -> None:
+    doc = mixed_bag(tmp_path)
+    md = markdown.render(doc)
+    assert md.index("## Summary: mixed_float16 against float32") < md.index("## h · ")
+    page = html.render(doc, lambda t: [])
+    assert page.index('<section id="summary">') < page.index('<section class="device"')
+    assert 'class="v-faster"' in page and 'class="v-diverged"' in page
+    assert '<a href="#table-1">' in page and 'id="table-1"' in page
+    out = terminal.render(doc)
+    assert out.index("mixed_float16 against float32: speedup") < out.index("Diagnosis:")
+    exported = json.loads(document.render(doc, "json"))
+    cells = exported["summary"][0]["devices"][0]["cells"]
+    assert [c["verdict"] for c in cells][:3] == ["faster", "same", "slower"]
+
+
+def test_the_failures_are_listed_in_html_and_what_the_tool_wrote_is_whole(
+    tmp_path: Path,
+) -> None:
+    doc = mixed_bag(tmp_path)
+    (s,) = doc.speed
+    assert s.failures[0] == "batch 128 mixed_float16 (OOM): OOM when allocating"
+    assert s.failures[1].startswith("batch 256 mixed_float16 (error): ValueError: why why")
+    assert len(s.failures[1]) <= document.MAX_RECORD_TEXT + 40  # a record's text is bounded
+    page = html.render(doc, lambda t: [])
+    assert '<h3>Failures</h3><ul class="failures">' in page and "OOM when allocating" in page
+    loaded = load([ROOT / "examples" / "measured" / "h100"])
+    h100 = document.build(loaded, build(loaded.winners))
+    long = max((n for s in h100.speed for n in s.diagnosis), key=len)
+    assert len(long) > 300  # longer than markdown's old cut, and shown whole
+    assert markdown.escape(long, limit=None) in markdown.render(h100)
+
+
+def test_several_outputs_in_one_call_each_in_its_suffix_format(tmp_path: Path) -> None:
+    src = write(tmp_path / "res" / "h.jsonl", [*timed("float32", 8, 100.0),
+                                               *timed("mixed_float16", 8, 50.0)])  # fmt: skip
+    outs = [tmp_path / n for n in ("r.md", "r.html", "r.json", "r.csv", "r.txt")]
+    args = [a for o in outs for a in ("--output", str(o))]
+    proc = subprocess.run([sys.executable, "-m", "mxbench", "report", "-r", str(src.parent),
+                           *args], capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    md, page, js, csv, txt = (o.read_text() for o in outs)
+    assert md.startswith("# mxbench report") and page.startswith("<!DOCTYPE html>")
+    assert json.loads(js)["summary"][0]["policy"] == "mixed_float16"
+    assert csv.startswith("host,") and "mixed_float16 against float32: speedup" in txt
+    assert "\x1b[" not in txt  # plain text in a file
+    bad = subprocess.run([sys.executable, "-m", "mxbench", "report", "-r", str(src.parent),
+                          "-o", str(tmp_path / "r.pdf")], capture_output=True, text=True,
+                         check=False)  # fmt: skip
+    assert bad.returncode == 2 and "cannot tell the format from its suffix" in bad.stderr
+    mixed = subprocess.run([sys.executable, "-m", "mxbench", "report", "-r", str(src.parent),
+                            "--html", *args[:4]], capture_output=True, text=True,
+                           check=False)  # fmt: skip
+    assert mixed.returncode == 2 and "suffix names its format" in mixed.stderr
+
+
+def test_a_terminal_gets_colours_a_pipe_gets_markdown(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    doc = mixed_bag(tmp_path)
+    buf = io.StringIO()
+    terminal.show(doc, Console(file=buf, force_terminal=True, width=140, color_system="truecolor"))
+    assert "\x1b[" in buf.getvalue()  # coloured cells
+    src = write(tmp_path / "res" / "h.jsonl", timed("float32", 8, 100.0))
+    piped = subprocess.run([sys.executable, "-m", "mxbench", "report", "-r", str(src.parent)],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    assert piped.returncode == 0 and piped.stdout.startswith("# mxbench report")
+
+
+def test_a_record_cannot_style_the_terminal(tmp_path: Path) -> None:
+    r = timed("float32", 8, 100.0, host="[bold red]x[/]")
+    loaded = load([write(tmp_path / "h.jsonl", r)])
+    out = terminal.render(document.build(loaded, build(loaded.winners)))
+    assert "[bold red]x[/]" in out
+
+
+@pytest.mark.parametrize("draw", [png, speedup_png])
+def test_a_policy_has_one_colour_in_every_plot(tmp_path: Path, draw: Any) -> None:
+    import matplotlib.image
+
+    doc = mixed_bag(tmp_path)
+    data = draw(doc.tables[0])
+    assert data is not None
+    pixels = matplotlib.image.imread(io.BytesIO(data))[..., :3]
+    want = [int(POLICY_COLOURS["mixed_float16"][i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    near = (abs(pixels - want).max(axis=-1) < 0.02).sum()
+    assert near > 50, "mixed_float16's line is not in its colour"

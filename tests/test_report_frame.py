@@ -1,0 +1,83 @@
+"""The notebook frame (mxbench.load_results): complete, typed, and Python errors from Python."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import mxbench
+from mxbench.report import annotate, devices
+from mxbench.report.load import load
+from mxbench.report.tables import build
+from report_records import rec, write
+
+H100 = Path(__file__).resolve().parents[1] / "examples" / "measured" / "h100"
+
+
+@pytest.fixture(scope="module")
+def h100() -> pd.DataFrame:
+    return mxbench.load_results(H100)
+
+
+def test_times_counts_and_flags_are_typed(h100: pd.DataFrame) -> None:
+    for col in ("time", "started_at", "finished_at"):
+        assert isinstance(h100[col].dtype, pd.DatetimeTZDtype) and str(h100[col].dt.tz) == "UTC"
+    assert h100["time"].notna().all() and h100["time"].min().year == 2026
+    for col in ("batch_size", "image_size", "steps", "repeat", "step_ms_n", "peak_memory_bytes",
+                "attempts"):  # fmt: skip
+        assert str(h100[col].dtype) == "Int64", col
+    assert h100["repeat"].isna().all()  # missing stays missing, not NaN in a float column
+    assert str(h100["tf32"].dtype) == "boolean"
+
+
+def test_what_changes_the_numbers_is_there(h100: pd.DataFrame) -> None:
+    assert set(h100["cuda"].dropna()) == {"13.0"}  # 'cuda 13000' and '13.0' as written
+    torch = h100[h100["backend"] == "torch"]
+    assert set(torch["cudnn"].dropna()) == {"9.19.0"}  # PyTorch's 91900
+    assert (h100["peak_memory_bytes"].dropna() > 100 * 2**20).all()
+    assert set(h100["peak_memory_kind"].dropna()) == {"gpu"}
+    assert (h100["first_step_ms"] > h100["step_ms_median"]).all()  # compilation
+    assert h100["warmup_ms"].notna().all()
+    assert set(h100["input_device"].dropna()) >= {"cuda:0"}
+    assert h100["matmul_precision"].notna().all()
+    mixed = h100[h100["policy"] != "float32"]
+    assert set(mixed["loss_parity"]) <= {"matches", "differs", "diverged"}
+    assert mixed["loss_vs_float32"].notna().all()
+    assert set(h100.loc[h100["policy"] == "float32", "loss_parity"]) == {"no baseline"}
+
+
+def test_throttle_reasons_are_one_text_column(tmp_path: Path) -> None:
+    r = rec(metrics={"step_ms": {"median": 10.0}, "gpu_health": {
+        "throttle_reasons": ["sw_power_cap", "hw_slowdown"]}})  # fmt: skip
+    df = mxbench.load_results(write(tmp_path / "h.jsonl", [r]))
+    assert df["throttle_reasons"].tolist() == ["sw_power_cap,hw_slowdown"]
+
+
+def test_versions_read_as_people_write_them() -> None:
+    assert devices.cuda_text("cuda 13000") == "13.0" and devices.cuda_text("12.5.1") == "12.5.1"
+    assert devices.cudnn_text("91900") == "9.19.0" and devices.cudnn_text("8907") == "8.9.7"
+    assert devices.cudnn_text("9") == "9" and devices.cudnn_text(None) is None
+    loaded = load([H100])
+    lines = {line for t in build(loaded.winners) for line in annotate.lines(t)}
+    assert any("CUDA 13.0 · cuDNN 9.19.0" in line for line in lines)
+    assert not any("13000" in line or "91900" in line for line in lines)
+
+
+def test_python_errors_from_the_python_api(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as missing:
+        mxbench.load_results(tmp_path / "nope")
+    assert missing.value.filename == str(tmp_path / "nope") and "--results" not in str(
+        missing.value
+    )
+    with pytest.raises(TypeError, match="a path is a str or a Path"):
+        mxbench.load_results(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="label is a str"):
+        mxbench.load_results(H100, label=1)  # type: ignore[arg-type]
+
+
+def test_a_label_that_matches_nothing_warns(tmp_path: Path) -> None:
+    with pytest.warns(UserWarning, match=r"label 'nosuch' matches none of the 56 records read"):
+        df = mxbench.load_results(H100, label="nosuch")
+    assert df.empty and list(df.columns) == list(mxbench.load_results(H100).columns)
