@@ -54,8 +54,16 @@ def test_repo_matrix_and_embedded_default_load() -> None:
 def test_cell_keys_did_not_change_across_versions() -> None:
     # Computed by mxbench before the parameters were declared once (commit ae84a5e):
     # --resume must keep recognising cells measured by earlier versions.
-    keys = {c.key for c in expand(load_matrix(default_matrix_path()))}
+    # The embedded default as it was then (it has run 3 repeats since Step 13).
+    then = parse_matrix(
+        "benchmark: {model: blog-cnn, image_size: 64, data: synthetic, warmup_steps: 2,"
+        " steps: 10, timeout_s: 600}\n"
+        "axes: {policy: [float32, mixed_bfloat16], batch_size: [8, 32]}\n"
+        "hosts: [{name: local, engine: local}]\n"
+    )
+    keys = {c.key for c in expand(then)}
     assert keys == {"40dc925c236dcb3d", "e2d265699d6cb579", "41215be570443d02", "b093fcf02b1259bc"}
+    assert load_matrix(default_matrix_path()).benchmark.repeats == 3
 
 
 def test_any_parameter_is_one_value_or_an_axis() -> None:
