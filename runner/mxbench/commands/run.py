@@ -201,13 +201,14 @@ def _print_plan(cells: list[Cell]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from mxbench import params
+    from mxbench import models, params
 
     def varies(f: params.Field) -> bool:
         return len({getattr(c.params, f.name) for c in cells}) > 1
 
+    unused = models.unused_params({c.params.model for c in cells})
     shown = [f for f in params.fields() if f.spec.role == "slot" or varies(f)]
-    same = [f for f in params.fields() if f not in shown and cells]
+    same = [f for f in params.fields() if f not in shown and cells and f.name not in unused]
     console = Console(width=max(120, Console().width))
     if same:
         console.print(

@@ -119,6 +119,20 @@ def input_kind(model: str) -> InputKind:
     return spec(model).inputs if is_builtin(model) else "any"
 
 
+SHAPING: dict[str, frozenset[str]] = {
+    "image": frozenset({"image_size", "image_width"}),
+    "tokens": frozenset({"seq_len", "vocab_size"}),
+}
+
+
+def unused_params(model_names: set[str]) -> frozenset[str]:
+    """Input parameters none of these models reads (token settings of image models)."""
+    used = frozenset().union(
+        *(SHAPING.get(input_kind(m), frozenset().union(*SHAPING.values())) for m in model_names)
+    )
+    return frozenset().union(*SHAPING.values()) - used
+
+
 def resolve_file(model: str, base: Path) -> str:
     """``model`` with a relative file entry point made absolute against ``base`` (the
     matrix file's folder); anything else unchanged."""
