@@ -7,8 +7,10 @@ after starting them, so a broken setup can never turn into a silently green run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -45,6 +47,20 @@ def require_service(available: bool, what: str) -> None:
     if os.environ.get("MXBENCH_REQUIRE_SERVICES") == "1":
         pytest.fail(f"{what} is required in CI (MXBENCH_REQUIRE_SERVICES=1) but not available")
     pytest.skip(f"{what} not available (run .ci/setup to start it)")
+
+
+def relay(src: socket.socket, dst: socket.socket) -> None:
+    """Copy bytes from ``src`` to ``dst`` until either side closes (the TCP proxies that
+    tests put in front of a Docker daemon to start it late or cut it mid-cell)."""
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture

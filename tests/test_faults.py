@@ -15,7 +15,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +73,35 @@ def run(tmp: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProc
         timeout=timeout,
         check=False,
     )
+
+
+def start(tmp: Path, m: Path, results: Path, **popen: Any) -> subprocess.Popen[str]:
+    """``mxbench run`` of ``m`` in the background (output discarded unless ``popen`` says)."""
+    out = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen}
+    return subprocess.Popen(
+        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(results)],
+        cwd=tmp, text=True, **out,
+    )  # fmt: skip
+
+
+def wait_for(
+    ready: Callable[[], object], proc: subprocess.Popen[str], within_s: float = 60
+) -> None:
+    """Until ``ready()`` is true, while ``proc`` runs (a failure if it ends or time runs out)."""
+    deadline = time.monotonic() + within_s
+    while not ready():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+
+
+def killed_once(tmp: Path, m: Path, marker: Path) -> None:
+    """A run of ``m`` killed with SIGKILL once its bench has written ``marker``."""
+    first = start(tmp, m, tmp / "r1")
+    try:
+        wait_for(lambda: marker.exists() and marker.read_text(), first)
+    finally:
+        first.kill()
+        first.wait()
 
 
 def records(tmp: Path, host: str) -> list[dict]:
@@ -348,19 +379,7 @@ def test_the_next_run_sweeps_what_a_killed_run_left(tmp_path: Path) -> None:
         """,
     )
     m = matrix(tmp_path, ("h", py))
-    first = subprocess.Popen(
-        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(tmp_path / "r1")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not pids.exists() or not pids.read_text():
-            assert time.monotonic() < deadline and first.poll() is None
-            time.sleep(0.1)
-    finally:
-        first.kill()
-        first.wait()
+    killed_once(tmp_path, m, pids)
     left = int(pids.read_text())
     try:
         time.sleep(0.5)
@@ -398,19 +417,7 @@ def test_the_next_run_removes_the_memory_cgroup_a_killed_run_left(tmp_path: Path
     doc = json.loads(m.read_text())
     doc["hosts"][0]["memory_limit"] = "512m"
     m.write_text(json.dumps(doc))
-    first = subprocess.Popen(
-        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(tmp_path / "r1")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not started.exists() or not started.read_text():
-            assert time.monotonic() < deadline and first.poll() is None
-            time.sleep(0.1)
-    finally:
-        first.kill()
-        first.wait()
+    killed_once(tmp_path, m, started)
     names = {line.rpartition("/")[2] for line in started.read_text().splitlines()}
     (name,) = {n for n in names if n.startswith("mxbench-")}
     left = [p for p in Path("/sys/fs/cgroup").glob(f"*/{name}")]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, docker_ok, require_service
+from conftest import BASE_IMAGE, docker_ok, relay, require_service
 from test_faults import GOOD, records
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -49,19 +49,7 @@ class Proxy:
             with self.lock:
                 self.open += [client, daemon]
             for a, b in ((client, daemon), (daemon, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+                threading.Thread(target=relay, args=(a, b), daemon=True).start()
 
     def cut(self, seconds: float) -> None:
         self.up.clear()

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 from conftest import require_service, slurm_up
-from test_faults import fake_python, records
+from test_faults import fake_python, records, wait_for
 
 
 def test_a_finished_cell_is_kept_while_the_controller_does_not_answer(tmp_path: Path) -> None:
@@ -89,10 +89,7 @@ def test_the_next_run_cancels_the_job_a_killed_run_left(tmp_path: Path) -> None:
 
     first = start("float32")
     try:
-        deadline = time.monotonic() + 60
-        while not jobs():
-            assert time.monotonic() < deadline and first.poll() is None
-            time.sleep(0.2)
+        wait_for(jobs, first)
     finally:
         first.kill()
         first.communicate()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from mxbench.results import BadLine, ResultStore, StoreError, decode, read_records
-from test_faults import GOOD, fake_python, matrix, records, run
+from test_faults import GOOD, fake_python, matrix, records, run, start, wait_for
 
 
 def test_a_second_run_on_the_same_results_exits_2_naming_the_first(tmp_path: Path) -> None:
@@ -35,18 +35,10 @@ def test_a_second_run_on_the_same_results_exits_2_naming_the_first(tmp_path: Pat
         """,
     )
     m = matrix(tmp_path, ("h", py))
-    first = subprocess.Popen(
-        [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(tmp_path / "results")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start(tmp_path, m, tmp_path / "results", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         lock = tmp_path / "results" / ".mxbench-run.lock"
-        deadline = time.monotonic() + 60
-        while not (lock.exists() and lock.read_text()):
-            assert time.monotonic() < deadline and first.poll() is None
-            time.sleep(0.1)
+        wait_for(lambda: lock.exists() and lock.read_text(), first)
         second = run(tmp_path, "-m", str(m))
         assert second.returncode == 2, second.stderr
         assert "in use by another mxbench run" in second.stderr

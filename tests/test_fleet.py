@@ -5,7 +5,6 @@ ssh on loopback, a port nobody listens on) and the Slurm controller.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
@@ -26,6 +25,7 @@ from conftest import (
     matrix_text,
     mxbench,
     records,
+    relay,
     require_service,
     slurm_up,
     ssh_ok,
@@ -167,20 +167,8 @@ class _LateProxy:
             upstream = socket.socket(socket.AF_UNIX)
             upstream.connect("/var/run/docker.sock")
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=relay, args=(a, b), daemon=True).start()
         server.close()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
 
 
 def test_a_daemon_briefly_unreachable_is_retried_and_one_that_stays_down_is_one_reason(

@@ -126,11 +126,11 @@ class LocalEngine(Engine):
                 MemoryCgroup(self.host.memory_limit, "check").remove()
             except CgroupUnavailable as exc:
                 raise EngineUnavailable(f"memory_limit: {exc}", status="unsupported") from None
-        for cell in cells:
-            data = cell.params.data
-            if data != "synthetic" and not os.path.isdir(data):
+        for data in sorted({c.params.data for c in cells} - {"synthetic"}):
+            if not os.path.isdir(data):
                 raise EngineUnavailable(f"data directory {data!r} does not exist on this host")
-            problem = models.check(cell.params.model)
+        for model in sorted({c.params.model for c in cells}):  # each model once, not per cell
+            problem = models.check(model)
             if problem:
                 raise EngineUnavailable(problem)
 

@@ -63,5 +63,16 @@ def encoder(p: Any, causal: bool) -> tuple[Any, Any]:
     return tokens, layers.LayerNormalization(epsilon=1e-5, name="final_ln")(x)
 
 
-def token_range(p: Any) -> dict[str, Any]:
-    return {"tokens": {"range": [0, p.vocab_size]}}
+def classifier(p: Any, name: str, causal: bool, pool: bool, units: int) -> dict[str, Any]:
+    """What ``build`` returns: the encoder, mean-pooled or per position, under a Dense head
+    of ``units`` whose softmax stays float32, and the token ids' range."""
+    import keras
+    from keras import layers
+
+    tokens, x = encoder(p, causal)
+    if pool:
+        x = layers.GlobalAveragePooling1D(name="pool")(x)
+    x = layers.Dense(units, name="head")(x)
+    out = layers.Activation("softmax", dtype="float32", name="probabilities")(x)
+    model = keras.Model(tokens, out, name=name)
+    return {"model": model, "inputs": {"tokens": {"range": [0, p.vocab_size]}}}

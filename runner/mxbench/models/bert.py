@@ -9,18 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from mxbench.models import ModelSpec
-from mxbench.models._transformer import encoder, token_range
+from mxbench.models._transformer import classifier
 
 
 def build(p: Any) -> dict[str, Any]:
-    import keras
-    from keras import layers
-
-    tokens, x = encoder(p, causal=False)
-    x = layers.GlobalAveragePooling1D(name="pool")(x)
-    x = layers.Dense(2, name="head")(x)
-    out = layers.Activation("softmax", dtype="float32", name="probabilities")(x)
-    return {"model": keras.Model(tokens, out, name="bert"), "inputs": token_range(p)}
+    return classifier(p, "bert", causal=False, pool=True, units=2)
 
 
 SPEC = ModelSpec(

@@ -10,17 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from mxbench.models import ModelSpec
-from mxbench.models._transformer import encoder, token_range
+from mxbench.models._transformer import classifier
 
 
 def build(p: Any) -> dict[str, Any]:
-    import keras
-    from keras import layers
-
-    tokens, x = encoder(p, causal=True)
-    x = layers.Dense(p.vocab_size, name="lm_head")(x)
-    out = layers.Activation("softmax", dtype="float32", name="probabilities")(x)
-    return {"model": keras.Model(tokens, out, name="gpt"), "inputs": token_range(p)}
+    return classifier(p, "gpt", causal=True, pool=False, units=p.vocab_size)
 
 
 SPEC = ModelSpec(
