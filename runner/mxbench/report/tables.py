@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from mxbench import params, stats
 from mxbench.params import BASELINE, POLICIES
+from mxbench.report import load
 from mxbench.report.devices import Capability, capability, cc_from_name
 from mxbench.report.load import latest
 from mxbench.results import Device, Image, Record
@@ -52,19 +53,14 @@ class Entry:
     throttled: set[str] = field(default_factory=set)  # NVML throttle reasons seen
     temperature_max: float | None = None  # the hottest the GPU got in a timed window, °C
 
-    def losses(self) -> list[float | None]:
-        """Training loss of every timed step of every ok record (None: not finite); the
-        first and last loss alone for records written before per-step losses."""
-        out: list[float | None] = []
+    def loss(self) -> tuple[float, int] | None:
+        """(sum, count) of the training losses of every timed step of every ok record (the
+        sum NaN when one was not finite; :func:`mxbench.report.load.loss`); None: none."""
+        total, count = 0.0, 0
         for r in self.records:
-            m = r.metrics
-            if r.status != "ok":
-                continue
-            if m.losses:
-                out.extend(m.losses)
-            elif m.loss_first is not None or m.loss_last is not None:
-                out += [m.loss_first, m.loss_last]
-        return out
+            if r.status == "ok" and (part := load.loss(r)) is not None:
+                total, count = total + part[0], count + part[1]
+        return (total, count) if count else None
 
     def images_per_s(self, batch: int) -> float | None:
         """Sustained throughput: the median over the ok records of their images/s over the
@@ -76,14 +72,10 @@ class Entry:
             return statistics.median(rates)
         return batch * 1000 / self.median if self.median else None
 
-    def samples(self) -> list[list[float]]:
-        """Step times (ms) of each ok record: its raw samples, else its median alone."""
-        out = []
-        for r in self.records:
-            step = r.step
-            if step is not None and step.median is not None:
-                out.append(list(step.samples) or [step.median])
-        return out
+    def processes(self) -> list[stats.Process]:
+        """Each ok record's timed steps as a process summary (its raw samples, else its
+        median alone: :func:`mxbench.report.load.process`)."""
+        return [p for r in self.records if (p := load.process(r)) is not None]
 
 
 # A policy's mean training loss over the timed steps may differ from float32's by this
@@ -116,13 +108,11 @@ class Parity:
 def mean_loss(e: Entry) -> float | None:
     """The mean training loss over the timed steps (NaN: a step's loss was not finite;
     None: no loss recorded)."""
-    losses = e.losses()
-    if not losses:
+    found = e.loss()
+    if found is None:
         return None
-    if None in losses:
-        return math.nan
-    total = sum(losses)  # type: ignore[arg-type]  # no None left
-    return total / len(losses) if math.isfinite(total) else math.nan
+    total, count = found
+    return total / count if math.isfinite(total) else math.nan
 
 
 def parity(mean: float | None, ref: float | None) -> Parity | None:
@@ -318,8 +308,8 @@ def build(winners: list[Record]) -> list[Table]:
                 t.parity[policy, batch] = loss
             if policy != BASELINE and base is not None and base.median and other.median:
                 where.append((t, (policy, batch)))
-                pairs.append((base.samples(), other.samples()))
-    for (t, slot), ratio in zip(where, stats.speedups(pairs), strict=True):
+                pairs.append((base.processes(), other.processes()))
+    for (t, slot), ratio in zip(where, stats.judge(pairs), strict=True):
         if ratio is not None:
             t.ratios[slot] = ratio
     return built
