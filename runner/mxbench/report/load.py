@@ -65,7 +65,9 @@ class Read(Record, kw_only=True, gc=False):
 _read = msgspec.json.Decoder(Read)
 _samples = msgspec.json.Decoder(list[results.Positive])
 _losses = msgspec.json.Decoder(list[float | None])
-BATCH = 4096  # records summarised together (their samples are held until then)
+# Records are summarised together once this many wait, or once their samples reach
+# SAMPLES (a few MB, however many steps a record has).
+BATCH, SAMPLES = 4096, 2**18
 
 
 def process(rec: Record) -> stats.Process | None:
@@ -97,21 +99,29 @@ def _loss_total(losses: list[float | None], m: Metrics) -> tuple[float, int] | N
     return sum(losses), len(losses)  # type: ignore[arg-type]  # no None left
 
 
+def _nested(run: dict[str, Any]) -> bool:
+    """Whether the free-form ``run`` part nests deeper than a record may (most are flat)."""
+    flat = all(type(v) not in (dict, list) for v in run.values())
+    return not flat and results._depth(run) > results.MAX_DEPTH
+
+
 class Reader:
-    """Lines -> :class:`Read` records, summarised a batch at a time (:data:`BATCH`)."""
+    """Lines -> :class:`Read` records, summarised a batch at a time (:data:`BATCH`,
+    :data:`SAMPLES`)."""
 
     def __init__(self, lean: bool = False) -> None:
         self.lean = lean
         self._rows: list[list[float]] = []
         self._waiting: list[Read] = []
         self._shared: dict[Any, Any] = {}
+        self._held = 0  # samples waiting
 
     def decode(self, line: bytes) -> Read:
         """One line as a :class:`Read` record, or :class:`BadRecord` (the reason
         :func:`mxbench.results.decode` gives)."""
         try:
             rec = _read.decode(line)
-            if rec.schema != results.SCHEMA or results._depth(rec.run) > results.MAX_DEPTH:
+            if rec.schema != results.SCHEMA or _nested(rec.run):
                 raise ValueError
             samples, losses = self._bulk(rec)
         except (msgspec.MsgspecError, ValueError, RecursionError):
@@ -129,12 +139,13 @@ class Reader:
             if samples:
                 self._rows.append(samples)
                 self._waiting.append(rec)
+                self._held += len(samples)
             else:
                 rec.process = (step.median, 0.0)  # as summarise makes one step
         rec.metrics.losses = []  # type: ignore[assignment]
         if rec.metrics.step_ms is not None:
             rec.metrics.step_ms.samples = []  # type: ignore[assignment]
-        if len(self._waiting) >= BATCH:
+        if len(self._waiting) >= BATCH or self._held >= SAMPLES:
             self.flush()
         return rec
 
@@ -179,7 +190,7 @@ class Reader:
             med, var = stats.summarise(self._rows)
             for rec, m, v in zip(self._waiting, med.tolist(), var.tolist(), strict=True):
                 rec.process = (m, v)
-            self._rows, self._waiting = [], []
+            self._rows, self._waiting, self._held = [], [], 0
 
 
 @dataclass

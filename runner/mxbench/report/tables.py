@@ -168,7 +168,7 @@ class Table:
     def image_name(self) -> str | None:
         return self.image.name or self.image.id
 
-    @property
+    @cached_property
     def title(self) -> str:
         parts = [self.host, self.device_name]
         model = str(self.setup.get("model") or "")
