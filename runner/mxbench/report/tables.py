@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mxbench import params, stats
-from mxbench.params import BASELINE, POLICIES
+from mxbench.params import BASELINE, POLICIES, Params
 from mxbench.report import load
 from mxbench.report.devices import Capability, capability, cc_from_name
 from mxbench.report.load import latest
@@ -263,9 +263,12 @@ def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
     ``by_device=False``: one table per host, image and setup whatever the records say of the
     device (a trial killed for memory has no device facts; the table takes its ok ones')."""
     groups: dict[tuple[str, ...], Slots] = {}
+    setups: dict[Params, tuple[str, ...]] = {}  # many records share their parameters
     for rec in winners:
         p = rec.params
-        setup = tuple(str(getattr(p, name)) for name in SETUP)
+        setup = setups.get(p)
+        if setup is None:
+            setup = setups[p] = tuple(str(getattr(p, name)) for name in SETUP)
         device = (rec.device.kind or "", rec.device.name or "") if by_device else ()
         key = (str(rec.host), *device, rec.image.name or rec.image.id or "", *setup)
         slots = groups.get(key)
