@@ -39,21 +39,11 @@ from mxbench.results import BadLine, BadRecord, Device, Image, Metrics, Record, 
 _EPOCH = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
 
-class _ReadSteps(StepStats, kw_only=True, gc=False):
-    samples: msgspec.Raw = msgspec.Raw(b"[]")  # type: ignore[assignment]  # list after reading
-
-
-class _ReadMetrics(Metrics, kw_only=True, gc=False):
-    step_ms: _ReadSteps | None = None
-    losses: msgspec.Raw = msgspec.Raw(b"[]")  # type: ignore[assignment]  # list after reading
-
-
 class Read(Record, kw_only=True, gc=False):
     """A record as the report reads it (every field of :class:`Record`, new ones included):
     its step samples and losses are left out (empty lists) once summarised into
     ``process`` and ``loss``."""
 
-    metrics: _ReadMetrics = msgspec.field(default_factory=_ReadMetrics)
     # the timed steps as :func:`mxbench.stats.summarise` makes them: (median ms, the
     # variance of its log); None: not an ok record with a median
     process: stats.Process | None = msgspec.field(default=None, name="~process")
@@ -63,8 +53,6 @@ class Read(Record, kw_only=True, gc=False):
 
 
 _read = msgspec.json.Decoder(Read)
-_samples = msgspec.json.Decoder(list[results.Positive])
-_losses = msgspec.json.Decoder(list[float | None])
 # Records are summarised together once this many wait, or once their samples reach
 # SAMPLES (a few MB, however many steps a record has).
 BATCH, SAMPLES = 4096, 2**18
@@ -123,15 +111,15 @@ class Reader:
             rec = _read.decode(line)
             if rec.schema != results.SCHEMA or _nested(rec.run):
                 raise ValueError
-            samples, losses = self._bulk(rec)
         except (msgspec.MsgspecError, ValueError, RecursionError):
             full = results.decode(line)  # an older version upgraded, or BadRecord saying why not
             try:
                 rec = _read.decode(msgspec.json.encode(full))
-                samples, losses = self._bulk(rec)
             except msgspec.MsgspecError as exc:  # not expected: the record type took it
                 raise BadRecord(str(exc)) from None
-        rec.loss = _loss_total(losses, rec.metrics)
+        step_ms = rec.metrics.step_ms
+        samples = step_ms.samples if step_ms is not None else []
+        rec.loss = _loss_total(rec.metrics.losses, rec.metrics)
         if self.lean:
             rec = self._lean(rec)
         step = rec.step
@@ -142,9 +130,9 @@ class Reader:
                 self._held += len(samples)
             else:
                 rec.process = (step.median, 0.0)  # as summarise makes one step
-        rec.metrics.losses = []  # type: ignore[assignment]
+        rec.metrics.losses = []
         if rec.metrics.step_ms is not None:
-            rec.metrics.step_ms.samples = []  # type: ignore[assignment]
+            rec.metrics.step_ms.samples = []
         if len(self._waiting) >= BATCH or self._held >= SAMPLES:
             self.flush()
         return rec
@@ -155,7 +143,7 @@ class Reader:
         field of every record."""
         m, d, s, i, step = rec.metrics, rec.device, rec.settings, rec.image, rec.metrics.step_ms
         if step is not None:
-            step = _ReadSteps(median=step.median, p25=step.p25, p75=step.p75, n=step.n)
+            step = StepStats(median=step.median, p25=step.p25, p75=step.p75, n=step.n)
         return Read(
             cell=rec.cell, time=self._one(rec.time), host=self._one(rec.host),
             engine=self._one(rec.engine), params=self._one(rec.params), status=rec.status,
@@ -165,7 +153,7 @@ class Reader:
                                             compute_capability=d.compute_capability)),
             settings=self._one((Settings, s.tf32, s.pure_float16),
                                lambda: Settings(tf32=s.tf32, pure_float16=s.pure_float16)),
-            metrics=_ReadMetrics(step_ms=step, images_per_s=m.images_per_s),
+            metrics=Metrics(step_ms=step, images_per_s=m.images_per_s),
             label=self._one(rec.label), error=rec.error, source=rec.source, search=rec.search,
             loss=rec.loss,
         )  # fmt: skip
@@ -176,13 +164,6 @@ class Reader:
         if found is None:
             found = self._shared[key] = key if make is None else make()
         return found
-
-    @staticmethod
-    def _bulk(rec: Read) -> tuple[list[float], list[float | None]]:
-        m = rec.metrics
-        raw = m.step_ms.samples if m.step_ms is not None else None
-        samples = _samples.decode(raw) if raw is not None else []
-        return samples, _losses.decode(m.losses)
 
     def flush(self) -> None:
         """Summarise the records waiting (before any of them is used)."""
