@@ -370,5 +370,5 @@ def load(
             out.bad.append(BadLine(path, 0, f"cannot read ({exc.strerror})"))
     reader.flush()
     out.winners = list(best.values())
-    out.attempts = tries
+    out.attempts = {c: tries[c] for c in best if c in tries}  # in the order cells were met
     return out
