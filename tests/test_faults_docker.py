@@ -160,14 +160,7 @@ def _started(host: str, run: subprocess.Popen[str]) -> list[str]:
     return found
 
 
-# Found by this test (not fixed here: engines/docker.py): over an ssh:// link the cut cell
-# becomes an error "docker failed on ssh://...: ('Connection aborted.', RemoteDisconnected(
-# 'Remote end closed connection without response'))" with wall_s 0.0, its finished result
-# lost, while the next cell reconnects (daemon_dropouts 1) and is ok. A tcp:// link keeps it.
-SSH_CUT = pytest.mark.xfail(strict=True, reason="an ssh link cut mid-cell loses the cell")
-
-
-@pytest.mark.parametrize("proxy", ["tcp", pytest.param("ssh", marks=SSH_CUT)], indirect=True)
+@pytest.mark.parametrize("proxy", ["tcp", "ssh"], indirect=True)
 def test_a_daemon_that_drops_out_mid_cell_is_reconnected_and_the_cell_kept(
     tmp_path: Path, proxy: Proxy, fake_image: Callable[..., subprocess.Popen[str]]
 ) -> None:
