@@ -31,8 +31,8 @@ from pydantic import (
 from mxbench import models, params
 from mxbench.errors import UsageError
 from mxbench.hosts import HOSTS
-from mxbench.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
 from mxbench.repeats import AUTO, AutoRepeats, check_auto
+from mxbench.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
 from mxbench.search import LIMITS, SEARCH, BatchSearch
 
 DEFAULT_CELL_TIMEOUT_S = 1800.0
@@ -131,9 +131,7 @@ class _BenchmarkBase(Strict):
     # A number of fresh processes per cell, or `auto` (mxbench.repeats): as many as the
     # speedup's interval needs, settings under auto_repeats.
     repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS, strict=True)] | Literal["auto"] = 1
-    auto_repeats: Annotated[AutoRepeats, PlainValidator(_auto_repeats)] = (
-        AutoRepeats()
-    )
+    auto_repeats: Annotated[AutoRepeats, PlainValidator(_auto_repeats)] = AutoRepeats()
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
     # How `axes.batch_size: max` searches (defaults: mxbench.search.BatchSearch).
     batch_search: Annotated[BatchSearch, PlainValidator(_batch_search)] = BatchSearch()

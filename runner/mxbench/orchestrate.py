@@ -44,6 +44,8 @@ class RunSummary:
     searches: list[tuple[Search, Found]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # closing lines (repeats: auto, timing)
     added: set[str] = field(default_factory=set)  # keys of the cells repeats: auto added
+    measured: list[Record] = field(default_factory=list)  # every record this run saved
+    wall_s: float = 0.0  # how long the run took
 
     @property
     def failed(self) -> int:
@@ -187,6 +189,7 @@ class _Fleet:
         with self.lock:
             self.summary.paths.add(path)
             self.summary.counts[record.status] += 1
+            self.summary.measured.append(record)
         return True
 
     def run_machine(self, works: Sequence[HostWork]) -> None:
@@ -342,6 +345,7 @@ def run_cells(
     allow (``known``: the records a search may reuse, the store's latest per cell under
     ``--resume``; ``max_parallel``: at most this many hosts at once, default all; ``auto``:
     the comparison groups of ``repeats: auto``, which get processes added after the cells)."""
+    began = time.monotonic()
     works = plan_hosts(matrix, cells, searches, auto)
     groups = machines(works)
     limit = max_parallel or max(1, len(works))
@@ -367,6 +371,7 @@ def run_cells(
             _cancel_all(fleet, [w.engine for w in works], threads)
     if fleet.failure is not None:
         raise fleet.failure
+    fleet.summary.wall_s = time.monotonic() - began
     return fleet.summary
 
 

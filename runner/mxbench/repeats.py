@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -110,15 +110,16 @@ def decide(cfg: AutoRepeats, by_policy: dict[str, list[Record]], attempts: int) 
     empty = [p for p, v in ok.items() if not v]
     if empty and all(r.status in FINAL_STATUSES for r in by_policy[empty[0]]):
         return Decision("failed", n, detail=f"{empty[0]} has no timed process")
-    base = [list(r.step.samples) or [r.step.median] for r in ok[BASELINE] if r.step]
+    from mxbench.report.tables import samples
+
     others = [p for p in ok if p != BASELINE]
-    pairs = [(base, [list(r.step.samples) or [r.step.median] for r in ok[p] if r.step])
-             for p in others]  # fmt: skip
+    pairs = [(samples(ok[BASELINE]), samples(ok[p])) for p in others]
     ratios = stats.speedups(pairs)
     widths = [width(r) if r is not None and r.judged else math.inf for r in ratios]
     wide = max(widths, default=math.inf)
     shown = wide if math.isfinite(wide) else None
-    spread = {p: stats.repeats_disagree([r.step.median for r in v if r.step]) for p, v in ok.items()}
+    spread = {p: stats.repeats_disagree([m for r in v if r.step and (m := r.step.median)])
+              for p, v in ok.items()}  # fmt: skip
     split = {p: s for p, s in spread.items() if s is not None}
     if wide <= cfg.target and not split:
         return Decision("target met", n, shown)
@@ -245,4 +246,3 @@ def known(plan: Plan, records: dict[str, Record]) -> None:
     for key, rec in records.items():
         if key in plan.by_key and rec.status in FINAL_STATUSES:
             plan.note(rec)
-

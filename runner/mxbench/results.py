@@ -131,6 +131,12 @@ class Metrics(_Part):
         float | None, Doc("training FLOPs per example (model.flops_per_example)")
     ] = None
     achieved_tflops: float | None = None
+    phases_s: Annotated[
+        dict[str, float],
+        Doc("where the process's time went (s), phase by phase: start (interpreter, mxbench "
+            "import), import (framework), build, data, facts, first_step, warmup, timed, "
+            "fit_other, probe (mxbench.bench.timing.PHASES)"),
+    ] = {}  # fmt: skip
 
 
 class PresentGpu(_Part):

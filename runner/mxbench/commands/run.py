@@ -130,8 +130,13 @@ def run(
             file=sys.stderr,
         )
         raise typer.Exit(130)
+    from mxbench.report.answers import time_to_answer
+
     for note in summary.notes:
         print(note, file=sys.stderr)
+    spent = time_to_answer(summary.measured)
+    if spent:
+        print(f"mxbench: {spent}; the run took {summary.wall_s:.0f} s", file=sys.stderr)
     print(f"mxbench: done: {counts}. Report: mxbench report --results {results}", file=sys.stderr)
     _print_answers(results, label, {c.key for c in cells} | summary.added)
     if summary.failed:

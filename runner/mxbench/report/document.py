@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mxbench.params import BASELINE
-from mxbench.report import annotate, capacity, text
+from mxbench.report import annotate, answers, capacity, text
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table
@@ -201,7 +201,7 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         tables=tables,
         counts=text.counts(loaded, tables),
         definitions=text.DEFINITIONS,
-        notices=text.notices(loaded),
+        notices=text.notices(loaded) + answers.time_per_run(loaded.winners),
         grids=grids(tables, anchors),
         sections=sections,
     )

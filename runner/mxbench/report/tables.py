@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -77,13 +78,18 @@ class Entry:
         return batch * 1000 / self.median if self.median else None
 
     def samples(self) -> list[list[float]]:
-        """Step times (ms) of each ok record: its raw samples, else its median alone."""
-        out = []
-        for r in self.records:
-            step = r.step
-            if step is not None and step.median is not None:
-                out.append(list(step.samples) or [step.median])
-        return out
+        return samples(self.records)
+
+
+def samples(records: Iterable[Record]) -> list[list[float]]:
+    """Step times (ms) of each ok record: its raw samples, else its median alone (what
+    :func:`mxbench.stats.speedups` takes)."""
+    out = []
+    for r in records:
+        step = r.step
+        if step is not None and step.median is not None:
+            out.append(list(step.samples) or [step.median])
+    return out
 
 
 # A policy's mean training loss over the timed steps may differ from float32's by this
