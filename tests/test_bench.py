@@ -159,9 +159,7 @@ def test_record_is_json_serialisable_roundtrip(f32: BenchRun) -> None:
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_other_keras_backends_measure_and_say_which_framework(
-    backend: str, tmp_path: Path
-) -> None:
+def test_other_keras_backends_measure_and_say_which_framework(backend: str, tmp_path: Path) -> None:
     from mxbench.engines.compile_cache import CompileCache
 
     pytest.importorskip(backend)

@@ -130,7 +130,7 @@ def verdict(t: Table, policy: str, batch: int) -> GridCell:
     slot = (policy, batch)
     r = t.ratios.get(slot)
     if r is not None:
-        detail = text.ratio_text(r, t.parity.get(slot))
+        detail = text.ratio_text(r, t.parity.get(slot)) + text.across(t, slot)
         if not t.trusted(slot):
             return GridCell(f"{r.value:.2f}", "diverged", detail)
         if r.n >= 2:
