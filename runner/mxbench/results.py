@@ -320,7 +320,11 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     settings: Settings = msgspec.field(default_factory=Settings)
     model: ModelInfo | None = None
     run: Annotated[
-        dict[str, Any], Doc("wall_s and engine details (container, Slurm job, pid)")
+        dict[str, Any],
+        Doc(
+            "wall_s and engine details (container, Slurm job, pid); repeats: why "
+            "`repeats: auto` added this process"
+        ),
     ] = {}
     label: Annotated[
         str | None,
