@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,12 @@ def test_resume_continues_an_auto_run(tmp_path: Path) -> None:
     assert "repeats: auto: box bs=4: 4 processes per policy" in proc.stderr
     assert "cap (auto_repeats.max 4 reached)" in proc.stderr or "target met" in proc.stderr
     assert "mixed_bfloat16" in proc.stdout  # the verdict counts all 4 processes a policy
+    # where the run's time went: the two processes it ran, their timed share
+    assert re.search(
+        r"time to answer: 2 process\(es\), \d+ s; timed steps [\d.]+ s "
+        r"\([\d.]+%\).*the run took \d+ s",
+        proc.stderr,
+    ), proc.stderr[-2000:]
 
     again = mxbench("run", "-m", str(path), "-r", str(tmp_path / "results"), "--resume")
     assert again.returncode == 0, again.stderr[-3000:]

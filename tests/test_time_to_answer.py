@@ -34,7 +34,7 @@ def test_time_to_answer_adds_up_the_processes() -> None:
     ]
     said = time_to_answer(recs)
     assert said == ("time to answer: 2 process(es), 20 s; timed steps 1.5 s (7.5%); "
-                    "other 57%, first_step 25%, start 10%")  # fmt: skip
+                    "teardown 57%, first_step 25%, start 10%")  # fmt: skip
     assert time_to_answer([]) is None
     runs = time_per_run([rec(4.0, "a", timed=1.0), rec(8.0, "b", timed=1.0)])
     assert [r.split(":")[0] for r in runs] == ["time to answer (a)", "time to answer (b)"]

@@ -36,7 +36,8 @@ def lines(tables: Sequence[Table]) -> list[str]:
 def time_to_answer(records: Iterable[Record], label: str | None = None) -> str | None:
     """Where the processes' wall time went: ``time to answer: 24 processes, 410 s; timed
     steps 14.1 s (3.4%); import 38%, first_step 20%, ...`` (phases over 2%, largest first;
-    ``other``: what the bench did not stamp: the engine, the interpreter's exit). None when
+    ``teardown``: what the bench could not stamp: the interpreter's exit after the record,
+    and the engine starting the process). None when
     no record says how long its process ran."""
     walls, n = 0.0, 0
     phases: dict[str, float] = defaultdict(float)
@@ -48,7 +49,7 @@ def time_to_answer(records: Iterable[Record], label: str | None = None) -> str |
         walls += wall
         for name, spent in r.metrics.phases_s.items():
             phases[name] += spent
-        phases["other"] += max(0.0, wall - sum(r.metrics.phases_s.values()))
+        phases["teardown"] += max(0.0, wall - sum(r.metrics.phases_s.values()))
     if not n:
         return None
     timed = phases.pop("timed", 0.0)
