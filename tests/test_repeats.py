@@ -161,3 +161,18 @@ def test_resume_continues_an_auto_run(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr[-3000:]
     assert len((tmp_path / "results" / "box.jsonl").read_text().splitlines()) == 8
     assert "0 cell(s) to run" in again.stderr or "nothing" in again.stderr
+
+
+def test_dry_run_explains_auto(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(AUTO.format())
+    proc = mxbench("run", "-m", str(path), "-r", str(tmp_path / "r"), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "6 cell(s)" in proc.stdout  # the first round: 3 processes of each policy
+    assert (
+        "repeats: auto: 3 processes per cell to start, then one more per policy "
+        "(alternating) while a speedup's 95% interval is wider than ±3%"
+    ) in proc.stdout
+    assert "1 comparison group(s) may grow to 4 processes per policy (8 processes at most" in (
+        proc.stdout
+    )
