@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from calibration import process
 from mxbench import repeats, stats
 from mxbench.params import Params
-from mxbench.report.tables import samples
+from mxbench.report.tables import processes
 from mxbench.results import Metrics, Record, StepStats
 
 
@@ -55,7 +55,7 @@ def trial(rng: np.random.Generator, truth: float, cfg: repeats.AutoRepeats,
         add()
     while (d := repeats.decide(cfg, by, len(by["float32"]))).more:
         add()
-    ratio = stats.speedup(samples(by["float32"]), samples(by["mixed_bfloat16"]))
+    ratio = stats.judge([(processes(by["float32"]), processes(by["mixed_bfloat16"]))])[0]
     assert ratio is not None
     return ratio, len(by["float32"]), d.why
 

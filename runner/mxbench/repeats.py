@@ -110,11 +110,10 @@ def decide(cfg: AutoRepeats, by_policy: dict[str, list[Record]], attempts: int) 
     empty = [p for p, v in ok.items() if not v]
     if empty:  # out of memory, unsupported, or failing: more of the same will not help
         return Decision("failed", n, detail=f"{empty[0]} has no timed process")
-    from mxbench.report.tables import samples
+    from mxbench.report.tables import processes
 
     others = [p for p in ok if p != BASELINE]
-    pairs = [(samples(ok[BASELINE]), samples(ok[p])) for p in others]
-    ratios = stats.speedups(pairs)
+    ratios = stats.judge([(processes(ok[BASELINE]), processes(ok[p])) for p in others])
     widths = [width(r) if r is not None and r.judged else math.inf for r in ratios]
     wide = max(widths, default=math.inf)
     shown = wide if math.isfinite(wide) else None

@@ -641,6 +641,19 @@ def read_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple
     lines that are not records (or longer than :data:`MAX_LINE_BYTES`) and a file that is
     not a regular file (a symbolic link is not followed) are reported into ``bad``."""
     bad = bad if bad is not None else []
+    for lineno, line in read_lines(path, bad):
+        try:
+            rec = decode(line)
+        except BadRecord as exc:
+            bad.append(BadLine(path, lineno, str(exc)))
+            continue
+        yield lineno, rec
+
+
+def read_lines(path: Path, bad: list[BadLine]) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) for each line of one JSONL file that is not blank, streamed;
+    lines longer than :data:`MAX_LINE_BYTES` and a file that is not a regular file (a
+    symbolic link is not followed) are reported into ``bad``."""
     try:
         fh = os.fdopen(open_regular(path), "rb")
     except OSError as exc:
@@ -655,14 +668,8 @@ def read_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple
                     pass  # skip the rest of an over-long line, a bounded piece at a time
                 bad.append(BadLine(path, lineno, f"longer than {MAX_LINE_BYTES} bytes"))
                 continue
-            if not line.strip():
-                continue
-            try:
-                rec = decode(line)
-            except BadRecord as exc:
-                bad.append(BadLine(path, lineno, str(exc)))
-                continue
-            yield lineno, rec
+            if line.strip():
+                yield lineno, line
 
 
 LOCK_NAME = ".mxbench-run.lock"

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mxbench import params, stats
-from mxbench.params import BASELINE, POLICIES
+from mxbench.params import BASELINE, POLICIES, Params
+from mxbench.report import load
 from mxbench.report.devices import Capability, capability, cc_from_name
 from mxbench.report.load import latest
 from mxbench.results import Device, Image, Record
@@ -58,19 +59,14 @@ class Entry:
         """The run (``--label``) its records come from (one: :func:`latest_run`)."""
         return self.records[0].label if self.records else None
 
-    def losses(self) -> list[float | None]:
-        """Training loss of every timed step of every ok record (None: not finite); the
-        first and last loss alone for records written before per-step losses."""
-        out: list[float | None] = []
+    def loss(self) -> tuple[float, int] | None:
+        """(sum, count) of the training losses of every timed step of every ok record (the
+        sum NaN when one was not finite; :func:`mxbench.report.load.loss`); None: none."""
+        total, count = 0.0, 0
         for r in self.records:
-            m = r.metrics
-            if r.status != "ok":
-                continue
-            if m.losses:
-                out.extend(m.losses)
-            elif m.loss_first is not None or m.loss_last is not None:
-                out += [m.loss_first, m.loss_last]
-        return out
+            if r.status == "ok" and (part := load.loss(r)) is not None:
+                total, count = total + part[0], count + part[1]
+        return (total, count) if count else None
 
     def images_per_s(self, batch: int) -> float | None:
         """Sustained throughput: the median over the ok records of their images/s over the
@@ -82,19 +78,14 @@ class Entry:
             return statistics.median(rates)
         return batch * 1000 / self.median if self.median else None
 
-    def samples(self) -> list[list[float]]:
-        return samples(self.records)
+    def processes(self) -> list[stats.Process]:
+        return processes(self.records)
 
 
-def samples(records: Iterable[Record]) -> list[list[float]]:
-    """Step times (ms) of each ok record: its raw samples, else its median alone (what
-    :func:`mxbench.stats.speedups` takes)."""
-    out = []
-    for r in records:
-        step = r.step
-        if step is not None and step.median is not None:
-            out.append(list(step.samples) or [step.median])
-    return out
+def processes(records: Iterable[Record]) -> list[stats.Process]:
+    """Each ok record's timed steps as a process summary (its raw samples, else its median
+    alone: :func:`mxbench.report.load.process`), what :func:`mxbench.stats.judge` takes."""
+    return [p for r in records if (p := load.process(r)) is not None]
 
 
 # A policy's mean training loss over the timed steps may differ from float32's by this
@@ -127,13 +118,11 @@ class Parity:
 def mean_loss(e: Entry) -> float | None:
     """The mean training loss over the timed steps (NaN: a step's loss was not finite;
     None: no loss recorded)."""
-    losses = e.losses()
-    if not losses:
+    found = e.loss()
+    if found is None:
         return None
-    if None in losses:
-        return math.nan
-    total = sum(losses)  # type: ignore[arg-type]  # no None left
-    return total / len(losses) if math.isfinite(total) else math.nan
+    total, count = found
+    return total / count if math.isfinite(total) else math.nan
 
 
 def parity(mean: float | None, ref: float | None) -> Parity | None:
@@ -199,7 +188,7 @@ class Table:
     def image_name(self) -> str | None:
         return self.image.name or self.image.id
 
-    @property
+    @cached_property
     def title(self) -> str:
         parts = [self.host, self.device_name]
         model = str(self.setup.get("model") or "")
@@ -294,9 +283,12 @@ def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
     ``by_device=False``: one table per host, image and setup whatever the records say of the
     device (a trial killed for memory has no device facts; the table takes its ok ones')."""
     groups: dict[tuple[str, ...], Slots] = {}
+    setups: dict[Params, tuple[str, ...]] = {}  # many records share their parameters
     for rec in winners:
         p = rec.params
-        setup = tuple(str(getattr(p, name)) for name in SETUP)
+        setup = setups.get(p)
+        if setup is None:
+            setup = setups[p] = tuple(str(getattr(p, name)) for name in SETUP)
         device = (rec.device.kind or "", rec.device.name or "") if by_device else ()
         key = (str(rec.host), *device, rec.image.name or rec.image.id or "", *setup)
         slots = groups.get(key)
@@ -347,8 +339,8 @@ def build(winners: list[Record]) -> list[Table]:
                 t.parity[policy, batch] = loss
             if policy != BASELINE and base is not None and base.median and other.median:
                 where.append((t, (policy, batch)))
-                pairs.append((base.samples(), other.samples()))
-    for (t, slot), ratio in zip(where, stats.speedups(pairs), strict=True):
+                pairs.append((base.processes(), other.processes()))
+    for (t, slot), ratio in zip(where, stats.judge(pairs), strict=True):
         if ratio is not None:
             t.ratios[slot] = ratio
     return built
