@@ -17,11 +17,11 @@ from typing import Any
 import msgspec
 
 from mxbench import __version__
-from mxbench.bench import backends, probe
+from mxbench.bench import backends, convergence, probe
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError, pip_install
-from mxbench.params import Params
+from mxbench.params import BASELINE, Params
 from mxbench.results import (
     Cpu,
     Device,
@@ -69,6 +69,8 @@ def run_cell(
         rec.status = "oom" if is_oom(exc) else "error"
         rec.error = tail(f"{type(exc).__name__}: {exc}")
     _probe_device(rec, state)
+    if "convergence" in state:  # after the timed steps and the memory probe
+        rec.convergence = convergence.check(p, *state["convergence"])
     rec.time = now_iso()
     return rec
 
@@ -102,7 +104,7 @@ def _measure(
     rec.model = ModelInfo(name=p.model)
     prepared = harness.prepare(p, set_policy)
     model = state["model"] = prepared.model
-    harness.compile_model(prepared, p.jit_compile)
+    harness.compile_model(prepared, p.jit_compile, p.loss_scale)
     _dtype_settings(rec.settings, model, p.policy)
 
     if prepared.dataset is not None:
@@ -118,6 +120,7 @@ def _measure(
         x = None
     rec.model = _model_info(p, prepared, facts, x)
 
+    initial = model.get_weights() if p.policy != BASELINE else []
     log_ = StepLog()
     total = p.warmup_steps + p.steps
     timer = step_timer(log_, on_step, p.warmup_steps)
@@ -127,6 +130,8 @@ def _measure(
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
         sampler.stop()
+    found = convergence.skipped(model, total)
+    state["convergence"] = (found, model, initial, (x, y) if x is not None else ds)
     parts = split(log_, p.warmup_steps)
     state["timed_window"] = (parts["first_timed_start"], log_.ends[-1])
     wall_minus_perf = time.time() - time.perf_counter()
