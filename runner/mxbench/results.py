@@ -146,7 +146,7 @@ class Convergence(_Part):
     ] = None  # fmt: skip
     check: Annotated[
         Literal["scored", "skipped", "not finite", "no gradient", "error"] | None,
-        Doc("the one-step check: scored (cosine below), skipped (non-finite gradients the "
+        Doc("the one-step check: scored (see cosine), skipped (non-finite gradients the "
             "dynamic scaler would skip), not finite (no scaler to skip them: the step writes "
             "NaN/Inf), no gradient (float32's is zero), error (note says why); null: not "
             "checked (float32 cells)"),

@@ -50,8 +50,8 @@ def check(
     source: Any,
 ) -> Convergence:
     """``found`` with the one-step check of ``model`` (the cell's, which started from the
-    weights ``initial``) against float32, on the batch ``(x, y)`` it trained on, or the first
-    of its input ``source``."""
+    weights ``initial``) against float32, on the batch ``(x, y)`` it trained on, or the next
+    batch of its input ``source`` (a tf.data dataset starts again: its first batch)."""
     if p.policy == BASELINE:
         return found
     t0 = time.perf_counter()
@@ -187,8 +187,8 @@ def _jax(model: Any, x: Any, y: Any, scale: float) -> list[Any]:
         )
         return value * scale
 
-    with _without_optimizer(model):
-        return list(jax.grad(loss)(trainable))
+    with _without_optimizer(model):  # compiled: op by op, JAX's backward pass is slow
+        return list(jax.jit(jax.grad(loss))(trainable))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,123 @@
+"""The convergence check in the report: a column per 16-bit policy, and the diagnosis.
+
+Each record's ``convergence`` (:mod:`mxbench.bench.convergence`) says how many steps its
+dynamic loss scaler skipped and how its first gradient compares with float32's. A slot shows
+the lowest cosine of its records (``cos 0.99995``; ``low`` below the threshold), or why
+there is none (``skipped``, ``not finite``), and the skipped steps when there were any.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mxbench.params import BASELINE
+from mxbench.report.tables import Entry, Table
+from mxbench.results import Convergence
+
+THRESHOLD = 0.99  # mxbench.bench.convergence.THRESHOLD (the bench is not imported here)
+UNSCORED = {"skipped": "skipped (overflow)", "not finite": "not finite", "error": "not checked"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a slot's records say about convergence."""
+
+    cosine: float | None  # the lowest scored cosine
+    underflow: float | None  # the largest underflow share, with it
+    states: frozenset[str]  # every check state seen
+    skipped: int  # steps the dynamic scaler skipped, over the records
+    steps: int  # steps run, over the records that had a dynamic scaler
+    scale: float | None  # the loss scale of the checked step(s), when one
+
+    @property
+    def low(self) -> bool:
+        return self.cosine is not None and self.cosine < THRESHOLD
+
+
+def _found(e: Entry) -> list[Convergence]:
+    return [r.convergence for r in e.records if r.status == "ok" and r.convergence is not None]
+
+
+def check(e: Entry | None) -> Check | None:
+    found = _found(e) if e is not None else []
+    if not found:
+        return None
+    scored = [c for c in found if c.cosine is not None]
+    worst = min(scored, key=lambda c: c.cosine or 0.0) if scored else None
+    scaled = [c for c in found if c.skipped_steps is not None]
+    scales = {c.loss_scale for c in found if c.loss_scale is not None}
+    return Check(
+        cosine=worst.cosine if worst else None,
+        underflow=worst.underflow_share if worst else None,
+        states=frozenset(c.check for c in found if c.check is not None),
+        skipped=sum(c.skipped_steps or 0 for c in scaled),
+        steps=sum(c.steps or 0 for c in scaled),
+        scale=scales.pop() if len(scales) == 1 else None,
+    )
+
+
+def policies(t: Table) -> list[str]:
+    """The table's policies whose cells were checked (in the table's order)."""
+    return [
+        p for p in t.policies
+        if p != BASELINE and any(check(e) for (q, _), e in t.entries.items() if q == p)
+    ]  # fmt: skip
+
+
+def header(policy: str) -> str:
+    return f"{policy} 1-step cos"
+
+
+def cell(e: Entry | None) -> str:
+    c = check(e)
+    if c is None:
+        return ""
+    if c.cosine is not None:
+        text = f"cos {c.cosine:.4f}" + (" low" if c.low else "")
+    else:
+        text = next((UNSCORED[s] for s in UNSCORED if s in c.states), "no gradient")
+    if c.skipped:
+        text += f", {c.skipped}/{c.steps} steps skipped"
+    return text
+
+
+def _scale(c: Check) -> str:
+    return f" at loss scale {c.scale:g}" if c.scale is not None and c.scale != 1 else ""
+
+
+def one_step_check(t: Table) -> str | None:
+    """Low cosines, unscored first steps and skipped steps, with what each means."""
+    low, unscored, skipping = [], [], []
+    for (policy, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        c = check(e) if policy != BASELINE else None
+        if c is None:
+            continue
+        where = f"{policy} at batch {b}"
+        if c.low:
+            under = f", {c.underflow:.0%} of its elements zero" if c.underflow else ""
+            low.append(f"{where} {c.cosine:.3f}{_scale(c)}{under}")
+        elif c.cosine is None and c.states & {"skipped", "not finite"}:
+            unscored.append(f"{where}{_scale(c)}")
+        if c.skipped:
+            skipping.append(f"{where} {c.skipped} of {c.steps}")
+    parts = []
+    if low:
+        parts.append(
+            f"One-step check: the first gradient is off float32's (cosine below {THRESHOLD:g}: "
+            f"{'; '.join(low)}): the policy does not compute float32's update. Zeros mean "
+            "float16 underflow (no loss scale, or one too small: use loss_scale dynamic); "
+            "otherwise the 16-bit rounding itself; check it trains to float32's accuracy."
+        )
+    if unscored:
+        parts.append(
+            f"Gradients not finite on the first step ({'; '.join(unscored)}): the scaled loss "
+            "overflowed float16 (largest value 65504). A dynamic scaler skips such steps and "
+            "halves its scale; a fixed factor this large writes NaN / Inf into the weights."
+        )
+    if skipping:
+        parts.append(
+            f"The dynamic loss scaler skipped steps ({'; '.join(skipping)}): those steps "
+            "trained nothing, yet their time is in the step times. A few at the start are the "
+            "scale settling from 32768; more mean the gradients keep overflowing."
+        )
+    return " ".join(parts) or None
