@@ -262,3 +262,14 @@ def test_old_records_without_convergence_still_load(tmp_path: Path) -> None:
 
     line = json.dumps(rec("h", "mixed_float16", 32))
     assert decode(line).convergence is None
+
+
+def test_a_low_cosine_without_underflow_is_blamed_on_rounding() -> None:
+    records = typed_all([
+        rec("h", "float32", 32, median=100.0),
+        checked("mixed_bfloat16", 32, 50.0, check="scored", cosine=0.2, underflow_share=0.0004),
+    ])  # fmt: skip
+    (t,) = build(records)
+    note = rc.one_step_check(t)
+    assert note is not None and "mixed_bfloat16 at batch 32 0.200)" in note
+    assert "Nothing underflowed" in note and "elements zero" not in note

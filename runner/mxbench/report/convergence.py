@@ -15,6 +15,7 @@ from mxbench.report.tables import Entry, Table
 from mxbench.results import Convergence
 
 THRESHOLD = 0.99  # mxbench.bench.convergence.THRESHOLD (the bench is not imported here)
+UNDERFLOW = 0.01  # a gradient with this share of elements zero (float32's not) underflowed
 UNSCORED = {"skipped": "skipped (overflow)", "not finite": "not finite", "error": "not checked"}
 
 
@@ -88,13 +89,16 @@ def _scale(c: Check) -> str:
 def one_step_check(t: Table) -> str | None:
     """Low cosines, unscored first steps and skipped steps, with what each means."""
     low, unscored, skipping = [], [], []
+    underflow = False
     for (policy, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         c = check(e) if policy != BASELINE else None
         if c is None:
             continue
         where = f"{policy} at batch {b}"
         if c.low:
-            under = f", {c.underflow:.0%} of its elements zero" if c.underflow else ""
+            zeros = c.underflow is not None and c.underflow >= UNDERFLOW
+            underflow |= zeros
+            under = f", {c.underflow:.0%} of its elements zero" if zeros else ""
             low.append(f"{where} {c.cosine:.3f}{_scale(c)}{under}")
         elif c.cosine is None and c.states & {"skipped", "not finite"}:
             unscored.append(f"{where}{_scale(c)}")
@@ -102,11 +106,18 @@ def one_step_check(t: Table) -> str | None:
             skipping.append(f"{where} {c.skipped} of {c.steps}")
     parts = []
     if low:
+        why = (
+            "Zeros where float32's gradient has none are float16 underflow: no loss scale, or "
+            "one too small (loss_scale dynamic scales as far as float16 allows)"
+            if underflow
+            else "Nothing underflowed: the 16-bit rounding of the forward and backward passes "
+            "turned the gradient (deep networks at initialization amplify it in their first "
+            "layers)"
+        )
         parts.append(
             f"One-step check: the first gradient is off float32's (cosine below {THRESHOLD:g}: "
-            f"{'; '.join(low)}): the policy does not compute float32's update. Zeros mean "
-            "float16 underflow (no loss scale, or one too small: use loss_scale dynamic); "
-            "otherwise the 16-bit rounding itself; check it trains to float32's accuracy."
+            f"{'; '.join(low)}): the policy does not compute float32's update. {why}. "
+            "A speedup counts only if the policy still trains to float32's accuracy."
         )
     if unscored:
         parts.append(
