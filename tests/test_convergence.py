@@ -138,6 +138,9 @@ def test_too_small_a_loss_scale_underflows_and_does_not_train(tf_records: dict) 
     assert r["params"]["loss_scale"] == "1e-08"
     assert (c["check"], c["cosine"], c["underflow_share"]) == ("scored", 0.0, 1.0)
     assert c["skipped_steps"] is None  # a fixed factor: no dynamic scaler
+    # the control: float32 with only its input rounded to float16 keeps its direction, so
+    # the low cosine is the policy's (the underflow), not the model's sensitivity
+    assert c["float32_rounded_input_cosine"] > 0.99
     losses = r["metrics"]["losses"]
     assert losses[0] == pytest.approx(losses[-1], rel=1e-5)  # nothing learnt
     learnt = tf_records["dynamic"]["metrics"]["losses"]
@@ -273,3 +276,16 @@ def test_a_low_cosine_without_underflow_is_blamed_on_rounding() -> None:
     note = rc.one_step_check(t)
     assert note is not None and "mixed_bfloat16 at batch 32 0.200)" in note
     assert "Nothing underflowed" in note and "elements zero" not in note
+
+
+def test_a_low_cosine_that_float32_shares_is_not_blamed_on_the_policy() -> None:
+    records = typed_all([
+        rec("h", "float32", 32, median=100.0),
+        checked("mixed_bfloat16", 32, 50.0, check="scored", cosine=-0.03,
+                float32_rounded_input_cosine=0.26),
+    ])  # fmt: skip
+    (t,) = build(records)
+    assert text.table_rows(t)[1][0][-1] == "cos -0.0300 low (float32, input rounded: 0.2600)"
+    note = rc.one_step_check(t)
+    assert note is not None and "not conclusive (mixed_bfloat16 at batch 32 -0.030" in note
+    assert "Nothing underflowed" not in note

@@ -158,6 +158,12 @@ class Convergence(_Part):
             "for mixed precision)"),
     ] = None  # fmt: skip
     norm_ratio: Annotated[float | None, Doc("its norm / float32's gradient norm")] = None
+    float32_rounded_input_cosine: Annotated[
+        float | None,
+        Doc("where the cosine is low: float32's own gradient with only its input rounded to "
+            "the policy's 16-bit type, against float32's; low too: the model's gradient is "
+            "that sensitive by itself (at initialization), not the policy's fault"),
+    ] = None  # fmt: skip
     underflow_share: Annotated[
         float | None,
         Doc("share of the gradient's elements that are zero where float32's are not"),

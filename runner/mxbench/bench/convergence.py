@@ -14,6 +14,10 @@ Two answers go into the record's ``convergence``:
   non-finite gradients is not scored: ``skipped`` where a dynamic scaler would skip it, ``not
   finite`` where nothing would (the step writes NaN / Inf into the weights). Dropout is off
   for both passes (its masks would differ); other random layers are named in the note.
+  Below the threshold a control tells the precision from the model: float32's gradient with
+  only its input rounded to the policy's 16-bit type (``float32_rounded_input_cosine``). A
+  deep network at initialization can be so sensitive that this alone turns its gradient
+  (ResNet-50 at 32 px: a relative change of 1e-4 in the input gives a cosine of 0.89).
 
 Cost: one more build of the model under float32 and two eager forward and backward passes
 at the cell's batch size; the record says how long (``check_s``). Whatever fails here is
@@ -110,11 +114,37 @@ def _compare(
         out.check = "no gradient"
         return out
     out.check = "scored"
-    out.cosine = round(float(flat @ base) / (norm * base_norm), 6) if norm else 0.0
+    out.cosine = _cosine(flat, base)
     out.norm_ratio = round(norm / base_norm, 6)
     live = base != 0
     out.underflow_share = round(float(np.mean(flat[live] == 0)), 6)
+    if out.cosine < THRESHOLD:  # is it the precision, or the model's own sensitivity?
+        rounded = _rounded_input(batch[0], model)
+        if rounded is not None:
+            again = np.concatenate(_gradients(ref_model, (rounded, batch[1]), 1.0))
+            out.float32_rounded_input_cosine = _cosine(again, base)
     return out
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    norms = float(np.linalg.norm(a)) * float(np.linalg.norm(b))
+    return round(float(a @ b) / norms, 6) if norms else 0.0
+
+
+def _rounded_input(x: Any, model: Any) -> Any:
+    """``x`` rounded to the model's 16-bit compute type and back to float32 (None: no float
+    input, or no 16-bit compute type)."""
+    import keras
+
+    from mxbench.bench.facts import leaves
+
+    dtype = next((str(lay.compute_dtype) for lay in leaves(model) if lay.weights), None)
+    if dtype not in ("float16", "bfloat16") or not isinstance(x, np.ndarray):
+        return None
+    if not np.issubdtype(x.dtype, np.floating):
+        return None
+    cast = keras.ops.cast(keras.ops.cast(x, dtype), "float32")
+    return np.asarray(keras.ops.convert_to_numpy(cast))
 
 
 def _no_dropout(model: Any) -> set[str]:
