@@ -242,7 +242,7 @@ def test_report_shows_the_check_and_diagnoses_what_is_off() -> None:
     (t,) = build(records)
     headers, rows = text.table_rows(t)
     assert headers[-2:] == ["mixed_float16 1-step cos", "float16 1-step cos"]
-    assert rows[0][-2:] == ["cos 1.0000", "cos 0.6100 low"]
+    assert rows[0][-2:] == ["cos 1.0000", "cos 0.6100 low, 40% zero"]
     assert rows[1][-2:] == ["skipped (overflow), 4/55 steps skipped", "not checked"]
     note = rc.one_step_check(t)
     assert note is not None
@@ -289,3 +289,15 @@ def test_a_low_cosine_that_float32_shares_is_not_blamed_on_the_policy() -> None:
     note = rc.one_step_check(t)
     assert note is not None and "not conclusive (mixed_bfloat16 at batch 32 -0.030" in note
     assert "Nothing underflowed" not in note
+
+
+def test_a_high_cosine_with_most_of_the_gradient_zero_is_flagged() -> None:
+    # convnext_tiny under pure float16 (examples/convergence): cosine 1.0000, 92% underflow
+    records = typed_all([
+        rec("h", "float32", 32, median=100.0),
+        checked("float16", 32, 50.0, check="scored", cosine=0.99998, underflow_share=0.9177),
+    ])  # fmt: skip
+    (t,) = build(records)
+    assert text.table_rows(t)[1][0][-1] == "cos 1.0000, 92% zero"
+    note = rc.one_step_check(t)
+    assert note is not None and note.startswith("Gradient underflow (float16 at batch 32 92%")

@@ -24,7 +24,7 @@ class Check:
     """What a slot's records say about convergence."""
 
     cosine: float | None  # the lowest scored cosine
-    underflow: float | None  # the largest underflow share, with it
+    underflow: float | None  # the largest underflow share
     states: frozenset[str]  # every check state seen
     skipped: int  # steps the dynamic scaler skipped, over the records
     steps: int  # steps run, over the records that had a dynamic scaler
@@ -55,7 +55,7 @@ def check(e: Entry | None) -> Check | None:
     scales = {c.loss_scale for c in found if c.loss_scale is not None}
     return Check(
         cosine=worst.cosine if worst else None,
-        underflow=worst.underflow_share if worst else None,
+        underflow=max((c.underflow_share or 0.0 for c in scored), default=None),
         states=frozenset(c.check for c in found if c.check is not None),
         skipped=sum(c.skipped_steps or 0 for c in scaled),
         steps=sum(c.steps or 0 for c in scaled),
@@ -84,6 +84,8 @@ def cell(e: Entry | None) -> str:
         text = f"cos {c.cosine:.4f}" + (" low" if c.low else "")
         if c.control is not None:
             text += f" (float32, input rounded: {c.control:.4f})"
+        if c.underflow is not None and c.underflow >= UNDERFLOW:
+            text += f", {c.underflow:.0%} zero"
     else:
         text = next((UNSCORED[s] for s in UNSCORED if s in c.states), "no gradient")
     if c.skipped:
@@ -97,7 +99,7 @@ def _scale(c: Check) -> str:
 
 def one_step_check(t: Table) -> str | None:
     """Low cosines, unscored first steps and skipped steps, with what each means."""
-    low, unscored, skipping, sensitive = [], [], [], []
+    low, unscored, skipping, sensitive, lost = [], [], [], [], []
     underflow = False
     for (policy, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         c = check(e) if policy != BASELINE else None
@@ -111,7 +113,9 @@ def one_step_check(t: Table) -> str | None:
             underflow |= zeros
             under = f", {c.underflow:.0%} of its elements zero" if zeros else ""
             low.append(f"{where} {c.cosine:.3f}{_scale(c)}{under}")
-        elif c.cosine is None and c.states & {"skipped", "not finite"}:
+        elif c.underflow is not None and c.underflow >= UNDERFLOW:
+            lost.append(f"{where} {c.underflow:.0%}{_scale(c)}")
+        if c.cosine is None and c.states & {"skipped", "not finite"}:
             unscored.append(f"{where}{_scale(c)}")
         if c.skipped:
             skipping.append(f"{where} {c.skipped} of {c.steps}")
@@ -137,6 +141,13 @@ def one_step_check(t: Table) -> str | None:
             "initial weights the model's gradient is that sensitive by itself (deep networks "
             "with batch normalization at initialization, small inputs); judge this policy by "
             "a training run to float32's accuracy, not by one step."
+        )
+    if lost:
+        parts.append(
+            f"Gradient underflow ({'; '.join(lost)} of the elements zero where float32's are "
+            "not): the cosine is high because the large elements agree, but those weights get "
+            "no update; float16 underflow that loss scaling (mixed_float16's dynamic scale, "
+            "loss_scale dynamic) prevents."
         )
     if unscored:
         parts.append(
