@@ -19,7 +19,7 @@ import msgspec
 from mxbench import __version__
 from mxbench.bench import backends, convergence, probe
 from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.timing import StepLog, split, step_timer, summarize
+from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError, pip_install
 from mxbench.params import BASELINE, Params
 from mxbench.results import (
@@ -55,11 +55,13 @@ def run_cell(
 ) -> Record:
     """Measure the cell described by ``p`` (already validated) into a result record."""
     started_at = started_at or probe.process_start_time() or time.time()
+    phases = Phases(started_at)
     rec = new_record(params=p, status="ok")
     rec.cpu = msgspec.convert(probe.cpu_info(), Cpu)
     rec.software = Software(python=sys.version.split()[0], backend=p.backend, mxbench=__version__)
     rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
-    state: dict[str, Any] = {"backend": None, "model": None}
+    state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
+    phases.mark("probe")
     try:
         _measure(p, rec, state, started_at, on_step)
     except UsageError:
@@ -68,9 +70,13 @@ def run_cell(
         traceback.print_exc(file=sys.stderr)
         rec.status = "oom" if is_oom(exc) else "error"
         rec.error = tail(f"{type(exc).__name__}: {exc}")
+    phases.mark("fit_other")  # after a failure: the rest of the attempt
     _probe_device(rec, state)
+    phases.mark("probe")
     if "convergence" in state:  # after the timed steps and the memory probe
         rec.convergence = convergence.check(p, *state["convergence"])
+    phases.mark("check")
+    rec.metrics.phases_s = phases.done()
     rec.time = now_iso()
     return rec
 
@@ -100,12 +106,15 @@ def _measure(
 
     rec.software.keras = keras.__version__
     import_s = time.perf_counter() - t0
+    phases = state["phases"]
+    phases.mark("import")
 
     rec.model = ModelInfo(name=p.model)
     prepared = harness.prepare(p, set_policy)
     model = state["model"] = prepared.model
     harness.compile_model(prepared, p.jit_compile, p.loss_scale)
     _dtype_settings(rec.settings, model, p.policy)
+    phases.mark("build")
 
     if prepared.dataset is not None:
         ds = _user_dataset(prepared, p)
@@ -118,9 +127,12 @@ def _measure(
         ds = data.image_folder(p.data, p.batch_size, (p.image_size, p.image_width or p.image_size))
         rec.settings.input_device = "host"
         x = None
+    phases.mark("data")
     rec.model = _model_info(p, prepared, facts, x)
+    phases.mark("facts")
 
-    initial = model.get_weights() if p.policy != BASELINE else []
+    initial = model.get_weights() if p.policy != BASELINE else []  # for the one-step check
+    phases.mark("check")
     log_ = StepLog()
     total = p.warmup_steps + p.steps
     timer = step_timer(log_, on_step, p.warmup_steps)
@@ -130,9 +142,10 @@ def _measure(
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
         sampler.stop()
+    parts = split(log_, p.warmup_steps)
+    phases.fit(parts)
     found = convergence.skipped(model, total)
     state["convergence"] = (found, model, initial, (x, y) if x is not None else ds)
-    parts = split(log_, p.warmup_steps)
     state["timed_window"] = (parts["first_timed_start"], log_.ends[-1])
     wall_minus_perf = time.time() - time.perf_counter()
 
