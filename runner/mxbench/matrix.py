@@ -45,6 +45,8 @@ MAX_CELLS = 10_000
 def _param_type(f: params.Field) -> Any:
     """A parameter's type for pydantic, with the bounds :class:`~mxbench.params.Params`
     declares (strict: ``true`` is not batch size 1, ``"32"`` is not 32)."""
+    if f.spec.parse is not None:  # one spelling per value (loss_scale: 1e9 is 1e+09)
+        return Annotated[f.type, BeforeValidator(f.spec.parse)]
     if f.choices is not None:
         if {"on", "off"} <= set(f.choices):  # YAML 1.1 reads a bare on / off as a boolean
             return Annotated[f.type, BeforeValidator(_on_off)]

@@ -46,6 +46,35 @@ MAX_STEPS = 1_000_000
 CONTROL_CHARS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
 ONE_LINE = f"\\A[^{CONTROL_CHARS}]*\\Z"  # for msgspec (Python's re; $ would allow a final \n)
 
+# loss_scale: a word, or a positive factor written as parse_loss_scale writes it.
+LOSS_SCALE_WORDS = ("auto", "dynamic", "none")
+LOSS_SCALE_PATTERN = r"\A(auto|dynamic|none|[0-9][0-9.e+-]*)\Z"
+MAX_LOSS_SCALE = 1e30  # float32's range ends near 3.4e38: beyond this nothing is left to show
+
+
+def parse_loss_scale(value: Any) -> str:
+    """``auto``, ``dynamic``, ``none``, or a positive factor in one spelling (``1e9``,
+    ``1000000000`` and ``1.0e9`` are all ``1e+09``): ValueError for anything else."""
+    if isinstance(value, str) and value.strip().lower() in LOSS_SCALE_WORDS:
+        return value.strip().lower()
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"expected {', '.join(LOSS_SCALE_WORDS)} or a factor, not {value!r}")
+    try:
+        factor = float(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r}: expected {', '.join(LOSS_SCALE_WORDS)} or a positive factor (1024)"
+        ) from None
+    if not 0 < factor <= MAX_LOSS_SCALE:  # also NaN
+        raise ValueError(f"{value!r}: a fixed loss scale must be above 0 and at most 1e30")
+    return f"{factor:g}"
+
+
+def loss_scale_factor(value: str) -> float | None:
+    """The fixed factor of a ``loss_scale`` value, None for the words."""
+    return None if value in LOSS_SCALE_WORDS else float(value)
+
+
 Role = Literal["slot", "setup", "precision", "repeat"]
 
 
@@ -70,6 +99,9 @@ class Spec:
     key_default: bool = True
     # The axis may say ``max``: search for the largest value that fits (mxbench.search).
     search: bool = False
+    # Turns what a matrix or the command line gives into the value (ValueError: refused);
+    # for a parameter whose text has one spelling per value (``loss_scale: 1e9``).
+    parse: Any = None
 
 
 class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -145,6 +177,15 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         Spec("Keras 3 backend that runs the model: tensorflow, jax or torch.", flag="--backend",
              column="backend", key_default=False),
     ] = "tensorflow"  # fmt: skip
+    loss_scale: Annotated[
+        str,
+        Meta(pattern=LOSS_SCALE_PATTERN),
+        Spec("Loss scaling: auto (Keras' own: dynamic under mixed_float16, none otherwise), "
+             "dynamic (a LossScaleOptimizer under any policy), none, or a fixed factor such "
+             "as 1024 (the optimizer's loss_scale_factor: no step is skipped, an overflow "
+             "trains on).", flag="--loss-scale", column="loss scale", key_default=False,
+             parse=parse_loss_scale),
+    ] = "auto"  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0)] | None,
         Spec("Which repetition of the cell (matrix benchmark.repeats > 1).", role="repeat",

@@ -135,8 +135,53 @@ class Metrics(_Part):
         dict[str, float],
         Doc("where the process's time went (s), phase by phase: start (interpreter, mxbench "
             "import), import (framework), build, data, facts, first_step, warmup, timed, "
-            "fit_other, probe (mxbench.bench.timing.PHASES)"),
+            "fit_other, probe, check (mxbench.bench.timing.PHASES)"),
     ] = {}  # fmt: skip
+
+
+class Convergence(_Part):
+    """Whether the policy still trains like float32 (mxbench.bench.convergence): the steps its
+    loss scaler skipped, and a one-step check of its gradient against float32's from the same
+    initial weights and batch, done after the timed steps."""
+
+    steps: Annotated[Count | None, Doc("training steps run (warm-up and timed)")] = None
+    skipped_steps: Annotated[
+        Count | None,
+        Doc("of those, the steps the dynamic loss scaler skipped (non-finite gradients: an "
+            "overflow); null: no dynamic scaler"),
+    ] = None  # fmt: skip
+    check: Annotated[
+        Literal["scored", "skipped", "not finite", "no gradient", "error"] | None,
+        Doc("the one-step check: scored (see cosine), skipped (non-finite gradients the "
+            "dynamic scaler would skip), not finite (no scaler to skip them: the step writes "
+            "NaN/Inf), no gradient (float32's is zero), error (note says why); null: not "
+            "checked (float32 cells)"),
+    ] = None  # fmt: skip
+    cosine: Annotated[
+        float | None,
+        Doc("cosine similarity of the first step's gradient (every trainable weight, loss "
+            "scale divided out) with float32's; below 0.99 is flagged (TorchBench's threshold "
+            "for mixed precision)"),
+    ] = None  # fmt: skip
+    norm_ratio: Annotated[float | None, Doc("its norm / float32's gradient norm")] = None
+    float32_rounded_input_cosine: Annotated[
+        float | None,
+        Doc("where the cosine is low: float32's own gradient with only its input rounded to "
+            "the policy's 16-bit type, against float32's; low too: the model's gradient is "
+            "that sensitive by itself (at initialization), not the policy's fault"),
+    ] = None  # fmt: skip
+    underflow_share: Annotated[
+        float | None,
+        Doc("share of the gradient's elements that are zero where float32's are not"),
+    ] = None
+    loss_scale: Annotated[float | None, Doc("the factor the checked step scaled the loss by")] = (
+        None
+    )
+    check_s: Annotated[
+        float | None,
+        Doc("seconds the check took (a float32 build, two forward and backward passes)"),
+    ] = None
+    note: Annotated[str | None, Doc("why the check could not score; what it left out")] = None
 
 
 class PresentGpu(_Part):
@@ -342,6 +387,10 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     search: Annotated[
         BatchSearch | None,
         Doc("the batch-size search (axes.batch_size: max) this attempt is a trial of"),
+    ] = None
+    convergence: Annotated[
+        Convergence | None,
+        Doc("skipped steps and the one-step check against float32 (mixed policies)"),
     ] = None
 
     def problem(self) -> str | None:

@@ -17,11 +17,11 @@ from typing import Any
 import msgspec
 
 from mxbench import __version__
-from mxbench.bench import backends, probe
+from mxbench.bench import backends, convergence, probe
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError, pip_install
-from mxbench.params import Params
+from mxbench.params import BASELINE, Params
 from mxbench.results import (
     Cpu,
     Device,
@@ -73,6 +73,9 @@ def run_cell(
     phases.mark("fit_other")  # after a failure: the rest of the attempt
     _probe_device(rec, state)
     phases.mark("probe")
+    if "convergence" in state:  # after the timed steps and the memory probe
+        rec.convergence = convergence.check(p, *state["convergence"])
+    phases.mark("check")
     rec.metrics.phases_s = phases.done()
     rec.time = now_iso()
     return rec
@@ -109,7 +112,7 @@ def _measure(
     rec.model = ModelInfo(name=p.model)
     prepared = harness.prepare(p, set_policy)
     model = state["model"] = prepared.model
-    harness.compile_model(prepared, p.jit_compile)
+    harness.compile_model(prepared, p.jit_compile, p.loss_scale)
     _dtype_settings(rec.settings, model, p.policy)
     phases.mark("build")
 
@@ -128,6 +131,8 @@ def _measure(
     rec.model = _model_info(p, prepared, facts, x)
     phases.mark("facts")
 
+    initial = model.get_weights() if p.policy != BASELINE else []  # for the one-step check
+    phases.mark("check")
     log_ = StepLog()
     total = p.warmup_steps + p.steps
     timer = step_timer(log_, on_step, p.warmup_steps)
@@ -139,6 +144,8 @@ def _measure(
         sampler.stop()
     parts = split(log_, p.warmup_steps)
     phases.fit(parts)
+    found = convergence.skipped(model, total)
+    state["convergence"] = (found, model, initial, (x, y) if x is not None else ds)
     state["timed_window"] = (parts["first_timed_start"], log_.ends[-1])
     wall_minus_perf = time.time() - time.perf_counter()
 

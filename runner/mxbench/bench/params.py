@@ -19,6 +19,12 @@ from mxbench.params import Params
 
 def validate(p: Params) -> Params:
     """``p`` if it describes a cell that can be measured; else UsageError (exit 2)."""
+    for f in params.fields():
+        if f.spec.parse is not None:
+            try:
+                p = msgspec.structs.replace(p, **{f.name: f.spec.parse(getattr(p, f.name))})
+            except ValueError as exc:
+                raise UsageError(f"{f.spec.flag or f.name}: {exc}") from None
     try:
         msgspec.convert(msgspec.structs.asdict(p), Params)
     except msgspec.ValidationError as exc:

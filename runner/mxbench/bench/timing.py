@@ -148,6 +148,7 @@ PHASES = {
     "timed": "the timed window",
     "fit_other": "the rest of fit (its setup, waiting on batch-end callbacks)",
     "probe": "probing CPU, device, GPU utilisation and memory",
+    "check": "the one-step check against float32 (mxbench.bench.convergence; 16-bit policies)",
 }
 
 

@@ -7,6 +7,7 @@ AVX2/FMA ("compiled in" only when TF's own probe said so, never guessed).
 
 from __future__ import annotations
 
+from mxbench import params
 from mxbench.report import devices
 from mxbench.report.tables import Table
 from mxbench.results import Record
@@ -127,6 +128,8 @@ def lines(table: Table) -> list[str]:
     if sw:
         out.append(sw)
     hidden = _not_for_this_model(rec)
+    if table.setup.get("loss_scale") == params.field("loss_scale").default:
+        hidden += ("loss_scale",)  # Keras' own: said only when a matrix chose another
     setup = " · ".join(
         f"{k} {v}" for k, v in table.setup.items() if v not in (None, "") and k not in hidden
     )

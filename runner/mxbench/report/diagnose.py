@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mxbench.params import BASELINE
-from mxbench.report import devices
+from mxbench.report import convergence, devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 from mxbench.results import ModelInfo, OffMultipleOf8
@@ -443,6 +443,7 @@ RULES: tuple[Callable[[Table], str | None], ...] = (
     float16_emulated_on_cpu,
     bf16_on_cpu,
     loss_parity,
+    convergence.one_step_check,
     pure_float16,
     overhead_bound,
     input_bound,

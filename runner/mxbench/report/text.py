@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from mxbench import stats
 from mxbench.params import BASELINE
+from mxbench.report import convergence
 from mxbench.report.load import Loaded, folders
 from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
 
@@ -92,6 +93,8 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
     for p in t.policies:
         headers += [f"{p} ms/step [IQR]", f"{p} images/s"]
     headers += [f"speedup {p} [95% CI]" for p in t.reduced]
+    checked = convergence.policies(t)
+    headers += [convergence.header(p) for p in checked]
     rows = []
     for b in t.batches:
         row = [str(b)]
@@ -100,6 +103,7 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
             rate = e.images_per_s(b) if e is not None else None
             row += [_with_loss(t, p, b), "" if rate is None else f"{rate:.0f}"]
         row += [texts.get((p, b), "") for p in t.reduced]
+        row += [convergence.cell(t.entries.get((p, b))) for p in checked]
         rows.append(row)
     return headers, rows
 
