@@ -285,9 +285,10 @@ def _labels(prepared: Prepared, p: Any, rng: np.random.Generator) -> Any:
     return rng.integers(int(low), int(high), size=out[:-1]).astype(np.int32)
 
 
-def compile_model(prepared: Prepared, jit_compile: str) -> None:
+def compile_model(prepared: Prepared, jit_compile: str, steps_per_execution: int = 1) -> None:
     """Keras adds dynamic loss scaling itself under ``mixed_float16`` (not under float16)."""
     jit: bool | str = "auto" if jit_compile == "auto" else jit_compile == "on"
     prepared.model.compile(
-        loss=prepared.loss, optimizer=prepared.optimizer, metrics=["accuracy"], jit_compile=jit
-    )
+        loss=prepared.loss, optimizer=prepared.optimizer, metrics=["accuracy"], jit_compile=jit,
+        steps_per_execution=steps_per_execution,
+    )  # fmt: skip
