@@ -313,6 +313,9 @@ class Matrix(Strict):
             if target is not None and not 0 < target <= 1:
                 why = f"{target}: a validation accuracy, above 0 and at most 1"
                 raise _PathError(self._where("target"), why)
+        if "torch" in sweep["backend"] and max(sweep["steps_per_execution"]) > 1:
+            why = "Keras runs one step per call on the torch backend (only 1)"
+            raise _PathError(self._where("steps_per_execution"), why)
         timing = None in sweep["epochs"]
         for spe in sweep["steps_per_execution"] if timing else ():
             for name in ("warmup_steps", "steps"):

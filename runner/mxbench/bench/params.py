@@ -40,6 +40,9 @@ def validate(p: Params) -> Params:
             f"--steps-per-execution {spe}: --warmup-steps {p.warmup_steps} and --steps "
             f"{p.steps} must be multiples of it"
         )
+    if spe > 1 and p.backend == "torch":
+        raise UsageError(f"--steps-per-execution {spe}: Keras runs one step per call on the "
+                         "torch backend (only 1)")  # fmt: skip
     if p.epochs and p.synthetic:
         raise UsageError(f"--epochs {p.epochs}: a training run needs --data, a folder with "
                          "train/ and val/ (mxbench data digits DIR writes one)")  # fmt: skip

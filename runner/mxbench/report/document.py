@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mxbench.params import BASELINE
-from mxbench.report import annotate, capacity, text
+from mxbench.report import annotate, capacity, text, training
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table
@@ -111,6 +111,9 @@ class Document:
     notices: list[str]  # older attempts hidden, lines skipped
     grids: list[Grid]
     sections: list[Section]
+    # training runs to an accuracy, and the input pipeline's share (report/training.py)
+    training: list[training.Section] = field(default_factory=list)
+    input_shares: list[str] = field(default_factory=list)
 
     @property
     def speed(self) -> list[Section]:
@@ -204,6 +207,8 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         notices=text.notices(loaded),
         grids=grids(tables, anchors),
         sections=sections,
+        training=training.sections(loaded.winners),
+        input_shares=training.input_shares(loaded.winners),
     )
 
 

@@ -1,0 +1,322 @@
+"""Training runs and the input pipeline's share: two answers beside the speed tables.
+
+**To the same accuracy.** Records of training runs (``params.epochs``, ``record.train``) are
+grouped by everything but policy and seed. float32's seeds give a band (the lowest and
+highest validation accuracy at each evaluation); each policy is judged against it: *within
+float32's band*, *converges slower than float32's band* (its mean curve below the band at
+most evaluations), or *ends below float32's band* (at the last evaluation). With a target,
+each policy's time to it (median over seeds, and how many seeds reached it) and the
+**time-to-accuracy speedup** over float32 with its 95% interval over seeds: each seed's time
+is one process, so :func:`mxbench.stats.speedup` (Welch's t over the processes' log times)
+judges it as it judges step times. The sentence says it as a share of float32's time
+("reaches 90% in 0.71× the time [0.62–0.81]").
+
+**The input pipeline's share.** Timing cells that differ only in ``data`` (synthetic against
+a folder) at the same batch size: the real data's extra time per step as a share of its
+step, ``1 - synthetic / real``, with the interval of the same ratio ("the input pipeline
+costs 41% [35–47%] of the step").
+"""
+
+from __future__ import annotations
+
+import base64
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from mxbench import stats
+from mxbench.params import BASELINE, SYNTHETIC
+from mxbench.results import Record
+
+DASH = "–"
+
+
+@dataclass
+class Run:
+    """One policy of a training group: its seeds' records."""
+
+    policy: str
+    records: list[Record]
+
+    @property
+    def finals(self) -> list[float]:
+        return [
+            r.train.points[-1].val_metric or 0.0 for r in self.records if r.train and r.train.points
+        ]
+
+    @property
+    def times(self) -> list[float]:
+        """Time to target of the seeds that reached it."""
+        return [
+            r.train.time_to_target_s
+            for r in self.records
+            if r.train and r.train.time_to_target_s is not None
+        ]
+
+
+@dataclass
+class Section:
+    title: str
+    target: float | None
+    runs: list[Run]
+    headers: list[str]
+    rows: list[list[str]]
+    sentences: list[str] = field(default_factory=list)
+
+
+def _group_key(r: Record) -> tuple[str, bytes]:
+    p = msgspec.structs.replace(r.params, policy=BASELINE, repeat=None)
+    return (r.host or "", msgspec.json.encode(p))
+
+
+def _title(r: Record) -> str:
+    p = r.params
+    size = f"{p.image_size}x{p.image_width or p.image_size}"
+    device = r.device.name or r.host or "?"
+    return (
+        f"{p.model} on {Path(p.data).name or p.data} at {size}, batch {p.batch_size}, "
+        f"{p.epochs} epochs ({r.host}, {device}, {p.backend})"
+    )
+
+
+def _band(base: Run) -> dict[int, tuple[float, float]]:
+    """float32's lowest and highest validation metric at each evaluated epoch."""
+    at: dict[int, list[float]] = {}
+    for r in base.records:
+        for pt in r.train.points if r.train else ():
+            if pt.val_metric is not None:
+                at.setdefault(pt.epoch, []).append(pt.val_metric)
+    return {e: (min(v), max(v)) for e, v in at.items()}
+
+
+def band_verdict(run: Run, band: dict[int, tuple[float, float]]) -> str:
+    """How the policy's mean curve sits against float32's band."""
+    at: dict[int, list[float]] = {}
+    for r in run.records:
+        for pt in r.train.points if r.train else ():
+            if pt.val_metric is not None and pt.epoch in band:
+                at.setdefault(pt.epoch, []).append(pt.val_metric)
+    if not at:
+        return "no evaluation"
+    mean = {e: statistics.fmean(v) for e, v in at.items()}
+    below = [e for e, m in mean.items() if m < band[e][0]]
+    last = max(mean)
+    if mean[last] < band[last][0]:
+        return "ends below float32's band"
+    if len(below) > len(mean) / 2:
+        return "converges slower than float32's band"
+    return "within float32's band"
+
+
+def _spread(values: Sequence[float], fmt: str) -> str:
+    if not values:
+        return DASH
+    med = statistics.median(values)
+    if len(values) == 1:
+        return format(med, fmt)
+    return f"{format(med, fmt)} [{format(min(values), fmt)}{DASH}{format(max(values), fmt)}]"
+
+
+def time_ratio(base: Run, other: Run) -> stats.Ratio | None:
+    """float32's time to target / the policy's, with its interval over seeds (processes)."""
+    return stats.speedup([[t] for t in base.times], [[t] for t in other.times])
+
+
+def verdict_sentence(
+    policy: str, target: float, r: stats.Ratio | None, n: int, reached: int
+) -> str:
+    goal = f"{target:.0%}"
+    if reached == 0:
+        return f"{policy} does not reach {goal} in any of {n} seeds"
+    if r is None:
+        return f"{policy} reaches {goal} ({reached}/{n} seeds); float32 does not"
+    frac = f"{1 / r.value:.2f}×"
+    part = "" if reached == n else f" ({reached}/{n} seeds reach it)"
+    if not r.judged:
+        return f"{policy} reaches {goal} in {frac} float32's time{part} ({stats.TOO_FEW})"
+    span = f"[{1 / r.high:.2f}{DASH}{1 / r.low:.2f}]"
+    word = {stats.FASTER: "sooner", stats.SLOWER: "later", stats.SAME: "no clear difference"}
+    return (
+        f"{policy} reaches {goal} in {frac} {span} float32's time{part}: "
+        f"{word.get(r.verdict, r.verdict)}"
+    )
+
+
+def sections(records: Iterable[Record]) -> list[Section]:
+    groups: dict[tuple[str, bytes], list[Record]] = {}
+    for r in records:
+        if r.status == "ok" and r.train is not None and r.params.epochs:
+            groups.setdefault(_group_key(r), []).append(r)
+    out = []
+    for members in groups.values():
+        by_policy: dict[str, list[Record]] = {}
+        for r in sorted(members, key=lambda r: (r.params.policy != BASELINE, r.params.repeat or 0)):
+            by_policy.setdefault(r.params.policy, []).append(r)
+        runs = [Run(p, rs) for p, rs in by_policy.items()]
+        target = members[0].params.target
+        out.append(_section(_title(members[0]), target, runs))
+    return out
+
+
+def _section(title: str, target: float | None, runs: list[Run]) -> Section:
+    base = next((r for r in runs if r.policy == BASELINE), None)
+    band = _band(base) if base else {}
+    goal = f"{target:.0%}" if target else None
+    headers = ["policy", "seeds", "final val accuracy", "vs float32's band"]
+    if goal:
+        headers += [f"time to {goal} (s)", "reached", "speedup (float32 time / policy's)"]
+    rows, sentences = [], []
+    for run in runs:
+        n = len(run.records)
+        row = [
+            run.policy,
+            str(n),
+            _spread(run.finals, ".3f"),
+            "(the band)" if run is base else band_verdict(run, band) if band else DASH,
+        ]
+        if goal and target:
+            times = run.times
+            row += [_spread(times, ".1f"), f"{len(times)}/{n}"]
+            ratio = time_ratio(base, run) if base and run is not base else None
+            row.append(ratio.text() if ratio else DASH)
+            if run is not base:
+                sentences.append(verdict_sentence(run.policy, target, ratio, n, len(times)))
+        if run is not base and band:
+            sentences.append(f"{run.policy}: {band_verdict(run, band)}")
+        rows.append(row)
+    return Section(title, target, runs, headers, rows, sentences)
+
+
+# --------------------------------------------------------------------------- input share
+
+
+def input_shares(records: Iterable[Record]) -> list[str]:
+    """One sentence per (setup, policy) measured on synthetic data and on a folder."""
+    sides: dict[tuple[str, bytes], dict[str, list[Record]]] = {}
+    for r in records:
+        if r.step is None or r.params.epochs:
+            continue
+        key = (
+            r.host or "",
+            msgspec.json.encode(msgspec.structs.replace(r.params, data=SYNTHETIC, repeat=None)),
+        )
+        sides.setdefault(key, {}).setdefault(r.params.data, []).append(r)
+    out = []
+    for found in sides.values():
+        synth = found.pop(SYNTHETIC, None)
+        for folder, real in sorted(found.items()):
+            if synth:
+                out.append(_share(folder, real, synth))
+    return out
+
+
+def _share(folder: str, real: list[Record], synth: list[Record]) -> str:
+    r = stats.speedup(
+        [x.step.samples for x in real if x.step], [x.step.samples for x in synth if x.step]
+    )
+    p = real[0].params
+    ms = [statistics.median(x.step.median for x in side if x.step) for side in (real, synth)]
+    where = (
+        f"{Path(folder).name or folder} at batch {p.batch_size}, {p.image_size} px, "
+        f"{p.policy}, {real[0].host}: {ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic"
+    )
+    if r is None:
+        return f"the input pipeline: no comparison ({where})"
+    share = 1 - 1 / r.value
+    if not r.judged:
+        return f"the input pipeline costs {share:.0%} of the step ({where}; {stats.TOO_FEW})"
+    low, high = 1 - 1 / r.low, 1 - 1 / r.high
+    return f"the input pipeline costs {share:.0%} [{low:.0%}{DASH}{high:.0%}] of the step ({where})"
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def curves_png(s: Section) -> bytes | None:
+    """Validation accuracy against epoch (float32's band shaded) and against training time,
+    one line per seed, coloured by policy; the target dashed."""
+    from mxbench.report.plot import _pyplot, _save, colour, plain
+
+    plt = _pyplot()
+    fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(10, 3.6))
+    base = next((r for r in s.runs if r.policy == BASELINE), None)
+    band = _band(base) if base else {}
+    if band:
+        epochs = sorted(band)
+        by_epoch.fill_between(
+            epochs,
+            [band[e][0] for e in epochs],
+            [band[e][1] for e in epochs],
+            color=colour(BASELINE),
+            alpha=0.2,
+            label="float32 band",
+        )
+    for run in s.runs:
+        for i, r in enumerate(run.records):
+            pts = [p for p in (r.train.points if r.train else []) if p.val_metric is not None]
+            label = plain(run.policy) if i == 0 else None
+            by_epoch.plot(
+                [p.epoch for p in pts],
+                [p.val_metric for p in pts],
+                color=colour(run.policy),
+                lw=1,
+                label=label,
+            )
+            by_time.plot(
+                [p.train_s for p in pts],
+                [p.val_metric for p in pts],
+                color=colour(run.policy),
+                lw=1,
+                label=label,
+            )
+    for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training time (s)")):
+        if s.target:
+            ax.axhline(s.target, color="#444444", ls="--", lw=0.8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("validation accuracy")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    by_epoch.legend(loc="lower right", fontsize=8)
+    fig.suptitle(plain(s.title), fontsize=9)
+    return _save(plt, fig)  # type: ignore[no-any-return]
+
+
+def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
+    from mxbench.report.markdown import escape, table
+
+    out: list[str] = []
+    if shares:
+        out += ["## Input pipeline: real data against synthetic", ""]
+        out += [f"- {escape(s, limit=None)}" for s in shares] + [""]
+    for s in sections_:
+        out += [f"## Training run: {escape(s.title)}", "", table(s.headers, s.rows), ""]
+        out += [f"- {escape(x, limit=None)}" for x in s.sentences] + [""]
+    return out
+
+
+def html(sections_: Sequence[Section], shares: Sequence[str], plots: bool = True) -> list[str]:
+    import html as _html
+
+    from mxbench.report.html import _table
+
+    esc = _html.escape
+    out: list[str] = []
+    if shares:
+        out.append('<section id="input"><h2>Input pipeline: real data against synthetic</h2>')
+        out += ['<ul class="notes">', *(f"<li>{esc(s)}</li>" for s in shares), "</ul></section>"]
+    for i, s in enumerate(sections_):
+        out.append(f'<section id="training-{i + 1}"><h2>Training run: {esc(s.title)}</h2>')
+        out.append(_table(s.headers, s.rows))
+        out += ['<ul class="notes">', *(f"<li>{esc(x)}</li>" for x in s.sentences), "</ul>"]
+        data = curves_png(s) if plots else None
+        if data:
+            alt = esc(f"validation accuracy against epoch and training time, {s.title}")
+            b64 = base64.b64encode(data).decode("ascii")
+            out.append(
+                f'<div class="plots"><img alt="{alt}" src="data:image/png;base64,{b64}"></div>'
+            )
+        out.append("</section>")
+    return out
