@@ -179,6 +179,8 @@ def test_training_run_reaches_a_known_accuracy(digits: Path, linear_model: Path)
         "2",
         "--target",
         "0.9",
+        "--repeat",
+        "1",
         "--jit-compile",
         "off",
     )
@@ -187,7 +189,7 @@ def test_training_run_reaches_a_known_accuracy(digits: Path, linear_model: Path)
     assert rec["status"] == "ok", rec["error"]
     train = rec["train"]
     assert (train["train_images"], train["val_images"], train["val_split"]) == (1438, 359, "val")
-    assert train["steps_per_epoch"] == 1438 // 64 and train["seed"] == 0
+    assert train["steps_per_epoch"] == 1438 // 64 and train["seed"] == 1
     points = train["points"]
     assert [p["epoch"] for p in points] == [2, 4, 6]
     assert all(a["train_s"] < b["train_s"] for a, b in itertools.pairwise(points))
@@ -257,6 +259,17 @@ def test_bench_refuses_runs_it_cannot_measure(so_folder: Path, tmp_path: Path) -
 def test_matrix_names_the_key(benchmark: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_matrix(f"benchmark: {benchmark}\nhosts: [{{name: a, engine: local}}]")
+
+
+def test_each_repeat_of_a_training_run_is_a_seed() -> None:
+    from mxbench.cells import expand
+
+    m = parse_matrix(
+        "benchmark: {epochs: 2, data: d, repeats: 2, batch_size: 8}\n"
+        "axes: {policy: [float32]}\nhosts: [{name: a, engine: local}]"
+    )
+    args = [c.bench_args() for c in expand(m)]
+    assert [a[a.index("--repeat") + 1] for a in args] == ["0", "1"]
 
 
 def test_training_parameters_stay_out_of_old_cell_keys() -> None:

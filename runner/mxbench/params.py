@@ -181,8 +181,8 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     ] = None  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0)] | None,
-        Spec("Which repetition of the cell (matrix benchmark.repeats > 1).", role="repeat",
-             column="rep"),
+        Spec("Which repetition of the cell (matrix benchmark.repeats > 1); a training run "
+             "(--epochs) trains from this seed.", role="repeat", flag="--repeat", column="rep"),
     ] = None  # fmt: skip
 
     @property

@@ -162,7 +162,8 @@ def _folder_class() -> type:
                 self.cache[i] = np.asarray(pixels, np.uint8)
                 with self.lock:
                     self.decoded[i] = True
-            return self.cache[i]
+            image: np.ndarray = self.cache[i]
+            return image
 
         def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
             s = self.spec

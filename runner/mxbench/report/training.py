@@ -2,7 +2,8 @@
 
 **To the same accuracy.** Records of training runs (``params.epochs``, ``record.train``) are
 grouped by everything but policy and seed. float32's seeds give a band (the lowest and
-highest validation accuracy at each evaluation); each policy is judged against it: *within
+highest validation accuracy at each evaluation, widened by one binomial standard error of
+the validation split); each policy is judged against it: *within
 float32's band*, *converges slower than float32's band* (its mean curve below the band at
 most evaluations), or *ends below float32's band* (at the last evaluation). With a target,
 each policy's time to it (median over seeds, and how many seeds reached it) and the
@@ -20,6 +21,7 @@ costs 41% [35–47%] of the step").
 from __future__ import annotations
 
 import base64
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -83,13 +85,20 @@ def _title(r: Record) -> str:
 
 
 def _band(base: Run) -> dict[int, tuple[float, float]]:
-    """float32's lowest and highest validation metric at each evaluated epoch."""
+    """float32's lowest and highest validation accuracy at each evaluated epoch, each widened
+    by one binomial standard error of an accuracy on the validation split (a few seeds can
+    agree to the image by chance: the split's own sampling noise is the least a band is)."""
     at: dict[int, list[float]] = {}
+    n = min((r.train.val_images or 0 for r in base.records if r.train), default=0)
     for r in base.records:
         for pt in r.train.points if r.train else ():
             if pt.val_metric is not None:
                 at.setdefault(pt.epoch, []).append(pt.val_metric)
-    return {e: (min(v), max(v)) for e, v in at.items()}
+
+    def se(a: float) -> float:
+        return math.sqrt(max(a * (1 - a), 0.0) / n) if n else 0.0
+
+    return {e: (min(v) - se(min(v)), max(v) + se(max(v))) for e, v in at.items()}
 
 
 def band_verdict(run: Run, band: dict[int, tuple[float, float]]) -> str:
@@ -218,7 +227,7 @@ def _share(folder: str, real: list[Record], synth: list[Record]) -> str:
         [x.step.samples for x in real if x.step], [x.step.samples for x in synth if x.step]
     )
     p = real[0].params
-    ms = [statistics.median(x.step.median for x in side if x.step) for side in (real, synth)]
+    ms = [statistics.median(x.step.median or 0.0 for x in side if x.step) for side in (real, synth)]
     where = (
         f"{Path(folder).name or folder} at batch {p.batch_size}, {p.image_size} px, "
         f"{p.policy}, {real[0].host}: {ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic"
@@ -281,7 +290,7 @@ def curves_png(s: Section) -> bytes | None:
         ax.grid(alpha=0.3)
     by_epoch.legend(loc="lower right", fontsize=8)
     fig.suptitle(plain(s.title), fontsize=9)
-    return _save(plt, fig)  # type: ignore[no-any-return]
+    return _save(plt, fig)
 
 
 def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
