@@ -5,6 +5,7 @@ time-to-accuracy and input-share answers (against records whose truth is known).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -399,3 +400,8 @@ def test_report_renders_the_training_section(tmp_path: Path) -> None:
     text = page.read_text()
     assert 'alt="validation accuracy against epoch and training time' in text
     assert text.count("data:image/png;base64,") >= 1
+    as_json = json.loads(_cli("report", "--results", str(tmp_path / "r"), "--json").stdout)
+    (section,) = as_json["training"]
+    assert section["rows"][1]["reached"] == "2/2" and section["sentences"]
+    plain = _cli("report", "--results", str(tmp_path / "r"), "--output", str(tmp_path / "r.txt"))
+    assert plain.returncode == 0 and "Training run: blog-cnn" in (tmp_path / "r.txt").read_text()

@@ -26,6 +26,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -291,6 +292,32 @@ def curves_png(s: Section) -> bytes | None:
     by_epoch.legend(loc="lower right", fontsize=8)
     fig.suptitle(plain(s.title), fontsize=9)
     return _save(plt, fig)
+
+
+def as_dict(s: Section) -> dict[str, Any]:
+    """A section for the JSON report: the table as rows of named cells, and the verdicts."""
+    return {"title": s.title, "target": s.target, "sentences": s.sentences,
+            "rows": [dict(zip(s.headers, row, strict=True)) for row in s.rows]}  # fmt: skip
+
+
+def renderables(sections_: Sequence[Section], shares: Sequence[str]) -> Iterable[Any]:
+    """The terminal's rendering (rich)."""
+    from rich.rule import Rule
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    if shares:
+        yield Rule("Input pipeline: real data against synthetic", align="left")
+        yield from (Text(f"- {s}") for s in shares)
+    for s in sections_:
+        yield Rule(f"Training run: {s.title}", align="left")
+        table = RichTable()
+        for h in s.headers:
+            table.add_column(Text(h))  # Text: no markup from records
+        for row in s.rows:
+            table.add_row(*(Text(c) for c in row))
+        yield table
+        yield from (Text(f"- {x}") for x in s.sentences)
 
 
 def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
