@@ -376,6 +376,9 @@ def test_input_share_against_known_step_times() -> None:
     ]
     (line,) = training.input_shares(records)
     assert line.startswith("the input pipeline costs 40% [")
+    same = [_timed(d, "float32", k, ms) for k, ms in enumerate((6.0, 9.0, 12.0))
+            for d in ("synthetic", "/d/digits")]  # fmt: skip
+    assert training.input_shares(same)[0].startswith("no clear input-pipeline cost: 0% [")
     assert re.search(
         r"digits at batch 32, 32 px, float32, h: 10\.0\d ms/step real vs 6\.0\d ", line
     )

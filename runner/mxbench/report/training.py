@@ -238,8 +238,12 @@ def _share(folder: str, real: list[Record], synth: list[Record]) -> str:
     share = 1 - 1 / r.value
     if not r.judged:
         return f"the input pipeline costs {share:.0%} of the step ({where}; {stats.TOO_FEW})"
-    low, high = 1 - 1 / r.low, 1 - 1 / r.high
-    return f"the input pipeline costs {share:.0%} [{low:.0%}{DASH}{high:.0%}] of the step ({where})"
+    span = f"{share:.0%} [{1 - 1 / r.low:.0%}{DASH}{1 - 1 / r.high:.0%}]"
+    if r.verdict == stats.FASTER:  # real data's step is longer: the input costs
+        return f"the input pipeline costs {span} of the step ({where})"
+    if r.verdict == stats.SLOWER:
+        return f"real data ran faster than synthetic, {span} ({where}): something else varied"
+    return f"no clear input-pipeline cost: {span} of the step ({where})"
 
 
 # --------------------------------------------------------------------------- rendering
