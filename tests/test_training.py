@@ -19,6 +19,7 @@ import pytest
 from bench_helpers import run_bench
 from mxbench.errors import UsageError
 from mxbench.matrix import parse_matrix
+from mxbench.params import Params
 from mxbench.results import Record
 
 pytest.importorskip("PIL")
@@ -376,12 +377,18 @@ def test_input_share_against_known_step_times() -> None:
     ]
     (line,) = training.input_shares(records)
     assert line.startswith("the input pipeline costs 40% [")
-    same = [_timed(d, "float32", k, ms) for k, ms in enumerate((6.0, 9.0, 12.0))
-            for d in ("synthetic", "/d/digits")]  # fmt: skip
-    assert training.input_shares(same)[0].startswith("no clear input-pipeline cost: 0% [")
     assert re.search(
         r"digits at batch 32, 32 px, float32, h: 10\.0\d ms/step real vs 6\.0\d ", line
     )
+    same = [_timed(d, "float32", k, ms) for k, ms in enumerate((6.0, 9.0, 12.0))
+            for d in ("synthetic", "/d/digits")]  # fmt: skip
+    assert training.input_shares(same)[0].startswith("no clear input-pipeline cost: 0% [")
+    calls = [msgspec.structs.replace(_timed("synthetic", "float32", k, ms), params=Params(
+        data="synthetic", image_size=32, repeat=k, steps_per_execution=spe))
+        for k in range(3) for spe, ms in ((1, 10.0), (10, 8.0))]  # fmt: skip
+    (line,) = training.shares(calls)  # the host-overhead A/B, the same way
+    assert line.startswith("steps_per_execution 10 saves 20% [")
+    assert re.search(r"float32, h: 10\.0\d ms/step at 1 vs 8\.0\d at 10\)$", line)
 
 
 def test_report_renders_the_training_section(tmp_path: Path) -> None:

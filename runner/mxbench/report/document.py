@@ -111,9 +111,9 @@ class Document:
     notices: list[str]  # older attempts hidden, lines skipped
     grids: list[Grid]
     sections: list[Section]
-    # training runs to an accuracy, and the input pipeline's share (report/training.py)
+    # training runs to an accuracy; input and host-overhead A/Bs (report/training.py)
     training: list[training.Section] = field(default_factory=list)
-    input_shares: list[str] = field(default_factory=list)
+    shares: list[str] = field(default_factory=list)
 
     @property
     def speed(self) -> list[Section]:
@@ -208,7 +208,7 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         grids=grids(tables, anchors),
         sections=sections,
         training=training.sections(loaded.winners),
-        input_shares=training.input_shares(loaded.winners),
+        shares=training.shares(loaded.winners),
     )
 
 

@@ -108,6 +108,6 @@ def render(doc: Document) -> str:
         "tables": [_table(s) for s in doc.speed],
         # training runs to an accuracy, and the input pipeline's share (report/training.py)
         "training": [training.as_dict(s) for s in doc.training],
-        "input_shares": doc.input_shares,
+        "shares": doc.shares,
     }
     return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")

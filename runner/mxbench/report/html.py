@@ -184,6 +184,6 @@ def render(
         out.append(section(s, plot(s.table) if i < MAX_PLOTS else []))
         on_table()
     out += [section(s, _largest_plot(s)) for s in doc.largest]
-    out += training.html(doc.training, doc.input_shares)
+    out += training.html(doc.training, doc.shares)
     out.append("</body></html>")
     return "\n".join(out)

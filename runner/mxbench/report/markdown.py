@@ -97,5 +97,5 @@ def render(doc: Document) -> str:
         out += [LEGEND, ""]
     out += [escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""]
     out += [section(s) for s in doc.sections]
-    out += training.markdown(doc.training, doc.input_shares)
+    out += training.markdown(doc.training, doc.shares)
     return "\n".join(out)

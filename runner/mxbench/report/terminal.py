@@ -80,7 +80,7 @@ def renderables(doc: Document) -> Iterator[Any]:
     yield Text("")
     for s in doc.sections:
         yield from section(s)
-    yield from training.renderables(doc.training, doc.input_shares)
+    yield from training.renderables(doc.training, doc.shares)
 
 
 def show(doc: Document, console: Console) -> None:

@@ -15,7 +15,8 @@ judges it as it judges step times. The sentence says it as a share of float32's 
 **The input pipeline's share.** Timing cells that differ only in ``data`` (synthetic against
 a folder) at the same batch size: the real data's extra time per step as a share of its
 step, ``1 - synthetic / real``, with the interval of the same ratio ("the input pipeline
-costs 41% [35–47%] of the step").
+costs 41% [35–47%] of the step"). **Host overhead**, the same way: ``steps_per_execution``
+k against 1 ("steps_per_execution 10 saves 12% [5–18%] of the step").
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import msgspec
 
 from mxbench import stats
-from mxbench.params import BASELINE, SYNTHETIC
+from mxbench.params import BASELINE, SYNTHETIC, Params
 from mxbench.results import Record
 
 DASH = "–"
@@ -200,50 +201,92 @@ def _section(title: str, target: float | None, runs: list[Run]) -> Section:
     return Section(title, target, runs, headers, rows, sentences)
 
 
-# --------------------------------------------------------------------------- input share
+# --------------------------------------------------------------------------- one-parameter A/Bs
 
 
-def input_shares(records: Iterable[Record]) -> list[str]:
-    """One sentence per (setup, policy) measured on synthetic data and on a folder."""
-    sides: dict[tuple[str, bytes], dict[str, list[Record]]] = {}
+def _ab(
+    records: Iterable[Record], name: str, base: Any
+) -> list[tuple[Any, list[Record], list[Record]]]:
+    """Timing cells that differ only in parameter ``name``: per setup, each value other than
+    ``base`` with the records at ``base`` (the processes of each side)."""
+    sides: dict[tuple[str, bytes], dict[Any, list[Record]]] = {}
     for r in records:
         if r.step is None or r.params.epochs:
             continue
-        key = (
-            r.host or "",
-            msgspec.json.encode(msgspec.structs.replace(r.params, data=SYNTHETIC, repeat=None)),
-        )
-        sides.setdefault(key, {}).setdefault(r.params.data, []).append(r)
+        same = msgspec.structs.replace(r.params, **{name: base, "repeat": None})
+        key = (r.host or "", msgspec.json.encode(same))
+        sides.setdefault(key, {}).setdefault(getattr(r.params, name), []).append(r)
     out = []
     for found in sides.values():
-        synth = found.pop(SYNTHETIC, None)
-        for folder, real in sorted(found.items()):
-            if synth:
-                out.append(_share(folder, real, synth))
+        at_base = found.pop(base, None)
+        for value, other in sorted(found.items(), key=lambda kv: str(kv[0])):
+            if at_base:
+                out.append((value, other, at_base))
     return out
 
 
-def _share(folder: str, real: list[Record], synth: list[Record]) -> str:
-    r = stats.speedup(
-        [x.step.samples for x in real if x.step], [x.step.samples for x in synth if x.step]
-    )
-    p = real[0].params
-    ms = [statistics.median(x.step.median or 0.0 for x in side if x.step) for side in (real, synth)]
-    where = (
-        f"{Path(folder).name or folder} at batch {p.batch_size}, {p.image_size} px, "
-        f"{p.policy}, {real[0].host}: {ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic"
-    )
-    if r is None:
-        return f"the input pipeline: no comparison ({where})"
+def _ratio(slow: list[Record], fast: list[Record]) -> tuple[stats.Ratio | None, list[float]]:
+    """``slow``'s step time / ``fast``'s with its interval, and each side's median ms."""
+    r = stats.speedup([x.step.samples for x in slow if x.step],
+                      [x.step.samples for x in fast if x.step])  # fmt: skip
+    ms = [statistics.median(x.step.median or 0.0 for x in side if x.step) for side in (slow, fast)]
+    return r, ms
+
+
+def _span(r: stats.Ratio) -> str:
+    """The share ``1 - 1/ratio`` with its interval: what the slower side's extra time is
+    of its step."""
     share = 1 - 1 / r.value
     if not r.judged:
-        return f"the input pipeline costs {share:.0%} of the step ({where}; {stats.TOO_FEW})"
-    span = f"{share:.0%} [{1 - 1 / r.low:.0%}{DASH}{1 - 1 / r.high:.0%}]"
-    if r.verdict == stats.FASTER:  # real data's step is longer: the input costs
-        return f"the input pipeline costs {span} of the step ({where})"
-    if r.verdict == stats.SLOWER:
-        return f"real data ran faster than synthetic, {span} ({where}): something else varied"
-    return f"no clear input-pipeline cost: {span} of the step ({where})"
+        return f"{share:.0%} ({stats.TOO_FEW})"
+    return f"{share:.0%} [{1 - 1 / r.low:.0%}{DASH}{1 - 1 / r.high:.0%}]"
+
+
+def _where(p: Params, host: str | None) -> str:
+    return f"batch {p.batch_size}, {p.image_size} px, {p.policy}, {host}"
+
+
+def input_shares(records: Iterable[Record]) -> list[str]:
+    """The input pipeline's share of the step: per setup, a folder against synthetic data."""
+    out = []
+    for folder, real, synth in _ab(records, "data", SYNTHETIC):
+        r, ms = _ratio(real, synth)
+        where = (f"{Path(folder).name or folder} at {_where(real[0].params, real[0].host)}: "
+                 f"{ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic")  # fmt: skip
+        if r is None:
+            out.append(f"the input pipeline: no comparison ({where})")
+        elif r.verdict in (stats.FASTER, stats.TOO_FEW):  # real data's step is longer
+            out.append(f"the input pipeline costs {_span(r)} of the step ({where})")
+        elif r.verdict == stats.SLOWER:
+            out.append(f"real data ran faster than synthetic, {_span(r)} ({where}): something "
+                       "else varied")  # fmt: skip
+        else:
+            out.append(f"no clear input-pipeline cost: {_span(r)} of the step ({where})")
+    return out
+
+
+def shares(records: Sequence[Record]) -> list[str]:
+    """Every one-parameter A/B the records hold: input pipeline, then host overhead."""
+    return input_shares(records) + overhead_shares(records)
+
+
+def overhead_shares(records: Iterable[Record]) -> list[str]:
+    """The host-overhead A/B: per setup, steps_per_execution k against 1."""
+    out = []
+    for k, many, one in _ab(records, "steps_per_execution", 1):
+        r, ms = _ratio(one, many)
+        where = (f"{_where(one[0].params, one[0].host)}: {ms[0]:.2f} ms/step at 1 vs "
+                 f"{ms[1]:.2f} at {k}")  # fmt: skip
+        if r is None:
+            out.append(f"steps_per_execution {k}: no comparison ({where})")
+        elif r.verdict in (stats.FASTER, stats.TOO_FEW):
+            out.append(f"steps_per_execution {k} saves {_span(r)} of the step: per-call host "
+                       f"overhead ({where})")  # fmt: skip
+        elif r.verdict == stats.SLOWER:
+            out.append(f"steps_per_execution {k} is slower ({where})")
+        else:
+            out.append(f"steps_per_execution {k}: no clear change, {_span(r)} ({where})")
+    return out
 
 
 # --------------------------------------------------------------------------- rendering
@@ -311,7 +354,7 @@ def renderables(sections_: Sequence[Section], shares: Sequence[str]) -> Iterable
     from rich.text import Text
 
     if shares:
-        yield Rule("Input pipeline: real data against synthetic", align="left")
+        yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
         yield from (Text(f"- {s}") for s in shares)
     for s in sections_:
         yield Rule(f"Training run: {s.title}", align="left")
@@ -329,7 +372,7 @@ def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
 
     out: list[str] = []
     if shares:
-        out += ["## Input pipeline: real data against synthetic", ""]
+        out += ["## Input pipeline and host overhead: A/B at the same batch", ""]
         out += [f"- {escape(s, limit=None)}" for s in shares] + [""]
     for s in sections_:
         out += [f"## Training run: {escape(s.title)}", "", table(s.headers, s.rows), ""]
@@ -345,7 +388,9 @@ def html(sections_: Sequence[Section], shares: Sequence[str], plots: bool = True
     esc = _html.escape
     out: list[str] = []
     if shares:
-        out.append('<section id="input"><h2>Input pipeline: real data against synthetic</h2>')
+        out.append(
+            '<section id="input"><h2>Input pipeline and host overhead: A/B at the same batch</h2>'
+        )
         out += ['<ul class="notes">', *(f"<li>{esc(s)}</li>" for s in shares), "</ul></section>"]
     for i, s in enumerate(sections_):
         out.append(f'<section id="training-{i + 1}"><h2>Training run: {esc(s.title)}</h2>')
