@@ -67,6 +67,21 @@ def test_timing_is_sane(f32: BenchRun) -> None:
     assert m["achieved_tflops"] > 0 and m["train_flops_per_image"] > 0
 
 
+def test_phases_account_for_the_process(f32: BenchRun) -> None:
+    from mxbench.bench.timing import PHASES
+
+    m = f32.record["metrics"]
+    phases = m["phases_s"]
+    assert set(phases) == set(PHASES) and all(v >= 0 for v in phases.values())
+    # the timed window is the steps' sum; the first step and warm-up are the record's own
+    assert phases["timed"] == pytest.approx(sum(m["step_ms"]["samples"]) / 1000, rel=0.05)
+    assert phases["first_step"] == pytest.approx(m["first_step_ms"] / 1000, abs=0.002)
+    assert phases["import"] == pytest.approx(m["import_s"], rel=0.05, abs=0.01)
+    # from process start to the first timed step: startup_s, stamped on another clock
+    before = sum(phases[k] for k in ("start", "probe", "import", "build", "data", "facts"))
+    assert before + phases["first_step"] + phases["warmup"] <= m["startup_s"] + 0.5
+
+
 def test_losses_and_memory(f32: BenchRun) -> None:
     m = f32.record["metrics"]
     assert m["loss_first"] > 0 and m["loss_last"] > 0
@@ -145,10 +160,15 @@ def test_record_is_json_serialisable_roundtrip(f32: BenchRun) -> None:
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_other_keras_backends_measure_and_say_which_framework(backend: str) -> None:
+def test_other_keras_backends_measure_and_say_which_framework(backend: str, tmp_path: Path) -> None:
+    from mxbench.engines.compile_cache import CompileCache
+
     pytest.importorskip(backend)
-    run = run_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
+    cache = CompileCache()  # as the local engine sets it: JAX caches even quick compiles
+    env = {**os.environ, **cache.env(backend, dict(os.environ))}
+    run = run_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL, env=env)
     assert run.returncode == 0, run.stderr
+    assert (len(os.listdir(cache.path)) > 5) == (backend == "jax")  # torch: nothing to cache
     rec = run.record
     assert rec["status"] == "ok", rec["error"]
     assert rec["params"]["backend"] == backend and rec["software"]["backend"] == backend

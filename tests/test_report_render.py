@@ -209,6 +209,32 @@ def test_a_table_that_mixes_runs_names_each_label_and_its_cells(tmp_path: Path) 
     assert "label: old" in heading_lines(alone)
 
 
+def test_cells_of_another_run_are_marked_in_the_table_and_never_pooled(tmp_path: Path) -> None:
+    from mxbench.report.document import verdict
+    from mxbench.report.text import table_rows
+
+    old = [rec("box", p, b, label="old", time="2026-01-01T00:00:00Z", median=m)
+           for p, m in (("float32", 100.0), ("mixed_float16", 50.0)) for b in (32, 64)]  # fmt: skip
+    # the new run re-measured float32 at batch 64 only: its speedup pairs two runs
+    new = [rec("box", "float32", 64, label="new", time="2026-01-02T00:00:00Z", median=80.0)]
+    path = write(tmp_path / "box.jsonl", old + new)
+    (t,) = build(load([path]).winners)
+    _, rows = table_rows(t)
+    by_batch = {int(r[0]): r for r in rows}
+    assert "(run new)" in by_batch[64][1] and "(run" not in by_batch[32][1]
+    assert "(across runs: float32 of new, mixed_float16 of old)" in by_batch[64][-1]
+    assert "across runs" not in by_batch[32][-1]
+    assert "across runs" in verdict(t, "mixed_float16", 64).detail
+    # a slot measured by two runs (same cell key, e.g. repeats) shows the latest run's only
+    twice = []
+    for i, (lab, day, m) in enumerate([("a", 1, 100.0), ("b", 2, 60.0)]):
+        r = rec("box", "float32", 32, label=lab, time=f"2026-01-0{day}T00:00:00Z", median=m)
+        r["params"]["repeat"], r["cell"] = i, f"repeat-{i}"  # two processes of one slot
+        twice.append(r)
+    (t2,) = build(load([write(tmp_path / "two.jsonl", twice)]).winners)
+    assert t2.entries["float32", 32].median == 60.0 and t2.entries["float32", 32].run == "b"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("width", "fits"), [(380, True), (200, False)])
 def test_the_answer_fits_a_narrow_window_and_opens_the_page(

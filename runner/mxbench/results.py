@@ -131,6 +131,12 @@ class Metrics(_Part):
         float | None, Doc("training FLOPs per example (model.flops_per_example)")
     ] = None
     achieved_tflops: float | None = None
+    phases_s: Annotated[
+        dict[str, float],
+        Doc("where the process's time went (s), phase by phase: start (interpreter, mxbench "
+            "import), import (framework), build, data, facts, first_step, warmup, timed, "
+            "fit_other, probe (mxbench.bench.timing.PHASES)"),
+    ] = {}  # fmt: skip
 
 
 class PresentGpu(_Part):
@@ -346,7 +352,11 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     settings: Settings = msgspec.field(default_factory=Settings)
     model: ModelInfo | None = None
     run: Annotated[
-        dict[str, Any], Doc("wall_s and engine details (container, Slurm job, pid)")
+        dict[str, Any],
+        Doc(
+            "wall_s and engine details (container, Slurm job, pid); repeats: why "
+            "`repeats: auto` added this process"
+        ),
     ] = {}
     label: Annotated[
         str | None,

@@ -19,7 +19,7 @@ import msgspec
 from mxbench import __version__
 from mxbench.bench import backends, probe
 from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.timing import StepLog, split, step_timer, summarize
+from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError, pip_install
 from mxbench.params import Params
 from mxbench.results import (
@@ -55,11 +55,13 @@ def run_cell(
 ) -> Record:
     """Measure the cell described by ``p`` (already validated) into a result record."""
     started_at = started_at or probe.process_start_time() or time.time()
+    phases = Phases(started_at)
     rec = new_record(params=p, status="ok")
     rec.cpu = msgspec.convert(probe.cpu_info(), Cpu)
     rec.software = Software(python=sys.version.split()[0], backend=p.backend, mxbench=__version__)
     rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
-    state: dict[str, Any] = {"backend": None, "model": None}
+    state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
+    phases.mark("probe")
     try:
         _measure(p, rec, state, started_at, on_step)
     except UsageError:
@@ -68,7 +70,10 @@ def run_cell(
         traceback.print_exc(file=sys.stderr)
         rec.status = "oom" if is_oom(exc) else "error"
         rec.error = tail(f"{type(exc).__name__}: {exc}")
+    phases.mark("fit_other")  # after a failure: the rest of the attempt
     _probe_device(rec, state)
+    phases.mark("probe")
+    rec.metrics.phases_s = phases.done()
     rec.time = now_iso()
     return rec
 
@@ -98,12 +103,15 @@ def _measure(
 
     rec.software.keras = keras.__version__
     import_s = time.perf_counter() - t0
+    phases = state["phases"]
+    phases.mark("import")
 
     rec.model = ModelInfo(name=p.model)
     prepared = harness.prepare(p, set_policy, p.seed)
     model = state["model"] = prepared.model
     harness.compile_model(prepared, p.jit_compile, p.steps_per_execution)
     _dtype_settings(rec.settings, model, p.policy)
+    phases.mark("build")
 
     if p.epochs:  # a training run to an accuracy, not a timing cell (bench/train.py)
         from mxbench.bench import train
@@ -124,7 +132,9 @@ def _measure(
         ds = data.image_folder(p.data, p.batch_size, size, flip=p.flip, binary=binary)
         rec.settings.input_device = "host"
         x = None
+    phases.mark("data")
     rec.model = _model_info(p, prepared, facts, x)
+    phases.mark("facts")
 
     log_ = StepLog()
     total = p.warmup_steps + p.steps
@@ -137,6 +147,7 @@ def _measure(
         sampler.stop()
     spe = p.steps_per_execution  # Keras reports once per call of spe steps: a sample per call
     parts = split(log_, p.warmup_steps // spe)
+    phases.fit(parts)
     state["timed_window"] = (parts["first_timed_start"], log_.ends[-1])
     wall_minus_perf = time.time() - time.perf_counter()
 

@@ -140,7 +140,8 @@ def lines(table: Table) -> list[str]:
         out.append(f"label: {next(iter(labels))}")
     elif labels:
         runs = ", ".join(f"{name} ({n} cell{'s' if n != 1 else ''})" for name, n in labels.items())
-        out.append(f"labels: {runs}; each cell shows its latest run (--label picks one run)")
+        out.append(f"labels: {runs}; each cell shows its latest run, marked (run …) where "
+                   f"not {next(iter(labels))} (--label picks one run)")  # fmt: skip
     if rec.source:
         out.append(f"source: {rec.source}")
     return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mxbench.params import BASELINE
-from mxbench.report import annotate, capacity, text, training
+from mxbench.report import annotate, answers, capacity, text, training
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table
@@ -133,7 +133,7 @@ def verdict(t: Table, policy: str, batch: int) -> GridCell:
     slot = (policy, batch)
     r = t.ratios.get(slot)
     if r is not None:
-        detail = text.ratio_text(r, t.parity.get(slot))
+        detail = text.ratio_text(r, t.parity.get(slot)) + text.across(t, slot)
         if not t.trusted(slot):
             return GridCell(f"{r.value:.2f}", "diverged", detail)
         if r.n >= 2:
@@ -204,7 +204,7 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         tables=tables,
         counts=text.counts(loaded, tables),
         definitions=text.DEFINITIONS,
-        notices=text.notices(loaded),
+        notices=text.notices(loaded) + answers.time_per_run(loaded.winners),
         grids=grids(tables, anchors),
         sections=sections,
         training=training.sections(loaded.winners),

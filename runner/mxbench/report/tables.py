@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -52,6 +53,11 @@ class Entry:
     throttled: set[str] = field(default_factory=set)  # NVML throttle reasons seen
     temperature_max: float | None = None  # the hottest the GPU got in a timed window, °C
 
+    @property
+    def run(self) -> str | None:
+        """The run (``--label``) its records come from (one: :func:`latest_run`)."""
+        return self.records[0].label if self.records else None
+
     def losses(self) -> list[float | None]:
         """Training loss of every timed step of every ok record (None: not finite); the
         first and last loss alone for records written before per-step losses."""
@@ -77,13 +83,18 @@ class Entry:
         return batch * 1000 / self.median if self.median else None
 
     def samples(self) -> list[list[float]]:
-        """Step times (ms) of each ok record: its raw samples, else its median alone."""
-        out = []
-        for r in self.records:
-            step = r.step
-            if step is not None and step.median is not None:
-                out.append(list(step.samples) or [step.median])
-        return out
+        return samples(self.records)
+
+
+def samples(records: Iterable[Record]) -> list[list[float]]:
+    """Step times (ms) of each ok record: its raw samples, else its median alone (what
+    :func:`mxbench.stats.speedups` takes)."""
+    out = []
+    for r in records:
+        step = r.step
+        if step is not None and step.median is not None:
+            out.append(list(step.samples) or [step.median])
+    return out
 
 
 # A policy's mean training loss over the timed steps may differ from float32's by this
@@ -173,6 +184,16 @@ class Table:
             e.records[0].label for e in self.entries.values() if e.records and e.records[0].label
         )
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def other_run(self, slot: tuple[str, int]) -> str | None:
+        """The slot's run label when the table mixes runs and it is not the table's main
+        one (the run that measured most of its cells), else None."""
+        e = self.entries.get(slot)
+        runs = {x.run for x in self.entries.values()}
+        if e is None or len(runs) < 2:
+            return None
+        main = next(iter(self.labels), None)
+        return None if e.run == main else (e.run or "unlabelled")
 
     @property
     def image_name(self) -> str | None:
@@ -285,6 +306,14 @@ def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
     return [groups[k] for k in sorted(groups)]
 
 
+def latest_run(records: list[Record]) -> list[Record]:
+    """The records of one slot that its latest run (label) measured: processes of different
+    runs are never pooled into one figure (a run cut short under a new label does not borrow
+    the old run's repeats)."""
+    label = latest(records).label
+    return [r for r in records if r.label == label]
+
+
 def make(slots: Slots) -> Table:
     """One table from its records (one :func:`group`)."""
     every = [r for recs in slots.values() for r in recs]
@@ -296,7 +325,7 @@ def make(slots: Slots) -> Table:
         image=info.image,
         setup={name: getattr(info.params, name) for name in SETUP},
         info=info,
-        entries={slot: entry(recs) for slot, recs in slots.items()},
+        entries={slot: entry(latest_run(recs)) for slot, recs in slots.items()},
         policies=sorted({p for p, _ in slots}, key=_policy_rank),
         batches=sorted({b for _, b in slots}),
     )

@@ -63,10 +63,26 @@ def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
     if BASELINE not in t.policies:
         return {}
     return {
-        slot: ratio_text(t.ratios.get(slot), t.parity.get(slot))
+        slot: ratio_text(t.ratios.get(slot), t.parity.get(slot)) + across(t, slot)
         for slot in t.entries
         if slot[0] != BASELINE and (BASELINE, slot[1]) in t.entries
     }
+
+
+def across(t: Table, slot: tuple[str, int]) -> str:
+    """`` (float32 of run old, mixed_float16 of run new)`` where a speedup pairs cells of
+    two runs (labels); else nothing."""
+    base, other = t.entries.get((BASELINE, slot[1])), t.entries.get(slot)
+    if base is None or other is None or base.run == other.run:
+        return ""
+    return (f" (across runs: {BASELINE} of {base.run or 'unlabelled'}, {slot[0]} of "
+            f"{other.run or 'unlabelled'})")  # fmt: skip
+
+
+def run_mark(t: Table, slot: tuple[str, int]) -> str:
+    """`` (run old)`` on a cell of a table that mixes runs, when not of its main run."""
+    other = t.other_run(slot)
+    return f" (run {other})" if other else ""
 
 
 def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
@@ -89,7 +105,7 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
 
 
 def _with_loss(t: Table, policy: str, batch: int) -> str:
-    text = cell_text(t.entries.get((policy, batch)))
+    text = cell_text(t.entries.get((policy, batch))) + run_mark(t, (policy, batch))
     return text if t.trusted((policy, batch)) else f"{text} loss diverged"
 
 
