@@ -335,6 +335,33 @@ class Matrix(Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _runs(self) -> Matrix:
+        """Training runs (``epochs``) read a data folder and aim at an accuracy; timing cells'
+        step counts are whole calls of ``steps_per_execution`` steps."""
+        sweep = self.sweep()
+        if any(sweep["epochs"]) and params.SYNTHETIC in sweep["data"]:
+            raise _PathError(
+                self._where("epochs"),
+                "a training run needs real data: set benchmark.data to a folder with train/ and "
+                "val/ (`mxbench data digits DIR` writes one)",
+            )
+        for target in sweep["target"]:
+            if target is not None and not 0 < target <= 1:
+                why = f"{target}: a validation accuracy, above 0 and at most 1"
+                raise _PathError(self._where("target"), why)
+        if "torch" in sweep["backend"] and max(sweep["steps_per_execution"]) > 1:
+            why = "Keras runs one step per call on the torch backend (only 1)"
+            raise _PathError(self._where("steps_per_execution"), why)
+        timing = None in sweep["epochs"]
+        for spe in sweep["steps_per_execution"] if timing else ():
+            for name in ("warmup_steps", "steps"):
+                off = [v for v in sweep[name] if v % spe]
+                if off:
+                    raise _PathError(self._where("steps_per_execution"),
+                                     f"{spe}: {name} {off[0]} is not a multiple of it")  # fmt: skip
+        return self
+
     def sweep_source(self, name: str) -> str:
         """``axes`` or ``benchmark``: where the parameter's values come from."""
         listed = getattr(self.axes, name) is not None

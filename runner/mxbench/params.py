@@ -25,6 +25,7 @@ from msgspec import Meta
 Policy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16"]
 JitCompile = Literal["auto", "on", "off"]
 Backend = Literal["tensorflow", "jax", "torch"]
+Flip = Literal["none", "horizontal", "vertical", "both"]
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
@@ -186,15 +187,53 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              "trains on).", flag="--loss-scale", column="loss scale", key_default=False,
              parse=parse_loss_scale),
     ] = "auto"  # fmt: skip
+    steps_per_execution: Annotated[
+        int,
+        Meta(ge=1, le=MAX_STEPS),
+        Spec("Training steps per call into the compiled train function (Keras' "
+             "steps_per_execution): above 1 the host's per-step overhead is paid once per so "
+             "many steps (the host-overhead A/B). warmup_steps and steps are multiples of it.",
+             flag="--steps-per-execution", column="spe", key_default=False),
+    ] = 1  # fmt: skip
+    flip: Annotated[
+        Flip,
+        Spec("Random flips of the training images of a data folder (the Stack Overflow "
+             "question's ImageDataGenerator flips both ways).", flag="--flip", column="flip",
+             key_default=False),
+    ] = "none"  # fmt: skip
+    epochs: Annotated[
+        Annotated[int, Meta(ge=1, le=MAX_STEPS)] | None,
+        Spec("A training run instead of a timing cell: this many epochs over the data "
+             "folder's train/ split, evaluated on its val/ (or test/) split; repeat k trains "
+             "from seed k, so benchmark.repeats is the number of seeds.", flag="--epochs",
+             column="epochs", key_default=False),
+    ] = None  # fmt: skip
+    eval_every: Annotated[
+        int,
+        Meta(ge=1, le=MAX_STEPS),
+        Spec("Training runs: evaluate on the validation split every this many epochs.",
+             role="precision", flag="--eval-every", column="eval", key_default=False),
+    ] = 1  # fmt: skip
+    target: Annotated[
+        Annotated[float, Meta(gt=0, le=1)] | None,
+        Spec("Training runs: the validation accuracy to reach (0.9: 90%); the report gives "
+             "each policy's time to it and its speedup over float32.", role="precision",
+             flag="--target", column="target", key_default=False),
+    ] = None  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0)] | None,
-        Spec("Which repetition of the cell (matrix benchmark.repeats > 1).", role="repeat",
-             column="rep"),
+        Spec("Which repetition of the cell (matrix benchmark.repeats > 1); a training run "
+             "(--epochs) trains from this seed.", role="repeat", flag="--repeat", column="rep"),
     ] = None  # fmt: skip
 
     @property
     def synthetic(self) -> bool:
         return self.data == SYNTHETIC
+
+    @property
+    def seed(self) -> int:
+        """The seed of weights, data order and flips: a training run's repeat k uses k."""
+        return (self.repeat or 0) if self.epochs else 0
 
     def key_fields(self) -> dict[str, Any]:
         """The fields that identify the cell (its key): every field that is set, except
@@ -227,6 +266,11 @@ class Field:
     ge: int | None = None
     le: int | None = None
     choices: tuple[str, ...] | None = None
+
+    @property
+    def is_float(self) -> bool:
+        inner = [a for a in (self.type, *typing.get_args(self.type)) if a is not type(None)]
+        return any(a is float or typing.get_args(a)[:1] == (float,) for a in inner)
 
     @property
     def is_int(self) -> bool:

@@ -347,6 +347,38 @@ class ModelInfo(_Part):
     ] = []  # fmt: skip
 
 
+class TrainPoint(_Part):
+    """One evaluation of a training run (after ``epoch`` epochs)."""
+
+    epoch: int = 0
+    train_s: Annotated[
+        float | None, Doc("training time so far (s): the epochs' steps, evaluations excluded")
+    ] = None
+    wall_s: Annotated[float | None, Doc("since training began (s), evaluations included")] = None
+    train_loss: Annotated[float | None, Doc("mean training loss over this epoch")] = None
+    train_metric: Annotated[float | None, Doc("the metric on this epoch's training batches")] = None
+    val_loss: float | None = None
+    val_metric: Annotated[float | None, Doc("the metric on the validation split")] = None
+
+
+class Training(_Part):
+    """A training run (``epochs`` set): its curve, and when it reached the target."""
+
+    metric: Annotated[str, Doc("what val_metric measures (accuracy)")] = "accuracy"
+    seed: Annotated[int | None, Doc("weights, data order and flips (the repeat index)")] = None
+    target: Annotated[float | None, Doc("the validation metric to reach")] = None
+    train_images: Count | None = None
+    val_images: Count | None = None
+    val_split: Annotated[str | None, Doc("the folder validated on: val, validation or test")] = None
+    steps_per_epoch: Count | None = None
+    points: Annotated[list[TrainPoint], Doc("one per evaluation, in order")] = []
+    time_to_target_s: Annotated[
+        float | None,
+        Doc("train_s of the first evaluation at or above the target (null: not reached)"),
+    ] = None
+    epochs_to_target: Count | None = None
+
+
 class Record(msgspec.Struct, kw_only=True, gc=False):
     """One attempt at one cell: the line ``results/<host>.jsonl`` gets."""
 
@@ -391,6 +423,9 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     convergence: Annotated[
         Convergence | None,
         Doc("skipped steps and the one-step check against float32 (mixed policies)"),
+    ] = None
+    train: Annotated[
+        Training | None, Doc("a training run's curve and time to target (params.epochs)")
     ] = None
 
     def problem(self) -> str | None:

@@ -110,12 +110,18 @@ def _measure(
     phases.mark("import")
 
     rec.model = ModelInfo(name=p.model)
-    prepared = harness.prepare(p, set_policy)
+    prepared = harness.prepare(p, set_policy, p.seed)
     model = state["model"] = prepared.model
-    harness.compile_model(prepared, p.jit_compile, p.loss_scale)
+    harness.compile_model(prepared, p.jit_compile, p.loss_scale, p.steps_per_execution)
     _dtype_settings(rec.settings, model, p.policy)
     phases.mark("build")
 
+    if p.epochs:  # a training run to an accuracy, not a timing cell (bench/train.py)
+        from mxbench.bench import train
+
+        rec.model = _model_info(p, prepared, facts, None)
+        train.run(p, prepared, rec)
+        return
     if prepared.dataset is not None:
         ds = _user_dataset(prepared, p)
         rec.settings.input_device = "model's dataset"
@@ -124,7 +130,9 @@ def _measure(
         x, y = harness.synthetic_batch(prepared, p)
         ds, rec.settings.input_device = backend.dataset(x, y)
     else:
-        ds = data.image_folder(p.data, p.batch_size, (p.image_size, p.image_width or p.image_size))
+        binary = harness.label_kind(model, prepared.labels) == "binary"
+        size = (p.image_size, p.image_width or p.image_size)
+        ds = data.image_folder(p.data, p.batch_size, size, flip=p.flip, binary=binary)
         rec.settings.input_device = "host"
         x = None
     phases.mark("data")
@@ -142,14 +150,15 @@ def _measure(
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
         sampler.stop()
-    parts = split(log_, p.warmup_steps)
+    spe = p.steps_per_execution  # Keras reports once per call of spe steps: a sample per call
+    parts = split(log_, p.warmup_steps // spe)
     phases.fit(parts)
     found = convergence.skipped(model, total)
     state["convergence"] = (found, model, initial, (x, y) if x is not None else ds)
     state["timed_window"] = (parts["first_timed_start"], log_.ends[-1])
     wall_minus_perf = time.time() - time.perf_counter()
 
-    stats = summarize(parts["timed"])
+    stats = summarize([d / spe for d in parts["timed"]])
     flops = rec.model.flops_per_example
     images_per_s = p.batch_size * p.steps / parts["window_s"]  # sustained: the window
     rec.settings.jit_compile = bool(model.jit_compile)
@@ -160,9 +169,9 @@ def _measure(
         warmup_ms=round(parts["warmup_s"] * 1000.0, 3),
         startup_s=round(parts["first_timed_start"] + wall_minus_perf - started_at, 3),
         import_s=round(import_s, 3),
-        loss_first=log_.step_loss(p.warmup_steps),
-        loss_last=log_.step_loss(total - 1),
-        losses=[_finite(log_.step_loss(k)) for k in range(p.warmup_steps, total)],
+        loss_first=log_.step_loss(p.warmup_steps // spe),
+        loss_last=log_.step_loss(total // spe - 1),
+        losses=[_finite(log_.step_loss(k)) for k in range(p.warmup_steps // spe, total // spe)],
         loss_scale=_loss_scale(model),
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,

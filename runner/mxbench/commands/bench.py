@@ -61,7 +61,7 @@ def _option(f: params.Field) -> inspect.Parameter:
         f.name,
         inspect.Parameter.KEYWORD_ONLY,
         default=typer.Option(f.default, f.spec.flag, help=help),
-        annotation=int if f.is_int else str,
+        annotation=int if f.is_int else float if f.is_float else str,
     )
 
 

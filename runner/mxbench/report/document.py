@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mxbench.params import BASELINE
-from mxbench.report import annotate, answers, capacity, text
+from mxbench.report import annotate, answers, capacity, text, training
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table
@@ -111,6 +111,9 @@ class Document:
     notices: list[str]  # older attempts hidden, lines skipped
     grids: list[Grid]
     sections: list[Section]
+    # training runs to an accuracy; input and host-overhead A/Bs (report/training.py)
+    training: list[training.Section] = field(default_factory=list)
+    shares: list[str] = field(default_factory=list)
 
     @property
     def speed(self) -> list[Section]:
@@ -204,6 +207,8 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         notices=text.notices(loaded) + answers.time_per_run(loaded.winners),
         grids=grids(tables, anchors),
         sections=sections,
+        training=training.sections(loaded.winners),
+        shares=training.shares(loaded.winners),
     )
 
 

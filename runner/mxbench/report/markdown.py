@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from mxbench.params import CONTROL_CHARS
-from mxbench.report import text
+from mxbench.report import text, training
 from mxbench.report.document import Document, Grid, Section
 
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")
@@ -108,4 +108,5 @@ def render(doc: Document) -> str:
         out += [LEGEND, ""]
     out += [escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""]
     out += [section(s) for s in doc.sections]
+    out += training.markdown(doc.training, doc.shares)
     return "\n".join(out)
