@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -45,22 +46,11 @@ def test_markdown_tables_are_github_pipe_tables(published: tuple) -> None:
     assert markdown.table(["batch"], [["32"]]).splitlines()[1] == "|--------:|"
 
 
-def test_markdown_tables_are_tabulates_pipe_layout_byte_for_byte() -> None:
-    """markdown.table writes the pipe table itself (for speed): the same bytes as tabulate,
-    given the same escaped cells and alignments, over random cells that mix numbers, markup,
-    padding, control characters, wide and non-breaking spaces, and empty tables."""
-    from tabulate import tabulate
-
-    def reference(headers: list[str], rows: list[list[str]]) -> str:
-        rows = [[markdown.escape(c) for c in row] for row in rows]
-        num, other = markdown._numeric, markdown._NOT_A_NUMBER  # a column of numbers or gaps
-        right = [any(num(r[i]) for r in rows) and all(num(r[i]) or r[i] in other
-                                                      for r in rows if r[i])
-                 for i in range(len(headers))]  # fmt: skip
-        return str(tabulate(rows, [markdown.escape(h) for h in headers], tablefmt="pipe",
-                            disable_numparse=True,
-                            colalign=["right" if r else "left" for r in right]))  # fmt: skip
-
+def test_markdown_tables_hold_any_cell_in_its_column() -> None:
+    """Over random cells that mix numbers, markup, padding, control characters, wide and
+    non-breaking spaces, and empty tables: every table has its header, rule and one line per
+    row, each with as many columns as the header (nothing in a cell adds or removes one),
+    and a column of numbers only is right-aligned."""
     rng = random.Random(7)
     parts = ["1", "2.50", " ", "a", "|", "*", "<b>", "–", "…", "OOM", "-", "\t", "\n",
              "\x1b[31m", "\u3000", "\u00a0", "e3", "nan", "", "x" * 40]  # fmt: skip
@@ -68,11 +58,19 @@ def test_markdown_tables_are_tabulates_pipe_layout_byte_for_byte() -> None:
     def cell() -> str:
         return "".join(rng.choice(parts) for _ in range(rng.randint(0, 3)))
 
+    def columns(line: str) -> int:
+        return len(re.split(r"(?<!\\)\|", line)) - 2
+
     for _ in range(500):
         n, k = rng.randint(1, 4), rng.randint(0, 4)
         headers = [cell() for _ in range(n)]
         rows = [[cell() for _ in range(n)] for _ in range(k)]
-        assert markdown.table(headers, rows) == reference(headers, rows), (headers, rows)
+        lines = markdown.table(headers, rows).splitlines()
+        assert len(lines) == 2 + k, (headers, rows)
+        assert all(columns(line) == n for line in lines), (headers, rows)
+    numbers = markdown.table(["batch", "host"], [["8", "a"], ["32", "b"]]).splitlines()[1]
+    assert numbers.startswith("|-") and numbers.split("|")[1].endswith(":")
+    assert numbers.split("|")[2].startswith(":")
 
 
 def test_csv_is_tidy_one_row_per_cell(published: tuple) -> None:

@@ -32,32 +32,23 @@ def escape(value: str, limit: int | None = MAX_TEXT) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    """A GitHub pipe table (cells escaped), numbers right-aligned: tabulate's ``pipe``
-    layout, byte for byte (tests/test_report_render.py checks it against tabulate), written
-    here because tabulate guesses every cell's type first, which was 40% of a large report's
-    rendering (benchmarks/report_speed.py) and which these text cells do not need."""
+    """A GitHub pipe table (cells escaped), numbers right-aligned. tabulate writes it; its
+    guess of every cell's type is switched off (it was 40% of a large report's rendering,
+    benchmarks/report_speed.py): the cells are text already, and a column of numbers (or
+    gaps) is right-aligned from :func:`_numeric`."""
+    from tabulate import tabulate
+
     headers = [escape(h) for h in headers]
     rows = [[escape(c) for c in row] for row in rows]
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(headers)
-    right = [
-        any(_numeric(c) for c in col) and all(_numeric(c) or c in _NOT_A_NUMBER for c in col if c)
+    align = [
+        "right"
+        if any(_numeric(c) for c in col)
+        and all(_numeric(c) or c in _NOT_A_NUMBER for c in col if c)
+        else "left"
         for col in columns
     ]
-    rows = [[c.strip() for c in row] for row in rows]
-    widths = [max([len(h) + 2, *(len(c.strip()) for c in col)])
-              for h, col in zip(headers, columns, strict=True)]  # fmt: skip
-
-    def line(cells: list[str] | tuple[str, ...]) -> str:
-        padded = (
-            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
-        )
-        return "| " + " | ".join(padded) + " |"
-
-    rule = "|".join(
-        ("-" * (w + 1) + ":" if r else ":" + "-" * (w + 1)) if rows else "-" * (w + 2)
-        for w, r in zip(widths, right, strict=True)
-    )
-    return "\n".join([line(headers), f"|{rule}|", *map(line, rows)])
+    return str(tabulate(rows, headers, tablefmt="pipe", disable_numparse=True, colalign=align))
 
 
 # What stands in a numeric column where a slot has no number (a status, a dash).
