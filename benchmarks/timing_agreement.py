@@ -56,7 +56,8 @@ def cell_ms(p: Params, synced: bool) -> tuple[float, float]:
 
 
 def bare_loop_ms(p: Params) -> float:
-    """Mean ms per step of ``p.steps`` steps after ``p.warmup_steps``, no callbacks, on the
+    """Mean ms per step of ``p.steps`` steps after ``p.warmup_steps``, no callbacks (the
+    time of ``2 * p.steps`` steps less that of ``p.steps``, so a fit call's own setup cancels), on the
     input the cell uses (TensorFlow: tf.data from one host batch; JAX / PyTorch: the batch
     placed once on the device)."""
     from mxbench.bench import data
@@ -75,11 +76,15 @@ def bare_loop_ms(p: Params) -> float:
         ds, _ = data.device_batch(*batch)
     fit = {"epochs": 1, "verbose": 0, "shuffle": False}  # shuffling an endless source: OOM
     model.fit(ds, steps_per_epoch=max(p.warmup_steps, 1), **fit)
-    t0 = time.perf_counter()
-    hist = model.fit(ds, steps_per_epoch=p.steps, **fit)
-    elapsed = time.perf_counter() - t0  # fit returns after its last step's logs are on host
-    assert len(hist.history["loss"]) == 1
-    return elapsed * 1000.0 / p.steps
+    elapsed = []
+    for steps in (p.steps, 2 * p.steps):  # fit returns after its last step's logs are on host
+        t0 = time.perf_counter()
+        hist = model.fit(ds, steps_per_epoch=steps, **fit)
+        elapsed.append(time.perf_counter() - t0)
+        assert len(hist.history["loss"]) == 1
+    # The difference of a fit of 2n steps and one of n: what a fit call costs besides its
+    # steps (its iterator, callbacks, the last logs) cancels out, leaving n steps' time.
+    return (elapsed[1] - elapsed[0]) * 1000.0 / p.steps
 
 
 def main(argv: list[str] | None = None) -> int:
