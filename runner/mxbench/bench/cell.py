@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 
 from mxbench import __version__
-from mxbench.bench import backends, probe
+from mxbench.bench import backends, energy, probe
+from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError, pip_install
@@ -60,14 +61,18 @@ def run_cell(
     rec.software = Software(python=sys.version.split()[0], backend=p.backend, mxbench=__version__)
     rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
     state: dict[str, Any] = {"backend": None, "model": None}
-    try:
-        _measure(p, rec, state, started_at, on_step)
-    except UsageError:
-        raise
-    except Exception as exc:  # failure is data
-        traceback.print_exc(file=sys.stderr)
-        rec.status = "oom" if is_oom(exc) else "error"
-        rec.error = tail(f"{type(exc).__name__}: {exc}")
+    if p.profile == "on":
+        profiler.prepare(p.backend)
+    with profiler.whole_run(p.backend, p.profile == "on") as onednn_log:
+        try:
+            _measure(p, rec, state, started_at, on_step)
+        except UsageError:
+            raise
+        except Exception as exc:  # failure is data
+            traceback.print_exc(file=sys.stderr)
+            rec.status = "oom" if is_oom(exc) else "error"
+            rec.error = tail(f"{type(exc).__name__}: {exc}")
+    profiler.add_log(rec.profile, onednn_log)
     _probe_device(rec, state)
     rec.time = now_iso()
     return rec
@@ -123,6 +128,7 @@ def _measure(
     timer = step_timer(log_, on_step, p.warmup_steps)
     sampler = state["util"] = HealthSampler()
     sampler.start()
+    joules = energy.start()
     try:
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
@@ -149,6 +155,9 @@ def _measure(
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
+    energy.fill(rec.metrics, joules, state["timed_window"], p.steps, p.batch_size)
+    if p.profile == "on":  # after the timed window, never inside it
+        rec.profile = profiler.run(p.backend, model, ds, gpu=backend.model_on_gpu(model))
 
 
 def set_policy(policy: str) -> None:
