@@ -142,6 +142,19 @@ class Metrics(_Part):
     ] = None
 
 
+# The profiled window's categories (record.profile.breakdown_ms keys), with their headings.
+CATEGORY_NAMES: dict[str, str] = {
+    "conv_matmul": "conv/matmul",
+    "elementwise_norm": "memory-bound",
+    "cast": "casts",
+    "layout": "layout",
+    "optimizer": "optimizer",
+    "input": "input",
+    "other": "other",
+    "host_gap": "host gap",
+}
+
+
 class TopOp(_Part):
     """One of the operations that took the most time in the profiled window."""
 
@@ -195,9 +208,9 @@ class Profile(_Part):
             "layout, optimizer, input, other, host_gap (nothing ran: Python, launches, "
             "waits); the sum is step_ms"),
     ] = {}  # fmt: skip
-    busy_share: Annotated[
-        float | None, Doc("share of the window in which some operation ran")
-    ] = None
+    busy_share: Annotated[float | None, Doc("share of the window in which some operation ran")] = (
+        None
+    )
     tensor_core_share: Annotated[
         float | None,
         Doc("GPU: share of convolution/matmul kernel time in Tensor Core kernels, judged from "

@@ -31,16 +31,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-CATEGORIES: tuple[str, ...] = (
-    "conv_matmul",
-    "elementwise_norm",
-    "cast",
-    "layout",
-    "optimizer",
-    "input",
-    "other",
-    "host_gap",
-)
+from mxbench.results import CATEGORY_NAMES
+
+CATEGORIES: tuple[str, ...] = tuple(CATEGORY_NAMES)
 
 # Order matters: a cast is checked before a convolution ("convert" contains "conv").
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
