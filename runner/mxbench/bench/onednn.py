@@ -68,7 +68,7 @@ class Primitive:
     @property
     def isa(self) -> str:
         """The instruction set named by the implementation (``gemm`` when it names none)."""
-        found = _ISA.findall(self.impl)
+        found = [x for x in _ISA.findall(self.impl) if x != "any"]
         if found:
             return str(found[-1])
         return "gemm" if "gemm" in self.impl else self.impl.split(":")[0] or "unknown"

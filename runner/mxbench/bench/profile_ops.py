@@ -41,9 +41,10 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     for name, pattern in (
         ("input", r"iteratorgetnext|^iterator::|dataloader|prefetch"),
         ("cast", r"\bcast\b|^cast$|convert|_to_copy|\baten::to\b|direct_copy_kernel|"
-                 r"bf16_to|to_bf16|f2f|castop"),
+                 r"castop"),
         ("layout", r"transpose|permute|reorder|contiguous|_mkltotf|inputconversion|"
-                   r"nchw|nhwc|\bcopy_fusion|^copy(\.\d+)?$|layout"),
+                   r"nchwtonhwc|nhwctonchw|\bcopy_fusion|^copy(\.\d+)?$|layout"),
+        ("elementwise_norm", r"norm|bn_fw|bn_bw|softmax|pooling"),  # before cudnn's name
         ("conv_matmul", r"conv|matmul|gemm|\bdot\b|dot_general|^dot(\.\d+)?$|\baten::(add|b)?mm\b|"
                         r"\baten::linear\b|einsum|inner_product|cudnn|cublas|xmma|hmma|wgmma|"
                         r"wmma|cutlass|nvjet|tensorop|winograd|implicit_|sm\d\d_"),
