@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import importlib
 import threading
 import time
 from collections.abc import Callable
@@ -123,7 +124,7 @@ def gpu_counter(uuid: str | None = None, nvml: Any = None) -> Counter | None:
     """A counter of the GPU ``uuid`` (the only one when None), or None without NVML."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            nvml = importlib.import_module("pynvml")  # nvidia-ml-py
         except ImportError:
             return None
     try:

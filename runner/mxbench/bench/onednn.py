@@ -36,6 +36,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 # oneDNN primitive kinds that are convolutions or matrix products (the Tensor Core / AMX /
 # AVX512_BF16 work).
@@ -148,7 +149,7 @@ def parse(lines: Iterable[str]) -> list[Primitive]:
 
 @dataclass
 class Evidence:
-    weight: str  # "time": exec milliseconds; "flops": created primitives' arithmetic
+    weight: Literal["time", "flops"]  # exec milliseconds, or created primitives' arithmetic
     gemm_isas: dict[str, float]  # ISA -> share of convolution/matmul weight
     native16_share: float | None  # share of 16-bit conv/matmul weight on native kernels
     sixteen_bit_share: float  # share of conv/matmul weight whose source was 16-bit
@@ -161,8 +162,9 @@ class Evidence:
 def evidence(prims: list[Primitive]) -> Evidence | None:
     """What the log says about the convolutions and matmuls (None: it has none)."""
     execs = [p for p in prims if p.stage == "exec"]
+    weight: Literal["time", "flops"] = "time"
     if any(p.kind in GEMM_KINDS for p in execs):
-        chosen, weight = execs, "time"
+        chosen = execs
         w = {id(p): p.ms or 0.0 for p in execs}
     else:
         seen: dict[tuple[str, str, str, str | None, str], Primitive] = {}
