@@ -41,6 +41,7 @@ from typing import Literal
 # oneDNN primitive kinds that are convolutions or matrix products (the Tensor Core / AMX /
 # AVX512_BF16 work).
 GEMM_KINDS = frozenset({"convolution", "deconvolution", "inner_product", "matmul"})
+MAX_LOG_BYTES = 64 * 2**20  # of a captured log (a user's ONEDNN_VERBOSE=all may be huge)
 SIXTEEN_BIT = frozenset({"bf16", "f16"})
 # ISA names whose instructions compute in bf16 / f16 natively.
 _NATIVE = {
@@ -217,7 +218,7 @@ def captured_stdout() -> Iterator[list[str]]:
             os.dup2(saved, 1)
             os.close(saved)
             tmp.seek(0)
-            lines += tmp.read().decode(errors="replace").splitlines()
+            lines += tmp.read(MAX_LOG_BYTES).decode(errors="replace").splitlines()
 
 
 def _flush_c_stdout() -> None:

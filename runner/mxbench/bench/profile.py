@@ -51,11 +51,14 @@ def whole_run(backend: str, enabled: bool) -> Iterator[list[str]]:
     if not enabled or backend != "tensorflow":
         yield []
         return
-    with onednn.captured_stdout() as lines:
-        yield lines
-    rest = [x for x in lines if "_verbose," not in x]
-    if rest:
-        sys.stderr.write("\n".join(rest) + "\n")
+    lines: list[str] = []
+    try:
+        with onednn.captured_stdout() as lines:
+            yield lines
+    finally:  # what others printed meanwhile goes where the bench sends stdout: stderr
+        rest = [x for x in lines if "_verbose," not in x]
+        if rest:
+            sys.stderr.write("\n".join(rest) + "\n")
 
 
 def add_log(prof: Profile | None, lines: list[str]) -> None:

@@ -469,13 +469,14 @@ def cpu_kernels(t: Table) -> str | None:
     """Which oneDNN kernels ran the 16-bit convolutions/matmuls (its verbose log)."""
     if not _is_cpu(t):
         return None
-    parts = []
+    parts, created = [], False
     for policy, b, p in _profiles(t, FLOAT16 | BFLOAT16):
         d = p.onednn
         if d is None or not d.gemm_isas:
             continue
         what = "bf16" if policy in BFLOAT16 else "float16"
-        of = "time" if d.weight == "time" else "arithmetic (kernels logged at creation)"
+        of = "time" if d.weight == "time" else "arithmetic"
+        created = created or d.weight == "flops"
         isas = ", ".join(f"{isa} {share:.0%}" for isa, share in list(d.gemm_isas.items())[:3])
         if d.native16_share is None:
             parts.append(
@@ -502,7 +503,8 @@ def cpu_kernels(t: Table) -> str | None:
                 "The breakdown below still shows the convolutions' and casts' share."
             )
         return None
-    return "Kernels that ran (oneDNN's verbose log): " + "; ".join(parts) + "."
+    how = ": kernels logged at creation, weighed by their arithmetic" if created else ""
+    return f"Kernels that ran (oneDNN's verbose log{how}): " + "; ".join(parts) + "."
 
 
 def tensor_core_kernels(t: Table) -> str | None:
