@@ -321,3 +321,29 @@ def test_profile_off_records_none() -> None:
     run = run_bench("--profile", "off", *SMALL, env={**os.environ, "ONEDNN_VERBOSE": "0"})
     assert run.returncode == 0, run.stderr
     assert run.record["status"] == "ok" and run.record["profile"] is None
+
+
+# ---- the switch and the host's cost in the matrix ---------------------------------------------
+
+
+def test_profile_switch_and_cost_per_hour_in_the_matrix() -> None:
+    from mxbench.cells import expand
+    from mxbench.errors import UsageError
+    from mxbench.matrix import parse_matrix
+
+    host = "hosts:\n  - {name: box, engine: local, cost_per_hour: 2.5}\n"
+    on = expand(parse_matrix(host))
+    off = expand(parse_matrix("benchmark: {profile: false}\n" + host))  # YAML's bare off too
+    assert {c.params.profile for c in on} == {"on"} and {c.params.profile for c in off} == {"off"}
+    assert "--profile" in on[0].bench_args() and on[0].cost_per_hour == 2.5
+    # on, the default, leaves the cell key as it was; off is another cell
+    plain = expand(parse_matrix("hosts:\n  - {name: box, engine: local}\n"))
+    assert [c.key for c in on] == [c.key for c in plain] != [c.key for c in off]
+    with pytest.raises(UsageError) as exc:
+        parse_matrix("hosts:\n  - {name: box, engine: local, cost_per_hour: -1}\n")
+    assert "hosts[0].cost_per_hour" in str(exc.value)
+    # the engine stamps the host's cost on every record of its cells, whatever happened
+    from mxbench.engines.base import Outcome, to_record
+
+    failed = to_record(on[0], Outcome(returncode=1, stderr="boom"))
+    assert failed.status == "error" and failed.cost_per_hour == 2.5
