@@ -40,6 +40,7 @@ NAMES = {
     "convert_reduce_fusion": "cast",
     "transpose_copy_fusion": "layout",
     "multiply_add_fusion.5": "elementwise_norm",
+    "ynn_fusion.3": "other",  # XLA:CPU's YNNPACK fusion: a dot or elementwise, unsaid
     # CUDA kernels
     "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_nn": "conv_matmul",
     "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>": "elementwise_norm",

@@ -45,6 +45,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("layout", r"transpose|permute|reorder|contiguous|_mkltotf|inputconversion|"
                    r"nchwtonhwc|nhwctonchw|\bcopy_fusion|^copy(\.\d+)?$|layout"),
         ("elementwise_norm", r"norm|bn_fw|bn_bw|softmax|pooling"),  # before cudnn's name
+        # XLA:CPU's XNNPACK / YNNPACK fusions hold dots or elementwise work: their name
+        # does not say which
+        ("other", r"^[xy]nn_fusion"),
         ("conv_matmul", r"conv|matmul|gemm|\bdot\b|dot_general|^dot(\.\d+)?$|\baten::(add|b)?mm\b|"
                         r"\baten::linear\b|einsum|inner_product|cudnn|cublas|xmma|hmma|wgmma|"
                         r"wmma|cutlass|nvjet|tensorop|winograd|implicit_|sm\d\d_"),
