@@ -61,18 +61,14 @@ def run_cell(
     rec.software = Software(python=sys.version.split()[0], backend=p.backend, mxbench=__version__)
     rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
     state: dict[str, Any] = {"backend": None, "model": None}
-    if p.profile == "on":
-        profiler.prepare(p.backend)
-    with profiler.whole_run(p.backend, p.profile == "on") as onednn_log:
-        try:
-            _measure(p, rec, state, started_at, on_step)
-        except UsageError:
-            raise
-        except Exception as exc:  # failure is data
-            traceback.print_exc(file=sys.stderr)
-            rec.status = "oom" if is_oom(exc) else "error"
-            rec.error = tail(f"{type(exc).__name__}: {exc}")
-    profiler.add_log(rec.profile, onednn_log)
+    try:
+        profiler.around(p, rec, lambda: _measure(p, rec, state, started_at, on_step))
+    except UsageError:
+        raise
+    except Exception as exc:  # failure is data
+        traceback.print_exc(file=sys.stderr)
+        rec.status = "oom" if is_oom(exc) else "error"
+        rec.error = tail(f"{type(exc).__name__}: {exc}")
     _probe_device(rec, state)
     rec.time = now_iso()
     return rec

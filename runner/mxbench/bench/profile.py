@@ -24,17 +24,30 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from mxbench.bench import onednn
 from mxbench.bench.profile_ops import Op, summarize
-from mxbench.results import OneDnnEvidence, Profile, TopOp
+from mxbench.params import Params
+from mxbench.results import OneDnnEvidence, Profile, Record, TopOp
 
 STEPS = 3  # profiled steps: enough for a steady picture, few enough to cost little
 KEEP_ENV = "MXBENCH_PROFILE_DIR"  # keep the raw trace under this directory
 VERBOSE_ENV = "ONEDNN_VERBOSE"
+
+
+def around(p: Params, rec: Record, measure: Callable[[], None]) -> None:
+    """Run ``measure`` (the whole cell); with the profile on, TensorFlow's oneDNN creation
+    log is collected meanwhile and its evidence added to the profile ``measure`` made."""
+    if p.profile != "on":
+        measure()
+        return
+    prepare(p.backend)
+    with whole_run(p.backend, True) as lines:
+        measure()
+    add_log(rec.profile, lines)
 
 
 def prepare(backend: str) -> None:
