@@ -348,3 +348,32 @@ def test_profile_switch_and_cost_per_hour_in_the_matrix() -> None:
 
     failed = to_record(on[0], Outcome(returncode=1, stderr="boom"))
     assert failed.status == "error" and failed.cost_per_hour == 2.5
+
+
+def test_xspace_planes_give_kernels_on_gpu_streams_and_ops_on_host_threads() -> None:
+    """The XSpace reader's seam (TensorFlow and JAX traces): which lines and events count."""
+    from mxbench.bench.profile import _xspace_ops
+
+    ps = 10**9  # picoseconds per millisecond
+    planes = [
+        ("/host:CPU", [
+            ("python", 0, [("$trainer.py:361 fit", 0, 50 * ps)]),
+            ("tf_Compute/1", 0, [("ExecutorState::Process", 0, 20 * ps),
+                                 ("m/conv/Relu:_MklNativeFusedConv2D", 1 * ps, 4 * ps),
+                                 ("IteratorGetNextOp::DoCompute", 6 * ps, 1 * ps)]),
+            ("tf_data_iterator_get_next/2", 0, [("Iterator::Root", 0, 9 * ps)]),
+        ]),
+        ("/device:GPU:0", [
+            ("Stream #14(Compute)", 0, [(TENSOR_CORE_KERNELS[2], 0, 3 * ps),
+                                        (PLAIN_KERNELS[0], 3 * ps, 1 * ps)]),
+            ("XLA Ops", 0, [("dot.1", 0, 4 * ps)]),  # a summary of the same kernels
+        ]),
+    ]  # fmt: skip
+    cpu = _xspace_ops(planes, gpu=False)
+    assert [o.names[0] for o in cpu] == ["m/conv/Relu:_MklNativeFusedConv2D", "IteratorGetNext"]
+    assert [category(o.names) for o in cpu] == ["conv_matmul", "input"]
+    gpu = _xspace_ops(planes, gpu=True)
+    assert len(gpu) == 2
+    s = summarize(gpu, wall_s=0.005, steps=1, gpu=True)
+    assert s.tensor_core_share == pytest.approx(0.75)
+    assert s.breakdown_ms["host_gap"] == pytest.approx(1.0)
