@@ -128,10 +128,31 @@ def _evidence(lines: list[str]) -> OneDnnEvidence | None:
     )
 
 
-def _fit(model: Any, ds: Any, steps: int) -> float:
-    t = time.perf_counter()
-    model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
-    return time.perf_counter() - t
+def _fit(
+    model: Any, ds: Any, steps: int, start: Callable[[], None], stop: Callable[[], None]
+) -> float:
+    """``steps`` + 1 training steps, the profiler on from the second (the first of a new
+    ``fit`` call pays its setup: a new iterator, callbacks); the profiled seconds."""
+    import keras
+
+    marks: dict[str, float] = {}
+
+    class Window(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if batch == 1:
+                start()
+                marks["start"] = time.perf_counter()
+
+        def on_train_end(self, logs: Any = None) -> None:
+            marks["end"] = time.perf_counter()
+
+    try:
+        model.fit(ds, epochs=1, steps_per_epoch=steps + 1, verbose=0, shuffle=False,
+                  callbacks=[Window()])  # fmt: skip
+    finally:
+        if "start" in marks:
+            stop()
+    return marks["end"] - marks["start"]
 
 
 Collected = tuple[list[Op], float, list[str]]  # operations, wall seconds, oneDNN log lines
@@ -140,11 +161,8 @@ Collected = tuple[list[Op], float, list[str]]  # operations, wall seconds, oneDN
 def _tensorflow(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
     import tensorflow as tf
 
-    tf.profiler.experimental.start(str(trace_dir))
-    try:
-        wall = _fit(model, ds, steps)
-    finally:
-        tf.profiler.experimental.stop()
+    experimental = tf.profiler.experimental
+    wall = _fit(model, ds, steps, lambda: experimental.start(str(trace_dir)), experimental.stop)
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
@@ -164,8 +182,9 @@ def _tensorflow(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> 
 def _jax(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
     import jax
 
-    with jax.profiler.trace(str(trace_dir)):
-        wall = _fit(model, ds, steps)
+    profiler = jax.profiler
+    wall = _fit(model, ds, steps, lambda: profiler.start_trace(str(trace_dir)),
+                profiler.stop_trace)  # fmt: skip
     data = jax.profiler.ProfileData.from_file(str(_xplane(trace_dir)))
     planes = []
     for plane in data.planes:
@@ -221,13 +240,20 @@ def _torch(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Colle
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    verbose = (
-        torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON)
-        if not gpu
-        else contextlib.nullcontext()
-    )
-    with onednn.captured_stdout() as lines, profile(activities=activities) as prof, verbose:
-        wall = _fit(model, ds, steps)
+    prof = profile(activities=activities)
+    mkldnn = torch.backends.mkldnn
+    verbose = mkldnn.verbose(mkldnn.VERBOSE_ON) if not gpu else contextlib.nullcontext()
+
+    def start() -> None:
+        prof.start()
+        verbose.__enter__()
+
+    def stop() -> None:
+        verbose.__exit__(None, None, None)
+        prof.stop()
+
+    with onednn.captured_stdout() as lines:
+        wall = _fit(model, ds, steps, start, stop)
     if os.environ.get(KEEP_ENV):
         prof.export_chrome_trace(str(trace_dir / "torch-trace.json"))
     ops = []
@@ -239,11 +265,11 @@ def _torch(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Colle
         while parent is not None:
             chain.append(parent.name)
             parent = parent.cpu_parent
-        start, end = e.time_range.start / 1e6, e.time_range.end / 1e6
+        t0, t1 = e.time_range.start / 1e6, e.time_range.end / 1e6
         if on_gpu:
-            ops.append(Op((e.name,), start, end - start, "gpu"))
+            ops.append(Op((e.name,), t0, t1 - t0, "gpu"))
         else:  # own time, each op; the busy time is the span of the outermost ops
-            ops.append(Op(tuple(chain), start, (end - start) if e.cpu_parent is None else 0.0,
+            ops.append(Op(tuple(chain), t0, (t1 - t0) if e.cpu_parent is None else 0.0,
                           str(e.thread), self_s=e.self_cpu_time_total / 1e6))  # fmt: skip
     return ops, wall, lines
 
