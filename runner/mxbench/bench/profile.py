@@ -33,7 +33,7 @@ from mxbench.bench.profile_ops import Op, summarize
 from mxbench.params import Params
 from mxbench.results import OneDnnEvidence, Profile, Record, TopOp
 
-STEPS = 3  # profiled steps: enough for a steady picture, few enough to cost little
+STEPS = 3  # profiled steps (after one unprofiled): a steady picture, at little cost
 KEEP_ENV = "MXBENCH_PROFILE_DIR"  # keep the raw trace under this directory
 VERBOSE_ENV = "ONEDNN_VERBOSE"
 
