@@ -4,7 +4,8 @@ context (`mxbench doctor` / `mxbench run` on a docker host) before and after the
 compare: writes --records full-size records (report_speed.record: 50 samples + losses
 each) as BASE and again (another seed) as NEW, then times `mxbench compare BASE NEW` in
 fresh processes, --repeats times, and prints the wall time and the peak memory (max RSS)
-as median [min - max].
+as median [min - max]; with --baseline DIR (runner/ of an older checkout) that code's
+compare too, alternating.
 
 context: writes --context-mib MiB of files (64 MiB each) next to a Dockerfile, then, in
 fresh processes and alternating, times `mxbench doctor` on a docker host whose image uses
@@ -83,13 +84,20 @@ def compare(args: argparse.Namespace) -> None:
         mib = sum(f.stat().st_size for f in Path(tmp).rglob("*.jsonl")) / 2**20
         print(f"compare: {args.records} records per side, {mib:.0f} MiB of JSONL in all")
         cmd = [sys.executable, "-m", "mxbench", "compare", str(base), str(new), "--json"]
-        walls, peaks = [], []
+        variants = {"this": None}
+        if args.baseline:
+            variants["baseline"] = {**os.environ, "PYTHONPATH": args.baseline}
+        walls: dict[str, list[float]] = {k: [] for k in variants}
+        peaks: dict[str, list[float]] = {k: [] for k in variants}
         for _ in range(args.repeats):
-            wall, peak = measure(cmd)
-            walls.append(wall)
-            peaks.append(peak)
-            print(f"  run: {wall:.1f} s, peak RSS {peak:.0f} MiB", flush=True)
-        print(f"mxbench compare: wall {spread(walls, 's')}, peak RSS {spread(peaks, 'MiB')}")
+            for name, env in variants.items():
+                wall, peak = measure(cmd, env)
+                walls[name].append(wall)
+                peaks[name].append(peak)
+                print(f"  {name}: {wall:.1f} s, peak RSS {peak:.0f} MiB", flush=True)
+        for name in variants:
+            print(f"mxbench compare ({name}): wall {spread(walls[name], 's')}, "
+                  f"peak RSS {spread(peaks[name], 'MiB')}")  # fmt: skip
 
 
 def context(args: argparse.Namespace) -> None:
@@ -137,6 +145,7 @@ def main() -> None:
     c = sub.add_parser("compare")
     c.add_argument("--records", type=int, default=1_000_000)
     c.add_argument("--repeats", type=int, default=3)
+    c.add_argument("--baseline", help="runner/ of an older checkout, for 'before' figures")
     x = sub.add_parser("context")
     x.add_argument("--context-mib", type=int, default=4096)
     x.add_argument("--repeats", type=int, default=3)

@@ -6,11 +6,14 @@ losses each) to a temporary results directory, one JSONL file per host (or one f
 --one-file), then times, alternately and --repeats times each, in fresh processes:
   A. `python -c` reading every line of the files with json.loads (nothing else);
   B. `mxbench report --markdown` (interpreter start, decoding, merging, tables, speedup
-     intervals, diagnosis, markdown).
+     intervals, diagnosis, markdown);
+  C. with --baseline DIR (the runner/ folder of an older checkout, put on PYTHONPATH): B
+     with that code, for before / after figures under the same load;
 and prints medians with the spread, the ratio B / A, and B's stages in one process. The
 numbers in the records are synthetic: this measures the report, not a GPU.
 
     python benchmarks/report_speed.py [--records 100000] [--attempts 1] [--one-file]
+                                      [--baseline ../main/runner]
 """
 
 from __future__ import annotations
@@ -132,9 +135,9 @@ print(n)
 """
 
 
-def _time(cmd: list[str]) -> float:
+def _time(cmd: list[str], env: dict[str, str] | None = None) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"{cmd[:4]} failed: {proc.stderr.strip()[-500:]}")
@@ -155,6 +158,7 @@ def main() -> None:
     ap.add_argument("--one-file", action="store_true", help="the whole fleet in one JSONL file")
     ap.add_argument("--steps", type=int, default=50,
                     help="raw step samples and losses per record (0: none, as before)")  # fmt: skip
+    ap.add_argument("--baseline", help="runner/ of an older checkout: its report timed too")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -186,16 +190,25 @@ def main() -> None:
         loads = [sys.executable, "-c", _JSON_LOADS, str(root)]
         report = [sys.executable, "-m", "mxbench", "report", "--results", str(root),
                   "--markdown", "--output", str(root / "report.md")]  # fmt: skip
+        old = {**os.environ, "PYTHONPATH": args.baseline} if args.baseline else None
         a: list[float] = []
         b: list[float] = []
-        for _ in range(args.repeats):  # alternate, so drift on a shared machine hits both
+        c: list[float] = []
+        for _ in range(args.repeats):  # alternate, so drift on a shared machine hits all
             a.append(_time(loads))
             b.append(_time(report))
+            if old is not None:
+                c.append(_time(report, old))
         ratios = [y / x for x, y in zip(a, b, strict=True)]
         print(f"A json.loads of every line:     {_spread(a)}")
         print(f"B mxbench report --markdown:    {_spread(b)}")
         print(f"B / A: median {statistics.median(ratios):.2f} "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f}); goal <= 1")  # fmt: skip
+        if c:
+            before = [z / x for x, z in zip(a, c, strict=True)]
+            print(f"C the same, --baseline code:    {_spread(c)}")
+            print(f"C / A: median {statistics.median(before):.2f} "
+                  f"(min {min(before):.2f}, max {max(before):.2f})")  # fmt: skip
         print(f"load average {os.getloadavg()[0]:.1f}")
 
 

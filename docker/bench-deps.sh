@@ -34,7 +34,7 @@ if [ "$backend" = torch ] && [ "$target" = cpu ] && [ -z "${TORCH_CPU:-}" ]; the
 fi
 # shellcheck disable=SC2086  # $links is a list of options
 $pip $links "$framework" "msgspec>=0.18" "keras>=3.3" "psutil>=5.9" "nvidia-ml-py>=12" \
-  "typer>=0.12" "rich>=13"
+  "pillow>=10" "typer>=0.12" "rich>=13"
 /opt/venv/bin/python - "$backend" <<'PY'
 import importlib.metadata as md
 import sys

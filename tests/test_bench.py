@@ -46,7 +46,8 @@ def test_params_echo_the_arguments(f32: BenchRun) -> None:
         "model": "blog-cnn", "policy": "float32", "batch_size": 8, "image_size": 32,
         "image_width": None, "seq_len": 128, "vocab_size": 8192,
         "data": "synthetic", "warmup_steps": 2, "steps": 6, "jit_compile": "off",
-        "backend": "tensorflow", "profile": "on", "repeat": None,
+        "backend": "tensorflow", "profile": "on", "loss_scale": "auto", "steps_per_execution": 1,
+        "flip": "none", "epochs": None, "eval_every": 1, "target": None, "repeat": None,
     }  # fmt: skip
 
 
@@ -64,6 +65,21 @@ def test_timing_is_sane(f32: BenchRun) -> None:
     assert m["startup_s"] > m["import_s"] > 0
     assert m["startup_s"] > m["warmup_ms"] / 1000
     assert m["achieved_tflops"] > 0 and m["train_flops_per_image"] > 0
+
+
+def test_phases_account_for_the_process(f32: BenchRun) -> None:
+    from mxbench.bench.timing import PHASES
+
+    m = f32.record["metrics"]
+    phases = m["phases_s"]
+    assert set(phases) == set(PHASES) and all(v >= 0 for v in phases.values())
+    # the timed window is the steps' sum; the first step and warm-up are the record's own
+    assert phases["timed"] == pytest.approx(sum(m["step_ms"]["samples"]) / 1000, rel=0.05)
+    assert phases["first_step"] == pytest.approx(m["first_step_ms"] / 1000, abs=0.002)
+    assert phases["import"] == pytest.approx(m["import_s"], rel=0.05, abs=0.01)
+    # from process start to the first timed step: startup_s, stamped on another clock
+    before = sum(phases[k] for k in ("start", "probe", "import", "build", "data", "facts"))
+    assert before + phases["first_step"] + phases["warmup"] <= m["startup_s"] + 0.5
 
 
 def test_losses_and_memory(f32: BenchRun) -> None:
@@ -144,10 +160,15 @@ def test_record_is_json_serialisable_roundtrip(f32: BenchRun) -> None:
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_other_keras_backends_measure_and_say_which_framework(backend: str) -> None:
+def test_other_keras_backends_measure_and_say_which_framework(backend: str, tmp_path: Path) -> None:
+    from mxbench.engines.compile_cache import CompileCache
+
     pytest.importorskip(backend)
-    run = run_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
+    cache = CompileCache()  # as the local engine sets it: JAX caches even quick compiles
+    env = {**os.environ, **cache.env(backend, dict(os.environ))}
+    run = run_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL, env=env)
     assert run.returncode == 0, run.stderr
+    assert (len(os.listdir(cache.path)) > 5) == (backend == "jax")  # torch: nothing to cache
     rec = run.record
     assert rec["status"] == "ok", rec["error"]
     assert rec["params"]["backend"] == backend and rec["software"]["backend"] == backend

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,18 +18,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, docker_ok, relay, require_service
+from conftest import BASE_IMAGE, docker_ok, relay, require_service, ssh_ok
 from test_faults import GOOD, records
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 
 
 class Proxy:
-    """127.0.0.1:port -> the Docker socket; :meth:`cut` drops the link for a while."""
+    """127.0.0.1:port -> the Docker socket (or the loopback sshd: ``ssh=True``); :meth:`cut`
+    drops the link for a while."""
 
-    def __init__(self) -> None:
+    def __init__(self, ssh: bool = False) -> None:
+        self.ssh = ssh
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
+        scheme = "ssh://root@" if ssh else "tcp://"
+        self.url = f"{scheme}127.0.0.1:{self.port}"
         self.up = threading.Event()
         self.up.set()
         self.open: list[socket.socket] = []
@@ -44,8 +49,11 @@ class Proxy:
             if not self.up.is_set():
                 client.close()  # refused while cut
                 continue
-            daemon = socket.socket(socket.AF_UNIX)
-            daemon.connect(DOCKER_SOCKET)
+            if self.ssh:
+                daemon = socket.create_connection(("127.0.0.1", 22))
+            else:
+                daemon = socket.socket(socket.AF_UNIX)
+                daemon.connect(DOCKER_SOCKET)
             with self.lock:
                 self.open += [client, daemon]
             for a, b in ((client, daemon), (daemon, client)):
@@ -68,8 +76,24 @@ class Proxy:
 
 
 @pytest.fixture
-def proxy() -> Iterator[Proxy]:
-    p = Proxy()
+def proxy(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Proxy]:
+    """The link to the daemon: tcp (default), or ``ssh`` (parametrize indirectly): the
+    system ssh client, through the proxy to the loopback sshd, the host key checked as
+    127.0.0.1's (``HostKeyAlias``: known_hosts has no entry for the proxy's port)."""
+    ssh = getattr(request, "param", "tcp") == "ssh"
+    if ssh:
+        require_service(ssh_ok() and Path("/usr/bin/ssh").exists(), "sshd on loopback, ssh")
+        config = tmp_path / "ssh_config"
+        config.write_text("Host *\n  HostKeyAlias 127.0.0.1\n  BatchMode yes\n"
+                          "  ConnectTimeout 10\n")  # fmt: skip
+        (tmp_path / "bin").mkdir()
+        wrapper = tmp_path / "bin" / "ssh"
+        wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {config} "$@"\n')
+        wrapper.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    p = Proxy(ssh)
     try:
         yield p
     finally:
@@ -113,7 +137,7 @@ def fake_image(tmp_path: Path, proxy: Proxy) -> Callable[..., subprocess.Popen[s
             "images": {"fake": {"dockerfile": "Dockerfile",
                                 "build_args": {"BASE_IMAGE": BASE_IMAGE}}},
             "hosts": [{"name": host, "engine": "docker", "images": ["fake"],
-                       "docker_host": f"tcp://127.0.0.1:{proxy.port}"}],
+                       "docker_host": proxy.url}],
         }  # fmt: skip
         (tmp_path / "matrix.yaml").write_text(json.dumps(doc))
         return subprocess.Popen(
@@ -136,6 +160,7 @@ def _started(host: str, run: subprocess.Popen[str]) -> list[str]:
     return found
 
 
+@pytest.mark.parametrize("proxy", ["tcp", "ssh"], indirect=True)
 def test_a_daemon_that_drops_out_mid_cell_is_reconnected_and_the_cell_kept(
     tmp_path: Path, proxy: Proxy, fake_image: Callable[..., subprocess.Popen[str]]
 ) -> None:

@@ -54,7 +54,8 @@ def test_repo_matrix_and_embedded_default_load() -> None:
 def test_cell_keys_did_not_change_across_versions() -> None:
     # Computed by mxbench before the parameters were declared once (commit ae84a5e):
     # --resume must keep recognising cells measured by earlier versions.
-    # The embedded default as it was then (it has run 3 repeats since Step 13).
+    # The embedded default as it was then (it has run 3 repeats since Step 13, and
+    # `repeats: auto` since, whose first round is the cells of `repeats: 3`).
     then = parse_matrix(
         "benchmark: {model: blog-cnn, image_size: 64, data: synthetic, warmup_steps: 2,"
         " steps: 10, timeout_s: 600}\n"
@@ -63,7 +64,8 @@ def test_cell_keys_did_not_change_across_versions() -> None:
     )
     keys = {c.key for c in expand(then)}
     assert keys == {"40dc925c236dcb3d", "e2d265699d6cb579", "41215be570443d02", "b093fcf02b1259bc"}
-    assert load_matrix(default_matrix_path()).benchmark.repeats == 3
+    now = load_matrix(default_matrix_path()).benchmark
+    assert (now.repeats, now.planned_repeats) == ("auto", 3)
 
 
 def test_any_parameter_is_one_value_or_an_axis() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import random
 import re
 import subprocess
 import sys
@@ -171,3 +173,131 @@ def test_the_published_and_measured_examples_are_found_from_the_top(tmp_path: Pa
     assert found == {"measured/compare/results", "measured/cpu-backends/results",
                      "measured/h100/results"}  # fmt: skip
     assert loaded.bad == [] and loaded.read == 18 + 36 + 56
+
+
+def _summary_records(rng: random.Random) -> list[dict]:
+    """Records whose parts the reader summarises: raw samples, losses (one not finite),
+    first/last loss only, no samples at all, attempts of one cell."""
+    out = []
+    for i, policy in enumerate(("float32", "mixed_float16", "mixed_bfloat16")):
+        r = rec("h1", policy, 32, median=100.0 - 10 * i)
+        r["metrics"]["step_ms"]["samples"] = [rng.uniform(80, 120) for _ in range(40 + i)]
+        r["metrics"]["losses"] = [rng.uniform(1, 3) for _ in range(40)] + ([None] if i == 2 else [])
+        out.append(r)
+    first_last = rec("h1", "float32", 64, median=70.0)
+    first_last["metrics"].update(loss_first=2.5, loss_last=2.0)
+    out.append(first_last)
+    out.append(rec("h1", "mixed_float16", 64, median=50.0))  # a median and nothing else
+    early = rec("h1", "float32", 128, median=300.0, time="2026-01-01T00:00:00+00:00")
+    late = rec("h1", "float32", 128, median=200.0, time="2026-01-02T00:00:00+00:00")
+    failed = rec("h1", "float32", 128, status="oom", time="2026-01-03T00:00:00+00:00")
+    return [*out, late, failed, early]
+
+
+def test_the_reader_summarises_records_as_the_record_type_reads_them(tmp_path: Path) -> None:
+    """Known truth: each record decoded whole by results.decode (samples and losses kept);
+    the report's reader keeps per record only the process summary stats.summarise makes of
+    its samples and the sum / count of its losses, and picks the same winners."""
+    from mxbench import stats
+    from mxbench.results import read_records
+
+    records = _summary_records(random.Random(3))
+    path = write(tmp_path / "h1.jsonl", records)
+    loaded = load([path], keep_all=True)
+    assert not loaded.bad and loaded.read == len(records)
+    whole = [r for _, r in read_records(path)]
+    read = [r for attempts in loaded.everything.values() for r in attempts]
+    assert len(read) == len(whole)
+    by_cell: dict[str, list] = {}
+    for full in whole:
+        by_cell.setdefault(str(full.cell), []).append(full)
+    for full, got in zip(sorted(whole, key=lambda r: (r.cell, r.time)),
+                         sorted(read, key=lambda r: (r.cell, r.time)), strict=True):  # fmt: skip
+        assert loading.process(got) == loading.process(full)
+        step = full.step
+        if step is not None:
+            med, var = stats.summarise([list(step.samples) or [step.median]])
+            assert loading.process(got) == (med[0], var[0])
+        losses = full.metrics.losses or (
+            [full.metrics.loss_first, full.metrics.loss_last]
+            if full.metrics.loss_first is not None else []
+        )  # fmt: skip
+        want = None if not losses else (
+            (math.nan if None in losses else sum(losses), len(losses))  # type: ignore[arg-type]
+        )  # fmt: skip
+        got_loss = loading.loss(got)
+        assert (got_loss is None) == (want is None)
+        if want is not None and got_loss is not None:
+            assert got_loss[1] == want[1]
+            assert got_loss[0] == want[0] or (math.isnan(got_loss[0]) and math.isnan(want[0]))
+        assert got.metrics.losses == [] and (got.metrics.step_ms is None
+                                             or got.metrics.step_ms.samples == [])  # fmt: skip
+    want_winners = {c: pick(a) for c, a in by_cell.items()}
+    assert {str(w.cell): (w.status, w.time) for w in loaded.winners} == {
+        c: (w.status, w.time) for c, w in want_winners.items()
+    }
+    assert loaded.attempts == {c: len(a) for c, a in by_cell.items() if len(a) > 1}
+    # the tables from summaries are the tables from the whole records
+    from_read, from_whole = build(loaded.winners), build(list(want_winners.values()))
+    assert [t.ratios for t in from_read] == [t.ratios for t in from_whole]
+    assert [t.parity for t in from_read] == [t.parity for t in from_whole]
+
+
+def test_the_fast_reader_refuses_what_the_record_type_refuses(tmp_path: Path) -> None:
+    """Lines the fast path must not vouch for: bad samples or losses, a deep ``run``, an
+    injected summary field, an older schema (upgraded). Same records, same reasons."""
+    from mxbench.results import read_records
+
+    deep: dict = {}
+    inner = deep
+    for _ in range(20):
+        inner["x"] = {}
+        inner = inner["x"]
+    lines = []
+    for i, (where, value) in enumerate([
+        ("samples", [1.0, -2.0]), ("samples", [1.0, "fast"]), ("losses", ["nan"]),
+        ("run", deep), ("~process", [1.0, 0.0]), ("~loss", "garbage"), ("samples", [1e300]),
+    ]):  # fmt: skip
+        r = rec("h1", "float32", 8 * (i + 1))
+        if where == "samples":
+            r["metrics"]["step_ms"]["samples"] = value
+        elif where == "losses":
+            r["metrics"]["losses"] = value
+        else:
+            r[where] = value
+        lines.append(r)
+    old = rec("h1", "float32", 512, status="oom", metrics=None)
+    old["schema"] = "mxbench.result/1"
+    path = write(tmp_path / "h1.jsonl", [*lines, old])
+    want_bad: list = []
+    kept = [r.cell for _, r in read_records(path, want_bad)]
+    loaded = load([path])
+    assert [(b.lineno, b.reason) for b in loaded.bad] == [(b.lineno, b.reason) for b in want_bad]
+    assert len(want_bad) == 5  # negative, text, nan text, deep run, too large a sample
+    assert sorted(str(w.cell) for w in loaded.winners) == sorted(str(c) for c in kept)
+    injected = [w for w in loaded.winners if w.params.batch_size in (40, 48)]
+    assert [loading.process(w) for w in injected] == [(100.0, 0.0), (100.0, 0.0)]
+
+
+def test_reading_holds_memory_per_cell_not_per_step(tmp_path: Path) -> None:
+    """40 records of 20,000 timed steps each: read whole (or summarised only at the end)
+    that is a peak of ~50 MB; the reader summarises a few MB of samples at a time and keeps
+    two numbers a record (~19 MB peak, measured)."""
+    import tracemalloc
+
+    rng = random.Random(5)
+    path = tmp_path / "long.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(40):
+            r = rec(f"h{i}", "float32", 32)
+            r["metrics"]["step_ms"]["samples"] = [round(rng.uniform(90, 110), 3)
+                                                  for _ in range(20_000)]  # fmt: skip
+            fh.write(json.dumps(r) + "\n")
+    tracemalloc.start()
+    try:
+        loaded = load([path])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(loaded.winners) == 40 and all(loading.process(w) for w in loaded.winners)
+    assert peak < 30 * 2**20, f"peak {peak / 2**20:.0f} MiB while reading"

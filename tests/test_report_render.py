@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
+import random
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +44,33 @@ def test_markdown_tables_are_github_pipe_tables(published: tuple) -> None:
         assert set(lines[1]) <= set("|-:")
     # numbers right-aligned: the batch column's rule ends with a colon
     assert markdown.table(["batch"], [["32"]]).splitlines()[1] == "|--------:|"
+
+
+def test_markdown_tables_hold_any_cell_in_its_column() -> None:
+    """Over random cells that mix numbers, markup, padding, control characters, wide and
+    non-breaking spaces, and empty tables: every table has its header, rule and one line per
+    row, each with as many columns as the header (nothing in a cell adds or removes one),
+    and a column of numbers only is right-aligned."""
+    rng = random.Random(7)
+    parts = ["1", "2.50", " ", "a", "|", "*", "<b>", "–", "…", "OOM", "-", "\t", "\n",
+             "\x1b[31m", "\u3000", "\u00a0", "e3", "nan", "", "x" * 40]  # fmt: skip
+
+    def cell() -> str:
+        return "".join(rng.choice(parts) for _ in range(rng.randint(0, 3)))
+
+    def columns(line: str) -> int:
+        return len(re.split(r"(?<!\\)\|", line)) - 2
+
+    for _ in range(500):
+        n, k = rng.randint(1, 4), rng.randint(0, 4)
+        headers = [cell() for _ in range(n)]
+        rows = [[cell() for _ in range(n)] for _ in range(k)]
+        lines = markdown.table(headers, rows).splitlines()
+        assert len(lines) == 2 + k, (headers, rows)
+        assert all(columns(line) == n for line in lines), (headers, rows)
+    numbers = markdown.table(["batch", "host"], [["8", "a"], ["32", "b"]]).splitlines()[1]
+    assert numbers.startswith("|-") and numbers.split("|")[1].endswith(":")
+    assert numbers.split("|")[2].startswith(":")
 
 
 def test_csv_is_tidy_one_row_per_cell(published: tuple) -> None:
@@ -207,6 +236,32 @@ def test_a_table_that_mixes_runs_names_each_label_and_its_cells(tmp_path: Path) 
     )
     (alone,) = build(load([path], label="old").winners)
     assert "label: old" in heading_lines(alone)
+
+
+def test_cells_of_another_run_are_marked_in_the_table_and_never_pooled(tmp_path: Path) -> None:
+    from mxbench.report.document import verdict
+    from mxbench.report.text import table_rows
+
+    old = [rec("box", p, b, label="old", time="2026-01-01T00:00:00Z", median=m)
+           for p, m in (("float32", 100.0), ("mixed_float16", 50.0)) for b in (32, 64)]  # fmt: skip
+    # the new run re-measured float32 at batch 64 only: its speedup pairs two runs
+    new = [rec("box", "float32", 64, label="new", time="2026-01-02T00:00:00Z", median=80.0)]
+    path = write(tmp_path / "box.jsonl", old + new)
+    (t,) = build(load([path]).winners)
+    _, rows = table_rows(t)
+    by_batch = {int(r[0]): r for r in rows}
+    assert "(run new)" in by_batch[64][1] and "(run" not in by_batch[32][1]
+    assert "(across runs: float32 of new, mixed_float16 of old)" in by_batch[64][-1]
+    assert "across runs" not in by_batch[32][-1]
+    assert "across runs" in verdict(t, "mixed_float16", 64).detail
+    # a slot measured by two runs (same cell key, e.g. repeats) shows the latest run's only
+    twice = []
+    for i, (lab, day, m) in enumerate([("a", 1, 100.0), ("b", 2, 60.0)]):
+        r = rec("box", "float32", 32, label=lab, time=f"2026-01-0{day}T00:00:00Z", median=m)
+        r["params"]["repeat"], r["cell"] = i, f"repeat-{i}"  # two processes of one slot
+        twice.append(r)
+    (t2,) = build(load([write(tmp_path / "two.jsonl", twice)]).winners)
+    assert t2.entries["float32", 32].median == 60.0 and t2.entries["float32", 32].run == "b"
 
 
 @pytest.mark.slow

@@ -45,13 +45,16 @@ class Cell:
         """Arguments of ``mxbench bench`` that measure this cell (after the word ``bench``)."""
         return self.params.bench_args()
 
-    def label(self) -> str:
+    def label(self, group: bool = False) -> str:
+        """``local jax mixed_bfloat16 bs=32 #2``; ``group``: without policy and repeat (the
+        cells a speedup compares)."""
         p = self.params
         img = f" [{self.image}]" if self.image else ""
-        rep = f" #{p.repeat}" if p.repeat else ""
+        rep = f" #{p.repeat}" if p.repeat and not group else ""
         backend = f" {p.backend}" if p.backend != "tensorflow" else ""
         model = "" if p.model == "blog-cnn" else f" {Path(p.model).name}"
-        return f"{self.host}{img}{backend}{model} {p.policy} bs={p.batch_size}{rep}"
+        policy = "" if group else f" {p.policy}"
+        return f"{self.host}{img}{backend}{model}{policy} bs={p.batch_size}{rep}"
 
 
 def cell_key(
@@ -122,7 +125,7 @@ def _placements(
     combos = [
         {**dict(zip(sweep, values, strict=True)), "policy": policy, "repeat": repeat}
         for values in itertools.product(*sweep.values())
-        for repeat in (range(b.repeats) if b.repeats > 1 else [None])
+        for repeat in (range(b.planned_repeats) if b.planned_repeats > 1 else [None])
         for policy in inner
     ]
     for host in matrix.hosts:

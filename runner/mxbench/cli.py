@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from mxbench import __version__
-from mxbench.commands import bench, build, compare, doctor, report, run
+from mxbench.commands import bench, build, compare, data, doctor, report, run
 from mxbench.errors import MxbenchError
 
 app = typer.Typer(
@@ -53,6 +53,7 @@ app.command("report")(report.report)
 app.command("compare")(compare.compare)
 app.command("doctor")(doctor.doctor)
 app.command("bench")(bench.bench)
+app.add_typer(data.app, name="data")
 
 
 def _plain_help(command: Any) -> None:

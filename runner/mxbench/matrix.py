@@ -31,6 +31,7 @@ from pydantic import (
 from mxbench import models, params
 from mxbench.errors import UsageError
 from mxbench.hosts import HOSTS
+from mxbench.repeats import AUTO, AutoRepeats, check_auto
 from mxbench.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
 from mxbench.search import LIMITS, SEARCH, BatchSearch
 
@@ -44,6 +45,8 @@ MAX_CELLS = 10_000
 def _param_type(f: params.Field) -> Any:
     """A parameter's type for pydantic, with the bounds :class:`~mxbench.params.Params`
     declares (strict: ``true`` is not batch size 1, ``"32"`` is not 32)."""
+    if f.spec.parse is not None:  # one spelling per value (loss_scale: 1e9 is 1e+09)
+        return Annotated[f.type, BeforeValidator(f.spec.parse)]
     if f.choices is not None:
         if {"on", "off"} <= set(f.choices):  # YAML 1.1 reads a bare on / off as a boolean
             return Annotated[f.type, BeforeValidator(_on_off)]
@@ -99,6 +102,16 @@ def _batch_search(value: Any) -> BatchSearch:
     return cfg
 
 
+def _auto_repeats(value: Any) -> AutoRepeats:
+    if isinstance(value, AutoRepeats):
+        return value
+    try:
+        cfg = msgspec.convert(value, AutoRepeats, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc).replace("`$.", "`")) from None
+    return check_auto(cfg)
+
+
 def _model_name(value: str) -> str:
     """A zoo name or an entry point (whether its file exists is checked when cells are
     planned: mxbench.cells.resolve_model)."""
@@ -117,7 +130,10 @@ class _BenchmarkBase(Strict):
     """What every cell measures: one value per parameter (the experiment's defaults, except
     the step count), plus how often and how long."""
 
-    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS, strict=True)] = 1
+    # A number of fresh processes per cell, or `auto` (mxbench.repeats): as many as the
+    # speedup's interval needs, settings under auto_repeats.
+    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS, strict=True)] | Literal["auto"] = 1
+    auto_repeats: Annotated[AutoRepeats, PlainValidator(_auto_repeats)] = AutoRepeats()
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
     # How `axes.batch_size: max` searches (defaults: mxbench.search.BatchSearch).
     batch_search: Annotated[BatchSearch, PlainValidator(_batch_search)] = BatchSearch()
@@ -126,6 +142,27 @@ class _BenchmarkBase(Strict):
     @classmethod
     def _model(cls, v: str) -> str:
         return _model_name(v)
+
+    @model_validator(mode="after")
+    def _auto_only(self) -> Any:
+        if "auto_repeats" in self.model_fields_set and self.repeats != AUTO:
+            raise _PathError(("benchmark", "auto_repeats"), "applies to `repeats: auto` only")
+        return self
+
+    @property
+    def auto(self) -> AutoRepeats | None:
+        """The settings of ``repeats: auto`` (None with a fixed count)."""
+        return self.auto_repeats if self.repeats == AUTO else None
+
+    @property
+    def planned_repeats(self) -> int:
+        """Processes per cell planned up front (``auto``: its start)."""
+        return self.auto_repeats.start if isinstance(self.repeats, str) else self.repeats
+
+    @property
+    def most_repeats(self) -> int:
+        """Processes per cell at most (``auto``: its max)."""
+        return self.auto_repeats.max if isinstance(self.repeats, str) else self.repeats
 
     @field_validator("data", check_fields=False)
     @classmethod
@@ -227,7 +264,7 @@ class Matrix(Strict):
     @model_validator(mode="after")
     def _size(self) -> Matrix:
         sweep = self.sweep()
-        per_image = self.benchmark.repeats
+        per_image = self.benchmark.most_repeats
         for values in sweep.values():
             per_image *= len(values)
         cells = sum(per_image * max(1, len(h.image_names())) for h in self.hosts)
@@ -236,7 +273,7 @@ class Matrix(Strict):
             raise _PathError(
                 ("axes",),
                 f"the matrix expands to {cells:,} cells ({len(self.hosts)} host(s), {axes}, "
-                f"{self.benchmark.repeats} repeat(s)); at most {MAX_CELLS:,}: each cell is a "
+                f"{self.benchmark.most_repeats} repeat(s)); at most {MAX_CELLS:,}: each cell is a "
                 "fresh process of seconds to minutes. Split it into several matrices",
             )
         return self
@@ -296,6 +333,33 @@ class Matrix(Strict):
                     f"{echo(data[0])} is an image folder, and {model} takes tokens: use "
                     "synthetic, or a model of your own with a dataset()",
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _runs(self) -> Matrix:
+        """Training runs (``epochs``) read a data folder and aim at an accuracy; timing cells'
+        step counts are whole calls of ``steps_per_execution`` steps."""
+        sweep = self.sweep()
+        if any(sweep["epochs"]) and params.SYNTHETIC in sweep["data"]:
+            raise _PathError(
+                self._where("epochs"),
+                "a training run needs real data: set benchmark.data to a folder with train/ and "
+                "val/ (`mxbench data digits DIR` writes one)",
+            )
+        for target in sweep["target"]:
+            if target is not None and not 0 < target <= 1:
+                why = f"{target}: a validation accuracy, above 0 and at most 1"
+                raise _PathError(self._where("target"), why)
+        if "torch" in sweep["backend"] and max(sweep["steps_per_execution"]) > 1:
+            why = "Keras runs one step per call on the torch backend (only 1)"
+            raise _PathError(self._where("steps_per_execution"), why)
+        timing = None in sweep["epochs"]
+        for spe in sweep["steps_per_execution"] if timing else ():
+            for name in ("warmup_steps", "steps"):
+                off = [v for v in sweep[name] if v % spe]
+                if off:
+                    raise _PathError(self._where("steps_per_execution"),
+                                     f"{spe}: {name} {off[0]} is not a multiple of it")  # fmt: skip
         return self
 
     def sweep_source(self, name: str) -> str:

@@ -21,9 +21,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mxbench import repeats
 from mxbench.cells import Cell, Search
 from mxbench.engines import Engine, EngineUnavailable, Outcome, engine_class, to_record
 from mxbench.matrix import Matrix
@@ -41,6 +42,10 @@ class RunSummary:
     paths: set[str] = field(default_factory=set)
     interrupted: bool = False
     searches: list[tuple[Search, Found]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # closing lines (repeats: auto, timing)
+    added: set[str] = field(default_factory=set)  # keys of the cells repeats: auto added
+    measured: list[Record] = field(default_factory=list)  # every record this run saved
+    wall_s: float = 0.0  # how long the run took
 
     @property
     def failed(self) -> int:
@@ -60,6 +65,7 @@ class HostWork:
     cells: list[Cell]
     searches: list[Search]
     machine: str = ""
+    auto: list[Cell] = field(default_factory=list)  # a cell of each open repeats: auto group
 
     @property
     def planned(self) -> list[Cell]:
@@ -86,11 +92,16 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def plan_hosts(
-    matrix: Matrix, cells: Sequence[Cell], searches: Sequence[Search] = ()
+    matrix: Matrix,
+    cells: Sequence[Cell],
+    searches: Sequence[Search] = (),
+    auto: repeats.Plan | None = None,
 ) -> list[HostWork]:
     """Each host's engine and work, checked (exit 2 for what only the user can fix) before
-    any cell of any host runs."""
-    by_host = group_by_host([*cells, *(s.template for s in searches)])
+    any cell of any host runs (a host whose cells are done may still have ``repeats: auto``
+    groups to grow)."""
+    groups = [g.template for g in auto.groups if g.decision is None] if auto else []
+    by_host = group_by_host([*cells, *(s.template for s in searches), *groups])
     works = []
     for host_name, planned in by_host.items():
         host = matrix.host(host_name)
@@ -100,8 +111,9 @@ def plan_hosts(
             HostWork(
                 host_name,
                 engine,
-                [c for c in planned if c.search is None],
+                [c for c in cells if c.host == host_name],
                 [s for s in searches if s.template.host == host_name],
+                auto=[c for c in groups if c.host == host_name],
             )
         )
     return works
@@ -154,7 +166,9 @@ class _Fleet:
         progress: CellProgress,
         known: dict[str, Record],
         max_parallel: int,
+        auto: repeats.Plan | None = None,
     ) -> None:
+        self.auto = auto  # repeats: auto (None: a fixed number of repeats)
         self.store = store
         self.progress = progress
         self.known = known
@@ -170,9 +184,12 @@ class _Fleet:
         if self.stop.is_set() and record.status != "ok":
             return False
         path = str(self.store.append(record))
+        if self.auto is not None:
+            self.auto.note(record)
         with self.lock:
             self.summary.paths.add(path)
             self.summary.counts[record.status] += 1
+            self.summary.measured.append(record)
         return True
 
     def run_machine(self, works: Sequence[HostWork]) -> None:
@@ -192,45 +209,20 @@ class _Fleet:
     def run_host(self, work: HostWork) -> None:
         engine, progress, name = work.engine, self.progress, work.name
         engine.on_progress = lambda *_: progress.set_note(name, engine.progress_note())
+        began = time.monotonic()
         progress.start(name, "(preparing)")
         try:
-            engine.prepare(work.planned)
+            engine.prepare([*work.planned, *work.auto])
         except EngineUnavailable as exc:
             self.give_up(work, work.planned, exc.status, exc.reason)
             return
         except Exception as exc:  # a daemon answering 500, a cut link, a bug: this host only
             self.give_up(work, work.planned, "error", _unexpected(work, exc))
             return
-        if self.stop.is_set():
+        if self.stop.is_set() or not self.run_list(work, work.cells):
             return
-        cells = work.cells
-        if cells:
-            progress.start(name, cells[0].label())
-        outcomes = engine.run(cells)
-        finished: set[str] = set()
-        try:
-            for i, (cell, outcome) in enumerate(outcomes):
-                record = to_record(cell, outcome)
-                if not self.save(record):
-                    return
-                finished.add(cell.key)
-                progress.finish(name, cell.label(), record)
-                if self.stop.is_set():
-                    return
-                if i + 1 < len(cells):
-                    progress.start(name, cells[i + 1].label(), engine.progress_note())
-        except StoreError:
-            raise  # the disk, not the host: the whole run stops (run_machine)
-        except Exception as exc:
-            rest = [c for c in cells if c.key not in finished]
-            self.give_up(work, rest + [s.template for s in work.searches], "error",
-                         _unexpected(work, exc))  # fmt: skip
+        if self.auto is not None and not self.run_auto(work, self.auto, began):
             return
-        finally:
-            close = getattr(outcomes, "close", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    close()  # a batch engine's generator cancels what it still has queued
         for search in work.searches:
             if self.stop.is_set():
                 return
@@ -244,6 +236,82 @@ class _Fleet:
                 self.summary.searches.append((search, found))
             progress.message(f"{search.label()}: {found.sentence()}")
         progress.host_done(name, "done")
+
+    def run_list(
+        self, work: HostWork, cells: Sequence[Cell], why: dict[str, str] | None = None
+    ) -> bool:
+        """Run cells of one host in order, saving each record; False when the host stops
+        (Ctrl-C, or an engine failure: the rest of its cells get a record saying so).
+        ``why``: cell key -> why ``repeats: auto`` added it (the record's ``run.repeats``)."""
+        engine, progress, name = work.engine, self.progress, work.name
+        if cells:
+            progress.start(name, cells[0].label())
+        outcomes = engine.run(cells)
+        finished: set[str] = set()
+        try:
+            for i, (cell, outcome) in enumerate(outcomes):
+                record = to_record(cell, outcome)
+                if why and cell.key in why:
+                    record.run["repeats"] = why[cell.key]
+                if not self.save(record):
+                    return False
+                finished.add(cell.key)
+                progress.finish(name, cell.label(), record)
+                if self.stop.is_set():
+                    return False
+                if i + 1 < len(cells):
+                    progress.start(name, cells[i + 1].label(), engine.progress_note())
+        except StoreError:
+            raise  # the disk, not the host: the whole run stops (run_machine)
+        except Exception as exc:
+            rest = [c for c in cells if c.key not in finished]
+            self.give_up(work, rest + [s.template for s in work.searches], "error",
+                         _unexpected(work, exc))  # fmt: skip
+            return False
+        finally:
+            close = getattr(outcomes, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    close()  # a batch engine's generator cancels what it still has queued
+        return True
+
+    def run_auto(self, work: HostWork, plan: repeats.Plan, began: float) -> bool:
+        """``repeats: auto``: rounds of one more process per policy for every comparison
+        group of the host that needs one, until none does (or the budget is spent). A
+        process ``--resume`` kept is reused, not measured again."""
+        cfg, progress = plan.cfg, self.progress
+        groups = [g for g in plan.host(work.name) if g.decision is None]
+        while groups and not self.stop.is_set():
+            todo: list[Cell] = []
+            reasons: dict[str, str] = {}
+            for g in list(groups):
+                decision = repeats.decide(cfg, g.by_policy(), g.attempts)
+                spent = time.monotonic() - began
+                if decision.more and spent + g.round_s() > cfg.budget_s:
+                    decision = replace(decision, why="budget",
+                                       detail=f"{spent:.0f} s spent of auto_repeats.budget_s "
+                                              f"{cfg.budget_s:g}")  # fmt: skip
+                if not decision.more:
+                    g.decision = decision
+                    groups.remove(g)
+                    progress.message(f"{g.label}: stopped after {decision.text()}")
+                    continue
+                repeat = g.attempts
+                why = f"process {repeat + 1}: {decision.text()}"
+                progress.message(f"{g.label}: adding process {repeat + 1} per policy "
+                                 f"({decision.text()})")  # fmt: skip
+                for cell in plan.extend(g, repeat):
+                    rec = self.known.get(cell.key)
+                    if rec is not None and rec.status in FINAL_STATUSES:
+                        plan.note(rec)  # measured by the run --resume continues
+                    else:
+                        todo.append(cell)
+                        reasons[cell.key] = why
+            if todo:
+                progress.add(len(todo), work.name)
+                if not self.run_list(work, todo, reasons):
+                    return False
+        return not self.stop.is_set()
 
     def give_up(self, work: HostWork, cells: Sequence[Cell], status: Status, reason: str) -> None:
         """The host cannot go on: each of ``cells`` gets a record saying why (made by the
@@ -271,14 +339,17 @@ def run_cells(
     searches: Sequence[Search] = (),
     known: dict[str, Record] | None = None,
     max_parallel: int | None = None,
+    auto: repeats.Plan | None = None,
 ) -> RunSummary:
     """Every cell, then every search, of every host; hosts in parallel as their machines
     allow (``known``: the records a search may reuse, the store's latest per cell under
-    ``--resume``; ``max_parallel``: at most this many hosts at once, default all)."""
-    works = plan_hosts(matrix, cells, searches)
+    ``--resume``; ``max_parallel``: at most this many hosts at once, default all; ``auto``:
+    the comparison groups of ``repeats: auto``, which get processes added after the cells)."""
+    began = time.monotonic()
+    works = plan_hosts(matrix, cells, searches, auto)
     groups = machines(works)
     limit = max_parallel or max(1, len(works))
-    fleet = _Fleet(store, progress, known or {}, limit)
+    fleet = _Fleet(store, progress, known or {}, limit, auto)
     progress.hosts({w.name: len(w.planned) for w in works})
     if len(works) > 1:
         progress.message(describe_machines(groups, limit))
@@ -300,6 +371,7 @@ def run_cells(
             _cancel_all(fleet, [w.engine for w in works], threads)
     if fleet.failure is not None:
         raise fleet.failure
+    fleet.summary.wall_s = time.monotonic() - began
     return fleet.summary
 
 

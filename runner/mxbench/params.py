@@ -26,6 +26,7 @@ Policy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16"]
 JitCompile = Literal["auto", "on", "off"]
 Backend = Literal["tensorflow", "jax", "torch"]
 OnOff = Literal["on", "off"]
+Flip = Literal["none", "horizontal", "vertical", "both"]
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
@@ -46,6 +47,35 @@ MAX_STEPS = 1_000_000
 # never allowed in a value that reaches a command line, a script or a one-line message.
 CONTROL_CHARS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
 ONE_LINE = f"\\A[^{CONTROL_CHARS}]*\\Z"  # for msgspec (Python's re; $ would allow a final \n)
+
+# loss_scale: a word, or a positive factor written as parse_loss_scale writes it.
+LOSS_SCALE_WORDS = ("auto", "dynamic", "none")
+LOSS_SCALE_PATTERN = r"\A(auto|dynamic|none|[0-9][0-9.e+-]*)\Z"
+MAX_LOSS_SCALE = 1e30  # float32's range ends near 3.4e38: beyond this nothing is left to show
+
+
+def parse_loss_scale(value: Any) -> str:
+    """``auto``, ``dynamic``, ``none``, or a positive factor in one spelling (``1e9``,
+    ``1000000000`` and ``1.0e9`` are all ``1e+09``): ValueError for anything else."""
+    if isinstance(value, str) and value.strip().lower() in LOSS_SCALE_WORDS:
+        return value.strip().lower()
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"expected {', '.join(LOSS_SCALE_WORDS)} or a factor, not {value!r}")
+    try:
+        factor = float(value)
+    except ValueError:
+        raise ValueError(
+            f"{value!r}: expected {', '.join(LOSS_SCALE_WORDS)} or a positive factor (1024)"
+        ) from None
+    if not 0 < factor <= MAX_LOSS_SCALE:  # also NaN
+        raise ValueError(f"{value!r}: a fixed loss scale must be above 0 and at most 1e30")
+    return f"{factor:g}"
+
+
+def loss_scale_factor(value: str) -> float | None:
+    """The fixed factor of a ``loss_scale`` value, None for the words."""
+    return None if value in LOSS_SCALE_WORDS else float(value)
+
 
 Role = Literal["slot", "setup", "precision", "repeat"]
 
@@ -71,6 +101,9 @@ class Spec:
     key_default: bool = True
     # The axis may say ``max``: search for the largest value that fits (mxbench.search).
     search: bool = False
+    # Turns what a matrix or the command line gives into the value (ValueError: refused);
+    # for a parameter whose text has one spelling per value (``loss_scale: 1e9``).
+    parse: Any = None
 
 
 class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=False):
@@ -153,15 +186,62 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              "oneDNN kernels ran. Never inside the timed steps.", role="precision",
              flag="--profile", column="profile", key_default=False),
     ] = "on"  # fmt: skip
+    loss_scale: Annotated[
+        str,
+        Meta(pattern=LOSS_SCALE_PATTERN),
+        Spec("Loss scaling: auto (Keras' own: dynamic under mixed_float16, none otherwise), "
+             "dynamic (a LossScaleOptimizer under any policy), none, or a fixed factor such "
+             "as 1024 (the optimizer's loss_scale_factor: no step is skipped, an overflow "
+             "trains on).", flag="--loss-scale", column="loss scale", key_default=False,
+             parse=parse_loss_scale),
+    ] = "auto"  # fmt: skip
+    steps_per_execution: Annotated[
+        int,
+        Meta(ge=1, le=MAX_STEPS),
+        Spec("Training steps per call into the compiled train function (Keras' "
+             "steps_per_execution): above 1 the host's per-step overhead is paid once per so "
+             "many steps (the host-overhead A/B). warmup_steps and steps are multiples of it.",
+             flag="--steps-per-execution", column="spe", key_default=False),
+    ] = 1  # fmt: skip
+    flip: Annotated[
+        Flip,
+        Spec("Random flips of the training images of a data folder (the Stack Overflow "
+             "question's ImageDataGenerator flips both ways).", flag="--flip", column="flip",
+             key_default=False),
+    ] = "none"  # fmt: skip
+    epochs: Annotated[
+        Annotated[int, Meta(ge=1, le=MAX_STEPS)] | None,
+        Spec("A training run instead of a timing cell: this many epochs over the data "
+             "folder's train/ split, evaluated on its val/ (or test/) split; repeat k trains "
+             "from seed k, so benchmark.repeats is the number of seeds.", flag="--epochs",
+             column="epochs", key_default=False),
+    ] = None  # fmt: skip
+    eval_every: Annotated[
+        int,
+        Meta(ge=1, le=MAX_STEPS),
+        Spec("Training runs: evaluate on the validation split every this many epochs.",
+             role="precision", flag="--eval-every", column="eval", key_default=False),
+    ] = 1  # fmt: skip
+    target: Annotated[
+        Annotated[float, Meta(gt=0, le=1)] | None,
+        Spec("Training runs: the validation accuracy to reach (0.9: 90%); the report gives "
+             "each policy's time to it and its speedup over float32.", role="precision",
+             flag="--target", column="target", key_default=False),
+    ] = None  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0)] | None,
-        Spec("Which repetition of the cell (matrix benchmark.repeats > 1).", role="repeat",
-             column="rep"),
+        Spec("Which repetition of the cell (matrix benchmark.repeats > 1); a training run "
+             "(--epochs) trains from this seed.", role="repeat", flag="--repeat", column="rep"),
     ] = None  # fmt: skip
 
     @property
     def synthetic(self) -> bool:
         return self.data == SYNTHETIC
+
+    @property
+    def seed(self) -> int:
+        """The seed of weights, data order and flips: a training run's repeat k uses k."""
+        return (self.repeat or 0) if self.epochs else 0
 
     def key_fields(self) -> dict[str, Any]:
         """The fields that identify the cell (its key): every field that is set, except
@@ -194,6 +274,11 @@ class Field:
     ge: int | None = None
     le: int | None = None
     choices: tuple[str, ...] | None = None
+
+    @property
+    def is_float(self) -> bool:
+        inner = [a for a in (self.type, *typing.get_args(self.type)) if a is not type(None)]
+        return any(a is float or typing.get_args(a)[:1] == (float,) for a in inner)
 
     @property
     def is_int(self) -> bool:

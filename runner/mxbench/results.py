@@ -140,6 +140,12 @@ class Metrics(_Part):
     energy_source: Annotated[
         str | None, Doc("nvml (GPU board) or rapl (CPU packages): what the joules cover")
     ] = None
+    phases_s: Annotated[
+        dict[str, float],
+        Doc("where the process's time went (s), phase by phase: start (interpreter, mxbench "
+            "import), import (framework), build, data, facts, first_step, warmup, timed, "
+            "fit_other, probe, check (mxbench.bench.timing.PHASES)"),
+    ] = {}  # fmt: skip
 
 
 # The profiled window's categories (record.profile.breakdown_ms keys), with their headings.
@@ -223,6 +229,51 @@ class Profile(_Part):
     ] = None
     trace: Annotated[str | None, Doc("where the raw trace was kept (MXBENCH_PROFILE_DIR)")] = None
     error: Annotated[str | None, Doc("why the window gave no breakdown")] = None
+
+
+class Convergence(_Part):
+    """Whether the policy still trains like float32 (mxbench.bench.convergence): the steps its
+    loss scaler skipped, and a one-step check of its gradient against float32's from the same
+    initial weights and batch, done after the timed steps."""
+
+    steps: Annotated[Count | None, Doc("training steps run (warm-up and timed)")] = None
+    skipped_steps: Annotated[
+        Count | None,
+        Doc("of those, the steps the dynamic loss scaler skipped (non-finite gradients: an "
+            "overflow); null: no dynamic scaler"),
+    ] = None  # fmt: skip
+    check: Annotated[
+        Literal["scored", "skipped", "not finite", "no gradient", "error"] | None,
+        Doc("the one-step check: scored (see cosine), skipped (non-finite gradients the "
+            "dynamic scaler would skip), not finite (no scaler to skip them: the step writes "
+            "NaN/Inf), no gradient (float32's is zero), error (note says why); null: not "
+            "checked (float32 cells)"),
+    ] = None  # fmt: skip
+    cosine: Annotated[
+        float | None,
+        Doc("cosine similarity of the first step's gradient (every trainable weight, loss "
+            "scale divided out) with float32's; below 0.99 is flagged (TorchBench's threshold "
+            "for mixed precision)"),
+    ] = None  # fmt: skip
+    norm_ratio: Annotated[float | None, Doc("its norm / float32's gradient norm")] = None
+    float32_rounded_input_cosine: Annotated[
+        float | None,
+        Doc("where the cosine is low: float32's own gradient with only its input rounded to "
+            "the policy's 16-bit type, against float32's; low too: the model's gradient is "
+            "that sensitive by itself (at initialization), not the policy's fault"),
+    ] = None  # fmt: skip
+    underflow_share: Annotated[
+        float | None,
+        Doc("share of the gradient's elements that are zero where float32's are not"),
+    ] = None
+    loss_scale: Annotated[float | None, Doc("the factor the checked step scaled the loss by")] = (
+        None
+    )
+    check_s: Annotated[
+        float | None,
+        Doc("seconds the check took (a float32 build, two forward and backward passes)"),
+    ] = None
+    note: Annotated[str | None, Doc("why the check could not score; what it left out")] = None
 
 
 class PresentGpu(_Part):
@@ -388,6 +439,38 @@ class ModelInfo(_Part):
     ] = []  # fmt: skip
 
 
+class TrainPoint(_Part):
+    """One evaluation of a training run (after ``epoch`` epochs)."""
+
+    epoch: int = 0
+    train_s: Annotated[
+        float | None, Doc("training time so far (s): the epochs' steps, evaluations excluded")
+    ] = None
+    wall_s: Annotated[float | None, Doc("since training began (s), evaluations included")] = None
+    train_loss: Annotated[float | None, Doc("mean training loss over this epoch")] = None
+    train_metric: Annotated[float | None, Doc("the metric on this epoch's training batches")] = None
+    val_loss: float | None = None
+    val_metric: Annotated[float | None, Doc("the metric on the validation split")] = None
+
+
+class Training(_Part):
+    """A training run (``epochs`` set): its curve, and when it reached the target."""
+
+    metric: Annotated[str, Doc("what val_metric measures (accuracy)")] = "accuracy"
+    seed: Annotated[int | None, Doc("weights, data order and flips (the repeat index)")] = None
+    target: Annotated[float | None, Doc("the validation metric to reach")] = None
+    train_images: Count | None = None
+    val_images: Count | None = None
+    val_split: Annotated[str | None, Doc("the folder validated on: val, validation or test")] = None
+    steps_per_epoch: Count | None = None
+    points: Annotated[list[TrainPoint], Doc("one per evaluation, in order")] = []
+    time_to_target_s: Annotated[
+        float | None,
+        Doc("train_s of the first evaluation at or above the target (null: not reached)"),
+    ] = None
+    epochs_to_target: Count | None = None
+
+
 class Record(msgspec.Struct, kw_only=True, gc=False):
     """One attempt at one cell: the line ``results/<host>.jsonl`` gets."""
 
@@ -406,7 +489,11 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     settings: Settings = msgspec.field(default_factory=Settings)
     model: ModelInfo | None = None
     run: Annotated[
-        dict[str, Any], Doc("wall_s and engine details (container, Slurm job, pid)")
+        dict[str, Any],
+        Doc(
+            "wall_s and engine details (container, Slurm job, pid); repeats: why "
+            "`repeats: auto` added this process"
+        ),
     ] = {}
     label: Annotated[
         str | None,
@@ -430,6 +517,13 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     search: Annotated[
         BatchSearch | None,
         Doc("the batch-size search (axes.batch_size: max) this attempt is a trial of"),
+    ] = None
+    convergence: Annotated[
+        Convergence | None,
+        Doc("skipped steps and the one-step check against float32 (mixed policies)"),
+    ] = None
+    train: Annotated[
+        Training | None, Doc("a training run's curve and time to target (params.epochs)")
     ] = None
 
     def problem(self) -> str | None:
@@ -729,6 +823,19 @@ def read_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple
     lines that are not records (or longer than :data:`MAX_LINE_BYTES`) and a file that is
     not a regular file (a symbolic link is not followed) are reported into ``bad``."""
     bad = bad if bad is not None else []
+    for lineno, line in read_lines(path, bad):
+        try:
+            rec = decode(line)
+        except BadRecord as exc:
+            bad.append(BadLine(path, lineno, str(exc)))
+            continue
+        yield lineno, rec
+
+
+def read_lines(path: Path, bad: list[BadLine]) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) for each line of one JSONL file that is not blank, streamed;
+    lines longer than :data:`MAX_LINE_BYTES` and a file that is not a regular file (a
+    symbolic link is not followed) are reported into ``bad``."""
     try:
         fh = os.fdopen(open_regular(path), "rb")
     except OSError as exc:
@@ -743,14 +850,8 @@ def read_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple
                     pass  # skip the rest of an over-long line, a bounded piece at a time
                 bad.append(BadLine(path, lineno, f"longer than {MAX_LINE_BYTES} bytes"))
                 continue
-            if not line.strip():
-                continue
-            try:
-                rec = decode(line)
-            except BadRecord as exc:
-                bad.append(BadLine(path, lineno, str(exc)))
-                continue
-            yield lineno, rec
+            if line.strip():
+                yield lineno, line
 
 
 LOCK_NAME = ".mxbench-run.lock"

@@ -51,7 +51,7 @@ VERDICTS: tuple[Verdict, ...] = (FASTER, SLOWER, SAME, TOO_FEW)
 # The same verdicts where a table cell has little room: with one process the cell shows the
 # bare ratio, and a note under the table says why there is no verdict.
 SHORT: dict[str, str] = {FASTER: "faster", SLOWER: "slower", SAME: "≈ same", TOO_FEW: ""}
-HINT = "set benchmark.repeats to 3 or more"  # what gives a TOO_FEW reader a verdict
+HINT = "set benchmark.repeats to auto, or 3 or more"  # what gives a TOO_FEW reader a verdict
 Over = Literal["processes", "steps"]
 
 
@@ -121,29 +121,39 @@ def speedups(pairs: Sequence[tuple[Samples, Samples]]) -> list[Ratio | None]:
     length are summarised together as a matrix, pairs with the same numbers of processes
     are judged together."""
     rows: list[np.ndarray] = []
-    where: list[tuple[int, list[int], list[int]]] = []
-    for i, (base, other) in enumerate(pairs):
-        sides = []
+    sides: list[tuple[list[int], list[int]]] = []
+    for base, other in pairs:
+        ends = []
         for side in (base, other):
             first = len(rows)
             for steps in side:
                 r = np.asarray([x for x in steps if x > 0], dtype=float)
                 if r.size:
                     rows.append(r)
-            sides.append(list(range(first, len(rows))))
-        if sides[0] and sides[1]:
-            where.append((i, sides[0], sides[1]))
+            ends.append(list(range(first, len(rows))))
+        sides.append((ends[0], ends[1]))
     med, v = summarise(rows)
+    procs = [(med[i], v[i]) for i in range(len(rows))]
+    return judge([([procs[i] for i in b], [procs[i] for i in o]) for b, o in sides])
+
+
+Process = tuple[float, float]  # a process's median step time (ms) and its log's variance
+
+
+def judge(pairs: Sequence[tuple[Sequence[Process], Sequence[Process]]]) -> list[Ratio | None]:
+    """:func:`speedups` of pairs whose processes are already summarised (:func:`summarise`:
+    a reader keeps two numbers per process, not its steps). None where a side has none."""
     out: list[Ratio | None] = [None] * len(pairs)
-    groups: dict[tuple[int, int], list[tuple[int, list[int], list[int]]]] = {}
-    for item in where:
-        groups.setdefault((len(item[1]), len(item[2])), []).append(item)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (base, other) in enumerate(pairs):
+        if base and other:
+            groups.setdefault((len(base), len(other)), []).append(i)
     for (kb, ko), members in groups.items():
-        ib = np.array([b for _, b, _ in members])
-        io = np.array([o for _, _, o in members])
-        value, low, high, judged = _intervals(med[ib], v[ib], med[io], v[io])
+        b = np.array([pairs[i][0] for i in members], dtype=float)
+        o = np.array([pairs[i][1] for i in members], dtype=float)
+        value, low, high, judged = _intervals(b[:, :, 0], b[:, :, 1], o[:, :, 0], o[:, :, 1])
         over: Over = "processes" if judged else "steps"
-        for row, (i, _, _) in enumerate(members):
+        for row, i in enumerate(members):
             out[i] = Ratio(value[row], low[row], high[row], over, min(kb, ko))
     return out
 
@@ -151,19 +161,19 @@ def speedups(pairs: Sequence[tuple[Samples, Samples]]) -> list[Ratio | None]:
 _CELLS = 1 << 22  # at most this many step times in one matrix (32 MiB of float64)
 
 
-def summarise(rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Per process (its positive step times, in order): its median, and the variance of
-    the median's log from the steps alone (0 with fewer than 4 steps). Rows of one length
-    are done together, in chunks of bounded size."""
+def summarise(rows: Sequence[Sequence[float] | np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per process (its positive step times, in order; none empty): its median, and the
+    variance of the median's log from the steps alone (0 with fewer than 4 steps). Rows of
+    one length are done together, in chunks of bounded size."""
     m, v = np.zeros(len(rows)), np.zeros(len(rows))
     by_n: dict[int, list[int]] = {}
     for i, r in enumerate(rows):
-        by_n.setdefault(r.size, []).append(i)
+        by_n.setdefault(len(r), []).append(i)
     for n, idx in by_n.items():
         step = max(1, _CELLS // n)
         for start in range(0, len(idx), step):
             part = idx[start : start + step]
-            m[part], v[part] = _within(np.stack([rows[i] for i in part]))
+            m[part], v[part] = _within(np.array([rows[i] for i in part], dtype=float))
     return m, v
 
 

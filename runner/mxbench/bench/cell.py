@@ -17,12 +17,12 @@ from typing import Any
 import msgspec
 
 from mxbench import __version__
-from mxbench.bench import backends, energy, probe
+from mxbench.bench import backends, convergence, energy, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.timing import StepLog, split, step_timer, summarize
+from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError, pip_install
-from mxbench.params import Params
+from mxbench.params import BASELINE, Params
 from mxbench.results import (
     Cpu,
     Device,
@@ -56,11 +56,13 @@ def run_cell(
 ) -> Record:
     """Measure the cell described by ``p`` (already validated) into a result record."""
     started_at = started_at or probe.process_start_time() or time.time()
+    phases = Phases(started_at)
     rec = new_record(params=p, status="ok")
     rec.cpu = msgspec.convert(probe.cpu_info(), Cpu)
     rec.software = Software(python=sys.version.split()[0], backend=p.backend, mxbench=__version__)
     rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
-    state: dict[str, Any] = {"backend": None, "model": None}
+    state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
+    phases.mark("probe")
     try:
         profiler.around(p, rec, lambda: _measure(p, rec, state, started_at, on_step))
     except UsageError:
@@ -69,7 +71,13 @@ def run_cell(
         traceback.print_exc(file=sys.stderr)
         rec.status = "oom" if is_oom(exc) else "error"
         rec.error = tail(f"{type(exc).__name__}: {exc}")
+    phases.mark("fit_other")  # after a failure: the rest of the attempt
     _probe_device(rec, state)
+    phases.mark("probe")
+    if "convergence" in state:  # after the timed steps and the memory probe
+        rec.convergence = convergence.check(p, *state["convergence"])
+    phases.mark("check")
+    rec.metrics.phases_s = phases.done()
     rec.time = now_iso()
     return rec
 
@@ -99,13 +107,22 @@ def _measure(
 
     rec.software.keras = keras.__version__
     import_s = time.perf_counter() - t0
+    phases = state["phases"]
+    phases.mark("import")
 
     rec.model = ModelInfo(name=p.model)
-    prepared = harness.prepare(p, set_policy)
+    prepared = harness.prepare(p, set_policy, p.seed)
     model = state["model"] = prepared.model
-    harness.compile_model(prepared, p.jit_compile)
+    harness.compile_model(prepared, p.jit_compile, p.loss_scale, p.steps_per_execution)
     _dtype_settings(rec.settings, model, p.policy)
+    phases.mark("build")
 
+    if p.epochs:  # a training run to an accuracy, not a timing cell (bench/train.py)
+        from mxbench.bench import train
+
+        rec.model = _model_info(p, prepared, facts, None)
+        train.run(p, prepared, rec)
+        return
     if prepared.dataset is not None:
         ds = _user_dataset(prepared, p)
         rec.settings.input_device = "model's dataset"
@@ -114,11 +131,17 @@ def _measure(
         x, y = harness.synthetic_batch(prepared, p)
         ds, rec.settings.input_device = backend.dataset(x, y)
     else:
-        ds = data.image_folder(p.data, p.batch_size, (p.image_size, p.image_width or p.image_size))
+        binary = harness.label_kind(model, prepared.labels) == "binary"
+        size = (p.image_size, p.image_width or p.image_size)
+        ds = data.image_folder(p.data, p.batch_size, size, flip=p.flip, binary=binary)
         rec.settings.input_device = "host"
         x = None
+    phases.mark("data")
     rec.model = _model_info(p, prepared, facts, x)
+    phases.mark("facts")
 
+    initial = model.get_weights() if p.policy != BASELINE else []  # for the one-step check
+    phases.mark("check")
     log_ = StepLog()
     total = p.warmup_steps + p.steps
     timer = step_timer(log_, on_step, p.warmup_steps)
@@ -129,11 +152,15 @@ def _measure(
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
         sampler.stop()
-    parts = split(log_, p.warmup_steps)
+    spe = p.steps_per_execution  # Keras reports once per call of spe steps: a sample per call
+    parts = split(log_, p.warmup_steps // spe)
+    phases.fit(parts)
+    found = convergence.skipped(model, total)
+    state["convergence"] = (found, model, initial, (x, y) if x is not None else ds)
     state["timed_window"] = (parts["first_timed_start"], log_.ends[-1])
     wall_minus_perf = time.time() - time.perf_counter()
 
-    stats = summarize(parts["timed"])
+    stats = summarize([d / spe for d in parts["timed"]])
     flops = rec.model.flops_per_example
     images_per_s = p.batch_size * p.steps / parts["window_s"]  # sustained: the window
     rec.settings.jit_compile = bool(model.jit_compile)
@@ -144,9 +171,9 @@ def _measure(
         warmup_ms=round(parts["warmup_s"] * 1000.0, 3),
         startup_s=round(parts["first_timed_start"] + wall_minus_perf - started_at, 3),
         import_s=round(import_s, 3),
-        loss_first=log_.step_loss(p.warmup_steps),
-        loss_last=log_.step_loss(total - 1),
-        losses=[_finite(log_.step_loss(k)) for k in range(p.warmup_steps, total)],
+        loss_first=log_.step_loss(p.warmup_steps // spe),
+        loss_last=log_.step_loss(total // spe - 1),
+        losses=[_finite(log_.step_loss(k)) for k in range(p.warmup_steps // spe, total // spe)],
         loss_scale=_loss_scale(model),
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,

@@ -285,9 +285,16 @@ def _labels(prepared: Prepared, p: Any, rng: np.random.Generator) -> Any:
     return rng.integers(int(low), int(high), size=out[:-1]).astype(np.int32)
 
 
-def compile_model(prepared: Prepared, jit_compile: str) -> None:
-    """Keras adds dynamic loss scaling itself under ``mixed_float16`` (not under float16)."""
+def compile_model(
+    prepared: Prepared, jit_compile: str, loss_scale: str = "auto", steps_per_execution: int = 1
+) -> None:
+    """Keras adds dynamic loss scaling itself under ``mixed_float16`` (not under float16);
+    ``loss_scale`` other than ``auto`` decides instead (:mod:`mxbench.bench.loss_scale`)."""
+    from mxbench.bench import loss_scale as scaling
+
     jit: bool | str = "auto" if jit_compile == "auto" else jit_compile == "on"
+    optimizer, auto = scaling.optimizer(prepared.optimizer, loss_scale)
     prepared.model.compile(
-        loss=prepared.loss, optimizer=prepared.optimizer, metrics=["accuracy"], jit_compile=jit
-    )
+        loss=prepared.loss, optimizer=optimizer, metrics=["accuracy"], jit_compile=jit,
+        auto_scale_loss=auto, steps_per_execution=steps_per_execution,
+    )  # fmt: skip

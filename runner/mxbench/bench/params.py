@@ -19,6 +19,12 @@ from mxbench.params import Params
 
 def validate(p: Params) -> Params:
     """``p`` if it describes a cell that can be measured; else UsageError (exit 2)."""
+    for f in params.fields():
+        if f.spec.parse is not None:
+            try:
+                p = msgspec.structs.replace(p, **{f.name: f.spec.parse(getattr(p, f.name))})
+            except ValueError as exc:
+                raise UsageError(f"{f.spec.flag or f.name}: {exc}") from None
     try:
         msgspec.convert(msgspec.structs.asdict(p), Params)
     except msgspec.ValidationError as exc:
@@ -34,6 +40,18 @@ def validate(p: Params) -> Params:
             raise UsageError(
                 f"--image-size {small}: {p.model} needs at least {builtin.min_image_size} px"
             )
+    spe = p.steps_per_execution
+    if not p.epochs and (p.warmup_steps % spe or p.steps % spe):
+        raise UsageError(
+            f"--steps-per-execution {spe}: --warmup-steps {p.warmup_steps} and --steps "
+            f"{p.steps} must be multiples of it"
+        )
+    if spe > 1 and p.backend == "torch":
+        raise UsageError(f"--steps-per-execution {spe}: Keras runs one step per call on the "
+                         "torch backend (only 1)")  # fmt: skip
+    if p.epochs and p.synthetic:
+        raise UsageError(f"--epochs {p.epochs}: a training run needs --data, a folder with "
+                         "train/ and val/ (mxbench data digits DIR writes one)")  # fmt: skip
     if not p.synthetic:
         train = Path(p.data) / "train"
         if not Path(p.data).is_dir():
@@ -42,9 +60,12 @@ def validate(p: Params) -> Params:
             raise UsageError(f"--data {p.data!r}: no train/ folder (Imagenette layout expected)")
         if builtin is not None and builtin.inputs != "image":
             raise UsageError(f"--data {p.data!r}: an image folder, and {p.model} takes tokens")
-        from mxbench.bench.data import list_images
+        from mxbench.bench.data import list_images, validation_split
 
         classes = list_images(p.data)[2]
+        if p.epochs and validation_split(p.data) is None:
+            raise UsageError(f"--data {p.data!r}: a training run needs a validation split "
+                             "(val/<class>/ or test/<class>/)")  # fmt: skip
         limit = builtin.classes if builtin is not None else None
         if limit is not None and len(classes) > limit:
             raise UsageError(

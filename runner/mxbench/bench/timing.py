@@ -134,3 +134,49 @@ def split(log: StepLog, warmup_steps: int) -> dict[str, Any]:
         "first_timed_start": marks[warmup_steps],
         "window_s": marks[-1] - start,
     }
+
+
+# Where a cell process's wall time goes, in order (the record's ``metrics.phases_s``).
+PHASES = {
+    "start": "process start -> the cell begins (interpreter, importing mxbench)",
+    "import": "importing the framework and Keras",
+    "build": "building and compiling the model (harness: float32 build, weights copied)",
+    "data": "making the input pipeline",
+    "facts": "the model facts (layer walk; XLA cost analysis under JAX)",
+    "first_step": "the first warm-up step (tracing, compilation, autotuning)",
+    "warmup": "the other warm-up steps",
+    "timed": "the timed window",
+    "fit_other": "the rest of fit (its setup, waiting on batch-end callbacks)",
+    "probe": "probing CPU, device, GPU utilisation and memory",
+    "check": "the one-step check against float32 (mxbench.bench.convergence; 16-bit policies)",
+}
+
+
+class Phases:
+    """Stamps of a cell process's phases: :meth:`mark` books the time since the last mark
+    under a phase (adding up when a phase comes twice)."""
+
+    def __init__(self, process_start: float | None) -> None:
+        self.out: dict[str, float] = {}
+        if process_start is not None:
+            self.out["start"] = max(0.0, time.time() - process_start)
+        self.last = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.out[name] = self.out.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def fit(self, parts: dict[str, Any]) -> None:
+        """Book the ``fit`` call just ended (since the last mark) as its parts (:func:`split`)."""
+        now = time.perf_counter()
+        total = now - self.last
+        first, warm = parts["first_step_s"], parts["warmup_s"] - parts["first_step_s"]
+        timed = parts["window_s"]
+        for name, value in (("first_step", first), ("warmup", warm), ("timed", timed)):
+            self.out[name] = value
+        self.out["fit_other"] = max(0.0, total - first - warm - timed)
+        self.last = now
+
+    def done(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.out.items()}

@@ -43,7 +43,6 @@ def compare(
     a driver, CUDA or framework upgrade. BASE and NEW may be the same directory with two
     labels.
     """
-    import msgspec
 
     from mxbench.report import load
     from mxbench.report.compare import compare as diff
@@ -51,7 +50,8 @@ def compare(
     from mxbench.report.markdown import escape, table
     from mxbench.stats import HINT, TOO_FEW
 
-    loaded = [load.load([base], label=base_label), load.load([new], label=new_label)]
+    loaded = [load.load([base], label=base_label, lean=True),
+              load.load([new], label=new_label, lean=True)]  # fmt: skip
     for side in loaded:
         for bad in side.bad[:20]:
             where = f"{bad.path}:{bad.lineno}" if bad.lineno else str(bad.path)
@@ -64,7 +64,7 @@ def compare(
     regressed = [c for c in changes if c.regressed]
     shown = [c for c in changes if c.verdict != "no clear difference"] if only_changed else changes
     if as_json:
-        sys.stdout.write(msgspec.json.encode(shown).decode() + "\n")
+        _json_lines(shown)
     else:
         headers = ["host", "image", "policy", "batch", "base ms", "new ms", "change [95% CI]",
                    "verdict"]  # fmt: skip
@@ -93,6 +93,19 @@ def compare(
         _speedups(speedups(loaded[0], loaded[1]), only_changed)
     if regressed:
         raise MxbenchError(f"{len(regressed)} cell(s) regressed by more than {threshold:g}%")
+
+
+def _json_lines(changes: list[Any], chunk: int = 10_000) -> None:
+    """The changes as one JSON array on stdout, encoded a chunk at a time (a million cells
+    never become one string)."""
+    import msgspec
+
+    out = sys.stdout
+    out.write("[")
+    for start in range(0, len(changes), chunk):
+        part = msgspec.json.encode(changes[start : start + chunk])[1:-1].decode()
+        out.write(("," if start else "") + part)
+    out.write("]\n")
 
 
 def _speedups(found: list[Any], only_changed: bool) -> None:

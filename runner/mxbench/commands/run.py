@@ -78,6 +78,12 @@ def run(
     unsupported, 1 when any errored or timed out, 2 for a bad matrix or bad options, 130
     when interrupted (Ctrl-C or SIGTERM).
 
+    With `benchmark.repeats: auto` (the embedded default) each comparison starts with 3
+    processes per policy and gets one more per policy while its speedup's interval is wider
+    than ±3% or the processes disagree (settings: `benchmark.auto_repeats`); the run ends
+    with where each comparison stopped and why, the verdicts, and how much of the run's
+    time was timed steps.
+
     Examples:
 
     ```
@@ -130,8 +136,15 @@ def run(
             file=sys.stderr,
         )
         raise typer.Exit(130)
+    from mxbench.report.answers import time_to_answer
+
+    for note in summary.notes:
+        print(note, file=sys.stderr)
+    spent = time_to_answer(summary.measured)
+    if spent:
+        print(f"mxbench: {spent}; the run took {summary.wall_s:.0f} s", file=sys.stderr)
     print(f"mxbench: done: {counts}. Report: mxbench report --results {results}", file=sys.stderr)
-    _print_answers(results, label, {c.key for c in cells})
+    _print_answers(results, label, {c.key for c in cells} | summary.added)
     if summary.failed:
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
 
@@ -149,6 +162,7 @@ def _measure(
 ) -> RunSummary | None:
     """The plan (``--dry-run``) or the run, under the results directory's lock; None when
     nothing ran."""
+    from mxbench import repeats
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
     from mxbench.results import FINAL_STATUSES
@@ -156,6 +170,12 @@ def _measure(
     results = store.root
     skipped = 0
     known = store.latest_by_cell() if resume else {}
+    auto = mx.benchmark.auto
+    plan = None
+    if auto is not None:  # the groups of every planned cell, done ones too (their records)
+        limits = {h.name: h.limits() for h in mx.hosts}
+        plan = repeats.plan(auto, cells, limits)
+        repeats.known(plan, known)
     if resume:
         done = {k for k, r in known.items() if r.status in FINAL_STATUSES}
         skipped = sum(1 for c in cells if c.key in done)
@@ -167,6 +187,11 @@ def _measure(
             print(f"{skipped} cell(s) already done in {results}/, skipped (--resume)")
         for hunt in hunts:
             print(f"batch-size search: {hunt.label()}: {hunt.config.describe()}")
+        if auto is not None and plan is not None:
+            print(f"repeats: auto: {auto.describe()}. The plan above is the first round; "
+                  f"{len(plan.groups)} comparison group(s) may grow to {auto.max} processes "
+                  f"per policy ({sum(len(g.policies) for g in plan.groups) * auto.max} "
+                  "processes at most; settings: benchmark.auto_repeats)")  # fmt: skip
         return None
     where = "embedded default matrix" if matrix is None else str(matrix_path)
     print(
@@ -174,14 +199,19 @@ def _measure(
         + (f" and {len(hunts)} batch-size search(es)" if hunts else "")
         + f" to run from {where}"
         + (f" ({skipped} already done, skipped)" if skipped else "")
+        + (", then more processes where repeats: auto needs them" if plan else "")
         + f"; results in {results}/",
         file=sys.stderr,
     )
-    if not cells and not hunts:
+    if not cells and not hunts and plan is None:
         return None
 
     with CellProgress(len(cells)) as progress:
-        return run_cells(mx, cells, store, progress, hunts, known, max_parallel)
+        summary = run_cells(mx, cells, store, progress, hunts, known, max_parallel, plan)
+    if plan is not None:
+        summary.notes += [f"repeats: auto: {line}" for line in plan.summary()]
+        summary.added = set(plan.by_key)
+    return summary
 
 
 def _print_answers(results: Path, label: str | None, keys: set[str]) -> None:

@@ -16,6 +16,7 @@ import collections
 import datetime as _dt
 import json
 import signal
+import statistics
 import time
 from abc import ABC
 from collections.abc import Callable, Iterator, Sequence
@@ -259,7 +260,7 @@ def implausible(cell: Cell, outcome: Outcome, rec: Record) -> str | None:
     step = rec.metrics.step_ms
     if step is None or step.median is None:
         return "the bench printed an ok record without step times"
-    steps = cell.params.steps
+    steps = cell.params.epochs or cell.params.steps  # a training run: a sample per epoch
     n = step.n if step.n is not None else len(step.samples)
     if n > steps or len(step.samples) > steps:
         return f"implausible record: {max(n, len(step.samples))} timed steps, the cell ran {steps}"
@@ -268,11 +269,14 @@ def implausible(cell: Cell, outcome: Outcome, rec: Record) -> str | None:
     if known != sorted(known):
         return "implausible record: step times out of order (min <= p25 <= median <= p75 <= max)"
     rate = rec.metrics.images_per_s
-    expected = cell.params.batch_size * 1000.0 / step.median
+    # the rate is over the timed window, which the steps add up to: their mean, not their
+    # median (one stalled step on a loaded machine moves the mean, rightly)
+    mean = statistics.fmean(step.samples) if step.samples else step.median
+    expected = cell.params.batch_size * 1000.0 / mean
     if rate is not None and not expected / 2 <= rate <= expected * 2:
         return (
             f"implausible record: {rate:.6g} images/s, but batch {cell.params.batch_size} at "
-            f"{step.median:.6g} ms per step is {expected:.6g}"
+            f"{mean:.6g} ms per step (the timed steps' mean) is {expected:.6g}"
         )
     timed_s = (sum(step.samples) if step.samples else step.median * max(n, 1)) / 1000.0
     if outcome.wall_s > 0 and timed_s > outcome.wall_s * _WALL_SLACK + _WALL_SLACK_S:

@@ -389,7 +389,8 @@ class DockerEngine(Engine):
         try:
             if self._cancelled:  # Ctrl-C arrived while the container was being created
                 return Outcome(None, status="error", reason="cancelled", image=public)
-            container.start()
+            # a start the daemon got before the link dropped is answered 304 the second time
+            container = self._reconnecting(container, _started)
             deadline = t0 + cell.timeout_s
             while True:
                 try:
@@ -498,6 +499,11 @@ def _is_timeout(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _started(container: Any) -> Any:
+    container.start()
+    return container
 
 
 def _reloaded(container: Any) -> Any:

@@ -41,6 +41,7 @@ from mxbench.engines.base import (
 )
 from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
 from mxbench.engines.cgroup import sweep_stale as cgroup_sweep
+from mxbench.engines.compile_cache import CompileCache
 from mxbench.errors import UsageError, pip_install
 from mxbench.hosts import LocalHost
 
@@ -60,6 +61,7 @@ class LocalEngine(Engine):
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._cancelled = False
+        self.cache = CompileCache()  # shared by this run's processes on the host
 
     @property
     def python(self) -> str:
@@ -136,6 +138,7 @@ class LocalEngine(Engine):
 
     def run_one(self, cell: Cell) -> Outcome:
         env = {**os.environ, **self.host.env, "PYTHONUNBUFFERED": "1", stale.ENV: stale.owner()}
+        env.update(self.cache.env(cell.params.backend, env))
         found = models.source_dir(cell.params.model)
         if found is not None and found[1]:  # a module entry point: its package on the path
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [found[0], env.get("PYTHONPATH")]))

@@ -7,6 +7,7 @@ AVX2/FMA ("compiled in" only when TF's own probe said so, never guessed).
 
 from __future__ import annotations
 
+from mxbench import params
 from mxbench.report import devices
 from mxbench.report.tables import Table
 from mxbench.results import Record
@@ -127,6 +128,8 @@ def lines(table: Table) -> list[str]:
     if sw:
         out.append(sw)
     hidden = _not_for_this_model(rec)
+    if table.setup.get("loss_scale") == params.field("loss_scale").default:
+        hidden += ("loss_scale",)  # Keras' own: said only when a matrix chose another
     setup = " · ".join(
         f"{k} {v}" for k, v in table.setup.items() if v not in (None, "") and k not in hidden
     )
@@ -140,7 +143,8 @@ def lines(table: Table) -> list[str]:
         out.append(f"label: {next(iter(labels))}")
     elif labels:
         runs = ", ".join(f"{name} ({n} cell{'s' if n != 1 else ''})" for name, n in labels.items())
-        out.append(f"labels: {runs}; each cell shows its latest run (--label picks one run)")
+        out.append(f"labels: {runs}; each cell shows its latest run, marked (run …) where "
+                   f"not {next(iter(labels))} (--label picks one run)")  # fmt: skip
     if rec.source:
         out.append(f"source: {rec.source}")
     return out

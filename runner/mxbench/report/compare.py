@@ -15,12 +15,14 @@ with both intervals; the change is *clear* when the two intervals do not overlap
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgspec
 
 from mxbench import params, stats
-from mxbench.report import tables
+from mxbench.params import Params
+from mxbench.report import load, tables
 from mxbench.report.load import Loaded
 from mxbench.results import Record
 
@@ -42,10 +44,15 @@ class Change(msgspec.Struct):
     regressed: bool
 
 
+@functools.lru_cache(maxsize=4096)
+def _identity(p: Params) -> tuple[tuple[str, ...], dict[str, object]]:
+    """The parameters that identify a cell (repeats aside): as text for the key, and as
+    they are for the output (one object per distinct parameters, however many cells)."""
+    return tuple(str(getattr(p, n)) for n in _IDENTITY), {k: getattr(p, k) for k in _IDENTITY}
+
+
 def _key(rec: Record) -> Key:
-    p = rec.params
-    return (str(rec.host), rec.image.name or rec.image.id or "",
-            *(str(getattr(p, n)) for n in _IDENTITY))  # fmt: skip
+    return (str(rec.host), rec.image.name or rec.image.id or "", *_identity(rec.params)[0])
 
 
 def _order(value: Any) -> tuple[int, Any]:
@@ -61,22 +68,20 @@ def order(c: Change | SpeedupChange) -> tuple[Any, ...]:
     return (c.host, c.image or "", *(_order(v) for v in c.params.values()))
 
 
-def _samples(loaded: Loaded) -> dict[Key, tuple[Record, list[list[float]]]]:
-    out: dict[Key, tuple[Record, list[list[float]]]] = {}
+def _processes(loaded: Loaded) -> dict[Key, tuple[Record, list[stats.Process]]]:
+    out: dict[Key, tuple[Record, list[stats.Process]]] = {}
     for rec in loaded.winners:
-        step = rec.step
-        if step is None or step.median is None:
-            continue
-        entry = out.setdefault(_key(rec), (rec, []))
-        entry[1].append(list(step.samples) or [step.median])
+        proc = load.process(rec)
+        if proc is not None:
+            out.setdefault(_key(rec), (rec, []))[1].append(proc)
     return out
 
 
 def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], int, int]:
     """The changes of cells timed on both sides, and how many cells only one side timed."""
-    b, n = _samples(base), _samples(new)
+    b, n = _processes(base), _processes(new)
     common = sorted(b.keys() & n.keys())
-    ratios = stats.speedups([(b[k][1], n[k][1]) for k in common])
+    ratios = stats.judge([(b[k][1], n[k][1]) for k in common])
     out = []
     for key, ratio in zip(common, ratios, strict=True):
         if ratio is None:
@@ -90,7 +95,7 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], 
             Change(
                 host=str(rec.host),
                 image=rec.image.name or rec.image.id,
-                params={k: getattr(rec.params, k) for k in _IDENTITY},
+                params=_identity(rec.params)[1],
                 base_ms=_median(b[key][1]),
                 new_ms=_median(n[key][1]),
                 change=change,
@@ -157,7 +162,8 @@ def speedups(base: Loaded, new: Loaded) -> list[SpeedupChange]:
     return out
 
 
-def _median(runs: list[list[float]]) -> float:
+def _median(processes: list[stats.Process]) -> float:
+    """The median of the processes' medians."""
     import statistics
 
-    return float(statistics.median([statistics.median(r) for r in runs]))
+    return float(statistics.median([m for m, _ in processes]))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mxbench.params import BASELINE
-from mxbench.report import devices
+from mxbench.report import convergence, devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 from mxbench.report.why import profile_of
@@ -583,6 +583,7 @@ RULES: tuple[Callable[[Table], str | None], ...] = (
     measured_memory_bound,
     launch_bound,
     loss_parity,
+    convergence.one_step_check,
     pure_float16,
     overhead_bound,
     input_bound,

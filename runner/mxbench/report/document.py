@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mxbench.params import BASELINE
-from mxbench.report import annotate, capacity, text, why
+from mxbench.report import annotate, answers, capacity, text, training, why
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table
@@ -116,6 +116,9 @@ class Document:
     notices: list[str]  # older attempts hidden, lines skipped
     grids: list[Grid]
     sections: list[Section]
+    # training runs to an accuracy; input and host-overhead A/Bs (report/training.py)
+    training: list[training.Section] = field(default_factory=list)
+    shares: list[str] = field(default_factory=list)
 
     @property
     def speed(self) -> list[Section]:
@@ -135,7 +138,7 @@ def verdict(t: Table, policy: str, batch: int) -> GridCell:
     slot = (policy, batch)
     r = t.ratios.get(slot)
     if r is not None:
-        detail = text.ratio_text(r, t.parity.get(slot))
+        detail = text.ratio_text(r, t.parity.get(slot)) + text.across(t, slot)
         if not t.trusted(slot):
             return GridCell(f"{r.value:.2f}", "diverged", detail)
         if r.n >= 2:
@@ -207,9 +210,11 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         tables=tables,
         counts=text.counts(loaded, tables),
         definitions=text.DEFINITIONS,
-        notices=text.notices(loaded),
+        notices=text.notices(loaded) + answers.time_per_run(loaded.winners),
         grids=grids(tables, anchors),
         sections=sections,
+        training=training.sections(loaded.winners),
+        shares=training.shares(loaded.winners),
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from mxbench.report import training
 from mxbench.report.document import Document, Grid, Section
 from mxbench.report.load import folders
 from mxbench.report.tables import LOSS_TOLERANCE, Table
@@ -110,5 +111,8 @@ def render(doc: Document) -> str:
         # the answer: per policy, the speedup's verdict per device and batch size
         "summary": [_grid(g) for g in doc.grids],
         "tables": [_table(s) for s in doc.speed],
+        # training runs to an accuracy, and the input pipeline's share (report/training.py)
+        "training": [training.as_dict(s) for s in doc.training],
+        "shares": doc.shares,
     }
     return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")

@@ -18,7 +18,7 @@ import base64
 import html
 from collections.abc import Callable, Container
 
-from mxbench.report import why_html
+from mxbench.report import training, why_html
 from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.plot import memory_png, pngs_base64
 from mxbench.report.tables import Table
@@ -189,5 +189,6 @@ def render(
         out.append(section(s, plot(s.table) if i < MAX_PLOTS else []))
         on_table()
     out += [section(s, _largest_plot(s)) for s in doc.largest]
+    out += training.html(doc.training, doc.shares)
     out.append("</body></html>")
     return "\n".join(out)

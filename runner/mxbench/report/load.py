@@ -1,8 +1,15 @@
 """Read result records from any number of sources and pick one record per cell.
 
-Records are decoded as :class:`mxbench.results.Record`, streamed line by line. A line that
-is not a record, and a path that cannot be read (a directory named ``*.jsonl``, a FIFO, a
-device, a symlink loop, no permission), is skipped with one ``file:line: reason`` warning.
+Records are streamed line by line and decoded as :class:`Read`, a :class:`Record` whose
+bulky parts (a record's raw step samples and per-step losses) are validated as the record
+type validates them and then summarised, a batch of records at a time, into what the
+tables need: the process's median and its uncertainty (:func:`mxbench.stats.summarise`) and
+the sum and count of its losses. A reader's memory grows with the cells, never with the
+steps; the winning record of a cell is chosen as records arrive. A line that is not a
+record, and a path that cannot be read (a directory named ``*.jsonl``, a FIFO, a device, a
+symlink loop, no permission), is skipped with one ``file:line: reason`` warning: the same
+lines as :func:`mxbench.results.decode` refuses, with its reasons (a line the fast path
+cannot vouch for is decoded by it).
 
 Several attempts of one cell (a retry after an OOM, a resumed run, the same directory
 copied twice): the latest ``ok`` wins; a cell that never succeeded keeps its latest
@@ -15,16 +22,156 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import gc
+import math
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import msgspec
+
+from mxbench import results, stats
 from mxbench.errors import UsageError
-from mxbench.results import BadLine, Record, read_records
+from mxbench.results import BadLine, BadRecord, Device, Image, Metrics, Record, Settings, StepStats
 
 _EPOCH = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+
+
+class Read(Record, kw_only=True, gc=False):
+    """A record as the report reads it (every field of :class:`Record`, new ones included):
+    its step samples and losses are left out (empty lists) once summarised into
+    ``process`` and ``loss``."""
+
+    # the timed steps as :func:`mxbench.stats.summarise` makes them: (median ms, the
+    # variance of its log); None: not an ok record with a median
+    process: stats.Process | None = msgspec.field(default=None, name="~process")
+    # (sum, count) of the losses of its timed steps (the sum NaN when one was not finite);
+    # None: no loss recorded
+    loss: tuple[float, int] | None = msgspec.field(default=None, name="~loss")
+
+
+_read = msgspec.json.Decoder(Read)
+# Records are summarised together once this many wait, or once their samples reach
+# SAMPLES (a few MB, however many steps a record has).
+BATCH, SAMPLES = 4096, 2**18
+
+
+def process(rec: Record) -> stats.Process | None:
+    """The process summary of an ok record with step times (None: none)."""
+    if isinstance(rec, Read):
+        return rec.process
+    step = rec.step
+    if step is None or step.median is None:
+        return None
+    med, var = stats.summarise([list(step.samples) or [step.median]])
+    return float(med[0]), float(var[0])
+
+
+def loss(rec: Record) -> tuple[float, int] | None:
+    """(sum, count) of a record's training losses over its timed steps (the first and last
+    alone for records written before per-step losses); None: no loss recorded."""
+    if isinstance(rec, Read):
+        return rec.loss
+    return _loss_total(rec.metrics.losses, rec.metrics)
+
+
+def _loss_total(losses: list[float | None], m: Metrics) -> tuple[float, int] | None:
+    if not losses:
+        if m.loss_first is None and m.loss_last is None:
+            return None
+        losses = [m.loss_first, m.loss_last]
+    if None in losses:
+        return math.nan, len(losses)
+    return sum(losses), len(losses)  # type: ignore[arg-type]  # no None left
+
+
+def _nested(run: dict[str, Any]) -> bool:
+    """Whether the free-form ``run`` part nests deeper than a record may (most are flat)."""
+    flat = all(type(v) not in (dict, list) for v in run.values())
+    return not flat and results._depth(run) > results.MAX_DEPTH
+
+
+class Reader:
+    """Lines -> :class:`Read` records, summarised a batch at a time (:data:`BATCH`,
+    :data:`SAMPLES`)."""
+
+    def __init__(self, lean: bool = False) -> None:
+        self.lean = lean
+        self._rows: list[list[float]] = []
+        self._waiting: list[Read] = []
+        self._shared: dict[Any, Any] = {}
+        self._held = 0  # samples waiting
+
+    def decode(self, line: bytes) -> Read:
+        """One line as a :class:`Read` record, or :class:`BadRecord` (the reason
+        :func:`mxbench.results.decode` gives)."""
+        try:
+            rec = _read.decode(line)
+            if rec.schema != results.SCHEMA or _nested(rec.run):
+                raise ValueError
+        except (msgspec.MsgspecError, ValueError, RecursionError):
+            full = results.decode(line)  # an older version upgraded, or BadRecord saying why not
+            try:
+                rec = _read.decode(msgspec.json.encode(full))
+            except msgspec.MsgspecError as exc:  # not expected: the record type took it
+                raise BadRecord(str(exc)) from None
+        step_ms = rec.metrics.step_ms
+        samples = step_ms.samples if step_ms is not None else []
+        rec.loss = _loss_total(rec.metrics.losses, rec.metrics)
+        if self.lean:
+            rec = self._lean(rec)
+        step = rec.step
+        if step is not None and step.median is not None:
+            if samples:
+                self._rows.append(samples)
+                self._waiting.append(rec)
+                self._held += len(samples)
+            else:
+                rec.process = (step.median, 0.0)  # as summarise makes one step
+        rec.metrics.losses = []
+        if rec.metrics.step_ms is not None:
+            rec.metrics.step_ms.samples = []
+        if len(self._waiting) >= BATCH or self._held >= SAMPLES:
+            self.flush()
+        return rec
+
+    def _lean(self, rec: Read) -> Read:
+        """Only what a table's numbers and a comparison read (no cpu, software, model, run,
+        labels, health), the parts many records share held once: memory per cell, not per
+        field of every record."""
+        m, d, s, i, step = rec.metrics, rec.device, rec.settings, rec.image, rec.metrics.step_ms
+        if step is not None:
+            step = StepStats(median=step.median, p25=step.p25, p75=step.p75, n=step.n)
+        return Read(
+            cell=rec.cell, time=self._one(rec.time), host=self._one(rec.host),
+            engine=self._one(rec.engine), params=self._one(rec.params), status=rec.status,
+            image=self._one((Image, i.name, i.id), lambda: Image(name=i.name, id=i.id)),
+            device=self._one((Device, d.kind, d.name, d.compute_capability),
+                             lambda: Device(kind=d.kind, name=d.name,
+                                            compute_capability=d.compute_capability)),
+            settings=self._one((Settings, s.tf32, s.pure_float16),
+                               lambda: Settings(tf32=s.tf32, pure_float16=s.pure_float16)),
+            metrics=Metrics(step_ms=step, images_per_s=m.images_per_s),
+            label=self._one(rec.label), error=rec.error, source=rec.source, search=rec.search,
+            loss=rec.loss,
+        )  # fmt: skip
+
+    def _one(self, key: Any, make: Callable[[], Any] | None = None) -> Any:
+        """One object for every equal ``key`` (made by ``make``, else the key itself)."""
+        found = self._shared.get(key)
+        if found is None:
+            found = self._shared[key] = key if make is None else make()
+        return found
+
+    def flush(self) -> None:
+        """Summarise the records waiting (before any of them is used)."""
+        if self._waiting:
+            med, var = stats.summarise(self._rows)
+            for rec, m, v in zip(self._waiting, med.tolist(), var.tolist(), strict=True):
+                rec.process = (m, v)
+            self._rows, self._waiting, self._held = [], [], 0
 
 
 @dataclass
@@ -151,6 +298,15 @@ def when(rec: Record) -> _dt.datetime:
     return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
 
 
+def later(rec: Record, best: Record) -> bool:
+    """Whether ``rec``, read after ``best``, stands for their cell instead: an ok beats a
+    failure; otherwise the later ``time`` wins, and an equal (or missing) one the later
+    read."""
+    if (rec.status == "ok") != (best.status == "ok"):
+        return rec.status == "ok"
+    return rec.time == best.time or when(rec) >= when(best)
+
+
 def latest(records: list[Record]) -> Record:
     """The latest record by ``time``; among equal (or missing) times the last one read."""
     best = records[0]
@@ -164,22 +320,34 @@ def latest(records: list[Record]) -> Record:
 
 def pick(attempts: list[Record]) -> Record:
     """The record that stands for one cell: the latest ok, else the latest attempt."""
-    if len(attempts) == 1:
-        return attempts[0]
-    ok = [r for r in attempts if r.status == "ok"]
-    return latest(ok or attempts)
+    best = attempts[0]
+    for rec in attempts[1:]:
+        if later(rec, best):
+            best = rec
+    return best
 
 
-def load(sources: Iterable[Path | str], label: str | None = None, keep_all: bool = False) -> Loaded:
+def load(
+    sources: Iterable[Path | str], label: str | None = None, keep_all: bool = False,
+    lean: bool = False,
+) -> Loaded:  # fmt: skip
     """Read and merge; ``label``: only the records of ``mxbench run --label LABEL``;
-    ``keep_all``: keep every attempt in :attr:`Loaded.everything` too."""
+    ``keep_all``: keep every attempt in :attr:`Loaded.everything` too; ``lean``: keep only
+    what the tables' numbers and ``compare`` read (:meth:`Reader._lean`)."""
     bad: list[BadLine] = []
     files = source_files(sources, bad)
     out = Loaded(winners=[], attempts={}, files=files, bad=bad)
-    by_cell: dict[str, list[Record]] = {}
+    reader = Reader(lean)
+    best: dict[str, Record] = {}
+    tries: dict[str, int] = {}
     for path in files:
         try:
-            for lineno, rec in read_records(path, out.bad):
+            for lineno, line in results.read_lines(path, out.bad):
+                try:
+                    rec = reader.decode(line)
+                except BadRecord as exc:
+                    out.bad.append(BadLine(path, lineno, str(exc)))
+                    continue
                 out.read += 1
                 why = rec.problem()
                 if why:
@@ -188,11 +356,19 @@ def load(sources: Iterable[Path | str], label: str | None = None, keep_all: bool
                 if label is not None and rec.label != label:
                     out.labels.add(rec.label)
                     continue
-                by_cell.setdefault(str(rec.cell), []).append(rec)
+                cell = str(rec.cell)
+                held = best.get(cell)
+                if held is None:
+                    best[cell] = rec
+                else:
+                    tries[cell] = tries.get(cell, 1) + 1
+                    if later(rec, held):
+                        best[cell] = rec
+                if keep_all:
+                    out.everything.setdefault(cell, []).append(rec)
         except OSError as exc:  # vanished or became unreadable while reading
             out.bad.append(BadLine(path, 0, f"cannot read ({exc.strerror})"))
-    out.winners = [pick(attempts) for attempts in by_cell.values()]
-    out.attempts = {c: len(a) for c, a in by_cell.items() if len(a) > 1}
-    if keep_all:
-        out.everything = by_cell
+    reader.flush()
+    out.winners = list(best.values())
+    out.attempts = {c: tries[c] for c in best if c in tries}  # in the order cells were met
     return out

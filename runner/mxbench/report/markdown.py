@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from mxbench.params import CONTROL_CHARS
-from mxbench.report import text, why
+from mxbench.report import text, training, why
 from mxbench.report.document import Document, Grid, Section
 
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")
@@ -32,21 +32,23 @@ def escape(value: str, limit: int | None = MAX_TEXT) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    """A GitHub pipe table (tabulate's ``pipe`` format; cells escaped), numbers right-aligned."""
+    """A GitHub pipe table (cells escaped), numbers right-aligned. tabulate writes it; its
+    guess of every cell's type is switched off (it was 40% of a large report's rendering,
+    benchmarks/report_speed.py): the cells are text already, and a column of numbers (or
+    gaps) is right-aligned from :func:`_numeric`."""
     from tabulate import tabulate
 
     headers = [escape(h) for h in headers]
     rows = [[escape(c) for c in row] for row in rows]
-    right = [
-        any(_numeric(row[i]) for row in rows)
-        and all(_numeric(row[i]) or row[i] in _NOT_A_NUMBER for row in rows if row[i])
-        for i in range(len(headers))
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(headers)
+    align = [
+        "right"
+        if any(_numeric(c) for c in col)
+        and all(_numeric(c) or c in _NOT_A_NUMBER for c in col if c)
+        else "left"
+        for col in columns
     ]
-    out: str = tabulate(
-        rows, headers, tablefmt="pipe", disable_numparse=True,
-        colalign=["right" if r else "left" for r in right],
-    )  # fmt: skip
-    return out
+    return str(tabulate(rows, headers, tablefmt="pipe", disable_numparse=True, colalign=align))
 
 
 # What stands in a numeric column where a slot has no number (a status, a dash).
@@ -100,4 +102,5 @@ def render(doc: Document) -> str:
         out += [LEGEND, ""]
     out += [escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""]
     out += [section(s) for s in doc.sections]
+    out += training.markdown(doc.training, doc.shares)
     return "\n".join(out)

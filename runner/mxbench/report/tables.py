@@ -12,13 +12,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 from mxbench import params, stats
-from mxbench.params import BASELINE, POLICIES
+from mxbench.params import BASELINE, POLICIES, Params
+from mxbench.report import load
 from mxbench.report.devices import Capability, capability, cc_from_name
 from mxbench.report.load import latest
 from mxbench.results import Device, Image, Record
@@ -52,19 +54,19 @@ class Entry:
     throttled: set[str] = field(default_factory=set)  # NVML throttle reasons seen
     temperature_max: float | None = None  # the hottest the GPU got in a timed window, °C
 
-    def losses(self) -> list[float | None]:
-        """Training loss of every timed step of every ok record (None: not finite); the
-        first and last loss alone for records written before per-step losses."""
-        out: list[float | None] = []
+    @property
+    def run(self) -> str | None:
+        """The run (``--label``) its records come from (one: :func:`latest_run`)."""
+        return self.records[0].label if self.records else None
+
+    def loss(self) -> tuple[float, int] | None:
+        """(sum, count) of the training losses of every timed step of every ok record (the
+        sum NaN when one was not finite; :func:`mxbench.report.load.loss`); None: none."""
+        total, count = 0.0, 0
         for r in self.records:
-            m = r.metrics
-            if r.status != "ok":
-                continue
-            if m.losses:
-                out.extend(m.losses)
-            elif m.loss_first is not None or m.loss_last is not None:
-                out += [m.loss_first, m.loss_last]
-        return out
+            if r.status == "ok" and (part := load.loss(r)) is not None:
+                total, count = total + part[0], count + part[1]
+        return (total, count) if count else None
 
     def images_per_s(self, batch: int) -> float | None:
         """Sustained throughput: the median over the ok records of their images/s over the
@@ -76,14 +78,14 @@ class Entry:
             return statistics.median(rates)
         return batch * 1000 / self.median if self.median else None
 
-    def samples(self) -> list[list[float]]:
-        """Step times (ms) of each ok record: its raw samples, else its median alone."""
-        out = []
-        for r in self.records:
-            step = r.step
-            if step is not None and step.median is not None:
-                out.append(list(step.samples) or [step.median])
-        return out
+    def processes(self) -> list[stats.Process]:
+        return processes(self.records)
+
+
+def processes(records: Iterable[Record]) -> list[stats.Process]:
+    """Each ok record's timed steps as a process summary (its raw samples, else its median
+    alone: :func:`mxbench.report.load.process`), what :func:`mxbench.stats.judge` takes."""
+    return [p for r in records if (p := load.process(r)) is not None]
 
 
 # A policy's mean training loss over the timed steps may differ from float32's by this
@@ -116,13 +118,11 @@ class Parity:
 def mean_loss(e: Entry) -> float | None:
     """The mean training loss over the timed steps (NaN: a step's loss was not finite;
     None: no loss recorded)."""
-    losses = e.losses()
-    if not losses:
+    found = e.loss()
+    if found is None:
         return None
-    if None in losses:
-        return math.nan
-    total = sum(losses)  # type: ignore[arg-type]  # no None left
-    return total / len(losses) if math.isfinite(total) else math.nan
+    total, count = found
+    return total / count if math.isfinite(total) else math.nan
 
 
 def parity(mean: float | None, ref: float | None) -> Parity | None:
@@ -174,11 +174,21 @@ class Table:
         )
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
+    def other_run(self, slot: tuple[str, int]) -> str | None:
+        """The slot's run label when the table mixes runs and it is not the table's main
+        one (the run that measured most of its cells), else None."""
+        e = self.entries.get(slot)
+        runs = {x.run for x in self.entries.values()}
+        if e is None or len(runs) < 2:
+            return None
+        main = next(iter(self.labels), None)
+        return None if e.run == main else (e.run or "unlabelled")
+
     @property
     def image_name(self) -> str | None:
         return self.image.name or self.image.id
 
-    @property
+    @cached_property
     def title(self) -> str:
         parts = [self.host, self.device_name]
         model = str(self.setup.get("model") or "")
@@ -273,9 +283,12 @@ def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
     ``by_device=False``: one table per host, image and setup whatever the records say of the
     device (a trial killed for memory has no device facts; the table takes its ok ones')."""
     groups: dict[tuple[str, ...], Slots] = {}
+    setups: dict[Params, tuple[str, ...]] = {}  # many records share their parameters
     for rec in winners:
         p = rec.params
-        setup = tuple(str(getattr(p, name)) for name in SETUP)
+        setup = setups.get(p)
+        if setup is None:
+            setup = setups[p] = tuple(str(getattr(p, name)) for name in SETUP)
         device = (rec.device.kind or "", rec.device.name or "") if by_device else ()
         key = (str(rec.host), *device, rec.image.name or rec.image.id or "", *setup)
         slots = groups.get(key)
@@ -283,6 +296,14 @@ def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
             slots = groups[key] = {}
         slots.setdefault((p.policy, p.batch_size), []).append(rec)
     return [groups[k] for k in sorted(groups)]
+
+
+def latest_run(records: list[Record]) -> list[Record]:
+    """The records of one slot that its latest run (label) measured: processes of different
+    runs are never pooled into one figure (a run cut short under a new label does not borrow
+    the old run's repeats)."""
+    label = latest(records).label
+    return [r for r in records if r.label == label]
 
 
 def make(slots: Slots) -> Table:
@@ -296,7 +317,7 @@ def make(slots: Slots) -> Table:
         image=info.image,
         setup={name: getattr(info.params, name) for name in SETUP},
         info=info,
-        entries={slot: entry(recs) for slot, recs in slots.items()},
+        entries={slot: entry(latest_run(recs)) for slot, recs in slots.items()},
         policies=sorted({p for p, _ in slots}, key=_policy_rank),
         batches=sorted({b for _, b in slots}),
     )
@@ -318,8 +339,8 @@ def build(winners: list[Record]) -> list[Table]:
                 t.parity[policy, batch] = loss
             if policy != BASELINE and base is not None and base.median and other.median:
                 where.append((t, (policy, batch)))
-                pairs.append((base.samples(), other.samples()))
-    for (t, slot), ratio in zip(where, stats.speedups(pairs), strict=True):
+                pairs.append((base.processes(), other.processes()))
+    for (t, slot), ratio in zip(where, stats.judge(pairs), strict=True):
         if ratio is not None:
             t.ratios[slot] = ratio
     return built

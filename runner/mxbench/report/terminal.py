@@ -15,7 +15,7 @@ from rich.rule import Rule
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from mxbench.report import why
+from mxbench.report import training, why
 from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.html import COLOURS
 
@@ -88,6 +88,7 @@ def renderables(doc: Document) -> Iterator[Any]:
     yield Text("")
     for s in doc.sections:
         yield from section(s)
+    yield from training.renderables(doc.training, doc.shares)
 
 
 def show(doc: Document, console: Console) -> None:

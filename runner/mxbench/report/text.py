@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from mxbench import stats
 from mxbench.params import BASELINE
+from mxbench.report import convergence
 from mxbench.report.load import Loaded, folders
 from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
 
@@ -63,10 +64,26 @@ def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
     if BASELINE not in t.policies:
         return {}
     return {
-        slot: ratio_text(t.ratios.get(slot), t.parity.get(slot))
+        slot: ratio_text(t.ratios.get(slot), t.parity.get(slot)) + across(t, slot)
         for slot in t.entries
         if slot[0] != BASELINE and (BASELINE, slot[1]) in t.entries
     }
+
+
+def across(t: Table, slot: tuple[str, int]) -> str:
+    """`` (float32 of run old, mixed_float16 of run new)`` where a speedup pairs cells of
+    two runs (labels); else nothing."""
+    base, other = t.entries.get((BASELINE, slot[1])), t.entries.get(slot)
+    if base is None or other is None or base.run == other.run:
+        return ""
+    return (f" (across runs: {BASELINE} of {base.run or 'unlabelled'}, {slot[0]} of "
+            f"{other.run or 'unlabelled'})")  # fmt: skip
+
+
+def run_mark(t: Table, slot: tuple[str, int]) -> str:
+    """`` (run old)`` on a cell of a table that mixes runs, when not of its main run."""
+    other = t.other_run(slot)
+    return f" (run {other})" if other else ""
 
 
 def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
@@ -76,6 +93,8 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
     for p in t.policies:
         headers += [f"{p} ms/step [IQR]", f"{p} images/s"]
     headers += [f"speedup {p} [95% CI]" for p in t.reduced]
+    checked = convergence.policies(t)
+    headers += [convergence.header(p) for p in checked]
     rows = []
     for b in t.batches:
         row = [str(b)]
@@ -84,12 +103,13 @@ def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
             rate = e.images_per_s(b) if e is not None else None
             row += [_with_loss(t, p, b), "" if rate is None else f"{rate:.0f}"]
         row += [texts.get((p, b), "") for p in t.reduced]
+        row += [convergence.cell(t.entries.get((p, b))) for p in checked]
         rows.append(row)
     return headers, rows
 
 
 def _with_loss(t: Table, policy: str, batch: int) -> str:
-    text = cell_text(t.entries.get((policy, batch)))
+    text = cell_text(t.entries.get((policy, batch))) + run_mark(t, (policy, batch))
     return text if t.trusted((policy, batch)) else f"{text} loss diverged"
 
 

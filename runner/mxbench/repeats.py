@@ -1,0 +1,247 @@
+"""``benchmark.repeats: auto``: as many fresh processes per cell as the answer needs.
+
+A speedup needs the variation between processes (:mod:`mxbench.stats`), and how many
+processes that takes depends on the machine: a quiet GPU agrees with itself after three, a
+shared 2-core VM may not after thirty. With ``repeats: auto`` every cell starts with
+``start`` fresh processes (policies alternating, as with a fixed count: the cells and keys
+are those of ``repeats: <start>``), and then, per *comparison group* (the cells that differ
+only in policy: every policy against float32 at one batch size on one host and image), one
+more process per policy at a time (alternating again) while
+
+- a speedup's 95 % interval is wider than ``±target`` (default ±3 %), or
+- the processes of one policy disagree (their medians spread wider than a noisy IQR),
+
+up to ``max`` processes per policy and a time budget per host (no round starts that would
+end after ``budget_s`` of the host's run). A group also stops early as *too noisy* when the
+spread seen so far says the target would take more than twice ``max`` processes.
+
+The decision is a pure function of the group's records (:func:`decide`); the budget is the
+orchestrator's (:mod:`mxbench.orchestrate` runs the rounds). So ``--resume`` replays it over
+the stored records, reusing every finished process and adding only what is still needed.
+Each added process's record says why it was added (``run.repeats``); ``mxbench run`` says
+where each group stopped and why.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import msgspec
+
+from mxbench import stats
+from mxbench.params import BASELINE
+from mxbench.results import FINAL_STATUSES, Record
+
+AUTO = "auto"  # the benchmark.repeats value that asks for this
+
+Why = Literal["more", "target met", "cap", "budget", "too noisy", "no baseline", "failed"]
+
+
+class AutoRepeats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How ``repeats: auto`` adds processes (``benchmark.auto_repeats`` in the matrix)."""
+
+    start: int = 3
+    target: float = 0.03
+    max: int = 10
+    budget_s: float = 1800.0
+
+    def describe(self) -> str:
+        return (
+            f"{self.start} processes per cell to start, then one more per policy (alternating) "
+            f"while a speedup's 95% interval is wider than ±{self.target:.0%} or the processes "
+            f"disagree; at most {self.max} per cell, no new round after {self.budget_s:g} s "
+            "on a host"
+        )
+
+
+LIMITS = {"start": (2, 100), "max": (2, 100)}
+
+
+def check_auto(cfg: AutoRepeats) -> AutoRepeats:
+    """The settings, or ValueError saying which is out of range."""
+    for name, (low, high) in LIMITS.items():
+        if not low <= getattr(cfg, name) <= high:
+            raise ValueError(f"{name} must be between {low} and {high}")
+    if cfg.start > cfg.max:
+        raise ValueError(f"start {cfg.start} is above max {cfg.max}")
+    if not 0 < cfg.target < 1:
+        raise ValueError("target must be above 0 and below 1 (0.03: the interval within ±3%)")
+    if not cfg.budget_s > 0:
+        raise ValueError("budget_s must be above 0")
+    return cfg
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a group stands after a round: ``more`` (add a process per policy) or why not."""
+
+    why: Why
+    processes: int  # ok processes per policy (the fewest)
+    width: float | None = None  # the widest interval's half-width (0.03: ±3 %)
+    detail: str = ""
+
+    @property
+    def more(self) -> bool:
+        return self.why == "more"
+
+    def text(self) -> str:
+        """``3 processes per policy, interval ±5.2%: more (wider than ±3%)``."""
+        width = f", interval ±{self.width:.1%}" if self.width is not None else ""
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{self.processes} processes per policy{width}: {self.why}{detail}"
+
+
+def width(ratio: stats.Ratio) -> float:
+    """An interval's half-width as a share (``±3 %``): the geometric half of high / low."""
+    return math.sqrt(ratio.high / ratio.low) - 1 if ratio.low > 0 else math.inf
+
+
+def decide(cfg: AutoRepeats, by_policy: dict[str, list[Record]], attempts: int) -> Decision:
+    """After a round: more processes, or why not (the budget aside). ``by_policy``: each
+    policy's records (every attempt), ``attempts``: processes started per policy so far."""
+    ok = {p: [r for r in recs if r.step is not None] for p, recs in by_policy.items()}
+    n = min((len(v) for v in ok.values()), default=0)
+    if BASELINE not in ok or len(ok) < 2:
+        return Decision("no baseline", n, detail=f"no {BASELINE} to compare with")
+    empty = [p for p, v in ok.items() if not v]
+    if empty:  # out of memory, unsupported, or failing: more of the same will not help
+        return Decision("failed", n, detail=f"{empty[0]} has no timed process")
+    from mxbench.report.tables import processes
+
+    others = [p for p in ok if p != BASELINE]
+    ratios = stats.judge([(processes(ok[BASELINE]), processes(ok[p])) for p in others])
+    widths = [width(r) if r is not None and r.judged else math.inf for r in ratios]
+    wide = max(widths, default=math.inf)
+    shown = wide if math.isfinite(wide) else None
+    spread = {p: stats.repeats_disagree([m for r in v if r.step and (m := r.step.median)])
+              for p, v in ok.items()}  # fmt: skip
+    split = {p: s for p, s in spread.items() if s is not None}
+    if wide <= cfg.target and not split:
+        return Decision("target met", n, shown)
+    if attempts >= cfg.max:
+        return Decision("cap", n, shown, f"auto_repeats.max {cfg.max} reached")
+    need = needed(wide, n, cfg.target)
+    if need is not None and need > 2 * cfg.max:
+        return Decision("too noisy", n, shown,
+                        f"±{cfg.target:.0%} would take about {need} per policy, "
+                        f"auto_repeats.max is {cfg.max}")  # fmt: skip
+    if split:
+        p, s = max(split.items(), key=lambda kv: kv[1])
+        return Decision("more", n, shown, f"{p}'s processes differ by {s:.0%}")
+    target = f"±{cfg.target:.0%}"
+    return Decision("more", n, shown, f"wider than {target}" if shown else "no interval yet")
+
+
+def needed(wide: float, n: int, target: float) -> int | None:
+    """About how many processes per policy would bring an interval of half-width ``wide``
+    (``n`` per policy, Student's t) to ``target`` (the normal quantile: the optimistic side)."""
+    if not math.isfinite(wide) or n < 2:
+        return None
+    from scipy.special import stdtrit
+
+    se = math.log1p(wide) / float(stdtrit(2 * n - 2, (1 + stats.LEVEL) / 2))
+    z = statistics.NormalDist().inv_cdf((1 + stats.LEVEL) / 2)
+    return math.ceil(n * (z * se / math.log1p(target)) ** 2)
+
+
+@dataclass
+class Group:
+    """The cells of one comparison: one per (policy, repeat), the same otherwise."""
+
+    label: str
+    template: Any  # a mxbench.cells.Cell of the group (any policy, any repeat)
+    policies: list[str]
+    limits: dict[str, Any] | None
+    keys: dict[tuple[str, int], str] = field(default_factory=dict)  # (policy, repeat) -> key
+    records: dict[str, Record] = field(default_factory=dict)  # cell key -> latest record
+    wall_s: list[float] = field(default_factory=list)  # wall time of the processes run
+    decision: Decision | None = None  # set when the group stopped
+
+    @property
+    def attempts(self) -> int:
+        return 1 + max(r for _, r in self.keys) if self.keys else 0
+
+    def by_policy(self) -> dict[str, list[Record]]:
+        out: dict[str, list[Record]] = {p: [] for p in self.policies}
+        for (policy, _), key in sorted(self.keys.items(), key=lambda kv: kv[0][1]):
+            rec = self.records.get(key)
+            if rec is not None:
+                out[policy].append(rec)
+        return out
+
+    def cell(self, policy: str, repeat: int) -> Any:
+        """The group's cell for one policy and repeat (key as :func:`cells.expand` makes it)."""
+        from mxbench.cells import cell_key
+
+        t = self.template
+        params = msgspec.structs.replace(t.params, policy=policy, repeat=repeat)
+        key = cell_key(t.host, t.image, t.image_spec, params, self.limits, t.model_source)
+        self.keys[policy, repeat] = key
+        return replace(t, params=params, key=key)
+
+    def round_s(self) -> float:
+        """About how long one more process per policy takes (0 before any ran)."""
+        return statistics.fmean(self.wall_s) * len(self.policies) if self.wall_s else 0.0
+
+
+@dataclass
+class Plan:
+    """Every comparison group of a run, and where each stands."""
+
+    cfg: AutoRepeats
+    groups: list[Group]
+    by_key: dict[str, Group] = field(default_factory=dict)
+
+    def note(self, record: Record) -> None:
+        """File a record of this run (or one ``--resume`` keeps) under its group."""
+        group = self.by_key.get(record.cell or "")
+        if group is not None:
+            group.records[record.cell or ""] = record
+            wall = record.run.get("wall_s")
+            if isinstance(wall, int | float):
+                group.wall_s.append(float(wall))
+
+    def host(self, name: str) -> list[Group]:
+        return [g for g in self.groups if g.template.host == name]
+
+    def extend(self, group: Group, repeat: int) -> list[Any]:
+        """The group's cells of one more round (policies in plan order)."""
+        cells = [group.cell(p, repeat) for p in group.policies]
+        for c in cells:
+            self.by_key[c.key] = group
+        return cells
+
+    def summary(self) -> list[str]:
+        """Where each group stopped, one line each (for the end of ``mxbench run``)."""
+        return [f"{g.label}: {g.decision.text()}" for g in self.groups if g.decision is not None]
+
+
+def plan(cfg: AutoRepeats, cells: Iterable[Any], limits: dict[str, Any]) -> Plan:
+    """The groups of the planned cells (all of them, done ones too: ``--resume`` needs
+    their records); ``limits``: each host's limits, as the cell keys hash them."""
+    groups: dict[tuple[Any, ...], Group] = {}
+    out = Plan(cfg, [])
+    for c in cells:
+        p = c.params
+        ident = msgspec.structs.replace(p, policy=BASELINE, repeat=None)
+        gkey = (c.host, c.image, ident, c.model_source)
+        g = groups.get(gkey)
+        if g is None:
+            g = groups[gkey] = Group(c.label(group=True), c, [], limits.get(c.host))
+            out.groups.append(g)
+        if p.policy not in g.policies:
+            g.policies.append(p.policy)
+        g.keys[p.policy, p.repeat or 0] = c.key
+        out.by_key[c.key] = g
+    return out
+
+
+def known(plan: Plan, records: dict[str, Record]) -> None:
+    """File the stored records (``--resume``) of the planned cells under their groups."""
+    for key, rec in records.items():
+        if key in plan.by_key and rec.status in FINAL_STATUSES:
+            plan.note(rec)

@@ -1,0 +1,408 @@
+"""Training runs and the input pipeline's share: two answers beside the speed tables.
+
+**To the same accuracy.** Records of training runs (``params.epochs``, ``record.train``) are
+grouped by everything but policy and seed. float32's seeds give a band (the lowest and
+highest validation accuracy at each evaluation, widened by one binomial standard error of
+the validation split); each policy is judged against it: *within
+float32's band*, *converges slower than float32's band* (its mean curve below the band at
+most evaluations), or *ends below float32's band* (at the last evaluation). With a target,
+each policy's time to it (median over seeds, and how many seeds reached it) and the
+**time-to-accuracy speedup** over float32 with its 95% interval over seeds: each seed's time
+is one process, so :func:`mxbench.stats.speedup` (Welch's t over the processes' log times)
+judges it as it judges step times. The sentence says it as a share of float32's time
+("reaches 90% in 0.71× the time [0.62–0.81]").
+
+**The input pipeline's share.** Timing cells that differ only in ``data`` (synthetic against
+a folder) at the same batch size: the real data's extra time per step as a share of its
+step, ``1 - synthetic / real``, with the interval of the same ratio ("the input pipeline
+costs 41% [35–47%] of the step"). **Host overhead**, the same way: ``steps_per_execution``
+k against 1 ("steps_per_execution 10 saves 12% [5–18%] of the step").
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from mxbench import stats
+from mxbench.params import BASELINE, SYNTHETIC, Params
+from mxbench.report import load
+from mxbench.results import Record
+
+DASH = "–"
+
+
+@dataclass
+class Run:
+    """One policy of a training group: its seeds' records."""
+
+    policy: str
+    records: list[Record]
+
+    @property
+    def finals(self) -> list[float]:
+        return [
+            r.train.points[-1].val_metric or 0.0 for r in self.records if r.train and r.train.points
+        ]
+
+    @property
+    def times(self) -> list[float]:
+        """Time to target of the seeds that reached it."""
+        return [
+            r.train.time_to_target_s
+            for r in self.records
+            if r.train and r.train.time_to_target_s is not None
+        ]
+
+
+@dataclass
+class Section:
+    title: str
+    target: float | None
+    runs: list[Run]
+    headers: list[str]
+    rows: list[list[str]]
+    sentences: list[str] = field(default_factory=list)
+
+
+def _group_key(r: Record) -> tuple[str, bytes]:
+    p = msgspec.structs.replace(r.params, policy=BASELINE, repeat=None)
+    return (r.host or "", msgspec.json.encode(p))
+
+
+def _title(r: Record) -> str:
+    p = r.params
+    size = f"{p.image_size}x{p.image_width or p.image_size}"
+    device = r.device.name or r.host or "?"
+    return (
+        f"{p.model} on {Path(p.data).name or p.data} at {size}, batch {p.batch_size}, "
+        f"{p.epochs} epochs ({r.host}, {device}, {p.backend})"
+    )
+
+
+def _band(base: Run) -> dict[int, tuple[float, float]]:
+    """float32's lowest and highest validation accuracy at each evaluated epoch, each widened
+    by one binomial standard error of an accuracy on the validation split (a few seeds can
+    agree to the image by chance: the split's own sampling noise is the least a band is)."""
+    at: dict[int, list[float]] = {}
+    n = min((r.train.val_images or 0 for r in base.records if r.train), default=0)
+    for r in base.records:
+        for pt in r.train.points if r.train else ():
+            if pt.val_metric is not None:
+                at.setdefault(pt.epoch, []).append(pt.val_metric)
+
+    def se(a: float) -> float:
+        return math.sqrt(max(a * (1 - a), 0.0) / n) if n else 0.0
+
+    return {e: (min(v) - se(min(v)), max(v) + se(max(v))) for e, v in at.items()}
+
+
+def band_verdict(run: Run, band: dict[int, tuple[float, float]]) -> str:
+    """How the policy's mean curve sits against float32's band."""
+    at: dict[int, list[float]] = {}
+    for r in run.records:
+        for pt in r.train.points if r.train else ():
+            if pt.val_metric is not None and pt.epoch in band:
+                at.setdefault(pt.epoch, []).append(pt.val_metric)
+    if not at:
+        return "no evaluation"
+    mean = {e: statistics.fmean(v) for e, v in at.items()}
+    below = [e for e, m in mean.items() if m < band[e][0]]
+    last = max(mean)
+    if mean[last] < band[last][0]:
+        return "ends below float32's band"
+    if len(below) > len(mean) / 2:
+        return "converges slower than float32's band"
+    return "within float32's band"
+
+
+def _spread(values: Sequence[float], fmt: str) -> str:
+    if not values:
+        return DASH
+    med = statistics.median(values)
+    if len(values) == 1:
+        return format(med, fmt)
+    return f"{format(med, fmt)} [{format(min(values), fmt)}{DASH}{format(max(values), fmt)}]"
+
+
+def time_ratio(base: Run, other: Run) -> stats.Ratio | None:
+    """float32's time to target / the policy's, with its interval over seeds (processes)."""
+    return stats.speedup([[t] for t in base.times], [[t] for t in other.times])
+
+
+def verdict_sentence(
+    policy: str, target: float, r: stats.Ratio | None, n: int, reached: int
+) -> str:
+    goal = f"{target:.0%}"
+    if reached == 0:
+        return f"{policy} does not reach {goal} in any of {n} seeds"
+    if r is None:
+        return f"{policy} reaches {goal} ({reached}/{n} seeds); float32 does not"
+    frac = f"{1 / r.value:.2f}×"
+    part = "" if reached == n else f" ({reached}/{n} seeds reach it)"
+    if not r.judged:
+        return f"{policy} reaches {goal} in {frac} float32's time{part} ({stats.TOO_FEW})"
+    span = f"[{1 / r.high:.2f}{DASH}{1 / r.low:.2f}]"
+    word = {stats.FASTER: "sooner", stats.SLOWER: "later", stats.SAME: "no clear difference"}
+    return (
+        f"{policy} reaches {goal} in {frac} {span} float32's time{part}: "
+        f"{word.get(r.verdict, r.verdict)}"
+    )
+
+
+def sections(records: Iterable[Record]) -> list[Section]:
+    groups: dict[tuple[str, bytes], list[Record]] = {}
+    for r in records:
+        if r.status == "ok" and r.train is not None and r.params.epochs:
+            groups.setdefault(_group_key(r), []).append(r)
+    out = []
+    for members in groups.values():
+        by_policy: dict[str, list[Record]] = {}
+        for r in sorted(members, key=lambda r: (r.params.policy != BASELINE, r.params.repeat or 0)):
+            by_policy.setdefault(r.params.policy, []).append(r)
+        runs = [Run(p, rs) for p, rs in by_policy.items()]
+        target = members[0].params.target
+        out.append(_section(_title(members[0]), target, runs))
+    return out
+
+
+def _section(title: str, target: float | None, runs: list[Run]) -> Section:
+    base = next((r for r in runs if r.policy == BASELINE), None)
+    band = _band(base) if base else {}
+    goal = f"{target:.0%}" if target else None
+    headers = ["policy", "seeds", "final val accuracy", "vs float32's band"]
+    if goal:
+        headers += [f"time to {goal} (s)", "reached", "speedup (float32 time / policy's)"]
+    rows, sentences = [], []
+    for run in runs:
+        n = len(run.records)
+        row = [
+            run.policy,
+            str(n),
+            _spread(run.finals, ".3f"),
+            "(the band)" if run is base else band_verdict(run, band) if band else DASH,
+        ]
+        if goal and target:
+            times = run.times
+            row += [_spread(times, ".1f"), f"{len(times)}/{n}"]
+            ratio = time_ratio(base, run) if base and run is not base else None
+            row.append(ratio.text() if ratio else DASH)
+            if run is not base:
+                sentences.append(verdict_sentence(run.policy, target, ratio, n, len(times)))
+        if run is not base and band:
+            sentences.append(f"{run.policy}: {band_verdict(run, band)}")
+        rows.append(row)
+    return Section(title, target, runs, headers, rows, sentences)
+
+
+# --------------------------------------------------------------------------- one-parameter A/Bs
+
+
+def _ab(
+    records: Iterable[Record], name: str, base: Any
+) -> list[tuple[Any, list[Record], list[Record]]]:
+    """Timing cells that differ only in parameter ``name``: per setup, each value other than
+    ``base`` with the records at ``base`` (the processes of each side)."""
+    sides: dict[tuple[str, bytes], dict[Any, list[Record]]] = {}
+    for r in records:
+        if r.step is None or r.params.epochs:
+            continue
+        same = msgspec.structs.replace(r.params, **{name: base, "repeat": None})
+        key = (r.host or "", msgspec.json.encode(same))
+        sides.setdefault(key, {}).setdefault(getattr(r.params, name), []).append(r)
+    out = []
+    for found in sides.values():
+        at_base = found.pop(base, None)
+        for value, other in sorted(found.items(), key=lambda kv: str(kv[0])):
+            if at_base:
+                out.append((value, other, at_base))
+    return out
+
+
+def _ratio(slow: list[Record], fast: list[Record]) -> tuple[stats.Ratio | None, list[float]]:
+    """``slow``'s step time / ``fast``'s with its interval, and each side's median ms."""
+    sides = [[q for q in map(load.process, side) if q is not None] for side in (slow, fast)]
+    r = stats.judge([(sides[0], sides[1])])[0]
+    ms = [statistics.median(x.step.median or 0.0 for x in side if x.step) for side in (slow, fast)]
+    return r, ms
+
+
+def _span(r: stats.Ratio) -> str:
+    """The share ``1 - 1/ratio`` with its interval: what the slower side's extra time is
+    of its step."""
+    share = 1 - 1 / r.value
+    if not r.judged:
+        return f"{share:.0%} ({stats.TOO_FEW})"
+    return f"{share:.0%} [{1 - 1 / r.low:.0%}{DASH}{1 - 1 / r.high:.0%}]"
+
+
+def _where(p: Params, host: str | None) -> str:
+    return f"batch {p.batch_size}, {p.image_size} px, {p.policy}, {host}"
+
+
+def input_shares(records: Iterable[Record]) -> list[str]:
+    """The input pipeline's share of the step: per setup, a folder against synthetic data."""
+    out = []
+    for folder, real, synth in _ab(records, "data", SYNTHETIC):
+        r, ms = _ratio(real, synth)
+        where = (f"{Path(folder).name or folder} at {_where(real[0].params, real[0].host)}: "
+                 f"{ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic")  # fmt: skip
+        if r is None:
+            out.append(f"the input pipeline: no comparison ({where})")
+        elif r.verdict in (stats.FASTER, stats.TOO_FEW):  # real data's step is longer
+            out.append(f"the input pipeline costs {_span(r)} of the step ({where})")
+        elif r.verdict == stats.SLOWER:
+            out.append(f"real data ran faster than synthetic, {_span(r)} ({where}): something "
+                       "else varied")  # fmt: skip
+        else:
+            out.append(f"no clear input-pipeline cost: {_span(r)} of the step ({where})")
+    return out
+
+
+def shares(records: Sequence[Record]) -> list[str]:
+    """Every one-parameter A/B the records hold: input pipeline, then host overhead."""
+    return input_shares(records) + overhead_shares(records)
+
+
+def overhead_shares(records: Iterable[Record]) -> list[str]:
+    """The host-overhead A/B: per setup, steps_per_execution k against 1."""
+    out = []
+    for k, many, one in _ab(records, "steps_per_execution", 1):
+        r, ms = _ratio(one, many)
+        where = (f"{_where(one[0].params, one[0].host)}: {ms[0]:.2f} ms/step at 1 vs "
+                 f"{ms[1]:.2f} at {k}")  # fmt: skip
+        if r is None:
+            out.append(f"steps_per_execution {k}: no comparison ({where})")
+        elif r.verdict in (stats.FASTER, stats.TOO_FEW):
+            out.append(f"steps_per_execution {k} saves {_span(r)} of the step: per-call host "
+                       f"overhead ({where})")  # fmt: skip
+        elif r.verdict == stats.SLOWER:
+            out.append(f"steps_per_execution {k} is slower ({where})")
+        else:
+            out.append(f"steps_per_execution {k}: no clear change, {_span(r)} ({where})")
+    return out
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def curves_png(s: Section) -> bytes | None:
+    """Validation accuracy against epoch (float32's band shaded) and against training time,
+    one line per seed, coloured by policy; the target dashed."""
+    from mxbench.report.plot import _pyplot, _save, colour, plain
+
+    plt = _pyplot()
+    fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(10, 3.6))
+    base = next((r for r in s.runs if r.policy == BASELINE), None)
+    band = _band(base) if base else {}
+    if band:
+        epochs = sorted(band)
+        by_epoch.fill_between(
+            epochs,
+            [band[e][0] for e in epochs],
+            [band[e][1] for e in epochs],
+            color=colour(BASELINE),
+            alpha=0.2,
+            label="float32 band",
+        )
+    for run in s.runs:
+        for i, r in enumerate(run.records):
+            pts = [p for p in (r.train.points if r.train else []) if p.val_metric is not None]
+            label = plain(run.policy) if i == 0 else None
+            by_epoch.plot(
+                [p.epoch for p in pts],
+                [p.val_metric for p in pts],
+                color=colour(run.policy),
+                lw=1,
+                label=label,
+            )
+            by_time.plot(
+                [p.train_s for p in pts],
+                [p.val_metric for p in pts],
+                color=colour(run.policy),
+                lw=1,
+                label=label,
+            )
+    for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training time (s)")):
+        if s.target:
+            ax.axhline(s.target, color="#444444", ls="--", lw=0.8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("validation accuracy")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    by_epoch.legend(loc="lower right", fontsize=8)
+    fig.suptitle(plain(s.title), fontsize=9)
+    return _save(plt, fig)
+
+
+def as_dict(s: Section) -> dict[str, Any]:
+    """A section for the JSON report: the table as rows of named cells, and the verdicts."""
+    return {"title": s.title, "target": s.target, "sentences": s.sentences,
+            "rows": [dict(zip(s.headers, row, strict=True)) for row in s.rows]}  # fmt: skip
+
+
+def renderables(sections_: Sequence[Section], shares: Sequence[str]) -> Iterable[Any]:
+    """The terminal's rendering (rich)."""
+    from rich.rule import Rule
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    if shares:
+        yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
+        yield from (Text(f"- {s}") for s in shares)
+    for s in sections_:
+        yield Rule(f"Training run: {s.title}", align="left")
+        table = RichTable()
+        for h in s.headers:
+            table.add_column(Text(h))  # Text: no markup from records
+        for row in s.rows:
+            table.add_row(*(Text(c) for c in row))
+        yield table
+        yield from (Text(f"- {x}") for x in s.sentences)
+
+
+def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
+    from mxbench.report.markdown import escape, table
+
+    out: list[str] = []
+    if shares:
+        out += ["## Input pipeline and host overhead: A/B at the same batch", ""]
+        out += [f"- {escape(s, limit=None)}" for s in shares] + [""]
+    for s in sections_:
+        out += [f"## Training run: {escape(s.title)}", "", table(s.headers, s.rows), ""]
+        out += [f"- {escape(x, limit=None)}" for x in s.sentences] + [""]
+    return out
+
+
+def html(sections_: Sequence[Section], shares: Sequence[str], plots: bool = True) -> list[str]:
+    import html as _html
+
+    from mxbench.report.html import _table
+
+    esc = _html.escape
+    out: list[str] = []
+    if shares:
+        out.append(
+            '<section id="input"><h2>Input pipeline and host overhead: A/B at the same batch</h2>'
+        )
+        out += ['<ul class="notes">', *(f"<li>{esc(s)}</li>" for s in shares), "</ul></section>"]
+    for i, s in enumerate(sections_):
+        out.append(f'<section id="training-{i + 1}"><h2>Training run: {esc(s.title)}</h2>')
+        out.append(_table(s.headers, s.rows))
+        out += ['<ul class="notes">', *(f"<li>{esc(x)}</li>" for x in s.sentences), "</ul>"]
+        data = curves_png(s) if plots else None
+        if data:
+            alt = esc(f"validation accuracy against epoch and training time, {s.title}")
+            b64 = base64.b64encode(data).decode("ascii")
+            out.append(
+                f'<div class="plots"><img alt="{alt}" src="data:image/png;base64,{b64}"></div>'
+            )
+        out.append("</section>")
+    return out

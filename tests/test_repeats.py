@@ -1,0 +1,178 @@
+"""`repeats: auto`: the decision over records with a known truth, the matrix settings, and
+a real `mxbench run --resume` that continues an auto run (real TensorFlow processes)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mxbench import repeats
+from mxbench.cells import expand
+from mxbench.errors import UsageError
+from mxbench.matrix import load_matrix, parse_matrix
+from mxbench.params import Params
+from mxbench.repeats import AutoRepeats, decide
+from mxbench.results import Metrics, Record, ResultStore, StepStats
+
+CFG = AutoRepeats(start=3, target=0.03, max=10, budget_s=600)
+
+
+def measured(policy: str, level: float, cell: str = "c", n: int = 30, sd: float = 0.02,
+             seed: int = 0) -> Record:  # fmt: skip
+    """An ok record whose steps are ``level`` ms with ``sd`` relative noise (known truth)."""
+    rnd = random.Random(seed)
+    samples = [level * (1 + rnd.gauss(0, sd)) for _ in range(n)]
+    srt = sorted(samples)
+    step = StepStats(median=srt[n // 2], p25=srt[n // 4], p75=srt[3 * n // 4], n=n,
+                     samples=samples)  # fmt: skip
+    return Record(cell=cell, host="h", params=Params(policy=policy), status="ok",
+                  metrics=Metrics(step_ms=step), run={"wall_s": 5.0})  # fmt: skip
+
+
+def sides(levels: dict[str, list[float]], sd: float = 0.02) -> dict[str, list[Record]]:
+    return {p: [measured(p, x, seed=i * 7 + len(p)) for i, x in enumerate(xs)]
+            for p, xs in levels.items()}  # fmt: skip
+
+
+def test_processes_that_agree_meet_the_target() -> None:
+    d = decide(CFG, sides({"float32": [100, 100.5, 99.6], "mixed_bfloat16": [80, 80.3, 79.8]}), 3)
+    assert d.why == "target met" and not d.more
+    assert d.width is not None and d.width <= 0.03 and d.processes == 3
+
+
+def test_a_moderately_wide_interval_asks_for_more() -> None:
+    d = decide(CFG, sides({"float32": [100, 104, 97], "mixed_bfloat16": [80, 78, 82]}), 3)
+    assert d.more, d.text()
+    assert d.width is not None and 0.03 < d.width < 0.10
+    assert "wider than ±3%" in d.text()
+
+
+def test_disagreeing_processes_ask_for_more_even_within_the_target() -> None:
+    cfg = AutoRepeats(target=0.9, max=10)
+    d = decide(cfg, sides({"float32": [100, 130, 100, 100], "mixed_bfloat16": [80] * 4}), 4)
+    assert d.more and "float32's processes differ by 3" in d.text()
+
+
+def test_hopeless_noise_stops_early_and_the_cap_stops_the_rest() -> None:
+    noisy = sides({"float32": [100, 180, 60], "mixed_bfloat16": [80, 40, 150]})
+    d = decide(CFG, noisy, 3)
+    assert d.why == "too noisy" and "would take about" in d.text()
+    assert decide(CFG, noisy, 10).why == "cap"  # attempts at auto_repeats.max
+
+
+def test_no_baseline_and_failed_policies_stop() -> None:
+    assert decide(CFG, sides({"mixed_bfloat16": [1, 2, 3]}), 3).why == "no baseline"
+    oom = Record(cell="x", host="h", params=Params(policy="mixed_float16"), status="oom")
+    by = {**sides({"float32": [100, 100, 100]}), "mixed_float16": [oom, oom, oom]}
+    assert decide(CFG, by, 3).why == "failed"
+
+
+AUTO = """\
+benchmark:
+  image_size: 32
+  warmup_steps: 1
+  steps: 3
+  repeats: auto
+  auto_repeats: {{start: 3, max: 4, target: 0.03, budget_s: 900}}
+axes:
+  policy: [float32, mixed_bfloat16]
+  batch_size: [4]
+hosts:
+  - name: box
+    engine: local
+"""
+
+
+def test_auto_plans_the_cells_and_keys_of_its_start() -> None:
+    auto = parse_matrix(AUTO.format())
+    fixed = parse_matrix(AUTO.format().replace("repeats: auto", "repeats: 3").replace(
+        "  auto_repeats: {start: 3, max: 4, target: 0.03, budget_s: 900}\n", ""))  # fmt: skip
+    assert [c.key for c in expand(auto)] == [c.key for c in expand(fixed)]
+    assert auto.benchmark.auto == AutoRepeats(start=3, max=4, target=0.03, budget_s=900)
+    assert fixed.benchmark.auto is None
+
+
+@pytest.mark.parametrize(
+    ("bench", "where", "says"),
+    [
+        ("repeats: sometimes", "benchmark.repeats", "auto"),
+        ("repeats: 3\n  auto_repeats: {max: 5}", "benchmark.auto_repeats", "repeats: auto"),
+        ("repeats: auto\n  auto_repeats: {start: 6, max: 5}", "benchmark.auto_repeats",
+         "start 6 is above max 5"),
+        ("repeats: auto\n  auto_repeats: {target: 0}", "benchmark.auto_repeats", "target"),
+        ("repeats: auto\n  auto_repeats: {maximum: 5}", "benchmark.auto_repeats", "maximum"),
+    ],
+)  # fmt: skip
+def test_bad_settings_name_the_key(bench: str, where: str, says: str) -> None:
+    text = f"benchmark:\n  {bench}\nhosts:\n  - name: box\n    engine: local\n"
+    with pytest.raises(UsageError) as err:
+        parse_matrix(text)
+    assert where in str(err.value) and says in str(err.value), str(err.value)
+
+
+def mxbench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mxbench", *args], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+
+
+def test_resume_continues_an_auto_run(tmp_path: Path) -> None:
+    """A first round already stored (written here: a known spread that asks for one more
+    process a policy); `--resume` measures exactly that round for real, stops at the cap,
+    says why, and a second `--resume` measures nothing (the decision replays)."""
+    path = tmp_path / "matrix.yaml"
+    path.write_text(AUTO.format())
+    mx = load_matrix(path)
+    store = ResultStore(tmp_path / "results")
+    levels = {"float32": [100, 104, 97], "mixed_bfloat16": [80, 78, 82]}
+    for i, cell in enumerate(expand(mx)):
+        level = levels[cell.params.policy][cell.params.repeat or 0]
+        rec = measured(cell.params.policy, level, cell.key, seed=i)
+        rec.host, rec.params = "box", cell.params
+        store.append(rec)
+    plan = repeats.plan(mx.benchmark.auto_repeats, expand(mx), {"box": None})
+    repeats.known(plan, store.latest_by_cell())
+    assert decide(plan.cfg, plan.groups[0].by_policy(), 3).more  # the premise
+
+    proc = mxbench("run", "-m", str(path), "-r", str(tmp_path / "results"), "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [json.loads(x) for x in (tmp_path / "results" / "box.jsonl").read_text().splitlines()]
+    added = recs[6:]
+    assert [(r["params"]["policy"], r["params"]["repeat"]) for r in added] == [
+        ("float32", 3), ("mixed_bfloat16", 3)]  # fmt: skip
+    assert all(r["status"] == "ok" and "process 4" in r["run"]["repeats"] for r in added)
+    assert "box bs=4: adding process 4 per policy" in proc.stderr
+    assert "repeats: auto: box bs=4: 4 processes per policy" in proc.stderr
+    assert "cap (auto_repeats.max 4 reached)" in proc.stderr or "target met" in proc.stderr
+    assert "mixed_bfloat16" in proc.stdout  # the verdict counts all 4 processes a policy
+    # where the run's time went: the two processes it ran, their timed share
+    assert re.search(
+        r"time to answer: 2 process\(es\), \d+ s; timed steps [\d.]+ s "
+        r"\([\d.]+%\).*the run took \d+ s",
+        proc.stderr,
+    ), proc.stderr[-2000:]
+
+    again = mxbench("run", "-m", str(path), "-r", str(tmp_path / "results"), "--resume")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len((tmp_path / "results" / "box.jsonl").read_text().splitlines()) == 8
+    assert "0 cell(s) to run" in again.stderr or "nothing" in again.stderr
+
+
+def test_dry_run_explains_auto(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(AUTO.format())
+    proc = mxbench("run", "-m", str(path), "-r", str(tmp_path / "r"), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "6 cell(s)" in proc.stdout  # the first round: 3 processes of each policy
+    assert (
+        "repeats: auto: 3 processes per cell to start, then one more per policy "
+        "(alternating) while a speedup's 95% interval is wider than ±3%"
+    ) in proc.stdout
+    assert "1 comparison group(s) may grow to 4 processes per policy (8 processes at most" in (
+        proc.stdout
+    )

@@ -1,0 +1,41 @@
+"""Where a run's time goes: the compile cache's environment and the time-to-answer line."""
+
+from __future__ import annotations
+
+from mxbench.engines.compile_cache import JAX_DIR, TF_FLAG, CompileCache
+from mxbench.params import Params
+from mxbench.report.answers import time_per_run, time_to_answer
+from mxbench.results import Metrics, Record
+
+
+def test_the_cache_env_per_backend_and_what_the_user_set_wins() -> None:
+    cache = CompileCache()
+    jax = cache.env("jax", {})
+    assert jax[JAX_DIR] == cache.path and jax["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    assert cache.env("jax", {JAX_DIR: "/mine"}) == {}
+    assert cache.env("tensorflow", {}) == {"TF_XLA_FLAGS": f"{TF_FLAG}={cache.path}"}
+    assert cache.env("tensorflow", {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}) == {
+        "TF_XLA_FLAGS": f"--tf_xla_auto_jit=2 {TF_FLAG}={cache.path}"
+    }
+    assert cache.env("tensorflow", {"TF_XLA_FLAGS": f"{TF_FLAG}=/mine"}) == {}
+    assert cache.env("torch", {}) == {}
+
+
+def rec(wall: float, label: str | None = None, **phases: float) -> Record:
+    return Record(params=Params(), status="ok", run={"wall_s": wall}, label=label,
+                  metrics=Metrics(phases_s=phases))  # fmt: skip
+
+
+def test_time_to_answer_adds_up_the_processes() -> None:
+    recs = [
+        rec(10.0, start=1.0, timed=1.0, first_step=4.0),
+        rec(10.0, start=1.0, timed=0.5, first_step=1.0),
+        Record(params=Params(), status="error", run={}),  # never ran: not counted
+    ]
+    said = time_to_answer(recs)
+    assert said == ("time to answer: 2 process(es), 20 s; timed steps 1.5 s (7.5%); "
+                    "teardown 57%, first_step 25%, start 10%")  # fmt: skip
+    assert time_to_answer([]) is None
+    runs = time_per_run([rec(4.0, "a", timed=1.0), rec(8.0, "b", timed=1.0)])
+    assert [r.split(":")[0] for r in runs] == ["time to answer (a)", "time to answer (b)"]
+    assert "(25.0%)" in runs[0] and "(12.5%)" in runs[1]
