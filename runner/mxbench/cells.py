@@ -39,6 +39,7 @@ class Cell:
     # sha256 of a user model's source (None for the zoo): part of the key, so editing the
     # model makes --resume measure it again
     model_source: str | None = None
+    cost_per_hour: float | None = None  # the host's, stamped on its records
 
     def bench_args(self) -> list[str]:
         """Arguments of ``mxbench bench`` that measure this cell (after the word ``bench``)."""
@@ -157,6 +158,7 @@ def _cell(
         timeout_s=host.timeout_s or matrix.benchmark.timeout_s,
         key=cell_key(host.name, image, spec, params, host.limits(), source),
         model_source=source,
+        cost_per_hour=host.cost_per_hour,
     )
 
 

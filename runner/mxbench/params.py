@@ -25,6 +25,7 @@ from msgspec import Meta
 Policy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16"]
 JitCompile = Literal["auto", "on", "off"]
 Backend = Literal["tensorflow", "jax", "torch"]
+OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
@@ -178,6 +179,13 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         Spec("Keras 3 backend that runs the model: tensorflow, jax or torch.", flag="--backend",
              column="backend", key_default=False),
     ] = "tensorflow"  # fmt: skip
+    profile: Annotated[
+        OnOff,
+        Spec("A few more steps after the timed ones under the backend's profiler: where the "
+             "time goes (convolutions, memory-bound ops, casts, ...) and, on a CPU, which "
+             "oneDNN kernels ran. Never inside the timed steps.", role="precision",
+             flag="--profile", column="profile", key_default=False),
+    ] = "on"  # fmt: skip
     loss_scale: Annotated[
         str,
         Meta(pattern=LOSS_SCALE_PATTERN),

@@ -131,12 +131,104 @@ class Metrics(_Part):
         float | None, Doc("training FLOPs per example (model.flops_per_example)")
     ] = None
     achieved_tflops: float | None = None
+    energy_j_per_step: Annotated[
+        float | None,
+        Doc("energy over the timed window per step: NVML's cumulative counter (the GPU) or "
+            "RAPL's (the CPU package), see energy_source"),
+    ] = None  # fmt: skip
+    energy_j_per_image: float | None = None
+    energy_source: Annotated[
+        str | None, Doc("nvml (GPU board) or rapl (CPU packages): what the joules cover")
+    ] = None
     phases_s: Annotated[
         dict[str, float],
         Doc("where the process's time went (s), phase by phase: start (interpreter, mxbench "
             "import), import (framework), build, data, facts, first_step, warmup, timed, "
             "fit_other, probe, check (mxbench.bench.timing.PHASES)"),
     ] = {}  # fmt: skip
+
+
+# The profiled window's categories (record.profile.breakdown_ms keys), with their headings.
+CATEGORY_NAMES: dict[str, str] = {
+    "conv_matmul": "conv/matmul",
+    "elementwise_norm": "memory-bound",
+    "cast": "casts",
+    "layout": "layout",
+    "optimizer": "optimizer",
+    "input": "input",
+    "other": "other",
+    "host_gap": "host gap",
+}
+
+
+class TopOp(_Part):
+    """One of the operations that took the most time in the profiled window."""
+
+    name: str | None = None
+    category: str | None = None
+    ms_per_step: float | None = None
+    calls: Count | None = None
+
+
+class OneDnnEvidence(_Part):
+    """Which oneDNN kernels ran the CPU's convolutions and matmuls (its verbose log)."""
+
+    weight: Annotated[
+        Literal["time", "flops"] | None,
+        Doc("time: measured executions in the profiled window (PyTorch); flops: the "
+            "primitives created, weighed by their arithmetic (TensorFlow: oneDNN logs at "
+            "creation, in the warm-up, so that the timed steps are not logged)"),
+    ] = None  # fmt: skip
+    gemm_isas: Annotated[
+        dict[str, float], Doc("ISA of the convolution/matmul kernels -> share (avx512_core_bf16, "
+                              "avx512_core_amx, avx2, ref, gemm: ISA not named)")
+    ] = {}  # fmt: skip
+    native16_share: Annotated[
+        float | None,
+        Doc("share of the 16-bit convolutions/matmuls on kernels that compute in 16 bits "
+            "natively; null: none had a 16-bit source"),
+    ] = None  # fmt: skip
+    sixteen_bit_share: Annotated[
+        float | None, Doc("share of convolution/matmul work whose source was bf16 / f16")
+    ] = None
+    reorder_ms: Annotated[float | None, Doc("oneDNN reorders (layout/type), window total")] = None
+    gemm_ms: Annotated[float | None, Doc("oneDNN convolutions/matmuls, window total")] = None
+    primitives: Count | None = None
+    kernels: Annotated[list[str], Doc('"convolution brg_conv_fwd:avx512_core_bf16 bf16"')] = []
+
+
+class Profile(_Part):
+    """The profiled window: a few training steps after the timed ones under the backend's
+    own profiler (mxbench.bench.profile), and where their time went."""
+
+    tool: Annotated[str | None, Doc("tf.profiler, jax.profiler or torch.profiler")] = None
+    device: Literal["gpu", "cpu"] | None = None
+    steps: Count | None = None
+    step_ms: Annotated[float | None, Doc("wall-clock ms per profiled step (profiler on)")] = None
+    cost_s: Annotated[
+        float | None, Doc("what the window cost: its steps, the profiler, reading the trace")
+    ] = None
+    breakdown_ms: Annotated[
+        dict[str, float],
+        Doc("ms per step by category: conv_matmul, elementwise_norm (memory-bound), cast, "
+            "layout, optimizer, input, other, host_gap (nothing ran: Python, launches, "
+            "waits); the sum is step_ms"),
+    ] = {}  # fmt: skip
+    busy_share: Annotated[float | None, Doc("share of the window in which some operation ran")] = (
+        None
+    )
+    tensor_core_share: Annotated[
+        float | None,
+        Doc("GPU: share of convolution/matmul kernel time in Tensor Core kernels, judged from "
+            "kernel names (a heuristic)"),
+    ] = None  # fmt: skip
+    cast_share: Annotated[float | None, Doc("casts' share of the operations' time")] = None
+    top_ops: Annotated[list[TopOp], Doc("the operations that took the most time")] = []
+    onednn: Annotated[
+        OneDnnEvidence | None, Doc("CPU: the oneDNN kernels that ran (verbose log)")
+    ] = None
+    trace: Annotated[str | None, Doc("where the raw trace was kept (MXBENCH_PROFILE_DIR)")] = None
+    error: Annotated[str | None, Doc("why the window gave no breakdown")] = None
 
 
 class Convergence(_Part):
@@ -415,6 +507,12 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     finished_at: Annotated[
         str | None,
         Doc("ISO-8601 (UTC), when it ended there: which cells of a fleet overlapped"),
+    ] = None
+    profile: Annotated[
+        Profile | None, Doc("where the time went: the profiled window after the timed one")
+    ] = None
+    cost_per_hour: Annotated[
+        float | None, Doc("the host's cost_per_hour (matrix hosts:), stamped by the engine")
     ] = None
     search: Annotated[
         BatchSearch | None,

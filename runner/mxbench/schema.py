@@ -89,6 +89,11 @@ class HostBase(Strict):
     # machines run in parallel. Default: `local` for local hosts, the Docker daemon's ID for
     # docker hosts, the cluster for Slurm hosts.
     machine: OneLine | None = None
+    # What an hour of this host costs (any currency, the same across a matrix): the report
+    # gives the cost of a million training images from it. Not part of the cell key.
+    cost_per_hour: (
+        Annotated[float, Field(gt=0, lt=1e9, allow_inf_nan=False, strict=False)] | None
+    ) = None
 
     @property
     def engine_name(self) -> str:

@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 
 from mxbench import __version__
-from mxbench.bench import backends, convergence, probe
+from mxbench.bench import backends, convergence, energy, probe
+from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
 from mxbench.errors import UsageError, pip_install
@@ -63,7 +64,7 @@ def run_cell(
     state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
     phases.mark("probe")
     try:
-        _measure(p, rec, state, started_at, on_step)
+        profiler.around(p, rec, lambda: _measure(p, rec, state, started_at, on_step))
     except UsageError:
         raise
     except Exception as exc:  # failure is data
@@ -146,6 +147,7 @@ def _measure(
     timer = step_timer(log_, on_step, p.warmup_steps)
     sampler = state["util"] = HealthSampler()
     sampler.start()
+    joules = energy.start()
     try:
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
@@ -176,6 +178,9 @@ def _measure(
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
+    energy.fill(rec.metrics, joules, state["timed_window"], p.steps, p.batch_size)
+    if p.profile == "on":  # after the timed window, never inside it
+        rec.profile = profiler.run(p.backend, model, ds, gpu=backend.model_on_gpu(model))
 
 
 def set_policy(policy: str) -> None:

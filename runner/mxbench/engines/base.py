@@ -231,6 +231,7 @@ def to_record(cell: Cell, outcome: Outcome) -> Record:
             engine=cell.engine, image=image,
         )  # fmt: skip
     record.search = cell.search
+    record.cost_per_hour = cell.cost_per_hour
     record.started_at = _iso(outcome.started_at)
     record.finished_at = _iso(outcome.finished_at)
     record.run = {"wall_s": round(outcome.wall_s, 3), "exit_code": outcome.returncode}

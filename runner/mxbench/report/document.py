@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mxbench.params import BASELINE
-from mxbench.report import annotate, answers, capacity, text, training
+from mxbench.report import annotate, answers, capacity, text, training, why
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table
@@ -96,6 +96,11 @@ class Section:
     failures: list[str] = field(default_factory=list)  # "batch 512 float32: <last line>"
     diagnosis_rules: list[tuple[str, str]] = field(default_factory=list)  # (rule, text)
     capacity: capacity.Capacity | None = None
+    breakdown: list[why.Bar] = field(default_factory=list)  # where the time goes
+
+    @property
+    def breakdown_note(self) -> str:
+        return why.note(self.breakdown)
 
     @property
     def diagnosis(self) -> list[str]:
@@ -179,10 +184,11 @@ def failures(t: Table) -> list[str]:
 
 def section(t: Table, anchor: str) -> Section:
     headers, rows = text.table_rows(t)
+    why.add_columns(t, headers, rows)
     return Section(
         "speed", t.title, anchor, annotate.lines(t), headers, rows, t,
         note=text.interval_note(t), failures=failures(t),
-        diagnosis_rules=[(n.rule, n.text) for n in diagnose(t)],
+        diagnosis_rules=[(n.rule, n.text) for n in diagnose(t)], breakdown=why.bars(t),
     )  # fmt: skip
 
 

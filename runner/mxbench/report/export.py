@@ -77,6 +77,11 @@ def _table(s: Section) -> dict[str, Any]:
         "interval_note": s.note,
         "failures": s.failures,
         "diagnosis": [{"rule": rule, "text": text} for rule, text in s.diagnosis_rules],
+        "where_the_time_goes": [
+            {"policy": b.policy, "batch_size": b.batch, "step_ms": _num(b.step_ms),
+             "ms": {c: _num(v) for c, v in b.parts.items()}, "kernels": b.kernels}
+            for b in s.breakdown
+        ],
     }  # fmt: skip
 
 

@@ -18,7 +18,7 @@ import base64
 import html
 from collections.abc import Callable, Container
 
-from mxbench.report import training
+from mxbench.report import training, why_html
 from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.plot import memory_png, pngs_base64
 from mxbench.report.tables import Table
@@ -59,6 +59,9 @@ nav{margin:.8em 0;line-height:1.7} nav a{margin-right:1em}
 .notes li,.failures li{margin:.2em 0}
 .failures li{font-family:ui-monospace,monospace;font-size:.9em;white-space:pre-wrap;
   word-break:break-word}
+.bar{display:flex;height:1.1em;min-width:1px;border:1px solid #999}
+.bar span{display:block;height:100%}
+.why td:nth-child(3){text-align:left;width:50%;min-width:12em}
 section.device{border-top:2px solid #ddd;margin-top:1.5em}
 @media (max-width:40em){body{padding:0 .3em} th,td{padding:.2em .3em}
   .grid td{min-width:0} .grid th:first-child{min-width:6em}}
@@ -133,6 +136,8 @@ def section(s: Section, plots: list[tuple[str, str]]) -> str:
         out.append('<div class="plots">')
         out += [f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">' for alt, data in plots]
         out.append("</div>")
+    if s.breakdown:
+        out.append(why_html.section(s.breakdown, s.breakdown_note))
     if s.failures:
         out.append('<h3>Failures</h3><ul class="failures">')
         out += [f"<li>{esc(f)}</li>" for f in s.failures]

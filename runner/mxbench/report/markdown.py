@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from mxbench.params import CONTROL_CHARS
-from mxbench.report import text, training
+from mxbench.report import text, training, why
 from mxbench.report.document import Document, Grid, Section
 
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")
@@ -70,6 +70,9 @@ def section(s: Section) -> str:
     out += ["", table(s.headers, s.rows), ""]
     if s.note:
         out += [escape(s.note, limit=None), ""]
+    if s.breakdown:
+        out += [escape(s.breakdown_note, limit=None), ""]
+        out += [table(why.headers(), why.rows(s.breakdown)), ""]
     if s.failures:
         out += ["Failures:", ""] + [f"- {escape(f, limit=None)}" for f in s.failures] + [""]
     if s.diagnosis:

@@ -15,7 +15,7 @@ from rich.rule import Rule
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from mxbench.report import training
+from mxbench.report import training, why
 from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.html import COLOURS
 
@@ -60,6 +60,14 @@ def section(s: Section) -> Iterator[Any]:
     yield table
     if s.note:
         yield Text(s.note, style="dim")
+    if s.breakdown:
+        yield Text(s.breakdown_note, style="dim")
+        why_table = RichTable()
+        for h in why.headers():
+            why_table.add_column(Text(h), justify="left" if h in ("policy", "kernels") else "right")
+        for row in why.rows(s.breakdown):
+            why_table.add_row(*(Text(c) for c in row))
+        yield why_table
     if s.failures:
         yield Text("Failures:", style="bold")
         yield from (Text(f"  - {f}") for f in s.failures)

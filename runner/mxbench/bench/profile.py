@@ -1,0 +1,279 @@
+"""The profiled window: a few more training steps under the backend's own profiler, after
+the timed window (never inside it), summarised into the record's :class:`Profile`.
+
+- TensorFlow: ``tf.profiler.experimental`` writes an XSpace (``*.xplane.pb``); its host
+  plane holds one event per TF op (``scope/name:Conv2D``) on the executor's threads, a GPU
+  plane one per kernel on each stream. Read with the ``xplane_pb2`` TensorFlow ships.
+- JAX: ``jax.profiler.trace`` writes the same XSpace, with XLA's HLO instructions and
+  fusions on the CPU runtime's threads (or kernels on GPU streams); read with
+  ``jax.profiler.ProfileData`` (jaxlib), no TensorFlow needed.
+- PyTorch: ``torch.profiler`` over the same steps; each ATen operator with its callers
+  (``aten::copy_`` under ``aten::_to_copy`` is a cast), and CUDA kernels on a GPU; on a CPU
+  oneDNN's verbose log is switched on for the window too (:mod:`mxbench.bench.onednn`).
+
+Operations become categories (:mod:`mxbench.bench.profile_ops`). What the window costs (its
+steps, the profiler's start and stop, reading the trace) is recorded as ``cost_s``. The raw
+trace is deleted unless ``MXBENCH_PROFILE_DIR`` names a directory to keep it in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from mxbench.bench import onednn
+from mxbench.bench.profile_ops import Op, summarize
+from mxbench.params import Params
+from mxbench.results import OneDnnEvidence, Profile, Record, TopOp
+
+STEPS = 3  # profiled steps (after one unprofiled): a steady picture, at little cost
+KEEP_ENV = "MXBENCH_PROFILE_DIR"  # keep the raw trace under this directory
+VERBOSE_ENV = "ONEDNN_VERBOSE"
+
+
+def around(p: Params, rec: Record, measure: Callable[[], None]) -> None:
+    """Run ``measure`` (the whole cell); with the profile on, TensorFlow's oneDNN creation
+    log is collected meanwhile and its evidence added to the profile ``measure`` made."""
+    if p.profile != "on":
+        measure()
+        return
+    prepare(p.backend)
+    with whole_run(p.backend, True) as lines:
+        measure()
+    add_log(rec.profile, lines)
+
+
+def prepare(backend: str) -> None:
+    """Before the framework is imported: TensorFlow's oneDNN can only log primitive
+    creation if asked at start (the timed steps are not logged: see :mod:`onednn`)."""
+    if backend == "tensorflow" and VERBOSE_ENV not in os.environ:
+        os.environ[VERBOSE_ENV] = "profile_create"
+
+
+@contextlib.contextmanager
+def whole_run(backend: str, enabled: bool) -> Iterator[list[str]]:
+    """Around the whole measurement of a TensorFlow cell: collect what oneDNN logs on
+    stdout (the creation lines; everything else is passed on to stderr at the end)."""
+    if not enabled or backend != "tensorflow":
+        yield []
+        return
+    lines: list[str] = []
+    try:
+        with onednn.captured_stdout() as lines:
+            yield lines
+    finally:  # what others printed meanwhile goes where the bench sends stdout: stderr
+        rest = [x for x in lines if "_verbose," not in x]
+        if rest:
+            sys.stderr.write("\n".join(rest) + "\n")
+
+
+def add_log(prof: Profile | None, lines: list[str]) -> None:
+    """The oneDNN evidence of a log collected around the whole run (TensorFlow)."""
+    if prof is not None and prof.device == "cpu" and prof.onednn is None and lines:
+        prof.onednn = _evidence(lines)
+
+
+def run(backend: str, model: Any, ds: Any, *, gpu: bool, steps: int = STEPS) -> Profile:
+    """Profile ``steps`` training steps of ``model`` on ``ds``; never raises (a failure
+    is the profile's ``error``)."""
+    t0 = time.perf_counter()
+    keep = os.environ.get(KEEP_ENV)
+    trace_dir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mxbench-profile-"))
+    optimizer = str(getattr(model.optimizer, "name", "") or "") or None
+    prof = Profile(tool=_TOOLS[backend], steps=steps, device="gpu" if gpu else "cpu")
+    try:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        collect = _COLLECTORS[backend]
+        ops, wall, lines = collect(model, ds, steps, trace_dir, gpu)
+        s = summarize(ops, wall_s=wall, steps=steps, optimizer=optimizer, gpu=gpu)
+        prof.step_ms = round(wall * 1000 / steps, 4)
+        prof.breakdown_ms = s.breakdown_ms
+        prof.busy_share = s.busy_share
+        prof.top_ops = [TopOp(name=n, category=c, ms_per_step=t, calls=k) for n, c, t, k in s.top]
+        prof.tensor_core_share = s.tensor_core_share
+        prof.cast_share = s.cast_share
+        if not gpu:
+            prof.onednn = _evidence(lines)
+        prof.trace = str(trace_dir) if keep else None
+    except Exception as exc:  # the timed figures stand without it
+        prof.error = f"{type(exc).__name__}: {exc}"[:500]
+        print(f"mxbench bench: profiled window failed: {prof.error}", file=sys.stderr)
+    finally:
+        if not keep:
+            shutil.rmtree(trace_dir, ignore_errors=True)
+    prof.cost_s = round(time.perf_counter() - t0, 3)
+    return prof
+
+
+def _evidence(lines: list[str]) -> OneDnnEvidence | None:
+    found = onednn.evidence(onednn.parse(lines))
+    if found is None:
+        return None
+    return OneDnnEvidence(
+        weight=found.weight,
+        gemm_isas=found.gemm_isas,
+        native16_share=found.native16_share,
+        sixteen_bit_share=found.sixteen_bit_share,
+        reorder_ms=found.reorder_ms,
+        gemm_ms=found.gemm_ms,
+        primitives=found.primitives,
+        kernels=found.examples,
+    )
+
+
+def _fit(
+    model: Any, ds: Any, steps: int, start: Callable[[], None], stop: Callable[[], None]
+) -> float:
+    """``steps`` + 1 training steps, the profiler on from the second (the first of a new
+    ``fit`` call pays its setup: a new iterator, callbacks); the profiled seconds."""
+    import keras
+
+    marks: dict[str, float] = {}
+
+    class Window(keras.callbacks.Callback):  # type: ignore[misc]  # keras is untyped
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            marks["calls"] = marks.get("calls", 0) + 1  # batch numbers step by steps_per_execution
+            if marks["calls"] == 2:
+                start()
+                marks["start"] = time.perf_counter()
+
+        def on_train_end(self, logs: Any = None) -> None:
+            marks["end"] = time.perf_counter()
+
+    try:
+        model.fit(ds, epochs=1, steps_per_epoch=steps + 1, verbose=0, shuffle=False,
+                  callbacks=[Window()])  # fmt: skip
+    finally:
+        if "start" in marks:
+            stop()
+    return marks["end"] - marks["start"]
+
+
+Collected = tuple[list[Op], float, list[str]]  # operations, wall seconds, oneDNN log lines
+
+
+def _tensorflow(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
+    import tensorflow as tf
+
+    experimental = tf.profiler.experimental
+    wall = _fit(model, ds, steps, lambda: experimental.start(str(trace_dir)), experimental.stop)
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(_xplane(trace_dir).read_bytes())
+    planes = []
+    for plane in space.planes:
+        meta = {k: v.name for k, v in plane.event_metadata.items()}
+        lines = [
+            (line.name, line.timestamp_ns * 1000,
+             [(meta.get(e.metadata_id, ""), e.offset_ps, e.duration_ps) for e in line.events])
+            for line in plane.lines
+        ]  # fmt: skip
+        planes.append((plane.name, lines))
+    return _xspace_ops(planes, gpu), wall, []
+
+
+def _jax(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
+    import jax
+
+    profiler = jax.profiler
+    wall = _fit(model, ds, steps, lambda: profiler.start_trace(str(trace_dir)),
+                profiler.stop_trace)  # fmt: skip
+    data = jax.profiler.ProfileData.from_file(str(_xplane(trace_dir)))
+    planes = []
+    for plane in data.planes:
+        lines = [
+            (line.name, 0, [(e.name, int(e.start_ns * 1000), int(e.duration_ns * 1000))
+                            for e in line.events])
+            for line in plane.lines
+        ]  # fmt: skip
+        planes.append((plane.name, lines))
+    return _xspace_ops(planes, gpu), wall, []
+
+
+def _xplane(trace_dir: Path) -> Path:
+    found = sorted(trace_dir.rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise RuntimeError(f"the profiler wrote no trace under {trace_dir}")
+    return found[-1]
+
+
+# Container and bookkeeping events of the TF executor and XLA's runtimes, not operations.
+_NOT_OPS = ("ExecutorState", "ThreadpoolListener", "ThunkExecutor", "ExecutorDoneCallback",
+            "EagerExecute", "KernelAndDeviceFunc", "PjRt", "Iterator::", "ParallelMap",
+            "PrefetchProduce", "PrefetchConsume", "InstantiatedCapturedFunction")  # fmt: skip
+
+
+def _xspace_ops(planes: list[tuple[str, list[Any]]], gpu: bool) -> list[Op]:
+    """Operations of an XSpace: kernels on a GPU's streams, else the ops on the host's
+    executor / XLA runtime threads (the Python and tf.data lines left out; tf.data's
+    ``IteratorGetNext`` kept: input waiting)."""
+    ops = []
+    for plane_name, lines in planes:
+        on_gpu = plane_name.startswith("/device:GPU")
+        if gpu != on_gpu or not (on_gpu or plane_name == "/host:CPU"):
+            continue
+        for line_name, base_ps, events in lines:
+            if on_gpu and not line_name.startswith("Stream"):
+                continue  # the "XLA Ops" / "XLA Modules" summary lines repeat the kernels
+            if not on_gpu and (line_name == "python" or line_name.startswith("tf_data")):
+                continue
+            for name, start_ps, dur_ps in events:
+                if not name or dur_ps <= 0 or name.startswith(_NOT_OPS):
+                    continue
+                if not on_gpu and name.startswith("IteratorGetNextOp"):
+                    name = "IteratorGetNext"
+                elif not on_gpu and "::" in name and ":" not in name.replace("::", ""):
+                    continue  # other runtime scopes (Foo::Bar) are not ops
+                ops.append(Op((name,), (base_ps + start_ps) / 1e12, dur_ps / 1e12, line_name))
+    return ops
+
+
+def _torch(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    prof = profile(activities=activities)
+    mkldnn = torch.backends.mkldnn
+    verbose = mkldnn.verbose(mkldnn.VERBOSE_ON) if not gpu else contextlib.nullcontext()
+
+    def start() -> None:
+        prof.start()
+        verbose.__enter__()
+
+    def stop() -> None:
+        verbose.__exit__(None, None, None)
+        prof.stop()
+
+    with onednn.captured_stdout() as lines:
+        wall = _fit(model, ds, steps, start, stop)
+    if os.environ.get(KEEP_ENV):
+        prof.export_chrome_trace(str(trace_dir / "torch-trace.json"))
+    ops = []
+    for e in prof.events():
+        on_gpu = e.device_type == torch.autograd.DeviceType.CUDA
+        if on_gpu != gpu:
+            continue
+        chain, parent = [e.name], e.cpu_parent
+        while parent is not None:
+            chain.append(parent.name)
+            parent = parent.cpu_parent
+        t0, t1 = e.time_range.start / 1e6, e.time_range.end / 1e6
+        if on_gpu:
+            ops.append(Op((e.name,), t0, t1 - t0, "gpu"))
+        else:  # own time, each op; the busy time is the span of the outermost ops
+            ops.append(Op(tuple(chain), t0, (t1 - t0) if e.cpu_parent is None else 0.0,
+                          str(e.thread), self_s=e.self_cpu_time_total / 1e6))  # fmt: skip
+    return ops, wall, lines
+
+
+_COLLECTORS = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}
+_TOOLS = {"tensorflow": "tf.profiler", "jax": "jax.profiler", "torch": "torch.profiler"}

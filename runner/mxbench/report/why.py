@@ -1,0 +1,154 @@
+"""Where the time goes, per table: the profiled windows of float32 and each policy side by
+side, and the energy and cost columns.
+
+Each profiled window (``record.profile``, :mod:`mxbench.bench.profile`) splits a step into
+categories: convolutions/matmuls, memory-bound work (elementwise, normalization), casts,
+layout changes, the optimizer, input waiting, other operations, and the host gap (nothing
+ran: Python, launches, waits). The profiler slows a step down, so the report shows each
+category's *share* of the profiled step applied to the timed median step: the bar's length
+is the step time of the table, its parts where that time went.
+
+Which kernels did the convolutions: on a GPU the share of their time in Tensor Core kernels
+(judged from kernel names: a heuristic), on a CPU the share of 16-bit work on kernels with
+native 16-bit instructions (oneDNN's verbose log).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mxbench.report.tables import Table
+from mxbench.results import CATEGORY_NAMES, Profile, Record
+
+CATEGORIES: tuple[str, ...] = tuple(CATEGORY_NAMES)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One profiled slot: its timed step split by the profiled window's shares."""
+
+    policy: str
+    batch: int
+    step_ms: float  # the timed median
+    parts: dict[str, float]  # category -> ms of the timed step
+    kernels: str  # "Tensor Cores 87% (by name)", "avx512_core_bf16 native 100%", ""
+    cost_s: float | None  # what the profiled window cost
+
+    def share(self, category: str) -> float:
+        return self.parts.get(category, 0.0) / self.step_ms if self.step_ms else 0.0
+
+
+def profile_of(records: list[Record]) -> Profile | None:
+    """The first usable profile among a slot's ok records."""
+    for r in records:
+        p = r.profile
+        if r.status == "ok" and p is not None and p.error is None and p.breakdown_ms:
+            return p
+    return None
+
+
+def kernels_text(p: Profile) -> str:
+    if p.tensor_core_share is not None:
+        return f"Tensor Cores {p.tensor_core_share:.0%} (by kernel name)"
+    d = p.onednn
+    if d is None or not d.gemm_isas:
+        return ""
+    isa, share = next(iter(d.gemm_isas.items()))
+    text = f"{isa} {share:.0%}"
+    if d.native16_share is not None:
+        text += f", native 16-bit {d.native16_share:.0%}"
+    return text
+
+
+def bars(t: Table) -> list[Bar]:
+    """Per batch size, float32 then each policy, where the slot has a profile."""
+    out = []
+    for b in t.batches:
+        for policy in t.policies:
+            e = t.entries.get((policy, b))
+            p = profile_of(e.records) if e is not None else None
+            if e is None or p is None or not e.median:
+                continue
+            total = sum(p.breakdown_ms.values())
+            if total <= 0:
+                continue
+            parts = {c: e.median * p.breakdown_ms.get(c, 0.0) / total for c in CATEGORIES}
+            out.append(Bar(policy, b, e.median, parts, kernels_text(p), p.cost_s))
+    return out
+
+
+NOTE = (
+    "Where the time goes (ms per step): each category's share of a profiled window (a few "
+    "steps after the timed ones, under the backend's profiler) applied to the timed median "
+    "step. "
+    "Categories come from operation and kernel names; Tensor Core shares from kernel names "
+    "(a heuristic); CPU kernels from oneDNN's verbose log."
+)
+
+
+def headers() -> list[str]:
+    return ["batch", "policy", "ms/step", *(CATEGORY_NAMES[c] for c in CATEGORIES), "kernels"]
+
+
+def rows(found: list[Bar]) -> list[list[str]]:
+    return [
+        [str(b.batch), b.policy, f"{b.step_ms:.2f}",
+         *(f"{b.parts[c]:.2f}" for c in CATEGORIES), b.kernels]
+        for b in found
+    ]  # fmt: skip
+
+
+def note(found: list[Bar]) -> str:
+    costs = [b.cost_s for b in found if b.cost_s is not None]
+    said = NOTE
+    if costs:
+        said += f" The profiled windows cost {min(costs):.1f}–{max(costs):.1f} s per cell."
+    return said
+
+
+# ---- energy and cost columns -----------------------------------------------------------
+
+
+def _median(values: list[float]) -> float | None:
+    import statistics
+
+    return statistics.median(values) if values else None
+
+
+def joules_per_image(records: list[Record]) -> float | None:
+    return _median([r.metrics.energy_j_per_image for r in records
+                    if r.status == "ok" and r.metrics.energy_j_per_image])  # fmt: skip
+
+
+def dollars_per_million(records: list[Record], images_per_s: float | None) -> float | None:
+    """Cost of a million training images: the host's cost per hour over its throughput."""
+    cost = _median([r.cost_per_hour for r in records if r.cost_per_hour])
+    if cost is None or not images_per_s:
+        return None
+    return cost / 3600.0 / images_per_s * 1e6
+
+
+def add_columns(t: Table, headers: list[str], rows: list[list[str]]) -> None:
+    """Per policy a J/image and a cost-per-million-images column, where any record of the
+    table has them (tables without stay as they were)."""
+    every = [r for e in t.entries.values() for r in e.records]
+    energy = any(r.metrics.energy_j_per_image for r in every)
+    cost = any(r.cost_per_hour for r in every)
+    if not energy and not cost:
+        return
+    for p in t.policies:
+        if energy:
+            headers.append(f"{p} J/image")
+        if cost:
+            headers.append(f"{p} cost/M images")
+    for row, b in zip(rows, t.batches, strict=True):
+        for p in t.policies:
+            e = t.entries.get((p, b))
+            recs = e.records if e is not None else []
+            if energy:
+                j = joules_per_image(recs)
+                row.append("" if j is None else f"{j:.3g}")
+            if cost:
+                rate = e.images_per_s(b) if e is not None else None
+                d = dollars_per_million(recs, rate)
+                row.append("" if d is None else f"{d:.3g}")

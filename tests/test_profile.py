@@ -1,0 +1,379 @@
+"""The profiled window (Step 15): categories from names, the busy/idle arithmetic, oneDNN's
+verbose log, energy counters; then real profiled cells on TensorFlow and PyTorch.
+
+GPU parts cannot run here: kernel names are canned lists taken from cuBLAS / cuDNN / CUTLASS
+naming (the Tensor Core rule is a heuristic, and tested as one), NVML's energy counter a
+fake object, RAPL's a fake sysfs tree (this VM exposes no powercap).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import pytest
+
+from bench_helpers import SMALL, run_bench
+from mxbench.bench import energy, onednn
+from mxbench.bench.profile_ops import Op, busy_s, category, summarize, tensor_core
+
+# ---- categories from names (known truth: what each operation is) ---------------------------
+
+NAMES = {
+    # TensorFlow ops (scope/name:Type)
+    "model/conv2d/Relu:_MklNativeFusedConv2D": "conv_matmul",
+    "gradient_tape/conv2d/Conv2DBackpropFilter:_MklNativeConv2DBackpropFilterWithBias": (
+        "conv_matmul"
+    ),
+    "model/dense/MatMul:_MklMatMul": "conv_matmul",
+    "model/batch_normalization/Cast:Cast": "cast",
+    "model/bn/FusedBatchNormV3:_MklFusedBatchNormV3": "elementwise_norm",
+    "model/conv2d/transpose:Transpose": "layout",
+    "adam/Mul_17:Mul": "optimizer",  # under the optimizer's scope (optimizer="adam")
+    "model/add:AddV2": "elementwise_norm",
+    "IteratorGetNext": "input",
+    # XLA HLO instructions and fusions (JAX on a CPU)
+    "convolution.3": "conv_matmul",
+    "dot_general.4": "conv_matmul",
+    "wrapped_convert.6": "cast",
+    "convert_reduce_fusion": "cast",
+    "transpose_copy_fusion": "layout",
+    "multiply_add_fusion.5": "elementwise_norm",
+    "ynn_fusion.3": "other",  # XLA:CPU's YNNPACK fusion: a dot or elementwise, unsaid
+    # CUDA kernels
+    "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_nn": "conv_matmul",
+    "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>": "elementwise_norm",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>": (
+        "elementwise_norm"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(NAMES))
+def test_each_operation_lands_in_its_category(name: str) -> None:
+    assert category((name,), optimizer="adam") == NAMES[name]
+
+
+def test_pytorch_callers_decide_what_a_copy_is() -> None:
+    """aten::copy_ is a cast under aten::_to_copy, a layout change under contiguous, and the
+    optimizer's when a _foreach_ op called it."""
+    assert category(("aten::copy_", "aten::_to_copy", "aten::to")) == "cast"
+    assert category(("aten::copy_", "aten::clone", "aten::contiguous")) == "layout"
+    assert category(("aten::mul", "aten::mul_", "aten::_foreach_mul_")) == "optimizer"
+    assert category(("aten::mm", "MmBackward0", "autograd::engine::evaluate_function")) == (
+        "conv_matmul"
+    )
+    assert category(("aten::frobnicate",)) == "other"
+
+
+# Tensor Core kernels by the names cuBLAS, cuDNN and CUTLASS give them (a heuristic)
+TENSOR_CORE_KERNELS = [
+    "volta_h884gemm_64x64_ldg8_nn",
+    "turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_tn",
+    "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_nn",
+    "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1_tensor16x8x16",
+    "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64",
+    "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8",
+    "nvjet_tst_128x128_64x4_1x2_h_bz_coopA_NTT",
+    "void xmma_cudnn::gemm::kernel<xmma_cudnn::implicit_gemm::fprop::Kernel_traits<"
+    "xmma_cudnn::Ampere_hmma_fp32_traits>>",
+]
+PLAIN_KERNELS = [
+    "volta_sgemm_128x64_nn",
+    "ampere_sgemm_64x32_sliced1x4_nn",
+    "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, true, false, true>",
+    "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>",
+    "void gemv2T_kernel_val<int, int, float, float, float, 128, 16, 4, 4, false, false>",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+]
+
+
+def test_tensor_core_kernels_are_told_from_their_names() -> None:
+    assert [k for k in TENSOR_CORE_KERNELS if not tensor_core(k)] == []
+    assert [k for k in PLAIN_KERNELS if tensor_core(k)] == []
+
+
+def test_busy_time_counts_overlap_once_and_the_rest_is_the_host_gap() -> None:
+    # two threads: 0-4 ms conv on one, 2-5 ms add on the other, 8-9 ms cast; window 10 ms
+    ops = [
+        Op(("x/conv:Conv2D",), 0.000, 0.004, "a"),
+        Op(("x/add:AddV2",), 0.002, 0.003, "b"),
+        Op(("x/c:Cast",), 0.008, 0.001, "a"),
+    ]
+    assert busy_s(ops) == pytest.approx(0.006)
+    s = summarize(ops, wall_s=0.010, steps=2)
+    # per step: busy 3 ms split 4:3:1 over the ops' own time, host gap 2 ms
+    assert s.breakdown_ms["conv_matmul"] == pytest.approx(1.5)
+    assert s.breakdown_ms["elementwise_norm"] == pytest.approx(1.125)
+    assert s.breakdown_ms["cast"] == pytest.approx(0.375)
+    assert s.breakdown_ms["host_gap"] == pytest.approx(2.0)
+    assert sum(s.breakdown_ms.values()) == pytest.approx(5.0)  # the wall step
+    assert s.busy_share == pytest.approx(0.6)
+    assert s.cast_share == pytest.approx(0.125)
+    assert s.tensor_core_share is None  # CPU
+    assert s.top[0][:2] == ("Conv2D", "conv_matmul")
+
+
+def test_gpu_tensor_core_share_of_conv_matmul_time() -> None:
+    ops = [
+        Op((TENSOR_CORE_KERNELS[2],), 0.0, 0.003, "s"),
+        Op((PLAIN_KERNELS[0],), 0.003, 0.001, "s"),
+        Op(("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>",),
+           0.004, 0.001, "s"),
+    ]  # fmt: skip
+    s = summarize(ops, wall_s=0.005, steps=1, gpu=True)
+    assert s.tensor_core_share == pytest.approx(0.75)
+    assert s.cast_share == pytest.approx(0.2)
+
+
+# ---- oneDNN's verbose log ---------------------------------------------------------------------
+
+_BF16 = "src:bf16::blocked:acdb::f0 wei:bf16:a:blocked:AcdB64a2b::f0 dst:bf16::blocked:acdb::f0"
+_F32 = "src:f32::blocked:ab::f0 wei:f32::blocked:ab::f0 dst:f32::blocked:ab::f0"
+_CONV1 = "mb8_ic3oc32_ih32oh16kh5sh2dh0ph1_iw32ow16kw5sw2dw0pw1"
+_CONV2 = "mb8_ic32oc64_ih16oh8kh3sh2dh0ph1_iw16ow8kw3sw2dw0pw1"
+_EXEC = "onednn_verbose,v1,primitive,exec,cpu"
+EXEC_LOG = "\n".join([
+    "onednn_verbose,v1,info,oneDNN v3.7.3 (commit N/A)",
+    "onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with Intel DL Boost and bfloat16 support",
+    f"{_EXEC},convolution,brg_conv_fwd:avx512_core_bf16,forward_training,{_BF16},"
+    f"attr-scratchpad:user,alg:convolution_direct,{_CONV1},3.0",
+    f"{_EXEC},convolution,jit:avx512_core,backward_weights,{_BF16},,alg:convolution_direct,"
+    f"{_CONV2},1.0",
+    f"{_EXEC},matmul,ref:any,undef,{_F32},,,8x10:10x128,1.0",
+    f"{_EXEC},reorder,jit:uni,undef,src:bf16::blocked:cdba::f0 dst:bf16::blocked:AcdB::f0,,,"
+    "64x32x7x7,0.5",
+    "some other line a library printed",
+])  # fmt: skip
+
+
+def test_exec_log_gives_the_isa_and_native_share_by_time() -> None:
+    prims = onednn.parse(EXEC_LOG.splitlines())
+    assert [p.kind for p in prims] == ["convolution", "convolution", "matmul", "reorder"]
+    assert [p.isa for p in prims[:3]] == ["avx512_core_bf16", "avx512_core", "ref"]
+    e = onednn.evidence(prims)
+    assert e is not None and e.weight == "time"
+    assert e.gemm_isas == {"avx512_core_bf16": 0.6, "avx512_core": 0.2, "ref": 0.2}
+    # 16-bit sources: 3 ms on avx512_core_bf16 (native), 1 ms on avx512_core (converted)
+    assert e.native16_share == pytest.approx(0.75)
+    assert e.sixteen_bit_share == pytest.approx(0.8)
+    assert e.reorder_ms == pytest.approx(0.5) and e.gemm_ms == pytest.approx(5.0)
+
+
+def test_creation_log_weighs_each_distinct_primitive_by_its_arithmetic() -> None:
+    log = [
+        line.replace("primitive,exec", "primitive,create:cache_miss").rsplit(",", 1)[0] + ",0.1"
+        for line in EXEC_LOG.splitlines()
+        if "primitive,exec" in line
+    ]
+    log.append(log[0].replace("cache_miss", "cache_hit"))  # the same primitive again: once
+    e = onednn.evidence(onednn.parse(log))
+    assert e is not None and e.weight == "flops" and e.primitives == 4
+    fwd = 8 * 3 * 32 * 16 * 16 * 5 * 5  # mb ic oc oh ow kh kw
+    bwd = 8 * 32 * 64 * 8 * 8 * 3 * 3
+    mm = 8 * 10 * 128
+    assert e.gemm_isas["avx512_core_bf16"] == pytest.approx(fwd / (fwd + bwd + mm), abs=1e-4)
+    assert e.native16_share == pytest.approx(fwd / (fwd + bwd), abs=1e-4)
+
+
+def test_a_float32_only_log_has_no_native_share_and_no_gemm_means_no_evidence() -> None:
+    f32 = [x for x in EXEC_LOG.splitlines() if "ref:any" in x]
+    e = onednn.evidence(onednn.parse(f32))
+    assert e is not None and e.native16_share is None and e.sixteen_bit_share == 0
+    reorders = [x for x in EXEC_LOG.splitlines() if "reorder" in x]
+    assert onednn.evidence(onednn.parse(reorders)) is None
+
+
+def test_older_log_format_still_parses() -> None:
+    line = ("dnnl_verbose,exec,cpu,inner_product,gemm:jit,forward_training,src_f32::blocked:ab:"
+            "f0 wei_f32::blocked:ab:f0,,,mb8ic128oc10,0.25")  # fmt: skip
+    (p,) = onednn.parse([line])
+    assert (p.kind, p.isa, p.ms, p.flops) == ("inner_product", "gemm", 0.25, 8 * 128 * 10)
+
+
+def test_what_c_code_prints_on_stdout_is_captured() -> None:
+    libc = ctypes.CDLL(None)
+    with onednn.captured_stdout() as lines:
+        libc.printf(b"onednn_verbose,from C\n")
+        os.write(1, b"from python\n")
+    assert "onednn_verbose,from C" in lines and "from python" in lines
+
+
+# ---- energy counters -------------------------------------------------------------------------
+
+
+def _zone(root: Path, name: str, uj: int, wrap: int | None = 2**32) -> Path:
+    zone = root / name
+    zone.mkdir(parents=True)
+    (zone / "energy_uj").write_text(f"{uj}\n")
+    if wrap is not None:
+        (zone / "max_energy_range_uj").write_text(f"{wrap}\n")
+    return zone
+
+
+def test_rapl_sums_packages_not_subzones_and_undoes_wraps(tmp_path: Path) -> None:
+    p0 = _zone(tmp_path, "intel-rapl:0", 1_000_000, wrap=10_000_000)
+    p1 = _zone(tmp_path, "intel-rapl:1", 2_000_000)
+    _zone(tmp_path, "intel-rapl:0:0", 999_000)  # the cores of package 0: part of it
+    rapl = energy.Rapl(tmp_path)
+    assert len(rapl.zones) == 2
+    assert rapl.read() == pytest.approx(3.0)
+    (p0 / "energy_uj").write_text("500000\n")  # wrapped: 10 J range, +9.5 J
+    (p1 / "energy_uj").write_text("2500000\n")
+    assert rapl.read() == pytest.approx(3.0 + 9.5 + 0.5)
+
+
+def test_no_readable_rapl_means_no_counter(tmp_path: Path) -> None:
+    assert energy.cpu_counter(tmp_path) is None  # no powercap at all (this VM)
+    zone = _zone(tmp_path, "intel-rapl:0", 1)
+    (zone / "energy_uj").write_text("not a number")
+    assert energy.cpu_counter(tmp_path) is None
+
+
+def test_counter_interpolates_the_window() -> None:
+    c = energy.Counter(lambda: 0.0, "rapl")
+    c.samples = [(10.0, 100.0), (10.5, 150.0), (11.0, 180.0)]
+    assert c.joules(10.25, 10.75) == pytest.approx(165.0 - 125.0)
+    assert c.joules(9.0, 10.5) is None  # before the first reading: unknown
+
+
+class FakeNvml:
+    """NVML's energy counter (mJ since the driver loaded), rising 200 J per second."""
+
+    def __init__(self, supported: bool = True) -> None:
+        self.supported = supported
+        self.t0 = None
+
+    def nvmlInit(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        return "h0"
+
+    def nvmlDeviceGetUUID(self, h: str) -> bytes:
+        return b"GPU-0"
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: str) -> int:
+        import time
+
+        if not self.supported:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return int(time.perf_counter() * 200_000)
+
+
+def test_nvml_energy_over_a_window_gives_joules_per_step_and_image() -> None:
+    import time
+
+    counter = energy.gpu_counter("GPU-0", nvml=FakeNvml())
+    assert counter is not None and counter.source == "nvml"
+    counter.interval_s = 0.01
+    counter.start()
+    start = time.perf_counter()
+    time.sleep(0.2)
+    end = time.perf_counter()
+    time.sleep(0.03)
+
+    class M:
+        energy_j_per_step = energy_j_per_image = energy_source = None
+
+    m = M()
+    energy.fill(m, counter, (start, end), steps=10, batch_size=4)
+    joules = 200 * (end - start)
+    assert m.energy_source == "nvml"
+    assert m.energy_j_per_step == pytest.approx(joules / 10, rel=0.05)
+    assert m.energy_j_per_image == pytest.approx(joules / 40, rel=0.05)
+    assert energy.gpu_counter("GPU-0", nvml=FakeNvml(supported=False)) is None  # pre-Volta
+    assert energy.gpu_counter("GPU-other", nvml=FakeNvml()) is None
+
+
+# ---- real profiled cells ----------------------------------------------------------------------
+
+
+def _native_bf16() -> bool:
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
+def test_a_real_cell_says_where_its_time_went_and_which_kernels_ran(backend: str) -> None:
+    pytest.importorskip(backend)
+    run = run_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
+    assert run.returncode == 0, run.stderr
+    rec = run.record  # one line on stdout: oneDNN's log did not leak into it
+    assert rec["status"] == "ok", rec["error"]
+    prof = rec["profile"]
+    assert prof["error"] is None and prof["steps"] == 3 and prof["device"] == "cpu"
+    assert sum(prof["breakdown_ms"].values()) == pytest.approx(prof["step_ms"], rel=0.01)
+    assert prof["breakdown_ms"]["conv_matmul"] > 0 and prof["breakdown_ms"]["cast"] > 0
+    assert 0 < prof["cost_s"] < 60
+    d = prof["onednn"]
+    assert d["weight"] == ("time" if backend == "torch" else "flops")
+    assert d["sixteen_bit_share"] > 0.5  # the convolutions got bf16 inputs
+    if _native_bf16():  # this CPU has the instructions: oneDNN used them
+        assert d["native16_share"] > 0.9 and "avx512_core_bf16" in d["gemm_isas"]
+    else:
+        assert not d["native16_share"]
+
+
+def test_profile_off_records_none() -> None:
+    pytest.importorskip("tensorflow")
+    run = run_bench("--profile", "off", *SMALL, env={**os.environ, "ONEDNN_VERBOSE": "0"})
+    assert run.returncode == 0, run.stderr
+    assert run.record["status"] == "ok" and run.record["profile"] is None
+
+
+# ---- the switch and the host's cost in the matrix ---------------------------------------------
+
+
+def test_profile_switch_and_cost_per_hour_in_the_matrix() -> None:
+    from mxbench.cells import expand
+    from mxbench.errors import UsageError
+    from mxbench.matrix import parse_matrix
+
+    host = "hosts:\n  - {name: box, engine: local, cost_per_hour: 2.5}\n"
+    on = expand(parse_matrix(host))
+    off = expand(parse_matrix("benchmark: {profile: false}\n" + host))  # YAML's bare off too
+    assert {c.params.profile for c in on} == {"on"} and {c.params.profile for c in off} == {"off"}
+    assert "--profile" in on[0].bench_args() and on[0].cost_per_hour == 2.5
+    # on, the default, leaves the cell key as it was; off is another cell
+    plain = expand(parse_matrix("hosts:\n  - {name: box, engine: local}\n"))
+    assert [c.key for c in on] == [c.key for c in plain] != [c.key for c in off]
+    with pytest.raises(UsageError) as exc:
+        parse_matrix("hosts:\n  - {name: box, engine: local, cost_per_hour: -1}\n")
+    assert "hosts[0].cost_per_hour" in str(exc.value)
+    # the engine stamps the host's cost on every record of its cells, whatever happened
+    from mxbench.engines.base import Outcome, to_record
+
+    failed = to_record(on[0], Outcome(returncode=1, stderr="boom"))
+    assert failed.status == "error" and failed.cost_per_hour == 2.5
+
+
+def test_xspace_planes_give_kernels_on_gpu_streams_and_ops_on_host_threads() -> None:
+    """The XSpace reader's seam (TensorFlow and JAX traces): which lines and events count."""
+    from mxbench.bench.profile import _xspace_ops
+
+    ps = 10**9  # picoseconds per millisecond
+    planes = [
+        ("/host:CPU", [
+            ("python", 0, [("$trainer.py:361 fit", 0, 50 * ps)]),
+            ("tf_Compute/1", 0, [("ExecutorState::Process", 0, 20 * ps),
+                                 ("m/conv/Relu:_MklNativeFusedConv2D", 1 * ps, 4 * ps),
+                                 ("IteratorGetNextOp::DoCompute", 6 * ps, 1 * ps)]),
+            ("tf_data_iterator_get_next/2", 0, [("Iterator::Root", 0, 9 * ps)]),
+        ]),
+        ("/device:GPU:0", [
+            ("Stream #14(Compute)", 0, [(TENSOR_CORE_KERNELS[2], 0, 3 * ps),
+                                        (PLAIN_KERNELS[0], 3 * ps, 1 * ps)]),
+            ("XLA Ops", 0, [("dot.1", 0, 4 * ps)]),  # a summary of the same kernels
+        ]),
+    ]  # fmt: skip
+    cpu = _xspace_ops(planes, gpu=False)
+    assert [o.names[0] for o in cpu] == ["m/conv/Relu:_MklNativeFusedConv2D", "IteratorGetNext"]
+    assert [category(o.names) for o in cpu] == ["conv_matmul", "input"]
+    gpu = _xspace_ops(planes, gpu=True)
+    assert len(gpu) == 2
+    s = summarize(gpu, wall_s=0.005, steps=1, gpu=True)
+    assert s.tensor_core_share == pytest.approx(0.75)
+    assert s.breakdown_ms["host_gap"] == pytest.approx(1.0)

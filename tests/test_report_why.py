@@ -1,0 +1,166 @@
+"""Where the time goes in the report (Step 15): the breakdown per table in every format, the
+energy and cost columns, and the diagnosis rules that cite the profiled window's evidence
+instead of guessing. Records are written by the tests with known breakdowns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mxbench.report import diagnose as dg
+from mxbench.report import document, export, html, markdown
+from mxbench.report.load import load
+from mxbench.report.tables import Table, build
+from mxbench.results import CATEGORY_NAMES
+from report_records import rec, typed_all, write
+
+A100 = {"kind": "gpu", "name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"}
+CPU = {"kind": "cpu", "name": "cpu"}
+XEON_BF16 = {"model": "Intel Xeon", "cores": 2, "flags": ["avx2", "avx512f", "avx512_bf16"]}
+
+
+def profile(**ms: Any) -> dict[str, Any]:
+    """A profiled window whose step splits as given (ms per step)."""
+    extra = {k: ms.pop(k) for k in list(ms) if k not in CATEGORY_NAMES}
+    return {"tool": "torch.profiler", "steps": 3, "step_ms": sum(ms.values()), "cost_s": 0.5,
+            "breakdown_ms": ms, **extra}  # fmt: skip
+
+
+def onednn(native: float | None, isas: dict[str, float], weight: str = "time") -> dict[str, Any]:
+    return {"weight": weight, "gemm_isas": isas, "native16_share": native,
+            "sixteen_bit_share": 1.0 if native is not None else 0.0}  # fmt: skip
+
+
+def table(records: list[dict[str, Any]]) -> Table:
+    (t,) = build(typed_all(records))
+    return t
+
+
+def cpu_pair(bf16_profile: dict[str, Any], f32_profile: dict[str, Any] | None = None) -> Table:
+    f32 = f32_profile or profile(conv_matmul=60.0, elementwise_norm=20.0, host_gap=20.0)
+    return table([
+        rec("h", "float32", 8, median=100.0, device=CPU, cpu=XEON_BF16, profile=f32),
+        rec("h", "mixed_bfloat16", 8, median=80.0, device=CPU, cpu=XEON_BF16,
+            profile=bf16_profile),
+    ])  # fmt: skip
+
+
+def test_breakdown_scales_the_profiled_shares_to_the_timed_step() -> None:
+    # profiled at 200 ms (the profiler's overhead), timed at 80: the shares carry over
+    bf16 = profile(conv_matmul=100.0, cast=20.0, elementwise_norm=40.0, host_gap=40.0)
+    t = cpu_pair(bf16)
+    doc_bars = document.section(t, "table-1").breakdown
+    assert [(b.policy, b.batch) for b in doc_bars] == [("float32", 8), ("mixed_bfloat16", 8)]
+    bar = doc_bars[1]
+    assert bar.step_ms == 80.0
+    assert bar.parts["conv_matmul"] == pytest.approx(40.0)
+    assert bar.parts["cast"] == pytest.approx(8.0)
+    assert bar.parts["host_gap"] == pytest.approx(16.0)
+    assert sum(bar.parts.values()) == pytest.approx(80.0)
+
+
+def test_markdown_html_and_json_show_the_breakdown(tmp_path: Path) -> None:
+    evidence = onednn(0.94, {"avx512_core_bf16": 0.94, "avx512_core": 0.06})
+    bf16 = profile(conv_matmul=50.0, cast=10.0, elementwise_norm=20.0, host_gap=20.0,
+                   onednn=evidence)  # fmt: skip
+    recs = [
+        rec("h", "float32", 8, median=100.0, device=CPU, cpu=XEON_BF16,
+            profile=profile(conv_matmul=70.0, elementwise_norm=20.0, host_gap=10.0)),
+        rec("h", "mixed_bfloat16", 8, median=80.0, device=CPU, cpu=XEON_BF16, profile=bf16),
+    ]  # fmt: skip
+    loaded = load([write(tmp_path / "h.jsonl", recs)])
+    doc = document.build(loaded, build(loaded.winners))
+    md = markdown.render(doc)
+    assert "Where the time goes (ms per step)" in md
+    row = next(x for x in md.splitlines() if x.startswith("|") and "mixed_bfloat16 " in x
+               and "avx512_core_bf16" in x)  # fmt: skip
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:5] == ["8", "mixed_bfloat16", "80.00", "40.00", "16.00"]
+    assert "avx512_core_bf16 94%, native 16-bit 94%" in cells[-1]
+    page = html.render(doc, plot=lambda t: [])
+    assert page.count('class="bar"') == 2 and "casts: 8.00 ms (10%)" in page
+    data = json.loads(export.render(doc))
+    (why,) = [t["where_the_time_goes"] for t in data["tables"]]
+    assert why[1]["ms"]["cast"] == pytest.approx(8.0)
+
+
+def test_energy_and_cost_columns_only_where_recorded(tmp_path: Path) -> None:
+    # 3.6 $/h at 1000 images/s: a million images take 1000 s, i.e. 1.00 $
+    recs = [
+        rec("h", "float32", 10, median=10.0, device=A100, cost_per_hour=3.6,
+            metrics={"step_ms": {"median": 10.0, "n": 5}, "images_per_s": 1000.0,
+                     "energy_j_per_image": 0.25, "energy_j_per_step": 2.5}),
+        rec("h", "mixed_float16", 10, median=5.0, device=A100, cost_per_hour=3.6,
+            metrics={"step_ms": {"median": 5.0, "n": 5}, "images_per_s": 2000.0}),
+    ]  # fmt: skip
+    t = table(recs)
+    s = document.section(t, "t")
+    row = dict(zip(s.headers, s.rows[0], strict=True))
+    assert row["float32 cost/M images"] == "1" and row["mixed_float16 cost/M images"] == "0.5"
+    assert row["float32 J/image"] == "0.25" and row["mixed_float16 J/image"] == ""
+    plain = document.section(table([rec("h", "float32", 8, device=A100)]), "t")
+    assert not any("J/image" in h or "cost" in h for h in plain.headers)
+
+
+def test_cpu_kernels_cite_the_onednn_evidence_and_replace_the_flag_guess() -> None:
+    evidence = onednn(0.94, {"avx512_core_bf16": 0.94, "ref": 0.06})
+    native = cpu_pair(profile(conv_matmul=50.0, host_gap=10.0, onednn=evidence))
+    said = dg.cpu_kernels(native)
+    assert said is not None and "bf16 convolutions/matmuls ran on avx512_core_bf16" in said
+    assert "94% of their time" in said
+    assert dg.bf16_on_cpu(native) is None  # evidence replaces "this CPU has AVX512_BF16"
+    converted = cpu_pair(profile(conv_matmul=50.0, host_gap=10.0,
+                                 onednn=onednn(0.1, {"avx512_core": 0.9, "avx512_core_bf16": 0.1},
+                                               weight="flops")))  # fmt: skip
+    said = dg.cpu_kernels(converted)
+    assert said is not None and "were converted to float32" in said and "90%" in said
+    assert "arithmetic" in said  # weighed by FLOPs, and says so
+    guess = table([rec("h", "mixed_bfloat16", 8, device=CPU, cpu=XEON_BF16)])
+    assert dg.cpu_kernels(guess) is None and dg.bf16_on_cpu(guess) is not None
+
+
+def test_no_tensor_core_kernels_despite_cc_8() -> None:
+    def gpu(share: float) -> Table:
+        return table([
+            rec("h", "float32", 64, median=100.0, device=A100),
+            rec("h", "mixed_float16", 64, median=99.0, device=A100,
+                profile=profile(conv_matmul=80.0, host_gap=20.0, tensor_core_share=share)),
+        ])  # fmt: skip
+
+    said = dg.tensor_core_kernels(gpu(0.0))
+    assert said is not None and "No Tensor Core kernels ran" in said and "8.0" in said
+    assert "heuristic" in said
+    said = dg.tensor_core_kernels(gpu(0.9))
+    assert said is not None and "90%" in said
+
+
+def test_cast_memory_bound_and_launch_bound_from_the_window() -> None:
+    t = cpu_pair(
+        profile(conv_matmul=20.0, cast=15.0, elementwise_norm=20.0, host_gap=45.0),
+        profile(conv_matmul=30.0, elementwise_norm=50.0, host_gap=20.0),
+    )
+    cast = dg.cast_overhead(t)
+    assert cast is not None and "mixed_bfloat16 15% at batch 8" in cast
+    mem = dg.measured_memory_bound(t)
+    assert mem is not None and "float32 50% at batch 8" in mem and "mixed_bfloat16" not in mem
+    gap = dg.launch_bound(t)
+    assert gap is not None and "mixed_bfloat16 45% at batch 8" in gap and "float32 20" not in gap
+    quiet = cpu_pair(profile(conv_matmul=90.0, cast=1.0, elementwise_norm=5.0, host_gap=4.0),
+                     profile(conv_matmul=90.0, elementwise_norm=5.0, host_gap=5.0))  # fmt: skip
+    assert dg.cast_overhead(quiet) is None and dg.measured_memory_bound(quiet) is None
+    assert dg.launch_bound(quiet) is None
+    # measured evidence silences the guesses from step length and layer counts
+    short = table([
+        rec("h", "float32", 8, median=5.0, device=CPU, profile=profile(conv_matmul=5.0)),
+        rec("h", "mixed_bfloat16", 8, median=4.0, device=CPU, profile=profile(conv_matmul=4.0)),
+    ])  # fmt: skip
+    assert dg.overhead_bound(short) is None
+
+
+def test_a_failed_window_is_no_evidence() -> None:
+    t = cpu_pair({"tool": "tf.profiler", "error": "RuntimeError: no trace"})
+    assert [b.policy for b in document.section(t, "t").breakdown] == ["float32"]
+    assert dg.cast_overhead(t) is None
