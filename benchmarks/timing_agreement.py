@@ -56,9 +56,9 @@ def cell_ms(p: Params, synced: bool) -> tuple[float, float]:
 
 
 def bare_loop_ms(p: Params) -> float:
-    """Mean ms per step of ``p.steps`` steps after ``p.warmup_steps``, no callbacks (the
-    time of ``2 * p.steps`` steps less that of ``p.steps``, so a fit call's own setup cancels), on the
-    input the cell uses (TensorFlow: tf.data from one host batch; JAX / PyTorch: the batch
+    """Mean ms per step of ``p.steps`` steps after ``p.warmup_steps``, no callbacks (the time
+    of ``2 * p.steps`` steps less that of ``p.steps``, so a fit call's own setup cancels), on
+    the input the cell uses (TensorFlow: tf.data from one host batch; JAX / PyTorch: the batch
     placed once on the device)."""
     from mxbench.bench import data
     from mxbench.bench import model as harness
