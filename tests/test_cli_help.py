@@ -24,3 +24,7 @@ def test_flags_and_repeatable_options_read_plainly() -> None:
 
 def test_angle_brackets_in_option_help_survive() -> None:
     assert "train/<class>/*.jpg" in _help("bench")
+
+
+def test_angle_brackets_in_a_command_help_survive() -> None:
+    assert "train/<class>/" in _help("data") and "val/<class>/" in _help("data")

@@ -73,6 +73,9 @@ def _plain_help(command: Any) -> None:
             param.display_type_rich = element
         if getattr(param, "help", None):
             param.help = param.help.replace("<", "\\<")
+    for attr in ("help", "short_help"):  # the command's own text too (mxbench data --help)
+        if getattr(command, attr, None):
+            setattr(command, attr, getattr(command, attr).replace("<", "\\<"))
     get_help_option = command.get_help_option
 
     def help_option(ctx: Any) -> Any:
