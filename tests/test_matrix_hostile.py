@@ -35,7 +35,7 @@ HOST = "hosts: [{name: a, engine: local}]\n"
         ("benchmark: {batch_size: 10000000}\n" + HOST, "benchmark.batch_size: Input should be less than or equal to 65536"),
         ("benchmark: {image_size: 100000}\n" + HOST, "benchmark.image_size: Input should be less than or equal to 8192"),
         ("benchmark: {steps: 99999999}\n" + HOST, "benchmark.steps: Input should be less than or equal"),
-        ("benchmark: {repeats: 1000}\n" + HOST, "benchmark.repeats: Input should be less than or equal to 100"),
+        ("benchmark: {repeats: 1000}\n" + HOST, "benchmark.repeats: expected a number of processes per cell from 1 to 100, or auto; got 1000"),
         ("benchmark: {batch_size: '32'}\n" + HOST, "benchmark.batch_size: Input should be a valid integer"),
         ("axes: {policy: ['" + "x" * 5000 + "']}\n" + HOST, "unknown policy 'xxxxxxx"),
         ("a: &a [1, *a]\n" + HOST, ":1: a YAML alias refers to itself"),

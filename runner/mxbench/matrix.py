@@ -102,6 +102,20 @@ def _batch_search(value: Any) -> BatchSearch:
     return cfg
 
 
+def _repeats(value: Any) -> int | str:
+    """``benchmark.repeats``: a number of processes per cell, or ``auto``."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, bool):
+        raise ValueError(_not_a_bool(value) + f" (1 to {MAX_REPEATS} processes per cell, or auto)")
+    if not isinstance(value, int) or not 1 <= value <= MAX_REPEATS:
+        raise ValueError(
+            f"expected a number of processes per cell from 1 to {MAX_REPEATS}, or {AUTO}; "
+            f"got {echo(value)}"
+        )
+    return value
+
+
 def _auto_repeats(value: Any) -> AutoRepeats:
     if isinstance(value, AutoRepeats):
         return value
@@ -132,7 +146,7 @@ class _BenchmarkBase(Strict):
 
     # A number of fresh processes per cell, or `auto` (mxbench.repeats): as many as the
     # speedup's interval needs, settings under auto_repeats.
-    repeats: Annotated[int, Field(ge=1, le=MAX_REPEATS, strict=True)] | Literal["auto"] = 1
+    repeats: Annotated[int | str, PlainValidator(_repeats)] = 1
     auto_repeats: Annotated[AutoRepeats, PlainValidator(_auto_repeats)] = AutoRepeats()
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
     # How `axes.batch_size: max` searches (defaults: mxbench.search.BatchSearch).
