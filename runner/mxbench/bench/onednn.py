@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
-import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
+
+from mxbench.bench import stdio
 
 # oneDNN primitive kinds that are convolutions or matrix products (the Tensor Core / AMX /
 # AVX512_BF16 work).
@@ -203,26 +202,11 @@ def evidence(prims: list[Primitive]) -> Evidence | None:
 @contextlib.contextmanager
 def captured_stdout() -> Iterator[list[str]]:
     """Collect what is written to file descriptor 1 meanwhile (C libraries' ``printf``
-    included; the C stdio buffer is flushed first and at the end) into the yielded list."""
+    included) into the yielded list, at most :data:`MAX_LOG_BYTES` of it."""
     lines: list[str] = []
-    _flush_c_stdout()
-    sys.stdout.flush()
-    saved = os.dup(1)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 1)
-        try:
+    out = stdio.Captured()
+    try:
+        with stdio.capture_fd(1, MAX_LOG_BYTES) as out:
             yield lines
-        finally:
-            _flush_c_stdout()
-            sys.stdout.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
-            tmp.seek(0)
-            lines += tmp.read(MAX_LOG_BYTES).decode(errors="replace").splitlines()
-
-
-def _flush_c_stdout() -> None:
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None).fflush(None)
+    finally:
+        lines += out.text.splitlines()

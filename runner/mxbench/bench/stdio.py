@@ -10,7 +10,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 
 @contextmanager
@@ -38,20 +38,40 @@ class Captured:
 
 
 @contextmanager
-def capture_stderr() -> Iterator[Captured]:
-    """Collect everything written to fd 2 meanwhile, then echo it to stderr as well."""
+def capture_fd(fd: int, limit: int = -1) -> Iterator[Captured]:
+    """Collect what is written to descriptor ``fd`` meanwhile (C and C++ libraries' writes
+    included: C's stdio buffers are flushed first and at the end), at most ``limit`` bytes."""
     out = Captured()
-    sys.stderr.flush()
-    saved = os.dup(2)
+    _flush()
+    saved = os.dup(fd)
     with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
+        os.dup2(tmp.fileno(), fd)
         try:
             yield out
         finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
+            _flush()
+            os.dup2(saved, fd)
             os.close(saved)
             tmp.seek(0)
-            out.text = tmp.read().decode(errors="replace")
-            sys.stderr.write(out.text)
-            sys.stderr.flush()
+            out.text = tmp.read(limit).decode(errors="replace")
+
+
+@contextmanager
+def capture_stderr() -> Iterator[Captured]:
+    """Collect everything written to fd 2 meanwhile, then echo it to stderr as well."""
+    out = Captured()
+    try:
+        with capture_fd(2) as out:
+            yield out
+    finally:
+        sys.stderr.write(out.text)
+        sys.stderr.flush()
+
+
+def _flush() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
