@@ -13,7 +13,7 @@ import stat
 from collections import Counter
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgspec
 import yaml
@@ -85,13 +85,22 @@ def _scalar_search(value: Any) -> Any:
     return [value] if isinstance(value, str) else value  # `batch_size: max`
 
 
+_S = TypeVar("_S", BatchSearch, AutoRepeats)
+
+
+def _settings(value: Any, kind: type[_S]) -> _S:
+    """A settings block (``batch_search``, ``auto_repeats``) as its struct; ValueError naming
+    the key inside it."""
+    try:
+        return msgspec.convert(value, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc).replace("`$.", "`")) from None
+
+
 def _batch_search(value: Any) -> BatchSearch:
     if isinstance(value, BatchSearch):
         return value
-    try:
-        cfg = msgspec.convert(value, BatchSearch, strict=True)
-    except msgspec.ValidationError as exc:
-        raise ValueError(str(exc).replace("`$.", "`")) from None
+    cfg = _settings(value, BatchSearch)
     for name, (low, high) in LIMITS.items():
         if not low <= getattr(cfg, name) <= high:
             raise ValueError(f"{name} must be between {low} and {high}")
@@ -119,10 +128,7 @@ def _repeats(value: Any) -> int | str:
 def _auto_repeats(value: Any) -> AutoRepeats:
     if isinstance(value, AutoRepeats):
         return value
-    try:
-        cfg = msgspec.convert(value, AutoRepeats, strict=True)
-    except msgspec.ValidationError as exc:
-        raise ValueError(str(exc).replace("`$.", "`")) from None
+    cfg = _settings(value, AutoRepeats)
     return check_auto(cfg)
 
 

@@ -316,20 +316,14 @@ def curves_png(s: Section) -> bytes | None:
         for i, r in enumerate(run.records):
             pts = [p for p in (r.train.points if r.train else []) if p.val_metric is not None]
             label = plain(run.policy) if i == 0 else None
-            by_epoch.plot(
-                [p.epoch for p in pts],
-                [p.val_metric for p in pts],
-                color=colour(run.policy),
-                lw=1,
-                label=label,
-            )
-            by_time.plot(
-                [p.train_s for p in pts],
-                [p.val_metric for p in pts],
-                color=colour(run.policy),
-                lw=1,
-                label=label,
-            )
+            for ax, x in ((by_epoch, "epoch"), (by_time, "train_s")):
+                ax.plot(
+                    [getattr(p, x) for p in pts],
+                    [p.val_metric for p in pts],
+                    color=colour(run.policy),
+                    lw=1,
+                    label=label,
+                )
     for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training time (s)")):
         if s.target:
             ax.axhline(s.target, color="#444444", ls="--", lw=0.8)
