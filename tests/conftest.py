@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,47 @@ def records(results: Path) -> list[dict]:
     for f in sorted(results.glob("*.jsonl")):
         out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     return out
+
+
+def prune_built_images() -> None:
+    """Keep the Docker disk bounded across test sessions: remove the images ``mxbench build``
+    made (they carry its ``io.mxbench.content-hash`` label) except the newest per name, which
+    keeps its layers as the next session's cache, and the dangling layers superseded builds
+    leave. A GPU image is ~7 GB; a machine that ran the suite a dozen times had 67 GB of
+    them and the next ``mxbench build`` stopped with "no space left on device". Base images
+    and anything mxbench did not build are never touched."""
+    import docker
+
+    client = docker.from_env(timeout=60)
+    newest: dict[str, tuple[str, str]] = {}
+    stale: list[str] = []
+    for image in client.images.list(filters={"label": "io.mxbench.content-hash"}):
+        created = image.attrs.get("Created", "")
+        for name in {t.rsplit(":", 1)[0] for t in image.tags} or {image.id}:
+            kept = newest.get(name)
+            if kept is None or created > kept[0]:
+                if kept is not None:
+                    stale.append(kept[1])
+                newest[name] = (created, image.id)
+            else:
+                stale.append(image.id)
+    keep = {image_id for _, image_id in newest.values()}
+    for image_id in set(stale) - keep:
+        with contextlib.suppress(docker.errors.APIError):
+            client.images.remove(image_id, force=True)
+    with contextlib.suppress(docker.errors.APIError):
+        client.images.prune(filters={"dangling": True})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bounded_docker_disk() -> Iterator[None]:
+    """`prune_built_images` before the session's builds and after them."""
+    up = docker_ok()
+    if up:
+        prune_built_images()
+    yield
+    if up:
+        prune_built_images()
 
 
 @pytest.fixture(scope="session")

@@ -69,7 +69,9 @@ def test_run_end_to_end_local_socket_and_ssh(built: dict, ctx: Path, tmp_path: P
         assert r["metrics"]["step_ms"]["median"] > 0
         assert r["run"]["container"]
     assert {r["run"]["docker_host"] for r in recs} == {"the local Docker socket", SSH}
-    left = docker.from_env().containers.list(all=True, filters={"label": "io.mxbench.cell"})
+    left = docker.from_env().containers.list(
+        all=True, sparse=True, filters={"label": "io.mxbench.cell"}
+    )
     assert left == []
 
 

@@ -84,7 +84,7 @@ def _containers(host: str) -> list[str]:
     import docker
 
     found = docker.from_env().containers.list(
-        all=True, filters={"label": f"io.mxbench.host={host}"}
+        all=True, sparse=True, filters={"label": f"io.mxbench.host={host}"}
     )
     return [f"container {c.short_id} ({c.status})" for c in found]
 

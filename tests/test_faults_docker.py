@@ -111,8 +111,10 @@ print(json.dumps({GOOD!r}))
 def _containers(host: str) -> list[str]:
     import docker
 
+    # sparse: one list call, no inspect of each; a container removed between the list and
+    # an inspect made the non-sparse form raise 404 (seen once in CI)
     found = docker.from_env().containers.list(
-        all=True, filters={"label": f"io.mxbench.host={host}"}
+        all=True, sparse=True, filters={"label": f"io.mxbench.host={host}"}
     )
     return [c.short_id for c in found]
 

@@ -249,7 +249,7 @@ def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
     deadline = time.monotonic() + 30
     while True:
         containers = docker.from_env().containers.list(
-            all=True, filters={"label": f"io.mxbench.host=dock-{tag}"}
+            all=True, sparse=True, filters={"label": f"io.mxbench.host=dock-{tag}"}
         )
         jobs = subprocess.run(
             ["squeue", "-h", "-n", f"mxbench-slu-{tag}", "-o", "%i %T"],

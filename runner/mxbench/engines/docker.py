@@ -222,8 +222,10 @@ class DockerEngine(Engine):
 
     def _sweep(self) -> None:
         """Remove the containers a run of this machine that was killed (-9) left here."""
-        found = self._client.containers.list(all=True, filters={"label": stale.LABEL})
-        left = [c for c in found if stale.gone((c.labels or {}).get(stale.LABEL, ""))]
+        # sparse: the list's own fields, no inspect per container (a container another
+        # worker removes meanwhile would make that inspect raise 404)
+        found = self._client.containers.list(all=True, sparse=True, filters={"label": stale.LABEL})
+        left = [c for c in found if stale.gone((c.attrs.get("Labels") or {}).get(stale.LABEL, ""))]
         for container in left:
             _quietly(lambda c=container: c.remove(force=True))
         stale.say(self.host.name, "removed stale containers", len(left))
