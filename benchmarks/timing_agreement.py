@@ -8,7 +8,8 @@ the per-step completion stamps; (b) the same cell timed the way mxbench did up t
 a callback that is not ``async_safe`` (a copy is kept below), so Keras turns every step's
 logs into floats on the training thread, syncing with the device at every step; (c) a bare
 loop: a fresh copy of the published model trained by ``fit`` with no callbacks at all,
-timed by one wall clock around the timed steps, divided by their number. Prints every
+fits of several lengths timed by a wall clock, ms per step the slope of time against steps
+(:func:`bare_loop_ms`). Prints every
 round, the medians over rounds and each clock's difference from the bare loop of the same
 round (median over rounds with its IQR; target: within 3%). On a CPU the backends run
 steps nearly synchronously anyway; on a GPU, short steps show what per-step syncing costs.
@@ -20,6 +21,7 @@ steps nearly synchronously anyway; on a GPU, short steps show what per-step sync
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -55,11 +57,14 @@ def cell_ms(p: Params, synced: bool) -> tuple[float, float]:
     return p.batch_size * 1000.0 / rate, s.median
 
 
-def bare_loop_ms(p: Params) -> float:
-    """Mean ms per step of ``p.steps`` steps after ``p.warmup_steps``, no callbacks (the time
-    of ``2 * p.steps`` steps less that of ``p.steps``, so a fit call's own setup cancels), on
-    the input the cell uses (TensorFlow: tf.data from one host batch; JAX / PyTorch: the batch
-    placed once on the device)."""
+def bare_loop_ms(p: Params, sizes: tuple[int, ...] = (1, 2, 3), times: int = 2) -> float:
+    """Mean ms per step of a fit with no callbacks, on the input the cell uses (TensorFlow:
+    tf.data from one host batch; JAX / PyTorch: the batch placed once on the device): the
+    slope of a fit's wall time against its number of steps. Fits of ``n * p.steps`` steps
+    for each n in ``sizes``, ``times`` each in alternating order, after ``p.warmup_steps``;
+    the slope is the median of the slopes between every two fits of different lengths
+    (Theil-Sen), so a fit call's own cost (its iterator, callbacks, last logs) falls in the
+    intercept and one slow fit cannot move it."""
     from mxbench.bench import data
     from mxbench.bench import model as harness
     from mxbench.bench.cell import set_policy
@@ -76,15 +81,16 @@ def bare_loop_ms(p: Params) -> float:
         ds, _ = data.device_batch(*batch)
     fit = {"epochs": 1, "verbose": 0, "shuffle": False}  # shuffling an endless source: OOM
     model.fit(ds, steps_per_epoch=max(p.warmup_steps, 1), **fit)
-    elapsed = []
-    for steps in (p.steps, 2 * p.steps):  # fit returns after its last step's logs are on host
-        t0 = time.perf_counter()
-        hist = model.fit(ds, steps_per_epoch=steps, **fit)
-        elapsed.append(time.perf_counter() - t0)
-        assert len(hist.history["loss"]) == 1
-    # The difference of a fit of 2n steps and one of n: what a fit call costs besides its
-    # steps (its iterator, callbacks, the last logs) cancels out, leaving n steps' time.
-    return (elapsed[1] - elapsed[0]) * 1000.0 / p.steps
+    points: list[tuple[int, float]] = []
+    for k in range(times):  # fit returns after its last step's logs are on host
+        for n in sizes if k % 2 == 0 else reversed(sizes):
+            t0 = time.perf_counter()
+            hist = model.fit(ds, steps_per_epoch=n * p.steps, **fit)
+            points.append((n * p.steps, time.perf_counter() - t0))
+            assert len(hist.history["loss"]) == 1
+    slopes = [(tb - ta) / (nb - na) for (na, ta), (nb, tb) in itertools.combinations(points, 2)
+              if nb != na]  # fmt: skip
+    return statistics.median(slopes) * 1000.0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -210,6 +210,9 @@ def _ab(
 ) -> list[tuple[Any, list[Record], list[Record]]]:
     """Timing cells that differ only in parameter ``name``: per setup, each value other than
     ``base`` with the records at ``base`` (the processes of each side)."""
+    records = list(records)
+    if all(getattr(r.params, name) == base for r in records):
+        return []  # no A/B in these records (most reports): no setup keys to make
     sides: dict[tuple[str, bytes], dict[Any, list[Record]]] = {}
     for r in records:
         if r.step is None or r.params.epochs:
