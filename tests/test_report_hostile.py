@@ -199,3 +199,51 @@ def test_records_are_json(tmp_path: Path) -> None:
     # guard for the helpers above: rec() writes real JSON lines
     path = write(tmp_path / "h.jsonl", [rec()])
     assert json.loads(path.read_text())["host"] == "h1"
+
+
+# Step times at and near the schema's bounds: ratios that underflow to 0 or overflow.
+_EXTREME_MS = st.sampled_from([5e-324, 1e-310, 1e-300, 1e-9, 1.0, 1e14, 9.99e14, 1e300, 1.7e308])
+
+
+@st.composite
+def _timed(draw: st.DrawFn) -> dict:
+    """A valid ok record whose step times (median, quartiles, samples) are extreme."""
+    median = draw(_EXTREME_MS)
+    base = rec(host="h1", policy=draw(st.sampled_from(["float32", "mixed_bfloat16"])),
+               batch=draw(st.sampled_from([8, 16])), median=median)  # fmt: skip
+    samples = draw(st.lists(_EXTREME_MS, max_size=4))
+    step = base["metrics"]["step_ms"]
+    step.update(p25=median, p75=median, n=max(len(samples), 1))
+    if samples:
+        step.update(samples=sorted(samples), median=sorted(samples)[len(samples) // 2],
+                    p25=min(samples), p75=max(samples))  # fmt: skip
+    return base
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    base=st.lists(st.one_of(_records(), _timed()), min_size=1, max_size=6),
+    new=st.lists(st.one_of(_records(), _timed()), min_size=1, max_size=6),
+    as_json=st.booleans(),
+)
+def test_compare_of_any_records_is_a_table_or_a_warning_never_a_crash(
+    base: list[dict], new: list[dict], as_json: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Step 16, every reader is total: `compare` of lines that decode under the schema,
+    step times at its bounds included (a ratio that underflows to 0 or overflows), exits 0
+    or 1 (a regression) with no traceback, and its JSON stays strict."""
+    root = tmp_path_factory.mktemp("c")
+    sides = [write(root / f"{name}.jsonl", [rec(host="anchor"), *records])
+             for name, records in (("base", base), ("new", new))]  # fmt: skip
+    args = ["compare", *map(str, sides), *(["--json"] if as_json else [])]
+    res = CliRunner().invoke(app, args)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    assert res.exit_code in (0, 1), res.stderr
+    assert "Traceback" not in res.stderr
+    for warning in _warnings(res.stderr):
+        assert warning.endswith("(skipped)")
+    if as_json:
+        for line in res.stdout.splitlines():
+            if line.strip():
+                json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in compare --json"))

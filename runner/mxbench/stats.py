@@ -158,6 +158,7 @@ def judge(pairs: Sequence[tuple[Sequence[Process], Sequence[Process]]]) -> list[
     return out
 
 
+_LOG_BOUND = 690.0  # ratios stay within e^±690 (~1e±300): finite, and so is 1 / ratio
 _CELLS = 1 << 22  # at most this many step times in one matrix (32 MiB of float64)
 
 
@@ -206,9 +207,14 @@ def _intervals(
     sides have :data:`MIN_PROCESSES`, else a normal interval from the within-process
     variance alone. The ratio is exactly base / other with one process a side."""
     kb, ko = mb.shape[1], mo.shape[1]
-    value = _geomean(mb) / _geomean(mo)
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        exact = mb[:, 0] / mo[:, 0]  # one process a side: the ratio is exactly base / other
     mb, mo = np.log(mb), np.log(mo)
-    diff = np.log(value)
+    # in logs, bounded: step times at the schema's ends (5e-324 against 1e308) would make
+    # a ratio that underflows to 0 or overflows, and every reader divides by it
+    diff = np.clip(mb.mean(axis=1) - mo.mean(axis=1), -_LOG_BOUND, _LOG_BOUND)
+    bounded = (exact > math.exp(-_LOG_BOUND)) & (exact < math.exp(_LOG_BOUND))
+    value = np.where(bounded, exact, np.exp(diff)) if kb == ko == 1 else np.exp(diff)
     judged = min(kb, ko) >= MIN_PROCESSES
     if judged:
         # each side's variance per process: the spread of its processes' log medians,
@@ -225,13 +231,9 @@ def _intervals(
     else:
         se = np.sqrt(vb.mean(axis=1) / kb + vo.mean(axis=1) / ko)
         q = np.full(len(se), statistics.NormalDist().inv_cdf((1 + LEVEL) / 2))
-    low, high = np.exp(diff - q * se), np.exp(diff + q * se)
+    low = np.exp(np.clip(diff - q * se, -_LOG_BOUND, _LOG_BOUND))
+    high = np.exp(np.clip(diff + q * se, -_LOG_BOUND, _LOG_BOUND))
     return value.tolist(), low.tolist(), high.tolist(), judged
-
-
-def _geomean(rows: np.ndarray) -> np.ndarray:
-    out: np.ndarray = rows[:, 0] if rows.shape[1] == 1 else np.exp(np.log(rows).mean(axis=1))
-    return out
 
 
 def noisy(median: float | None, p25: float | None, p75: float | None) -> float | None:

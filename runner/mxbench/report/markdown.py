@@ -17,7 +17,7 @@ from mxbench.report.document import Document, Grid, Section
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")
 _TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what would open an HTML tag or comment
 _SPECIAL = re.compile(r"([\\`*|]|(?<=\])\()")  # and "](" that would open a link
-_ANY = re.compile(f"[{CONTROL_CHARS}<\\\\`*|\\]]")  # could anything above apply?
+_ANY = re.compile(f"[{CONTROL_CHARS}<\\\\`*|]|\\]\\(")  # could anything above apply?
 MAX_TEXT = 300  # characters of one interpolated value (a 1 MB device name stays a name)
 
 
