@@ -7,9 +7,10 @@ the timed window between two device syncs (what images/s comes from), and the me
 the per-step completion stamps; (b) the same cell timed the way mxbench did up to Step 12:
 a callback that is not ``async_safe`` (a copy is kept below), so Keras turns every step's
 logs into floats on the training thread, syncing with the device at every step; (c) a bare
-loop: a fresh copy of the published model trained by ``fit`` with no callbacks at all,
-fits of several lengths timed by a wall clock, ms per step the slope of time against steps
-(:func:`bare_loop_ms`). Prints every
+loop: a fresh copy of the published model trained by ``train_on_batch`` in a Python loop
+on the batch placed once on the device, no ``fit`` and no callbacks, timed by a wall clock
+(:func:`bare_loop_ms`). With ``--fits N``: one model, alternating fits with no callback,
+with mxbench's timer and with the synced timer (:func:`fit_ab`). Prints every
 round, the medians over rounds and each clock's difference from the bare loop of the same
 round (median over rounds with its IQR; target: within 3%). On a CPU the backends run
 steps nearly synchronously anyway; on a GPU, short steps show what per-step syncing costs.
@@ -57,40 +58,93 @@ def cell_ms(p: Params, synced: bool) -> tuple[float, float]:
     return p.batch_size * 1000.0 / rate, s.median
 
 
-def bare_loop_ms(p: Params, sizes: tuple[int, ...] = (1, 2, 3), times: int = 2) -> float:
-    """Mean ms per step of a fit with no callbacks, on the input the cell uses (TensorFlow:
-    tf.data from one host batch; JAX / PyTorch: the batch placed once on the device): the
-    slope of a fit's wall time against its number of steps. Fits of ``n * p.steps`` steps
-    for each n in ``sizes``, ``times`` each in alternating order, after ``p.warmup_steps``;
-    the slope is the median of the slopes between every two fits of different lengths
-    (Theil-Sen), so a fit call's own cost (its iterator, callbacks, last logs) falls in the
-    intercept and one slow fit cannot move it."""
+def _source(backend: str, batch: Any) -> Any:
+    """The cell's input: TensorFlow, tf.data from one host batch; JAX / PyTorch, the batch
+    placed once on the device."""
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.data.Dataset.from_tensors(batch).repeat()
     from mxbench.bench import data
+
+    return data.device_batch(*batch)[0]
+
+
+def bare_loop_ms(p: Params, times: int = 3) -> float:
+    """Mean ms per step of a plain Python loop of ``train_on_batch`` on the cell's batch,
+    placed once on the device (``keras.ops.convert_to_tensor``): no ``fit``, no callbacks,
+    no epoch iterator. A wall clock around ``p.steps`` calls after ``p.warmup_steps``, the
+    median of ``times`` such windows. Each call returns its logs as numbers (a sync per
+    step: on a CPU the steps run synchronously anyway). Not ``fit``: on this 2-core VM a
+    TensorFlow ``fit`` of a second or two often ends only at a fixed ~2.55 s tick, a stall
+    after its last step that a wall clock around ``fit`` counts and mxbench's window (the
+    steps' own stamps) does not (``--fits`` shows it)."""
+    import keras
+
     from mxbench.bench import model as harness
     from mxbench.bench.cell import set_policy
 
     prepared = harness.prepare(p, set_policy)  # the cell's model, weights and loss
     harness.compile_model(prepared, p.jit_compile)
     model = prepared.model
-    batch = harness.synthetic_batch(prepared, p)
-    if p.backend == "tensorflow":
-        import tensorflow as tf
+    x, y = (keras.ops.convert_to_tensor(a) for a in harness.synthetic_batch(prepared, p))
+    for _ in range(max(p.warmup_steps, 1)):
+        model.train_on_batch(x, y)
+    windows = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        for _ in range(p.steps):
+            model.train_on_batch(x, y)
+        windows.append((time.perf_counter() - t0) * 1000.0 / p.steps)
+    return statistics.median(windows)
 
-        ds = tf.data.Dataset.from_tensors(batch).repeat()
-    else:
-        ds, _ = data.device_batch(*batch)
-    fit = {"epochs": 1, "verbose": 0, "shuffle": False}  # shuffling an endless source: OOM
-    model.fit(ds, steps_per_epoch=max(p.warmup_steps, 1), **fit)
-    points: list[tuple[int, float]] = []
-    for k in range(times):  # fit returns after its last step's logs are on host
-        for n in sizes if k % 2 == 0 else reversed(sizes):
-            t0 = time.perf_counter()
-            hist = model.fit(ds, steps_per_epoch=n * p.steps, **fit)
-            points.append((n * p.steps, time.perf_counter() - t0))
-            assert len(hist.history["loss"]) == 1
-    slopes = [(tb - ta) / (nb - na) for (na, ta), (nb, tb) in itertools.combinations(points, 2)
-              if nb != na]  # fmt: skip
-    return statistics.median(slopes) * 1000.0
+
+def _lower_mode(values: list[float]) -> list[float]:
+    """The values below the widest gap of the sorted values when that gap is over 15% of
+    the value under it (a machine whose fits run at one of two speeds), else all."""
+    srt = sorted(values)
+    gaps = [(b - a, i) for i, (a, b) in enumerate(itertools.pairwise(srt)) if b - a > 0.15 * a]
+    return srt[: max(gaps)[1] + 1] if gaps else srt
+
+
+def fit_ab(p: Params, fits: int) -> None:
+    """One model, ``fits`` rounds of three fits alternating (``p.warmup_steps`` +
+    ``p.steps`` steps each): no callback (the fit's wall clock), mxbench's own timer (its
+    window clock and the fit's wall clock), and the per-step-synced timer of Step 12. Every
+    fit's ms per step, then medians over all fits and over the faster mode's fits."""
+    from mxbench.bench import model as harness
+    from mxbench.bench.cell import set_policy
+
+    prepared = harness.prepare(p, set_policy)
+    harness.compile_model(prepared, p.jit_compile)
+    model = prepared.model
+    ds = _source(p.backend, harness.synthetic_batch(prepared, p))
+    total = p.warmup_steps + p.steps
+    fit = {"epochs": 1, "verbose": 0, "shuffle": False, "steps_per_epoch": total}
+    model.fit(ds, **{**fit, "steps_per_epoch": max(p.warmup_steps, 1)})
+    cols = ("no callback wall", "mxbench window", "mxbench wall", "synced wall")
+    got: dict[str, list[float]] = {c: [] for c in cols}
+    print(f"fit A/B: {fits} rounds of 3 fits ({total} steps each), ms per step")
+    print(" ".join(f"{c:>17}" for c in cols))
+    for _ in range(fits):
+        t0 = time.perf_counter()
+        model.fit(ds, **fit)
+        got["no callback wall"].append((time.perf_counter() - t0) * 1000 / total)
+        log = timing.StepLog()
+        t0 = time.perf_counter()
+        model.fit(ds, **fit, callbacks=[timing.step_timer(log, None, p.warmup_steps)])
+        got["mxbench wall"].append((time.perf_counter() - t0) * 1000 / total)
+        parts = timing.split(log, p.warmup_steps)
+        window = log.ends[-1] - parts["first_timed_start"]
+        got["mxbench window"].append(window * 1000 / p.steps)
+        t0 = time.perf_counter()
+        model.fit(ds, **fit, callbacks=[synced_timer(timing.StepLog())])
+        got["synced wall"].append((time.perf_counter() - t0) * 1000 / total)
+        print(" ".join(f"{got[c][-1]:>17.2f}" for c in cols), flush=True)
+    for name, pick in (("all fits", list), ("faster mode", _lower_mode)):
+        mids = {c: statistics.median(pick(v)) for c, v in got.items()}
+        counts = "/".join(str(len(pick(v))) for v in got.values())
+        print(" ".join(f"{mids[c]:>17.2f}" for c in cols) + f"  median, {name} ({counts})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,12 +156,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--fits", type=int, default=0,
+                    help="instead: N rounds of alternating fits of one model (fit_ab)")  # fmt: skip
     a = ap.parse_args(argv)
     p = validate(
         Params(policy=a.policy, batch_size=a.batch_size, image_size=a.image_size,
                steps=a.steps, warmup_steps=a.warmup_steps, jit_compile="auto",
                backend=a.backend)
     )  # fmt: skip
+    if a.fits:
+        fit_ab(p, a.fits)
+        return 0
     cols = ("window", "stamps median", "synced window", "synced median", "bare loop")
     got: dict[str, list[float]] = {c: [] for c in cols}
     print(f"{p.backend} {p.policy} batch {p.batch_size} {p.image_size}px, {p.steps} timed "
