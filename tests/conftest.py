@@ -112,7 +112,7 @@ def mxbench(*args: str, cwd: Path, timeout: float = 900) -> subprocess.Completed
 def matrix_text(hosts: str, *, build_args: str = "", timeout_s: float = 300) -> str:
     return f"""
 version: 1
-benchmark: {{image_size: 32, warmup_steps: 1, steps: 3, timeout_s: {timeout_s}}}
+benchmark: {{image_size: 32, warmup_steps: 1, steps: 3, timeout_s: {timeout_s}, repeats: 1}}
 axes: {{policy: [float32], batch_size: [4]}}
 images:
   cpu:

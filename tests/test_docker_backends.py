@@ -55,7 +55,7 @@ def _matrix(ctx: Path, backend: str, build_args: str) -> Path:
     m = ctx / f"{backend}.yaml"
     m.write_text(f"""
 version: 1
-benchmark: {{image_size: 32, warmup_steps: 1, steps: 2, timeout_s: 300}}
+benchmark: {{image_size: 32, warmup_steps: 1, steps: 2, timeout_s: 300, repeats: 1}}
 axes: {{policy: [float32], batch_size: [4], backend: [{backend}]}}
 images:
   cpu-{backend}:

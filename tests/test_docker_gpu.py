@@ -34,7 +34,7 @@ def gpu_image(tmp_path_factory: pytest.TempPathFactory) -> dict:
     m = ctx / "gpu.yaml"
     m.write_text(f"""
 version: 1
-benchmark: {{image_size: 32, warmup_steps: 1, steps: 2, timeout_s: 300}}
+benchmark: {{image_size: 32, warmup_steps: 1, steps: 2, timeout_s: 300, repeats: 1}}
 axes: {{policy: [float32], batch_size: [4]}}
 images:
   gpu:

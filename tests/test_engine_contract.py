@@ -49,7 +49,7 @@ class Rig:
 
     def matrix(self, tmp: Path, host: str, benchmark: dict, axes: dict, **fields: Any) -> Path:
         axes = {"policy": ["float32"], "batch_size": [4], **axes}
-        bench = {"image_size": 32, "warmup_steps": 1, "steps": 2, **benchmark}
+        bench = {"image_size": 32, "warmup_steps": 1, "steps": 2, "repeats": 1, **benchmark}
         doc = {
             "benchmark": {k: v for k, v in bench.items() if k not in axes},
             "axes": axes,

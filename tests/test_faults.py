@@ -55,7 +55,13 @@ def matrix(tmp: Path, *hosts: tuple[str, Path | None], timeout_s: float = 60) ->
         for name, py in hosts
     ]
     doc = {
-        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3, "timeout_s": timeout_s},
+        "benchmark": {
+            "image_size": 32,
+            "warmup_steps": 1,
+            "steps": 3,
+            "timeout_s": timeout_s,
+            "repeats": 1,
+        },
         "axes": {"policy": ["float32"], "batch_size": [4]},
         "hosts": entries,
     }

@@ -134,7 +134,7 @@ def fake_image(tmp_path: Path, proxy: Proxy) -> Callable[..., subprocess.Popen[s
 
     def mxbench(*args: str, policies: Sequence[str] = ("float32",)) -> subprocess.Popen[str]:
         doc = {
-            "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3},
+            "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3, "repeats": 1},
             "axes": {"policy": list(policies), "batch_size": [4]},
             "images": {"fake": {"dockerfile": "Dockerfile",
                                 "build_args": {"BASE_IMAGE": BASE_IMAGE}}},

@@ -36,7 +36,7 @@ def test_a_finished_cell_is_kept_while_the_controller_does_not_answer(tmp_path: 
     host = f"cut-{uuid.uuid4().hex[:6]}"
     py = fake_python(tmp_path, "print(json.dumps(GOOD))")
     doc = {
-        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3},
+        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3, "repeats": 1},
         "axes": {"policy": ["float32"], "batch_size": [4]},
         "hosts": [{"name": host, "engine": "slurm", "python": str(py),
                    "workdir": str(tmp_path / "work")}],
@@ -70,7 +70,7 @@ def test_the_next_run_cancels_the_job_a_killed_run_left(tmp_path: Path) -> None:
 
     def start(policy: str) -> subprocess.Popen[str]:
         doc = {
-            "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3},
+            "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3, "repeats": 1},
             "axes": {"policy": [policy], "batch_size": [4]},
             "hosts": [{"name": host, "engine": "slurm", "python": str(py),
                        "workdir": str(tmp_path / "work")}],

@@ -62,7 +62,7 @@ def _local_fleet(tmp: Path, machines: tuple[str | None, str | None]) -> Path:
         hosts.append(f"  - {{name: {name}, engine: local{extra}}}")
     m = tmp / f"fleet-{machines[0]}-{machines[1]}.yaml"
     m.write_text(
-        "version: 1\nbenchmark: {image_size: 32, warmup_steps: 1, steps: 3}\n"
+        "version: 1\nbenchmark: {image_size: 32, warmup_steps: 1, steps: 3, repeats: 1}\n"
         "axes: {policy: [float32, mixed_bfloat16], batch_size: [4]}\nhosts:\n" + "\n".join(hosts)
     )
     return m
@@ -269,7 +269,7 @@ def _one_slurm_cell(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedPro
     """`mxbench run` of one tiny cell on a Slurm host; its output and results directory."""
     m = tmp_path / "slurm.yaml"
     m.write_text(json.dumps({
-        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 2},
+        "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 2, "repeats": 1},
         "axes": {"policy": ["float32"], "batch_size": [4]},
         "hosts": [{"name": "cluster", "engine": "slurm", "workdir": str(tmp_path / "w")}],
     }))  # fmt: skip

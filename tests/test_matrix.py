@@ -38,7 +38,8 @@ def test_defaults_are_the_experiments() -> None:
     assert m.benchmark.warmup_steps == 5
     assert m.axes.policy == ["float32", "mixed_float16"]
     assert m.axes.batch_size == [32, 64, 128, 256, 512]
-    assert len(expand(m)) == 10
+    # repeats: auto by default: 3 fresh processes per cell to start (more where needed)
+    assert m.benchmark.repeats == "auto" and len(expand(m)) == 3 * 10
 
 
 def test_repo_matrix_and_embedded_default_load() -> None:
@@ -62,15 +63,24 @@ def test_cell_keys_did_not_change_across_versions() -> None:
         "axes: {policy: [float32, mixed_bfloat16], batch_size: [8, 32]}\n"
         "hosts: [{name: local, engine: local}]\n"
     )
-    keys = {c.key for c in expand(then)}
-    assert keys == {"40dc925c236dcb3d", "e2d265699d6cb579", "41215be570443d02", "b093fcf02b1259bc"}
+    # `repeats: auto` is the default now: the first process of each cell keeps the key
+    first = {c.key for c in expand(then) if c.params.repeat is None}
+    assert first == {"40dc925c236dcb3d", "e2d265699d6cb579", "41215be570443d02", "b093fcf02b1259bc"}
+    assert len(expand(then)) == 3 * 4
+    single = parse_matrix(
+        "benchmark: {model: blog-cnn, image_size: 64, data: synthetic, warmup_steps: 2,"
+        " steps: 10, timeout_s: 600, repeats: 1}\n"
+        "axes: {policy: [float32, mixed_bfloat16], batch_size: [8, 32]}\n"
+        "hosts: [{name: local, engine: local}]\n"
+    )
+    assert {c.key for c in expand(single)} == first  # repeats: 1, the old default
     now = load_matrix(default_matrix_path()).benchmark
     assert (now.repeats, now.planned_repeats) == ("auto", 3)
 
 
 def test_any_parameter_is_one_value_or_an_axis() -> None:
     m = parse_matrix(
-        LOCAL + "benchmark:\n  policy: mixed_bfloat16\n  batch_size: 8\n"
+        LOCAL + "benchmark:\n  policy: mixed_bfloat16\n  batch_size: 8\n  repeats: 1\n"
         "axes:\n  image_size: [32, 64]\n  jit_compile: [on, off]\n"
     )
     cells = expand(m)
@@ -145,6 +155,7 @@ def test_dry_run_prints_plan_and_count(tmp_path: Path) -> None:
     path.write_text(
         LOCAL
         + "  - name: other\n    engine: local\n"
+        + "benchmark:\n  repeats: 1\n"
         + "axes:\n  policy: [float32, mixed_bfloat16]\n  batch_size: [8, 16, 32]\n"
     )
     proc = mxbench("run", "--matrix", str(path), "--dry-run", "--host", "other")
@@ -155,11 +166,18 @@ def test_dry_run_prints_plan_and_count(tmp_path: Path) -> None:
 
 
 def test_cell_keys_are_stable_and_sensitive() -> None:
-    m = parse_matrix(LOCAL + "axes:\n  policy: [float32]\n  batch_size: [8]\n")
+    one = "benchmark:\n  repeats: 1\n"
+    m = parse_matrix(LOCAL + one + "axes:\n  policy: [float32]\n  batch_size: [8]\n")
     (cell,) = expand(m)
     assert (
         cell.key
         == expand(parse_matrix(LOCAL + "axes:\n  policy: [float32]\n  batch_size: [8]\n"))[0].key
+    )  # the first process of `repeats: auto` (the default) has the key of `repeats: 1`
+    assert (
+        cell.key
+        == expand(parse_matrix(LOCAL + one + "axes:\n  policy: [float32]\n  batch_size: [8]\n"))[
+            0
+        ].key
     )
     other = msgspec.structs.replace(cell.params, steps=cell.params.steps + 1)
     assert cell_key(cell.host, None, None, other) != cell.key
@@ -271,6 +289,7 @@ def test_an_image_runs_the_cells_of_the_backend_it_carries() -> None:
     from mxbench.matrix import parse_matrix
 
     text = """version: 1
+benchmark: {repeats: 1}
 axes: {policy: [float32], batch_size: [4], backend: [tensorflow, jax]}
 images:
   cpu: {dockerfile: Dockerfile, target: cpu}

@@ -176,3 +176,26 @@ def test_dry_run_explains_auto(tmp_path: Path) -> None:
     assert "1 comparison group(s) may grow to 4 processes per policy (8 processes at most" in (
         proc.stdout
     )
+
+
+def test_a_store_of_the_old_default_is_the_first_process_of_the_new_one(tmp_path: Path) -> None:
+    """`repeats: auto` became the default: a matrix that leaves `repeats` out, run before
+    (one process per cell, `repeat` unset), is resumed as auto's first round with its
+    stored records as each cell's first process: `--resume` plans only processes 2 and 3."""
+    text = AUTO.format().replace("  repeats: auto\n", "")
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    now = load_matrix(path)
+    assert now.benchmark.auto is not None and "repeats" not in now.benchmark.model_fields_set
+    old = parse_matrix(text.replace("  auto_repeats:", "  repeats: 1\n  # auto_repeats:"))
+    store = ResultStore(tmp_path / "results")
+    for i, cell in enumerate(expand(old)):  # what the old default measured and stored
+        rec = measured(cell.params.policy, 100.0, cell.key, seed=i)
+        rec.host, rec.params = "box", cell.params
+        store.append(rec)
+    firsts = [c for c in expand(now) if c.params.repeat is None]
+    assert {c.key for c in firsts} == {c.key for c in expand(old)}
+    proc = mxbench("run", "-m", str(path), "-r", str(tmp_path / "results"), "--resume",
+                   "--dry-run")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "2 cell(s) already done" in proc.stdout and "4 cell(s)" in proc.stdout, proc.stdout

@@ -31,7 +31,8 @@ from mxbench.results import (
 )
 
 MATRIX = parse_matrix(
-    "hosts:\n  - name: box\n    engine: local\naxes:\n  policy: [float32]\n  batch_size: [8]\n"
+    "benchmark:\n  repeats: 1\nhosts:\n  - name: box\n    engine: local\n"
+    "axes:\n  policy: [float32]\n  batch_size: [8]\n"
 )
 CELL = expand(MATRIX)[0]
 

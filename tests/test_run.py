@@ -19,6 +19,7 @@ benchmark:
   warmup_steps: 1
   steps: {steps}
   timeout_s: {timeout}
+  repeats: 1
 axes:
   policy: [float32, mixed_bfloat16]
   batch_size: [4, 8]

@@ -117,7 +117,7 @@ def test_matrix_axis_takes_max_alone_or_among_numbers() -> None:
     assert expand(m) == [] and [s.label() for s in searches(m)] == [
         "l float32 bs=max", "l mixed_bfloat16 bs=max"
     ]  # fmt: skip
-    search = "benchmark: {batch_search: {start: 4, cap: 256, max_trials: 9}}\n"
+    search = "benchmark: {batch_search: {start: 4, cap: 256, max_trials: 9}, repeats: 1}\n"
     m = parse_matrix(BASE + "axes: {batch_size: [16, max], policy: [float32]}\n" + search)
     (hunt,) = searches(m)
     (cell,) = expand(m)

@@ -34,6 +34,7 @@ benchmark:
   warmup_steps: 0
   steps: 1
   timeout_s: 300
+  repeats: 1
   batch_search: {{start: 64, cap: 1024, precision: 0.25{search}}}
 axes: {{policy: [{", ".join(POLICIES)}], batch_size: {batch}}}
 hosts:

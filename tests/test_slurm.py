@@ -26,8 +26,8 @@ from mxbench.matrix import parse_matrix
 
 pytestmark = pytest.mark.slurm
 
-TINY = "benchmark: {image_size: 32, steps: 2, warmup_steps: 1}\n"
-LONG = "benchmark: {image_size: 32, steps: 1000000, warmup_steps: 1}\n"
+TINY = "benchmark: {image_size: 32, steps: 2, warmup_steps: 1, repeats: 1}\n"
+LONG = "benchmark: {image_size: 32, steps: 1000000, warmup_steps: 1, repeats: 1}\n"
 
 
 @pytest.fixture(autouse=True)

@@ -125,7 +125,9 @@ def _placements(
     combos = [
         {**dict(zip(sweep, values, strict=True)), "policy": policy, "repeat": repeat}
         for values in itertools.product(*sweep.values())
-        for repeat in (range(b.planned_repeats) if b.planned_repeats > 1 else [None])
+        for repeat in (
+            [b.first_repeat, *range(1, b.planned_repeats)] if b.planned_repeats > 1 else [None]
+        )
         for policy in inner
     ]
     for host in matrix.hosts:

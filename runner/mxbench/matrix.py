@@ -150,9 +150,9 @@ class _BenchmarkBase(Strict):
     """What every cell measures: one value per parameter (the experiment's defaults, except
     the step count), plus how often and how long."""
 
-    # A number of fresh processes per cell, or `auto` (mxbench.repeats): as many as the
-    # speedup's interval needs, settings under auto_repeats.
-    repeats: Annotated[int | str, PlainValidator(_repeats)] = 1
+    # A number of fresh processes per cell, or `auto` (mxbench.repeats, the default): as
+    # many as the speedup's interval needs, settings under auto_repeats.
+    repeats: Annotated[int | str, PlainValidator(_repeats)] = AUTO
     auto_repeats: Annotated[AutoRepeats, PlainValidator(_auto_repeats)] = AutoRepeats()
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
     # How `axes.batch_size: max` searches (defaults: mxbench.search.BatchSearch).
@@ -175,14 +175,17 @@ class _BenchmarkBase(Strict):
         return self.auto_repeats if self.repeats == AUTO else None
 
     @property
+    def first_repeat(self) -> int | None:
+        """The ``repeat`` of a cell's first process: None (as an unrepeated cell) when
+        ``repeats`` is left out, so a matrix written before ``auto`` became the default keeps
+        its cell keys (its records are each cell's first process on ``--resume``); 0 when
+        ``repeats`` is set (the keys ``repeats: N`` always had)."""
+        return 0 if "repeats" in self.model_fields_set else None
+
+    @property
     def planned_repeats(self) -> int:
         """Processes per cell planned up front (``auto``: its start)."""
         return self.auto_repeats.start if isinstance(self.repeats, str) else self.repeats
-
-    @property
-    def most_repeats(self) -> int:
-        """Processes per cell at most (``auto``: its max)."""
-        return self.auto_repeats.max if isinstance(self.repeats, str) else self.repeats
 
     @field_validator("data", check_fields=False)
     @classmethod
@@ -284,7 +287,9 @@ class Matrix(Strict):
     @model_validator(mode="after")
     def _size(self) -> Matrix:
         sweep = self.sweep()
-        per_image = self.benchmark.most_repeats
+        # repeats: auto counts the processes it starts with (its growth is bounded by its
+        # time budget, auto_repeats.budget_s)
+        per_image = self.benchmark.planned_repeats
         for values in sweep.values():
             per_image *= len(values)
         cells = sum(per_image * max(1, len(h.image_names())) for h in self.hosts)
@@ -293,8 +298,14 @@ class Matrix(Strict):
             raise _PathError(
                 ("axes",),
                 f"the matrix expands to {cells:,} cells ({len(self.hosts)} host(s), {axes}, "
-                f"{self.benchmark.most_repeats} repeat(s)); at most {MAX_CELLS:,}: each cell is a "
-                "fresh process of seconds to minutes. Split it into several matrices",
+                f"{self.benchmark.planned_repeats} repeat(s)); at most {MAX_CELLS:,}: each cell "
+                "is a fresh process of seconds to minutes. Split it into several matrices"
+                + (
+                    " (or set benchmark.repeats: 1, one process per cell instead of auto's 3 to "
+                    "start)"
+                    if self.benchmark.auto
+                    else ""
+                ),
             )
         return self
 

@@ -2,11 +2,13 @@
 
 A speedup needs the variation between processes (:mod:`mxbench.stats`), and how many
 processes that takes depends on the machine: a quiet GPU agrees with itself after three, a
-shared 2-core VM may not after thirty. With ``repeats: auto`` every cell starts with
-``start`` fresh processes (policies alternating, as with a fixed count: the cells and keys
-are those of ``repeats: <start>``), and then, per *comparison group* (the cells that differ
-only in policy: every policy against float32 at one batch size on one host and image), one
-more process per policy at a time (alternating again) while
+shared 2-core VM may not after thirty. With ``repeats: auto`` (the default: a matrix that
+leaves ``repeats`` out gets it) every cell starts with ``start`` fresh processes (policies
+alternating, as with a fixed count: the cells and keys are those of ``repeats: <start>``,
+except that where ``repeats`` is left out the first process keeps the key an unrepeated
+cell had, ``first_repeat`` in :mod:`mxbench.matrix`), and then, per *comparison group*
+(the cells that differ only in policy: every policy against float32 at one batch size on
+one host and image), one more process per policy at a time (alternating again) while
 
 - a speedup's 95 % interval is wider than ``±target`` (default ±3 %), or
 - the processes of one policy disagree (their medians spread wider than a noisy IQR),

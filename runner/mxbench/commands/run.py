@@ -78,7 +78,7 @@ def run(
     unsupported, 1 when any errored or timed out, 2 for a bad matrix or bad options, 130
     when interrupted (Ctrl-C or SIGTERM).
 
-    With `benchmark.repeats: auto` (the embedded default) each comparison starts with 3
+    With `benchmark.repeats: auto` (the default) each comparison starts with 3
     processes per policy and gets one more per policy while its speedup's interval is wider
     than ±3% or the processes disagree (settings: `benchmark.auto_repeats`); the run ends
     with where each comparison stopped and why, the verdicts, and how much of the run's
