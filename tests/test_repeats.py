@@ -199,3 +199,15 @@ def test_a_store_of_the_old_default_is_the_first_process_of_the_new_one(tmp_path
                    "--dry-run")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "2 cell(s) already done" in proc.stdout and "4 cell(s)" in proc.stdout, proc.stdout
+
+
+def test_a_training_run_gets_seeds_not_growth() -> None:
+    """Under the default `repeats: auto` a training run trains `start` seeds; it is not a
+    timing comparison, so no group would grow it (or report it as failed)."""
+    mx = parse_matrix("benchmark: {epochs: 2, data: d, batch_size: 8}\n"
+                      "axes: {policy: [float32, mixed_bfloat16]}\n"
+                      "hosts: [{name: a, engine: local}]\n")  # fmt: skip
+    cells = expand(mx)
+    assert sorted((c.params.policy, c.params.repeat or 0) for c in cells) == [
+        (p, k) for p in ("float32", "mixed_bfloat16") for k in range(3)]  # fmt: skip
+    assert repeats.plan(mx.benchmark.auto_repeats, cells, {"a": None}).groups == []

@@ -229,6 +229,8 @@ def plan(cfg: AutoRepeats, cells: Iterable[Any], limits: dict[str, Any]) -> Plan
     out = Plan(cfg, [])
     for c in cells:
         p = c.params
+        if p.epochs:  # a training run: its repeats are seeds (start of them), not grown
+            continue
         ident = msgspec.structs.replace(p, policy=BASELINE, repeat=None)
         gkey = (c.host, c.image, ident, c.model_source)
         g = groups.get(gkey)
