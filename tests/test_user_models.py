@@ -52,7 +52,7 @@ def _matrix(folder: Path, model_axis: str, host: str = "  - {name: here, engine:
     path.write_text(
         "version: 1\n"
         f"benchmark: {{image_size: 16, warmup_steps: 1, steps: 2, timeout_s: {timeout_s}, "
-        "repeats: 1}}\n"
+        "repeats: 1}\n"
         f"axes: {{model: {model_axis}, policy: [float32], batch_size: [2]}}\n"
         f"hosts:\n{host}\n"
     )
