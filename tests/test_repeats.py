@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from mxbench import repeats
@@ -150,6 +151,18 @@ def test_resume_continues_an_auto_run(tmp_path: Path) -> None:
     assert "repeats: auto: box bs=4: 4 processes per policy" in proc.stderr
     assert "cap (auto_repeats.max 4 reached)" in proc.stderr or "target met" in proc.stderr
     assert "mixed_bfloat16" in proc.stdout  # the verdict counts all 4 processes a policy
+    assert all(r["run"]["auto_repeats"]["max"] == 4 for r in added)  # the run's settings
+    # the records alone say where the comparison stopped (the 6 stored above were made by
+    # this test with no settings: the run's own records carry them)
+    from mxbench.report.load import load
+
+    by_policy: dict[str, list[Record]] = {}
+    for r in load([tmp_path / "results"]).winners:
+        by_policy.setdefault(r.params.policy, []).append(r)
+    said = repeats.stopped(by_policy)
+    assert said is not None and said.processes == 4 and said.why in {"cap", "target met"}
+    report = mxbench("report", "--results", str(tmp_path / "results"), "--markdown")
+    assert "repeats: auto: bs=4: " in report.stdout, report.stdout[:3000]
     # where the run's time went: the two processes it ran, their timed share
     assert re.search(
         r"time to answer: 2 process\(es\), \d+ s; timed steps [\d.]+ s "
@@ -211,3 +224,24 @@ def test_a_training_run_gets_seeds_not_growth() -> None:
     assert sorted((c.params.policy, c.params.repeat or 0) for c in cells) == [
         (p, k) for p in ("float32", "mixed_bfloat16") for k in range(3)]  # fmt: skip
     assert repeats.plan(mx.benchmark.auto_repeats, cells, {"a": None}).groups == []
+
+
+def test_the_records_say_where_an_auto_comparison_stopped() -> None:
+    """Each record of an auto run carries the run's settings (`run.auto_repeats`), so a
+    reader can tell from the records alone where each comparison stopped and why."""
+    settings = msgspec.to_builtins(CFG)
+    firm = sides({"float32": [100, 100.5, 99.6], "mixed_bfloat16": [80, 80.3, 79.8]})
+    loose = sides({"float32": [100, 103, 98], "mixed_bfloat16": [80, 82, 79]})
+    for recs in (*firm.values(), *loose.values()):
+        for r in recs:
+            r.run["auto_repeats"] = settings
+    said = repeats.stopped(firm)
+    assert said is not None and said.why == "target met"
+    late = repeats.stopped(loose)  # wanted more: the run's budget (or Ctrl-C) ended it
+    assert late is not None and late.why == "budget" and "time budget" in late.detail
+    assert repeats.stopped(sides({"float32": [100, 101], "mixed_bfloat16": [80, 81]})) is None
+    for r in firm["float32"]:
+        r.run["auto_repeats"] = {"start": 3, "max": 1}  # not settings auto accepts
+    for r in firm["mixed_bfloat16"]:
+        r.run["auto_repeats"] = "garbage"
+    assert repeats.stopped(firm) is None  # a bad record is not a crash

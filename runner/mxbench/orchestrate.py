@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import msgspec
+
 from mxbench import repeats
 from mxbench.cells import Cell, Search
 from mxbench.engines import Engine, EngineUnavailable, Outcome, engine_class, to_record
@@ -183,6 +185,9 @@ class _Fleet:
         killed by the cancellation was not measured."""
         if self.stop.is_set() and record.status != "ok":
             return False
+        if self.auto is not None and (record.cell or "") in self.auto.by_key:
+            # the settings, so a reader of the records can say where its comparison stopped
+            record.run["auto_repeats"] = msgspec.to_builtins(self.auto.cfg)
         path = str(self.store.append(record))
         if self.auto is not None:
             self.auto.note(record)

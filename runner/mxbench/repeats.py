@@ -138,6 +138,24 @@ def decide(cfg: AutoRepeats, by_policy: dict[str, list[Record]], attempts: int) 
     return Decision("more", n, shown, f"wider than {target}" if shown else "no interval yet")
 
 
+def stopped(by_policy: dict[str, list[Record]]) -> Decision | None:
+    """Where a comparison of a finished ``repeats: auto`` run stopped, from its records
+    alone (each carries the run's settings, ``run.auto_repeats``); None when they were not
+    measured under ``auto``. Still wanting more means the run's time budget, or an
+    interruption, ended it (``budget``)."""
+    found = [r.run.get("auto_repeats") for recs in by_policy.values() for r in recs]
+    try:
+        cfg = check_auto(msgspec.convert(next(c for c in found if c), AutoRepeats))
+    except (StopIteration, msgspec.ValidationError, ValueError):
+        return None
+    attempts = max((len(recs) for recs in by_policy.values()), default=0)
+    decision = decide(cfg, by_policy, attempts)
+    if decision.more:
+        return replace(decision, why="budget", detail="the run's time budget or an interruption "
+                       f"ended it; {decision.detail}")  # fmt: skip
+    return decision
+
+
 def needed(wide: float, n: int, target: float) -> int | None:
     """About how many processes per policy would bring an interval of half-width ``wide``
     (``n`` per policy, Student's t) to ``target`` (the normal quantile: the optimistic side)."""

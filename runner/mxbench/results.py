@@ -492,7 +492,8 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
         dict[str, Any],
         Doc(
             "wall_s and engine details (container, Slurm job, pid); repeats: why "
-            "`repeats: auto` added this process"
+            "`repeats: auto` added this process; auto_repeats: that run's settings (the "
+            "report says from them where each comparison stopped)"
         ),
     ] = {}
     label: Annotated[

@@ -147,4 +147,20 @@ def lines(table: Table) -> list[str]:
                    f"not {next(iter(labels))} (--label picks one run)")  # fmt: skip
     if rec.source:
         out.append(f"source: {rec.source}")
+    out += auto_stops(table)
+    return out
+
+
+def auto_stops(table: Table) -> list[str]:
+    """Where each comparison of a ``repeats: auto`` run stopped and why, per batch size."""
+    from mxbench import repeats
+
+    by_batch: dict[int, dict[str, list[Record]]] = {}
+    for (policy, batch), e in table.entries.items():
+        by_batch.setdefault(batch, {})[policy] = e.records
+    out = []
+    for batch, by_policy in sorted(by_batch.items()):
+        decision = repeats.stopped(by_policy)
+        if decision is not None:
+            out.append(f"repeats: auto: bs={batch}: {decision.text()}")
     return out
