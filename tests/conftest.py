@@ -162,9 +162,13 @@ def prune_built_images() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def bounded_docker_disk() -> Iterator[None]:
-    """`prune_built_images` before the session's builds and after them."""
-    up = docker_ok()
+def bounded_docker_disk(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`prune_built_images` before the session's builds and after them, in a session that
+    runs the image-building tests (test_docker*.py; a full run does). Only there: dangling
+    layers include those of a build in progress, so a session that builds nothing must not
+    prune under another session's build (it did once, beside a full run: "No such image")."""
+    builds = any(item.path.name.startswith("test_docker") for item in request.session.items)
+    up = builds and docker_ok()
     if up:
         prune_built_images()
     yield
