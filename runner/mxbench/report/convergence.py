@@ -101,7 +101,7 @@ def one_step_check(t: Table) -> str | None:
     """Low cosines, unscored first steps and skipped steps, with what each means."""
     low, unscored, skipping, sensitive, lost = [], [], [], [], []
     underflow = False
-    for (policy, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (policy, b), e in t.by_batch:
         c = check(e) if policy != BASELINE else None
         if c is None:
             continue

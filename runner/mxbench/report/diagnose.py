@@ -331,7 +331,7 @@ SLOWDOWNS = {
 def throttled(t: Table) -> str | None:
     where: dict[str, list[str]] = {}  # kind of slowdown -> slots
     hottest: float | None = None
-    for (policy, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (policy, b), e in t.by_batch:
         kinds = sorted({SLOWDOWNS[r] for r in e.throttled if r in SLOWDOWNS})
         for kind in kinds:
             where.setdefault(kind, []).append(f"{policy} batch {b}")
@@ -451,7 +451,7 @@ def isa_claim_mismatch(t: Table) -> str | None:
 def _profiles(t: Table, policies: frozenset[str] | None = None) -> list[tuple[str, int, Profile]]:
     """(policy, batch, profile) of every slot with a usable profiled window."""
     out = []
-    for (policy, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (policy, b), e in t.by_batch:
         if policies is not None and policy not in policies:
             continue
         p = profile_of(e.records)

@@ -133,12 +133,16 @@ def bounded(value: str, limit: int = MAX_RECORD_TEXT) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
-def verdict(t: Table, policy: str, batch: int) -> GridCell:
+Texts = dict[int, dict[tuple[str, int], str]]  # id(table) -> its text.speedup_texts
+
+
+def verdict(t: Table, policy: str, batch: int, texts: Texts | None = None) -> GridCell:
     """The grid cell of one policy at one batch size of a table."""
     slot = (policy, batch)
     r = t.ratios.get(slot)
     if r is not None:
-        detail = text.ratio_text(r, t.parity.get(slot)) + text.across(t, slot)
+        said = texts[id(t)] if texts is not None else text.speedup_texts(t)
+        detail = said[slot]
         if not t.trusted(slot):
             return GridCell(f"{r.value:.2f}", "diverged", detail)
         if r.n >= 2:
@@ -155,7 +159,9 @@ def verdict(t: Table, policy: str, batch: int) -> GridCell:
     return GridCell(text.STATUS_TEXT.get(failed[0][1], failed[0][1]), "failed", who)
 
 
-def grids(tables: Sequence[Table], anchors: dict[int, str]) -> list[Grid]:
+def grids(
+    tables: Sequence[Table], anchors: dict[int, str], texts: Texts | None = None
+) -> list[Grid]:
     """Per compared policy (in the tables' order) its grid over every table that has it."""
     policies = list(dict.fromkeys(p for t in tables for p in t.reduced))
     out = []
@@ -163,7 +169,7 @@ def grids(tables: Sequence[Table], anchors: dict[int, str]) -> list[Grid]:
         having = [t for t in tables if policy in t.reduced]
         batches = sorted({b for t in having for b in t.batches})
         rows = [
-            GridRow(t.title, anchors[id(t)], [verdict(t, policy, b) for b in batches])
+            GridRow(t.title, anchors[id(t)], [verdict(t, policy, b, texts) for b in batches])
             for t in having
         ]
         out.append(Grid(policy, batches, rows))
@@ -182,8 +188,8 @@ def failures(t: Table) -> list[str]:
     ]
 
 
-def section(t: Table, anchor: str) -> Section:
-    headers, rows = text.table_rows(t)
+def section(t: Table, anchor: str, texts: Texts | None = None) -> Section:
+    headers, rows = text.table_rows(t, texts[id(t)] if texts is not None else None)
     why.add_columns(t, headers, rows)
     return Section(
         "speed", t.title, anchor, annotate.lines(t), headers, rows, t,
@@ -202,7 +208,8 @@ def largest(c: capacity.Capacity, anchor: str) -> Section:
 
 def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
     anchors = {id(t): f"table-{i + 1}" for i, t in enumerate(tables)}
-    sections = [section(t, anchors[id(t)]) for t in tables]
+    texts = {id(t): text.speedup_texts(t) for t in tables}
+    sections = [section(t, anchors[id(t)], texts) for t in tables]
     found = capacity.build(loaded.winners)
     sections += [largest(c, f"largest-{i + 1}") for i, c in enumerate(found)]
     return Document(
@@ -211,7 +218,7 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         counts=text.counts(loaded, tables),
         definitions=text.DEFINITIONS,
         notices=text.notices(loaded) + answers.time_per_run(loaded.winners),
-        grids=grids(tables, anchors),
+        grids=grids(tables, anchors, texts),
         sections=sections,
         training=training.sections(loaded.winners),
         shares=training.shares(loaded.winners),

@@ -310,6 +310,8 @@ def later(rec: Record, best: Record) -> bool:
 def latest(records: list[Record]) -> Record:
     """The latest record by ``time``; among equal (or missing) times the last one read."""
     best = records[0]
+    if len(records) == 1:
+        return best
     best_t = when(best)
     for rec in records[1:]:
         t = when(rec)

@@ -174,12 +174,21 @@ class Table:
         )
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
+    @cached_property
+    def by_batch(self) -> list[tuple[tuple[str, int], Entry]]:
+        """Its slots ((policy, batch), entry) by batch size, then policy name."""
+        return sorted(self.entries.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+
+    @cached_property
+    def mixes_runs(self) -> bool:
+        """Whether its slots come from more than one run (label)."""
+        return len({e.run for e in self.entries.values()}) > 1
+
     def other_run(self, slot: tuple[str, int]) -> str | None:
         """The slot's run label when the table mixes runs and it is not the table's main
         one (the run that measured most of its cells), else None."""
         e = self.entries.get(slot)
-        runs = {x.run for x in self.entries.values()}
-        if e is None or len(runs) < 2:
+        if e is None or not self.mixes_runs:
             return None
         main = next(iter(self.labels), None)
         return None if e.run == main else (e.run or "unlabelled")
@@ -302,6 +311,8 @@ def latest_run(records: list[Record]) -> list[Record]:
     """The records of one slot that its latest run (label) measured: processes of different
     runs are never pooled into one figure (a run cut short under a new label does not borrow
     the old run's repeats)."""
+    if len(records) == 1:
+        return records
     label = latest(records).label
     return [r for r in records if r.label == label]
 

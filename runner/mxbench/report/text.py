@@ -86,9 +86,13 @@ def run_mark(t: Table, slot: tuple[str, int]) -> str:
     return f" (run {other})" if other else ""
 
 
-def table_rows(t: Table) -> tuple[list[str], list[list[str]]]:
-    """Per policy its ms/step [IQR] and images/s side by side, then the speedups."""
-    texts = speedup_texts(t)
+def table_rows(
+    t: Table, texts: dict[tuple[str, int], str] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """Per policy its ms/step [IQR] and images/s side by side, then the speedups
+    (``texts``: the table's :func:`speedup_texts`, when made already)."""
+    if texts is None:
+        texts = speedup_texts(t)
     headers = ["batch"]
     for p in t.policies:
         headers += [f"{p} ms/step [IQR]", f"{p} images/s"]
