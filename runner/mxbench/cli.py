@@ -92,6 +92,7 @@ def _plain_help(command: Any) -> None:
 def main() -> None:
     command = typer.main.get_command(app)
     _plain_help(command)
+    report.EXIT_WHEN_DONE = True  # a command-line report need not free what it built
     try:
         command(prog_name="mxbench")
     except MxbenchError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,9 @@ import typer
 from mxbench.errors import MxbenchError, UsageError
 
 MAX_WARNINGS = 50
+# Set by the command line (mxbench.cli.main), never for a library caller: the process ends
+# as soon as every output is written (:func:`_exit_now`).
+EXIT_WHEN_DONE = False
 
 
 def report(
@@ -63,6 +67,9 @@ def report(
     a `file:line: reason` warning. Exit 0 ok, 1 no records found, 2 bad usage (e.g. a
     --results path that does not exist).
     """
+    from mxbench.report import fanout
+
+    fanout.prepare()  # before numpy is imported (and starts its threads)
     formats = (("markdown", markdown), ("csv", csv), ("html", html), ("json", json_))
     chosen = [name for name, on in formats if on]
     targets = _targets(chosen, list(output or []))
@@ -108,6 +115,22 @@ def _report(
             terminal.show(doc, Console())
             continue
         _write(_html(doc) if fmt == "html" else document.render(doc, fmt), path)
+    if EXIT_WHEN_DONE:
+        _exit_now()
+
+
+def _exit_now() -> None:
+    """End the process here, its output flushed, without freeing the report's objects one
+    by one: for 100,000 records that was 0.6 s of a 6 s report (mypy ends the same way).
+    Nothing is left to clean up: the worker processes have ended, the files are written
+    whole (:func:`mxbench.results.write_atomic`). A stream that cannot be flushed (a closed
+    pipe) leaves it to the usual exit, which says so."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(0)
 
 
 def _targets(chosen: list[str], outputs: list[Path]) -> list[tuple[str, Path | None]]:

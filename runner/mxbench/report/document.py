@@ -13,16 +13,18 @@ bounded where it enters the document (:data:`MAX_RECORD_TEXT`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import cached_property, partial
+from typing import Literal, TypeVar
 
 from mxbench.params import BASELINE
-from mxbench.report import annotate, answers, capacity, text, training, why
+from mxbench.report import annotate, answers, capacity, fanout, text, training, why
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table
 
+R = TypeVar("R")
 MAX_RECORD_TEXT = 300  # characters of one value taken from a record (an error's last line)
 
 # A grid cell's verdict, the key of its colour in every format.
@@ -83,9 +85,12 @@ class Grid:
     rows: list[GridRow]
 
 
+SectionKind = Literal["speed", "largest"]
+
+
 @dataclass
 class Section:
-    kind: Literal["speed", "largest"]
+    kind: SectionKind
     title: str
     anchor: str
     lines: list[str]  # what the device is and can do, the software, the setup
@@ -115,10 +120,17 @@ class Document:
     definitions: str  # how to read the numbers
     notices: list[str]  # older attempts hidden, lines skipped
     grids: list[Grid]
-    sections: list[Section]
+    # how to make each section, in order (one per table, then one per largest-batch
+    # search): made once, on first use of :attr:`sections`, or in worker processes by
+    # :meth:`each` when a renderer needs only what it makes of them
+    makers: list[tuple[SectionKind, Callable[[], Section]]]
     # training runs to an accuracy; input and host-overhead A/Bs (report/training.py)
     training: list[training.Section] = field(default_factory=list)
     shares: list[str] = field(default_factory=list)
+
+    @cached_property
+    def sections(self) -> list[Section]:
+        return [make() for _, make in self.makers]
 
     @property
     def speed(self) -> list[Section]:
@@ -127,6 +139,15 @@ class Document:
     @property
     def largest(self) -> list[Section]:
         return [s for s in self.sections if s.kind == "largest"]
+
+    def each(self, render: Callable[[Section], R], kind: SectionKind | None = None) -> list[R]:
+        """``render`` of every section (of one ``kind``), in order. Sections not made yet
+        are made and rendered in worker processes (:func:`mxbench.report.fanout.fan_out`):
+        ``render`` must be a pure function whose result pickles (text, a dict)."""
+        makers = [make for k, make in self.makers if kind in (None, k)]
+        if "sections" in self.__dict__:  # made already: render them here
+            return [render(s) for s in self.sections if kind in (None, s.kind)]
+        return fanout.fan_out(lambda i: render(makers[i]()), len(makers))
 
 
 def bounded(value: str, limit: int = MAX_RECORD_TEXT) -> str:
@@ -209,9 +230,11 @@ def largest(c: capacity.Capacity, anchor: str) -> Section:
 def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
     anchors = {id(t): f"table-{i + 1}" for i, t in enumerate(tables)}
     texts = {id(t): text.speedup_texts(t) for t in tables}
-    sections = [section(t, anchors[id(t)], texts) for t in tables]
+    makers: list[tuple[SectionKind, Callable[[], Section]]] = [
+        ("speed", partial(section, t, anchors[id(t)], texts)) for t in tables
+    ]
     found = capacity.build(loaded.winners)
-    sections += [largest(c, f"largest-{i + 1}") for i, c in enumerate(found)]
+    makers += [("largest", partial(largest, c, f"largest-{i + 1}")) for i, c in enumerate(found)]
     return Document(
         loaded=loaded,
         tables=tables,
@@ -219,7 +242,7 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         definitions=text.DEFINITIONS,
         notices=text.notices(loaded) + answers.time_per_run(loaded.winners),
         grids=grids(tables, anchors, texts),
-        sections=sections,
+        makers=makers,
         training=training.sections(loaded.winners),
         shares=training.shares(loaded.winners),
     )

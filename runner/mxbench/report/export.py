@@ -110,7 +110,7 @@ def render(doc: Document) -> str:
         "loss_tolerance": LOSS_TOLERANCE,
         # the answer: per policy, the speedup's verdict per device and batch size
         "summary": [_grid(g) for g in doc.grids],
-        "tables": [_table(s) for s in doc.speed],
+        "tables": doc.each(_table, "speed"),
         # training runs to an accuracy, and the input pipeline's share (report/training.py)
         "training": [training.as_dict(s) for s in doc.training],
         "shares": doc.shares,

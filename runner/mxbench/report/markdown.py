@@ -101,6 +101,6 @@ def render(doc: Document) -> str:
     if doc.grids:
         out += [LEGEND, ""]
     out += [escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""]
-    out += [section(s) for s in doc.sections]
+    out += doc.each(section)
     out += training.markdown(doc.training, doc.shares)
     return "\n".join(out)

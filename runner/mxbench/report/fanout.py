@@ -1,0 +1,93 @@
+"""Work over many independent items, in worker processes when there are enough of them.
+
+A large report is thousands of sections, each a pure function of its table: built and
+rendered one after another they were about half of a 100,000-record report's time
+(benchmarks/report_speed.py). :func:`fan_out` hands contiguous runs of them to forked
+workers of a :class:`concurrent.futures.ProcessPoolExecutor`; forked workers inherit the
+merged records and tables as they stand, so only the results (text) cross back.
+
+It stays in one process where forking is not safe or not worth it: fewer than
+:data:`MIN_ITEMS` items, one usable core, a platform other than Linux, or a process that
+runs threads already (forking those can deadlock the child: an imported framework's thread
+pool, a progress bar's refresher). A worker that dies (the kernel's OOM killer) costs the
+parallelism, not the report: the items are then done here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+MIN_ITEMS = 256  # below this, forking costs more than it saves
+CHUNKS_PER_WORKER = 4  # runs of items per worker: an uneven run does not hold up the rest
+
+_job: Callable[[int], Any] | None = None  # what the forked workers run (set while they do)
+
+
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def prepare() -> None:
+    """Call before numpy is imported: one BLAS thread, unless the environment says
+    otherwise. numpy's BLAS starts a thread per core at import, and a process with threads
+    is not forked (:func:`can_fork`); the report's numpy work is element-wise and small, so
+    one thread loses nothing."""
+    for name in BLAS_THREADS:
+        os.environ.setdefault(name, "1")
+
+
+def workers() -> int:
+    """The cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _threads() -> int:
+    """Threads of this process, native ones included (Linux's /proc; 1 when unknown)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
+def can_fork() -> bool:
+    """Whether worker processes may be forked from this one here."""
+    return sys.platform.startswith("linux") and _threads() == 1
+
+
+def _run(bounds: tuple[int, int]) -> list[Any]:
+    assert _job is not None, "fanout._run outside fan_out"
+    return [_job(i) for i in range(*bounds)]
+
+
+def fan_out(job: Callable[[int], R], n: int) -> list[R]:
+    """``[job(0), ..., job(n - 1)]``, in order; ``job`` must be a pure function of its
+    index whose result pickles (it runs in a forked copy of this process)."""
+    cores = min(workers(), -(-n // (MIN_ITEMS // 2)))
+    if n < MIN_ITEMS or cores < 2 or not can_fork():
+        return [job(i) for i in range(n)]
+    global _job
+    _job = job
+    parts = cores * CHUNKS_PER_WORKER
+    bounds = [(k * n // parts, (k + 1) * n // parts) for k in range(parts)]
+    try:
+        import multiprocessing
+
+        with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("fork")) as pool:
+            return [r for run in pool.map(_run, bounds) for r in run]
+    except BrokenProcessPool:  # a worker died (killed for memory): do it here instead
+        return [job(i) for i in range(n)]
+    finally:
+        _job = None
