@@ -9,8 +9,9 @@ losses each) to a temporary results directory, one JSONL file per host (or one f
      intervals, diagnosis, markdown);
   C. with --baseline DIR (the runner/ folder of an older checkout, put on PYTHONPATH): B
      with that code, for before / after figures under the same load;
-and prints medians with the spread, the ratio B / A, and B's stages in one process. The
-numbers in the records are synthetic: this measures the report, not a GPU.
+and prints medians with the spread, the ratio B / A, the peak memory of B (its process and
+its workers, summed PSS, Linux), and B's stages timed in one fresh process. The numbers in
+the records are synthetic: this measures the report, not a GPU.
 
     python benchmarks/report_speed.py [--records 100000] [--attempts 1] [--one-file]
                                       [--baseline ../main/runner]
@@ -135,13 +136,58 @@ print(n)
 """
 
 
-def _time(cmd: list[str], env: dict[str, str] | None = None) -> float:
+# B's stages, in a fresh process (numpy's BLAS threads kept to one, as the command does).
+_STAGES = """
+import sys, time
+from mxbench.report import fanout
+fanout.prepare()
+from mxbench.report import document, load, markdown, tables
+with load.collector_paused():
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    loaded = load.load([sys.argv[1]])
+    t1 = time.perf_counter()
+    built = tables.build(loaded.winners)
+    t2 = time.perf_counter()
+    doc = document.build(loaded, built)
+    t3 = time.perf_counter()
+    text = markdown.render(doc)
+    t4 = time.perf_counter()
+print(f"in one process: load {t1 - t0:.2f} s, tables + intervals {t2 - t1:.2f} s, "
+      f"document (grids, totals) {t3 - t2:.2f} s, markdown with its sections made and "
+      f"rendered {t4 - t3:.2f} s ({fanout.workers() if fanout.can_fork() else 1} process(es); "
+      f"{len(built)} tables, {len(text) / 2**20:.1f} MiB)")
+"""
+
+
+def _pss_kib(pid: int) -> int:
+    """The proportional set size of a process and its children (0 when unknown)."""
+    total = 0
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        for p in [str(pid), *children]:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return total
+
+
+def _time(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+    """Wall seconds, and the peak PSS (KiB) of the process and its children, sampled."""
+    t0 = time.perf_counter()
+    peak = 0
+    with subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    ) as proc:
+        while proc.poll() is None:
+            peak = max(peak, _pss_kib(proc.pid))
+            time.sleep(0.02)
+        err = proc.stderr.read() if proc.stderr else ""
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.exit(f"{cmd[:4]} failed: {proc.stderr.strip()[-500:]}")
-    return wall
+        sys.exit(f"{cmd[:4]} failed: {err.strip()[-500:]}")
+    return wall, peak
 
 
 def _spread(values: list[float]) -> str:
@@ -168,24 +214,7 @@ def main() -> None:
         print(f"{args.records} records, {hosts} hosts, {args.attempts} attempt(s) per cell, "
               f"{args.steps} samples + losses each, {size:.0f} MiB of JSONL, {layout}")  # fmt: skip
 
-        from mxbench.report import document, load, markdown, tables
-
-        with load.collector_paused():  # as `mxbench report` does
-            t0 = time.perf_counter()
-            loaded = load.load([root])
-            t1 = time.perf_counter()
-            built = tables.build(loaded.winners)
-            t2 = time.perf_counter()
-            doc = document.build(loaded, built)
-            t3 = time.perf_counter()
-            text = markdown.render(doc)
-            t4 = time.perf_counter()
-        print(
-            f"in one process: load {t1 - t0:.2f} s, tables + intervals {t2 - t1:.2f} s, "
-            f"document (grids, diagnosis) {t3 - t2:.2f} s, markdown {t4 - t3:.2f} s "
-            f"({len(built)} tables, {len(text) / 2**20:.1f} MiB)"
-        )
-        del loaded, built, doc, text
+        subprocess.run([sys.executable, "-c", _STAGES, str(root)], check=True)
 
         loads = [sys.executable, "-c", _JSON_LOADS, str(root)]
         report = [sys.executable, "-m", "mxbench", "report", "--results", str(root),
@@ -194,16 +223,21 @@ def main() -> None:
         a: list[float] = []
         b: list[float] = []
         c: list[float] = []
+        peaks: list[int] = []
         for _ in range(args.repeats):  # alternate, so drift on a shared machine hits all
-            a.append(_time(loads))
-            b.append(_time(report))
+            a.append(_time(loads)[0])
+            wall, peak = _time(report)
+            b.append(wall)
+            peaks.append(peak)
             if old is not None:
-                c.append(_time(report, old))
+                c.append(_time(report, old)[0])
         ratios = [y / x for x, y in zip(a, b, strict=True)]
         print(f"A json.loads of every line:     {_spread(a)}")
         print(f"B mxbench report --markdown:    {_spread(b)}")
         print(f"B / A: median {statistics.median(ratios):.2f} "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f}); goal <= 1")  # fmt: skip
+        if max(peaks):
+            print(f"B peak memory (PSS, with its workers): {max(peaks) / 2**10:.0f} MiB")
         if c:
             before = [z / x for x, z in zip(a, c, strict=True)]
             print(f"C the same, --baseline code:    {_spread(c)}")
