@@ -144,9 +144,9 @@ class Document:
         """``render`` of every section (of one ``kind``), in order. Sections not made yet
         are made and rendered in worker processes (:func:`mxbench.report.fanout.fan_out`):
         ``render`` must be a pure function whose result pickles (text, a dict)."""
-        makers = [make for k, make in self.makers if kind in (None, k)]
         if "sections" in self.__dict__:  # made already: render them here
             return [render(s) for s in self.sections if kind in (None, s.kind)]
+        makers = [make for k, make in self.makers if kind in (None, k)]
         return fanout.fan_out(lambda i: render(makers[i]()), len(makers))
 
 
