@@ -101,6 +101,35 @@ def test_an_over_long_line_is_one_bad_line_and_reading_goes_on(tmp_path: Path) -
     assert [n for n, _ in got] == [2] and bad[0].lineno == 1 and "longer than" in bad[0].reason
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64])
+def test_lines_read_a_chunk_at_a_time_are_the_files_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """Lines that span chunks, end exactly at a chunk's end, are blank, have no final newline
+    or are longer than the bound (within a chunk and across chunks) come out as
+    ``split(b"\\n")`` says, numbered as the file's lines."""
+    import random
+
+    from mxbench import results
+
+    monkeypatch.setattr(results, "READ_CHUNK", chunk)
+    monkeypatch.setattr(results, "MAX_LINE_BYTES", 10)
+    rng = random.Random(chunk)
+    path = tmp_path / "h.jsonl"
+    for _ in range(200):
+        pieces = [rng.choice([b"", b" ", b"a" * rng.randint(1, 14), b"{}\r"]) for _ in range(6)]
+        data = b"\n".join(pieces) + rng.choice([b"", b"\n"])
+        path.write_bytes(data)
+        parts = data.split(b"\n")
+        if parts[-1] == b"":
+            parts.pop()  # the newline that ends the last line
+        want = [(i, p) for i, p in enumerate(parts, 1) if p.strip() and len(p) <= 10]
+        too_long = [i for i, p in enumerate(parts, 1) if len(p) > 10]
+        bad: list[BadLine] = []
+        assert list(results.read_lines(path, bad)) == want, data
+        assert [b.lineno for b in bad] == too_long, data
+
+
 # ---------------------------------------------------------------- a full disk
 
 

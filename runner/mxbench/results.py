@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 import msgspec
 from msgspec import Meta
@@ -833,26 +833,52 @@ def read_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple
         yield lineno, rec
 
 
+READ_CHUNK = 2**20  # bytes read at a time (a line may span chunks)
+
+
 def read_lines(path: Path, bad: list[BadLine]) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) for each line of one JSONL file that is not blank, streamed;
-    lines longer than :data:`MAX_LINE_BYTES` and a file that is not a regular file (a
-    symbolic link is not followed) are reported into ``bad``."""
+    """(line number, line) for each line of one JSONL file that is not blank, streamed a
+    chunk at a time (no line is held longer than :data:`MAX_LINE_BYTES`); lines longer
+    than that and a file that is not a regular file (a symbolic link is not followed) are
+    reported into ``bad``. A line comes without its newline."""
     try:
         fh = os.fdopen(open_regular(path), "rb")
     except OSError as exc:
         bad.append(BadLine(path, 0, _not_regular(exc)))
         return
     with fh:
-        lineno = 0
-        while line := fh.readline(MAX_LINE_BYTES + 1):
-            lineno += 1
-            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                while (rest := fh.readline(2**20)) and not rest.endswith(b"\n"):
-                    pass  # skip the rest of an over-long line, a bounded piece at a time
+        for lineno, line in enumerate(_split(fh), 1):
+            if line is None:
                 bad.append(BadLine(path, lineno, f"longer than {MAX_LINE_BYTES} bytes"))
-                continue
-            if line.strip():
+            elif line.strip():
                 yield lineno, line
+
+
+def _split(fh: BinaryIO) -> Iterator[bytes | None]:
+    """The lines of a binary file, read :data:`READ_CHUNK` bytes at a time; None for a line
+    longer than :data:`MAX_LINE_BYTES` (dropped as it is read, never held whole)."""
+    begun: list[bytes] = []  # the start of a line, read in earlier chunks
+    size = 0  # its length; -1: longer than MAX_LINE_BYTES
+    while chunk := fh.read(READ_CHUNK):
+        *ended, rest = chunk.split(b"\n")
+        if ended:
+            head = ended[0]
+            if size < 0 or size + len(head) > MAX_LINE_BYTES:
+                yield None
+            else:
+                yield b"".join([*begun, head]) if begun else head
+            for line in ended[1:]:
+                yield None if len(line) > MAX_LINE_BYTES else line
+            begun, size = [], 0
+        if size >= 0:
+            size += len(rest)
+            begun.append(rest)
+            if size > MAX_LINE_BYTES:
+                begun, size = [], -1
+    if size < 0:
+        yield None
+    elif size:
+        yield b"".join(begun)
 
 
 LOCK_NAME = ".mxbench-run.lock"
