@@ -10,8 +10,8 @@ losses each) to a temporary results directory, one JSONL file per host (or one f
   C. with --baseline DIR (the runner/ folder of an older checkout, put on PYTHONPATH): B
      with that code, for before / after figures under the same load;
 and prints medians with the spread, the ratio B / A, the peak memory of B (its process and
-its workers, summed PSS, Linux; sampled in one more, untimed run), and B's stages timed in one fresh process. The numbers in
-the records are synthetic: this measures the report, not a GPU.
+its workers, summed PSS, Linux; sampled in one more, untimed run), and B's stages timed in
+one fresh process. The numbers in the records are synthetic: this measures the report, not a GPU.
 
     python benchmarks/report_speed.py [--records 100000] [--attempts 1] [--one-file]
                                       [--baseline ../main/runner]
