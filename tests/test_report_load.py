@@ -157,6 +157,15 @@ def test_a_folder_means_every_result_file_in_the_tree_below_it(tmp_path: Path) -
     assert f"2 file(s) in {tmp_path / 'a' / 'results'}, {tmp_path / 'b' / 'c' / 'd'};" in intro
 
 
+def test_a_file_named_twice_or_under_two_named_folders_is_read_once(tmp_path: Path) -> None:
+    f = write(tmp_path / "a" / "h1.jsonl", [rec(host="h1"), rec(host="h1", time="2026-02-01")])
+    (tmp_path / "named.jsonl").symlink_to(f)  # a link named on the command line is read
+    loaded = loading.load([tmp_path, tmp_path / "a", f, tmp_path / "named.jsonl"])
+    assert loaded.files == [f] and loaded.read == 2
+    assert loaded.attempts == {str(loaded.winners[0].cell): 2}  # one older attempt, not 7
+    assert len(load([f, f], keep_all=True).everything[str(loaded.winners[0].cell)]) == 2
+
+
 def test_the_walk_is_bounded_in_depth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loading, "MAX_DEPTH", 2)
     write(tmp_path / "1" / "h1.jsonl", [rec(host="h1")])
