@@ -77,6 +77,15 @@ def test_python_errors_from_the_python_api(tmp_path: Path) -> None:
         mxbench.load_results(H100, label=1)  # type: ignore[arg-type]
 
 
+def test_without_a_path_a_missing_results_folder_is_file_not_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as missing:
+        mxbench.load_results()
+    assert missing.value.filename == "results" and "--results" not in str(missing.value)
+
+
 def test_numbers_are_floats_even_where_every_value_is_missing(tmp_path: Path) -> None:
     failed = rec(status="oom", error="OOM", metrics={"step_ms": None})
     df = mxbench.load_results(write(tmp_path / "h.jsonl", [failed, rec(policy="mixed_float16")]))

@@ -154,6 +154,10 @@ def load_results(*paths: str | Path, latest: bool = True, label: str | None = No
             raise FileNotFoundError(2, "no result file or folder", str(p))
     if label is not None and not isinstance(label, str):
         raise TypeError(f"load_results: label is a str, not {type(label).__name__}")
+    if not paths and not os.path.lexists("results"):
+        raise FileNotFoundError(
+            2, "no result folder here (name result folders or files)", "results"
+        )
     where = paths or ("results",)
     with load.collector_paused():
         loaded = load.load(where, label=label, keep_all=not latest)
