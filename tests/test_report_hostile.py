@@ -189,6 +189,23 @@ def test_html_stays_escaped(tmp_path: Path) -> None:
     assert "<script>alert" not in out and "<b>" not in out
 
 
+def test_html_holds_no_control_character_and_a_name_draws_without_warnings(
+    tmp_path: Path,
+) -> None:
+    import warnings
+
+    device = {"kind": "gpu", "name": "GPU\x00\x1b[31m\x07 \U0001f680 \u2028x"}
+    path = write(tmp_path / "h.jsonl", [rec(device=device),
+                                        rec(policy="mixed_float16", median=50.0, device=device)])  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, out, err = _report("--results", str(path), "--html")
+    assert code == 0 and "Warning" not in err
+    assert [str(w.message) for w in caught] == []
+    assert re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", out) is None
+    assert "GPU" in out
+
+
 def test_no_results_says_what_to_run_first(tmp_path: Path) -> None:
     code, _, err = _report("--results", str(tmp_path))
     assert code == 1

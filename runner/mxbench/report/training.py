@@ -380,11 +380,9 @@ def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
 
 
 def html(sections_: Sequence[Section], shares: Sequence[str], plots: bool = True) -> list[str]:
-    import html as _html
-
     from mxbench.report.html import _table
+    from mxbench.report.html import escape as esc
 
-    esc = _html.escape
     out: list[str] = []
     if shares:
         out.append(
