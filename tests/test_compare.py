@@ -124,6 +124,13 @@ def test_cells_that_differ_in_another_parameter_are_told_apart(tmp_path: Path) -
     assert "| model " in proc.stdout
 
 
+def test_a_label_no_record_carries_is_named(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", 1.0, 1, label="base")
+    proc = _compare(str(a), str(a), "--base-label", "base", "--new-label", "nope")
+    assert proc.returncode == 2
+    assert "label 'nope' matches none of the 12 records read (their labels: 'base')" in proc.stderr
+
+
 def test_the_speedup_itself_is_compared_between_the_runs(tmp_path: Path) -> None:
     a, b = _run(tmp_path, "a", 1.0, 1), _run(tmp_path, "b", 1.0, 2, mixed=0.5)
     proc = _compare(str(a), str(b))

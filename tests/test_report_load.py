@@ -135,6 +135,14 @@ def test_no_records_exits_1_with_a_clear_line(tmp_path: Path) -> None:
     assert "junk.jsonl:1: not JSON" in proc.stderr
 
 
+def test_a_label_no_record_carries_names_the_labels_there_are(tmp_path: Path) -> None:
+    write(tmp_path / "r.jsonl", [rec(label="old"), rec(label="new"), rec()])
+    proc = mxbench("--results", "r.jsonl", "--label", "nope", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "label 'nope' matches none of the 3 records read" in proc.stderr
+    assert "(their labels: 'new', 'old')" in proc.stderr and "mxbench run` first" not in proc.stderr
+
+
 def test_output_file(tmp_path: Path) -> None:
     write(tmp_path / "r.jsonl", [rec()])
     proc = mxbench("--results", "r.jsonl", "--csv", "--output", "out.csv", cwd=tmp_path)

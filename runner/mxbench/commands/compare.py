@@ -56,6 +56,13 @@ def compare(
         for bad in side.bad[:20]:
             where = f"{bad.path}:{bad.lineno}" if bad.lineno else str(bad.path)
             typer.echo(f"mxbench: warning: {where}: {bad.reason} (skipped)", err=True)
+    for side, path, label in ((loaded[0], base, base_label), (loaded[1], new, new_label)):
+        if label is not None and not side.winners and side.read:
+            known = ", ".join(sorted(repr(x) for x in side.labels if x is not None)) or "none"
+            raise UsageError(
+                f"{path}: label {label!r} matches none of the {side.read} records read "
+                f"(their labels: {known})"
+            )
     changes, only_base, only_new = diff(loaded[0], loaded[1], threshold / 100)
     if not changes:
         raise UsageError(
