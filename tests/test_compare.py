@@ -124,6 +124,14 @@ def test_cells_that_differ_in_another_parameter_are_told_apart(tmp_path: Path) -
     assert "| model " in proc.stdout
 
 
+def test_a_missing_side_is_named_as_the_command_names_it(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", 1.0, 1)
+    proc = _compare(str(a), str(tmp_path / "nope"))
+    assert proc.returncode == 2
+    assert f"NEW {tmp_path / 'nope'}: no such file or directory" in proc.stderr
+    assert "--results" not in proc.stderr
+
+
 def test_a_label_no_record_carries_is_named(tmp_path: Path) -> None:
     a = _run(tmp_path, "a", 1.0, 1, label="base")
     proc = _compare(str(a), str(a), "--base-label", "base", "--new-label", "nope")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,9 @@ def compare(
     from mxbench.report.markdown import escape, table
     from mxbench.stats import HINT, TOO_FEW
 
+    for name, path in (("BASE", base), ("NEW", new)):
+        if not os.path.lexists(path):  # not the report's "--results PATH" wording
+            raise UsageError(f"{name} {path}: no such file or directory")
     loaded = [load.load([base], label=base_label, lean=True),
               load.load([new], label=new_label, lean=True)]  # fmt: skip
     for side in loaded:
