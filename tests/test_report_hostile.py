@@ -143,6 +143,20 @@ def test_unreadable_result_files_are_warned_about_not_fatal(tmp_path: Path) -> N
     assert good.exists()
 
 
+@pytest.mark.parametrize("schema", ["mxbench.result/2", "mxbench.result/1"])
+def test_a_line_that_is_not_utf8_is_skipped_with_a_warning(tmp_path: Path, schema: str) -> None:
+    bad = (
+        json.dumps(rec(host="hX", batch=16) | {"schema": schema}).encode().replace(b"hX", b"h\xe9")
+    )
+    path = tmp_path / "h.jsonl"
+    path.write_bytes(json.dumps(rec(host="h1")).encode() + b"\n" + bad + b"\n")
+    for fmt in FORMATS:
+        code, out, err = _report("--results", str(path), fmt)
+        assert code == 0 and "h1" in out, err
+        warnings = _warnings(err)
+        assert len(warnings) == 1 and f"{path}:2: not UTF-8" in warnings[0], warnings
+
+
 HOSTILE = "a|b\nc<script>alert(1)</script>"
 
 
