@@ -157,6 +157,13 @@ def test_a_line_that_is_not_utf8_is_skipped_with_a_warning(tmp_path: Path, schem
         assert len(warnings) == 1 and f"{path}:2: not UTF-8" in warnings[0], warnings
 
 
+def test_a_file_saved_with_a_byte_order_mark_reads_whole(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(rec(host="h1")).encode() + b"\r\n")
+    code, out, err = _report("--results", str(path), "--markdown")
+    assert code == 0 and _warnings(err) == [] and "1 records from 1 file(s)" in out
+
+
 HOSTILE = "a|b\nc<script>alert(1)</script>"
 
 

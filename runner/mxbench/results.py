@@ -859,6 +859,8 @@ def read_lines(path: Path, bad: list[BadLine]) -> Iterator[tuple[int, bytes]]:
                     pass  # skip the rest of an over-long line, a bounded piece at a time
                 bad.append(BadLine(path, lineno, f"longer than {MAX_LINE_BYTES} bytes"))
                 continue
+            if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]  # a byte-order mark (a file saved by a Windows editor)
             if line.strip():
                 yield lineno, line
 
