@@ -100,6 +100,45 @@ def test_rows_are_sorted_by_number_and_unchanged_cells_can_be_left_out(tmp_path:
     assert "No cell changed." in same.stdout
 
 
+def test_cells_that_differ_in_another_parameter_are_told_apart(tmp_path: Path) -> None:
+    sides = []
+    for name in ("a", "b"):
+        records = []
+        for model in ("resnet50", "blog-cnn"):
+            for policy in ("float32", "mixed_bfloat16"):
+                r = rec("box", policy, 8, median=10.0 if policy == "float32" else 8.0)
+                r["params"]["model"] = model
+                r["cell"] = cell_key("box", None, None, Params(**r["params"]))
+                records.append(r)
+        sides.append(str(write(tmp_path / name / "box.jsonl", records).parent))
+    proc = _compare(*sides)
+    assert proc.returncode == 0, proc.stderr
+    cells, speed = (_rows(part) for part in proc.stdout.split("Speedup over float32"))
+    assert [(r[2], r[3]) for r in cells] == [
+        ("blog-cnn", "float32"), ("blog-cnn", "mixed_bfloat16"),
+        ("resnet50", "float32"), ("resnet50", "mixed_bfloat16"),
+    ]  # fmt: skip
+    assert [(r[2], r[3]) for r in speed] == [
+        ("blog-cnn", "mixed_bfloat16"), ("resnet50", "mixed_bfloat16"),
+    ]  # fmt: skip
+    assert "| model " in proc.stdout
+
+
+def test_a_missing_side_is_named_as_the_command_names_it(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", 1.0, 1)
+    proc = _compare(str(a), str(tmp_path / "nope"))
+    assert proc.returncode == 2
+    assert f"NEW {tmp_path / 'nope'}: no such file or directory" in proc.stderr
+    assert "--results" not in proc.stderr
+
+
+def test_a_label_no_record_carries_is_named(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", 1.0, 1, label="base")
+    proc = _compare(str(a), str(a), "--base-label", "base", "--new-label", "nope")
+    assert proc.returncode == 2
+    assert "label 'nope' matches none of the 12 records read (their labels: 'base')" in proc.stderr
+
+
 def test_the_speedup_itself_is_compared_between_the_runs(tmp_path: Path) -> None:
     a, b = _run(tmp_path, "a", 1.0, 1), _run(tmp_path, "b", 1.0, 2, mixed=0.5)
     proc = _compare(str(a), str(b))

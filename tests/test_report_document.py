@@ -162,6 +162,37 @@ def test_a_record_cannot_style_the_terminal(tmp_path: Path) -> None:
     assert "[bold red]x[/]" in out
 
 
+def test_tables_that_differ_only_in_a_setup_parameter_are_told_apart(tmp_path: Path) -> None:
+    recs = []
+    for size in (64, 128):
+        for r in [*timed("float32", 8, 100.0), *timed("mixed_float16", 8, 50.0)]:
+            r["params"]["image_size"] = size
+            r["cell"] = cell_key("h", None, None, Params(**r["params"]))
+            recs.append(r)
+    loaded = load([write(tmp_path / "h.jsonl", recs)])
+    doc = document.build(loaded, build(loaded.winners))
+    assert sorted(row.title for row in doc.grids[0].rows) == [
+        "h · Tesla V100-SXM2-16GB · image_size 128",
+        "h · Tesla V100-SXM2-16GB · image_size 64",
+    ]
+    assert "## h · Tesla V100-SXM2-16GB · image_size 128" in markdown.render(doc)
+
+
+def test_a_record_cannot_send_control_sequences_to_the_terminal(tmp_path: Path) -> None:
+    host = "a\x1b[31mred\x1b]0;title\x07\x9b2Jb"
+    recs = [*timed("float32", 8, 100.0, host=host), *timed("mixed_float16", 8, 50.0, host=host)]
+    recs[-1]["error"] = "x\x1b[2Jy"
+    from rich.console import Console
+
+    loaded = load([write(tmp_path / "h.jsonl", recs)])
+    buf = io.StringIO()
+    terminal.show(document.build(loaded, build(loaded.winners)),
+                  Console(file=buf, force_terminal=True, width=140))  # fmt: skip
+    out = buf.getvalue()
+    assert "\x1b]" not in out and "\x1b[31m" not in out and "\x9b" not in out
+    assert "red" in out and "title" in out
+
+
 @pytest.mark.parametrize("draw", [png, speedup_png])
 def test_a_policy_has_one_colour_in_every_plot(tmp_path: Path, draw: Any) -> None:
     import matplotlib.image

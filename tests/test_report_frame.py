@@ -77,6 +77,24 @@ def test_python_errors_from_the_python_api(tmp_path: Path) -> None:
         mxbench.load_results(H100, label=1)  # type: ignore[arg-type]
 
 
+def test_without_a_path_a_missing_results_folder_is_file_not_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as missing:
+        mxbench.load_results()
+    assert missing.value.filename == "results" and "--results" not in str(missing.value)
+
+
+def test_numbers_are_floats_even_where_every_value_is_missing(tmp_path: Path) -> None:
+    failed = rec(status="oom", error="OOM", metrics={"step_ms": None})
+    df = mxbench.load_results(write(tmp_path / "h.jsonl", [failed, rec(policy="mixed_float16")]))
+    for col in ("step_ms_median", "images_per_s", "speedup_vs_float32", "speedup_low",
+                "speedup_high", "loss_mean", "loss_vs_float32", "first_step_ms", "warmup_ms",
+                "gpu_util_pct", "achieved_tflops", "target"):  # fmt: skip
+        assert str(df[col].dtype) == "float64", col
+
+
 def test_a_label_that_matches_nothing_warns(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match=r"label 'nosuch' matches none of the 56 records read"):
         df = mxbench.load_results(H100, label="nosuch")

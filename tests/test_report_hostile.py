@@ -143,6 +143,27 @@ def test_unreadable_result_files_are_warned_about_not_fatal(tmp_path: Path) -> N
     assert good.exists()
 
 
+@pytest.mark.parametrize("schema", ["mxbench.result/2", "mxbench.result/1"])
+def test_a_line_that_is_not_utf8_is_skipped_with_a_warning(tmp_path: Path, schema: str) -> None:
+    bad = (
+        json.dumps(rec(host="hX", batch=16) | {"schema": schema}).encode().replace(b"hX", b"h\xe9")
+    )
+    path = tmp_path / "h.jsonl"
+    path.write_bytes(json.dumps(rec(host="h1")).encode() + b"\n" + bad + b"\n")
+    for fmt in FORMATS:
+        code, out, err = _report("--results", str(path), fmt)
+        assert code == 0 and "h1" in out, err
+        warnings = _warnings(err)
+        assert len(warnings) == 1 and f"{path}:2: not UTF-8" in warnings[0], warnings
+
+
+def test_a_file_saved_with_a_byte_order_mark_reads_whole(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(rec(host="h1")).encode() + b"\r\n")
+    code, out, err = _report("--results", str(path), "--markdown")
+    assert code == 0 and _warnings(err) == [] and "1 records from 1 file(s)" in out
+
+
 HOSTILE = "a|b\nc<script>alert(1)</script>"
 
 
@@ -187,6 +208,23 @@ def test_html_stays_escaped(tmp_path: Path) -> None:
     code, out, _ = _report("--results", str(path), "--html")
     assert code == 0
     assert "<script>alert" not in out and "<b>" not in out
+
+
+def test_html_holds_no_control_character_and_a_name_draws_without_warnings(
+    tmp_path: Path,
+) -> None:
+    import warnings
+
+    device = {"kind": "gpu", "name": "GPU\x00\x1b[31m\x07 \U0001f680 \u2028x"}
+    path = write(tmp_path / "h.jsonl", [rec(device=device),
+                                        rec(policy="mixed_float16", median=50.0, device=device)])  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, out, err = _report("--results", str(path), "--html")
+    assert code == 0 and "Warning" not in err
+    assert [str(w.message) for w in caught] == []
+    assert re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", out) is None
+    assert "GPU" in out
 
 
 def test_no_results_says_what_to_run_first(tmp_path: Path) -> None:

@@ -135,6 +135,14 @@ def test_no_records_exits_1_with_a_clear_line(tmp_path: Path) -> None:
     assert "junk.jsonl:1: not JSON" in proc.stderr
 
 
+def test_a_label_no_record_carries_names_the_labels_there_are(tmp_path: Path) -> None:
+    write(tmp_path / "r.jsonl", [rec(label="old"), rec(label="new"), rec()])
+    proc = mxbench("--results", "r.jsonl", "--label", "nope", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "label 'nope' matches none of the 3 records read" in proc.stderr
+    assert "(their labels: 'new', 'old')" in proc.stderr and "mxbench run` first" not in proc.stderr
+
+
 def test_output_file(tmp_path: Path) -> None:
     write(tmp_path / "r.jsonl", [rec()])
     proc = mxbench("--results", "r.jsonl", "--csv", "--output", "out.csv", cwd=tmp_path)
@@ -155,6 +163,15 @@ def test_a_folder_means_every_result_file_in_the_tree_below_it(tmp_path: Path) -
     assert sorted(b.path.name for b in loaded.bad) == ["h5.jsonl", "link"]
     intro = text.counts(loaded, tables.build(loaded.winners))
     assert f"2 file(s) in {tmp_path / 'a' / 'results'}, {tmp_path / 'b' / 'c' / 'd'};" in intro
+
+
+def test_a_file_named_twice_or_under_two_named_folders_is_read_once(tmp_path: Path) -> None:
+    f = write(tmp_path / "a" / "h1.jsonl", [rec(host="h1"), rec(host="h1", time="2026-02-01")])
+    (tmp_path / "named.jsonl").symlink_to(f)  # a link named on the command line is read
+    loaded = loading.load([tmp_path, tmp_path / "a", f, tmp_path / "named.jsonl"])
+    assert loaded.files == [f] and loaded.read == 2
+    assert loaded.attempts == {str(loaded.winners[0].cell): 2}  # one older attempt, not 7
+    assert len(load([f, f], keep_all=True).everything[str(loaded.winners[0].cell)]) == 2
 
 
 def test_the_walk_is_bounded_in_depth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mxbench.engines.compile_cache import JAX_DIR, TF_FLAG, CompileCache
 from mxbench.params import Params
-from mxbench.report.answers import time_per_run, time_to_answer
+from mxbench.report.answers import lines, time_per_run, time_to_answer
+from mxbench.report.tables import build
 from mxbench.results import Metrics, Record
 
 
@@ -39,3 +40,13 @@ def test_time_to_answer_adds_up_the_processes() -> None:
     runs = time_per_run([rec(4.0, "a", timed=1.0), rec(8.0, "b", timed=1.0)])
     assert [r.split(":")[0] for r in runs] == ["time to answer (a)", "time to answer (b)"]
     assert "(25.0%)" in runs[0] and "(12.5%)" in runs[1]
+
+
+def test_the_answer_lines_carry_no_control_sequence_from_a_bench() -> None:
+    from report_records import rec, typed_all
+
+    device = {"kind": "gpu", "name": "GPU\x1b]0;pwned\x07\x1b[2J\nnext"}
+    records = [rec(device=device), rec(policy="mixed_float16", median=50.0, device=device)]
+    said = lines(build(typed_all(records)))
+    assert len(said) == 1 and "\x1b" not in said[0] and "\x07" not in said[0]
+    assert "\n" not in said[0] and "GPU" in said[0] and "next" in said[0]

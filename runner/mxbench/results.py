@@ -607,10 +607,14 @@ def decode(line: bytes | str) -> Record:
             raise _not_json(line, exc) from None
         except RecursionError:
             raise BadRecord("nested too deeply to be a record") from None
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc) from None
     except RecursionError:
         raise BadRecord("nested too deeply to be a record") from None
     except msgspec.DecodeError as exc:
         raise _not_json(line, exc) from None
+    except UnicodeDecodeError as exc:  # msgspec's, for a string that is not UTF-8
+        raise _not_utf8(exc) from None
     try:
         rec = msgspec.convert(upgrade(obj) if isinstance(obj, dict) else obj, Record)
     except msgspec.ValidationError as exc:
@@ -624,6 +628,10 @@ def _bounded(rec: Record) -> Record:
     if _depth(rec.run) > MAX_DEPTH:  # the one free-form part: readers copy and render it
         raise BadRecord(f"'run' nested deeper than {MAX_DEPTH} levels")
     return rec
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> BadRecord:
+    return BadRecord(f"not UTF-8 text ({exc.reason})")
 
 
 def _not_json(line: bytes | str, exc: msgspec.DecodeError) -> BadRecord:
@@ -850,7 +858,10 @@ def read_lines(path: Path, bad: list[BadLine]) -> Iterator[tuple[int, bytes]]:
         for lineno, line in enumerate(_split(fh), 1):
             if line is None:
                 bad.append(BadLine(path, lineno, f"longer than {MAX_LINE_BYTES} bytes"))
-            elif line.strip():
+                continue
+            if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]  # a byte-order mark (a file saved by a Windows editor)
+            if line.strip():
                 yield lineno, line
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,22 @@ def compare(
     from mxbench.report.markdown import escape, table
     from mxbench.stats import HINT, TOO_FEW
 
+    for name, path in (("BASE", base), ("NEW", new)):
+        if not os.path.lexists(path):  # not the report's "--results PATH" wording
+            raise UsageError(f"{name} {path}: no such file or directory")
     loaded = [load.load([base], label=base_label, lean=True),
               load.load([new], label=new_label, lean=True)]  # fmt: skip
     for side in loaded:
         for bad in side.bad[:20]:
             where = f"{bad.path}:{bad.lineno}" if bad.lineno else str(bad.path)
             typer.echo(f"mxbench: warning: {where}: {bad.reason} (skipped)", err=True)
+    for side, path, label in ((loaded[0], base, base_label), (loaded[1], new, new_label)):
+        if label is not None and not side.winners and side.read:
+            known = ", ".join(sorted(repr(x) for x in side.labels if x is not None)) or "none"
+            raise UsageError(
+                f"{path}: label {label!r} matches none of the {side.read} records read "
+                f"(their labels: {known})"
+            )
     changes, only_base, only_new = diff(loaded[0], loaded[1], threshold / 100)
     if not changes:
         raise UsageError(
@@ -66,10 +77,12 @@ def compare(
     if as_json:
         _json_lines(shown)
     else:
-        headers = ["host", "image", "policy", "batch", "base ms", "new ms", "change [95% CI]",
-                   "verdict"]  # fmt: skip
+        more = _varying(shown)
+        headers = ["host", "image", *more, "policy", "batch", "base ms", "new ms",
+                   "change [95% CI]", "verdict"]  # fmt: skip
         rows = [
-            [c.host, c.image or "-", str(c.params["policy"]), str(c.params["batch_size"]),
+            [c.host, c.image or "-", *(str(c.params.get(n)) for n in more),
+             str(c.params["policy"]), str(c.params["batch_size"]),
              f"{c.base_ms:.2f}", f"{c.new_ms:.2f}",
              f"{c.change:+.1%}" + ("" if c.low is None or c.high is None
                                    else f" [{c.low:+.1%} – {c.high:+.1%}]"),
@@ -93,6 +106,17 @@ def compare(
         _speedups(speedups(loaded[0], loaded[1]), only_changed)
     if regressed:
         raise MxbenchError(f"{len(regressed)} cell(s) regressed by more than {threshold:g}%")
+
+
+def _varying(rows: list[Any]) -> list[str]:
+    """The parameters besides policy and batch size whose values differ between the rows
+    (model, image_size, backend...): without their columns two rows would read the same."""
+    names: dict[str, set[Any]] = {}
+    for row in rows:
+        for name, value in row.params.items():
+            if name not in ("policy", "batch_size"):
+                names.setdefault(name, set()).add(value)
+    return [name for name, values in names.items() if len(values) > 1]
 
 
 def _json_lines(changes: list[Any], chunk: int = 10_000) -> None:
@@ -120,9 +144,12 @@ def _speedups(found: list[Any], only_changed: bool) -> None:
     def ratio(value: float, low: float, high: float, verdict: str | None) -> str:
         return f"{value:.2f}" if verdict is None else f"{value:.2f} [{low:.2f}–{high:.2f}]"
 
-    headers = ["host", "image", "policy", "batch", "speedup base", "speedup new", "gained"]
+    more = _varying(found)
+    headers = ["host", "image", *more, "policy", "batch", "speedup base", "speedup new",
+               "gained"]  # fmt: skip
     rows = [
-        [s.host, s.image or "-", str(s.params["policy"]), str(s.params["batch_size"]),
+        [s.host, s.image or "-", *(str(s.params.get(n)) for n in more),
+         str(s.params["policy"]), str(s.params["batch_size"]),
          ratio(s.base, s.base_low, s.base_high, s.base_verdict),
          ratio(s.new, s.new_low, s.new_high, s.new_verdict),
          f"{s.gained:+.2f}x" + (" (intervals apart)" if s.clear else "")]

@@ -98,6 +98,12 @@ def _report(
     if len(loaded.bad) > MAX_WARNINGS:
         more = len(loaded.bad) - MAX_WARNINGS
         typer.echo(f"mxbench: warning: {more} more unreadable line(s) skipped", err=True)
+    if not loaded.winners and label is not None and loaded.read:
+        known = ", ".join(sorted(repr(x) for x in loaded.labels if x is not None)) or "none"
+        raise MxbenchError(
+            f"label {label!r} matches none of the {loaded.read} records read "
+            f"(their labels: {known})"
+        )
     if not loaded.winners:
         where = ", ".join(str(s) for s in sources)
         which = f" with label {label!r}" if label else ""

@@ -7,12 +7,16 @@ policy cannot say (:mod:`mxbench.stats` has the vocabulary). ``mxbench run`` end
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from mxbench.params import BASELINE
+from mxbench.params import BASELINE, CONTROL_CHARS
 from mxbench.report.tables import Table
 from mxbench.results import Record
+
+# A device name is what a bench printed: no control sequence reaches the user's terminal.
+_CONTROL = re.compile(f"[{CONTROL_CHARS}]")
 
 
 def lines(tables: Sequence[Table]) -> list[str]:
@@ -25,7 +29,7 @@ def lines(tables: Sequence[Table]) -> list[str]:
                 r = t.ratios.get((p, b))
                 if r is None:
                     continue
-                where = f"at batch {b} on {t.title}"
+                where = f"at batch {b} on {_CONTROL.sub(' ', t.title)}"
                 if not t.trusted((p, b)):
                     out.append(f"{p} {where}: loss diverged, not a speedup")
                 else:

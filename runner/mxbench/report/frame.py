@@ -45,17 +45,22 @@ COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
 TIMES = ("time", "started_at", "finished_at")
 
 
-def _integer(tp: Any) -> bool:
-    """int, Annotated[int, ...], or either of them | None."""
+def _integer(tp: Any, kind: type = int) -> bool:
+    """int (``kind``), Annotated[int, ...], or either of them | None."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return all(_integer(a) for a in typing.get_args(tp) if a is not type(None))
+        return all(_integer(a, kind) for a in typing.get_args(tp) if a is not type(None))
     if typing.get_origin(tp) is typing.Annotated:
-        return _integer(typing.get_args(tp)[0])
-    return tp is int
+        return _integer(typing.get_args(tp)[0], kind)
+    return tp is kind
 
 
 INTEGERS = (*(f.name for f in params.fields() if _integer(f.type)),
             "step_ms_n", "peak_memory_bytes", "attempts")  # fmt: skip
+# float64 even where every value is missing (a frame of failures), never object
+FLOATS = (*(f.name for f in params.fields() if _integer(f.type, float)),
+          "step_ms_median", "step_ms_p25", "step_ms_p75", "images_per_s",
+          "speedup_vs_float32", "speedup_low", "speedup_high", "loss_mean", "loss_vs_float32",
+          "first_step_ms", "warmup_ms", "gpu_util_pct", "achieved_tflops")  # fmt: skip
 FLAGS = ("tf32",)
 # OWASP: a cell a spreadsheet would read as a formula gets a leading apostrophe.
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -149,6 +154,10 @@ def load_results(*paths: str | Path, latest: bool = True, label: str | None = No
             raise FileNotFoundError(2, "no result file or folder", str(p))
     if label is not None and not isinstance(label, str):
         raise TypeError(f"load_results: label is a str, not {type(label).__name__}")
+    if not paths and not os.path.lexists("results"):
+        raise FileNotFoundError(
+            2, "no result folder here (name result folders or files)", "results"
+        )
     where = paths or ("results",)
     with load.collector_paused():
         loaded = load.load(where, label=label, keep_all=not latest)
@@ -174,6 +183,8 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
         frame[col] = pd.to_datetime(frame[col], utc=True, format="ISO8601", errors="coerce")
     for col in INTEGERS:
         frame[col] = frame[col].astype("Int64")
+    for col in FLOATS:
+        frame[col] = frame[col].astype("float64")
     for col in FLAGS:
         frame[col] = frame[col].astype("boolean")
     return frame

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Callable, Container
 
 from mxbench.report import training, why_html
@@ -24,6 +25,14 @@ from mxbench.report.plot import memory_png, pngs_base64
 from mxbench.report.tables import Table
 
 MAX_PLOTS = 200
+# Not allowed in an HTML page (NUL, ESC, C1 controls): a record's name loses them.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def escape(value: str, quote: bool = True) -> str:
+    """``html.escape``, control characters replaced by spaces."""
+    return html.escape(_CONTROL.sub(" ", value), quote)
+
 
 # verdict -> (background, text) colours; the same in the legend and in every grid
 COLOURS: dict[str, tuple[str, str]] = {
@@ -71,7 +80,7 @@ section.device{border-top:2px solid #ddd;margin-top:1.5em}
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    esc = html.escape
+    esc = escape
     out = [
         '<div class="scroll"><table>',
         "<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr></thead>",
@@ -88,7 +97,7 @@ def _style(verdict: str) -> str:
 
 
 def grid(g: Grid) -> str:
-    esc = html.escape
+    esc = escape
     out = [
         f"<h3>{esc(g.policy)} against float32</h3>",
         '<div class="scroll"><table class="grid"><thead><tr><th>device \\ batch size</th>'
@@ -114,7 +123,7 @@ def grid(g: Grid) -> str:
 def legend(shown: Container[str]) -> str:
     """The colours the grids use, each with its meaning."""
     chips = "".join(
-        f'<span style="{_style(v)}">{html.escape(VERDICT_WORDS[v])}</span>'
+        f'<span style="{_style(v)}">{escape(VERDICT_WORDS[v])}</span>'
         for v in COLOURS
         if v in shown and v != "none"
     )
@@ -126,7 +135,7 @@ def legend(shown: Container[str]) -> str:
 
 
 def section(s: Section, plots: list[tuple[str, str]]) -> str:
-    esc = html.escape
+    esc = escape
     out = [f'<section class="device" id="{s.anchor}"><h2>{esc(s.title)}</h2>']
     out += [f'<p class="meta">{esc(line)}</p>' for line in s.lines]
     out.append(_table(s.headers, s.rows))
@@ -165,7 +174,7 @@ def render(
 ) -> str:
     """``plot``: a table -> its plots as (alt text, base64 PNG); ``on_table`` after each
     table (progress)."""
-    esc = html.escape
+    esc = escape
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

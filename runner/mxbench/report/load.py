@@ -214,7 +214,24 @@ def source_files(sources: Iterable[Path | str], bad: list[BadLine]) -> list[Path
             files.extend(_tree(path, bad, MAX_FILES - len(files)))
         elif _readable(path, bad):
             files.append(path)
-    return files
+    return _once(files)
+
+
+def _once(files: list[Path]) -> list[Path]:
+    """Each file once, however often it was named or reached (``--results A --results
+    A/sub``, a link named beside its target): read twice, its records would count twice."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            out.append(f)  # reading it will say why
+            continue
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            out.append(f)
+    return out
 
 
 def _tree(top: Path, bad: list[BadLine], room: int) -> list[Path]:

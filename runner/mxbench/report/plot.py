@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import base64
 import io
+import re
+import warnings
 from typing import Any
 
-from mxbench.params import BASELINE
+from mxbench.params import BASELINE, CONTROL_CHARS
 from mxbench.report.capacity import Capacity, peak_bytes
 from mxbench.report.tables import Table
 
 MAX_LABEL = 80
+_CONTROL = re.compile(f"[{CONTROL_CHARS}]")
 # One colour per policy in every plot (Paul Tol's colour-blind-safe "bright" scheme); a
 # policy this list does not know is grey.
 POLICY_COLOURS = {
@@ -29,8 +32,9 @@ def colour(policy: str) -> str:
 
 
 def plain(label: str) -> str:
-    """A label matplotlib draws as it is: no mathtext (``$`` escaped), one short line."""
-    label = " ".join(label.split())
+    """A label matplotlib draws as it is: no mathtext (``$`` escaped), one short line, no
+    control character."""
+    label = " ".join(_CONTROL.sub(" ", label).split())
     if len(label) > MAX_LABEL:
         label = label[: MAX_LABEL - 1] + "…"
     return label.replace("$", r"\$")
@@ -47,9 +51,11 @@ def _pyplot() -> Any:
 
 def _save(plt: Any, fig: Any) -> bytes:
     try:
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
+        with warnings.catch_warnings():  # a name's character no font has (an emoji): a box
+            warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
+            fig.tight_layout()
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png")
     finally:
         plt.close(fig)
     return buf.getvalue()

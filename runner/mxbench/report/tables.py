@@ -153,6 +153,9 @@ class Table:
     ratios: dict[tuple[str, int], stats.Ratio] = field(default_factory=dict)
     # (policy, batch) -> its training loss against float32's (filled by :func:`build`)
     parity: dict[tuple[str, int], Parity] = field(default_factory=dict)
+    # setup parameters the title names because another table's title would read the same
+    # (filled by :func:`build`)
+    distinct: tuple[str, ...] = ()
 
     @cached_property
     def capability(self) -> tuple[Capability | None, bool]:
@@ -208,6 +211,7 @@ class Table:
         backend = self.setup.get("backend")
         if backend and backend != params.field("backend").default:
             parts.append(f"backend {backend}")
+        parts += [f"{name} {self.setup[name]}" for name in self.distinct]
         return " · ".join(parts)
 
     def trusted(self, slot: tuple[str, int]) -> bool:
@@ -354,4 +358,21 @@ def build(winners: list[Record]) -> list[Table]:
     for (t, slot), ratio in zip(where, stats.judge(pairs), strict=True):
         if ratio is not None:
             t.ratios[slot] = ratio
+    _tell_apart(built)
     return built
+
+
+def _tell_apart(built: list[Table]) -> None:
+    """Tables whose titles would read the same (one host, device and image; setups that
+    differ in image_size, data, jit_compile...) name in their titles the parameters that
+    differ: the summary's rows and the headings are told apart."""
+    same: dict[str, list[Table]] = {}
+    for t in built:
+        same.setdefault(t.title, []).append(t)
+    for group_ in same.values():
+        if len(group_) < 2:
+            continue
+        names = tuple(n for n in SETUP if len({str(t.setup[n]) for t in group_}) > 1)
+        for t in group_:
+            t.distinct = names
+            t.__dict__.pop("title", None)  # the cached title, made again with them

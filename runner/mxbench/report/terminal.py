@@ -7,6 +7,7 @@ is a rich ``Text`` (never markup), so a record cannot restyle the output.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Container, Iterator
 from typing import Any
 
@@ -20,20 +21,28 @@ from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.html import COLOURS
 
 _NUMERIC = frozenset("0123456789.")
+# What a record could send to the terminal in a name or an error: C0 and C1 control
+# characters (ESC and CSI start colour, cursor and window-title sequences). A newline stays.
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(value: str, style: str = "") -> Text:
+    """``value`` as it reads: no markup, no control sequence."""
+    return Text(_CONTROL.sub(" ", value), style=style)
 
 
 def grid(g: Grid) -> RichTable:
-    out = RichTable(title=Text(f"{g.policy} against float32: speedup"), title_justify="left")
-    out.add_column(Text("device \\ batch"))
+    out = RichTable(title=plain(f"{g.policy} against float32: speedup"), title_justify="left")
+    out.add_column(plain("device \\ batch"))
     for b in g.batches:
-        out.add_column(Text(str(b)), justify="center")
+        out.add_column(plain(str(b)), justify="center")
     for row in g.rows:
         cells = []
         for c in row.cells:
             bg, fg = COLOURS[c.verdict]
             style = f"{fg} on {bg}" if c.verdict != "none" else ""
-            cells.append(Text(f" {c.text} ", style=style) if c.value else Text(""))
-        out.add_row(Text(row.title), *cells)
+            cells.append(plain(f" {c.text} ", style=style) if c.value else plain(""))
+        out.add_row(plain(row.title), *cells)
     return out
 
 
@@ -48,44 +57,46 @@ def legend(shown: Container[str]) -> Text:
 
 
 def section(s: Section) -> Iterator[Any]:
-    yield Rule(Text(s.title), align="left")
+    yield Rule(plain(s.title), align="left")
     for line in s.lines:
-        yield Text(line, style="dim")
+        yield plain(line, style="dim")
     table = RichTable()
     for i, h in enumerate(s.headers):
         numeric = i == 0 or h.endswith(("ms/step [IQR]", "images/s"))
-        table.add_column(Text(h), justify="right" if numeric else "left")
+        table.add_column(plain(h), justify="right" if numeric else "left")
     for row in s.rows:
-        table.add_row(*(Text(c) for c in row))
+        table.add_row(*(plain(c) for c in row))
     yield table
     if s.note:
-        yield Text(s.note, style="dim")
+        yield plain(s.note, style="dim")
     if s.breakdown:
-        yield Text(s.breakdown_note, style="dim")
+        yield plain(s.breakdown_note, style="dim")
         why_table = RichTable()
         for h in why.headers():
-            why_table.add_column(Text(h), justify="left" if h in ("policy", "kernels") else "right")
+            why_table.add_column(
+                plain(h), justify="left" if h in ("policy", "kernels") else "right"
+            )
         for row in why.rows(s.breakdown):
-            why_table.add_row(*(Text(c) for c in row))
+            why_table.add_row(*(plain(c) for c in row))
         yield why_table
     if s.failures:
-        yield Text("Failures:", style="bold")
-        yield from (Text(f"  - {f}") for f in s.failures)
+        yield plain("Failures:", style="bold")
+        yield from (plain(f"  - {f}") for f in s.failures)
     if s.diagnosis:
-        yield Text("Diagnosis:", style="bold")
-        yield from (Text(f"  - {n}") for n in s.diagnosis)
-    yield Text("")
+        yield plain("Diagnosis:", style="bold")
+        yield from (plain(f"  - {n}") for n in s.diagnosis)
+    yield plain("")
 
 
 def renderables(doc: Document) -> Iterator[Any]:
-    yield Text("mxbench report", style="bold")
-    yield Text(doc.counts)
+    yield plain("mxbench report", style="bold")
+    yield plain(doc.counts)
     for g in doc.grids:
         yield grid(g)
     if doc.grids:
         yield legend({c.verdict for g in doc.grids for r in g.rows for c in r.cells})
-    yield Text(" ".join([doc.definitions, *doc.notices]), style="dim")
-    yield Text("")
+    yield plain(" ".join([doc.definitions, *doc.notices]), style="dim")
+    yield plain("")
     for s in doc.sections:
         yield from section(s)
     yield from training.renderables(doc.training, doc.shares)

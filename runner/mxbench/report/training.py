@@ -349,20 +349,21 @@ def renderables(sections_: Sequence[Section], shares: Sequence[str]) -> Iterable
     """The terminal's rendering (rich)."""
     from rich.rule import Rule
     from rich.table import Table as RichTable
-    from rich.text import Text
+
+    from mxbench.report.terminal import plain  # no markup, no control sequence from records
 
     if shares:
         yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
-        yield from (Text(f"- {s}") for s in shares)
+        yield from (plain(f"- {s}") for s in shares)
     for s in sections_:
-        yield Rule(f"Training run: {s.title}", align="left")
+        yield Rule(plain(f"Training run: {s.title}"), align="left")
         table = RichTable()
         for h in s.headers:
-            table.add_column(Text(h))  # Text: no markup from records
+            table.add_column(plain(h))
         for row in s.rows:
-            table.add_row(*(Text(c) for c in row))
+            table.add_row(*(plain(c) for c in row))
         yield table
-        yield from (Text(f"- {x}") for x in s.sentences)
+        yield from (plain(f"- {x}") for x in s.sentences)
 
 
 def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
@@ -379,11 +380,9 @@ def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
 
 
 def html(sections_: Sequence[Section], shares: Sequence[str], plots: bool = True) -> list[str]:
-    import html as _html
-
     from mxbench.report.html import _table
+    from mxbench.report.html import escape as esc
 
-    esc = _html.escape
     out: list[str] = []
     if shares:
         out.append(

@@ -35,7 +35,8 @@ def _bar(b: why.Bar, longest: float) -> str:
 
 
 def section(found: list[why.Bar], note: str) -> str:
-    esc = html.escape
+    from mxbench.report.html import escape as esc  # no control character from a record
+
     longest = max(b.step_ms for b in found)
     legend = "".join(
         f'<span style="background:{COLOURS[c]};color:#222;border:1px solid #999">'
