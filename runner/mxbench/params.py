@@ -13,6 +13,7 @@ Light on purpose: the bench imports it inside images (msgspec only; no pydantic,
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -47,6 +48,14 @@ MAX_STEPS = 1_000_000
 # never allowed in a value that reaches a command line, a script or a one-line message.
 CONTROL_CHARS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
 ONE_LINE = f"\\A[^{CONTROL_CHARS}]*\\Z"  # for msgspec (Python's re; $ would allow a final \n)
+
+
+@cache
+def control(keep: str = "") -> re.Pattern[str]:
+    """One character of :data:`CONTROL_CHARS` (what a record's text must not carry into a
+    terminal, a page or a script line), except those in ``keep`` (``"\\n"``)."""
+    return re.compile(f"(?![{keep}])[{CONTROL_CHARS}]" if keep else f"[{CONTROL_CHARS}]")
+
 
 # loss_scale: a word, or a positive factor written as parse_loss_scale writes it.
 LOSS_SCALE_WORDS = ("auto", "dynamic", "none")

@@ -26,7 +26,7 @@ def echo(value: object, limit: int = 40) -> str:
 
 
 def _one_line(value: str) -> str:
-    m = re.search(f"[{params.CONTROL_CHARS}]", value)
+    m = params.control().search(value)
     if m:
         raise ValueError(f"control character {m.group()!r} not allowed (one line of text)")
     return value

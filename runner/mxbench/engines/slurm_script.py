@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mxbench.engines import stale
-from mxbench.params import CONTROL_CHARS
+from mxbench.params import control
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # A control character (a newline above all, or a Unicode line separator) would end a
 # #SBATCH or export line early and start a new one: the rest of the value would run.
-_CONTROL = re.compile(f"[{CONTROL_CHARS}]")
+_CONTROL = control()
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

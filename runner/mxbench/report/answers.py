@@ -7,16 +7,15 @@ policy cannot say (:mod:`mxbench.stats` has the vocabulary). ``mxbench run`` end
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from mxbench.params import BASELINE, CONTROL_CHARS
+from mxbench.params import BASELINE, control
 from mxbench.report.tables import Table
 from mxbench.results import Record
 
 # A device name is what a bench printed: no control sequence reaches the user's terminal.
-_CONTROL = re.compile(f"[{CONTROL_CHARS}]")
+_CONTROL = control()
 
 
 def lines(tables: Sequence[Table]) -> list[str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import types
 import typing
 from pathlib import Path
@@ -64,7 +63,7 @@ FLOATS = (*(f.name for f in params.fields() if _integer(f.type, float)),
 FLAGS = ("tf32",)
 # OWASP: a cell a spreadsheet would read as a formula gets a leading apostrophe.
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
-_CONTROL = re.compile(f"[{params.CONTROL_CHARS}]")
+_CONTROL = params.control()
 
 
 def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:

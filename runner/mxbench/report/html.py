@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import base64
 import html
-import re
 from collections.abc import Callable, Container
 
+from mxbench import params
 from mxbench.report import training, why_html
 from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.plot import memory_png, pngs_base64
@@ -26,7 +26,7 @@ from mxbench.report.tables import Table
 
 MAX_PLOTS = 200
 # Not allowed in an HTML page (NUL, ESC, C1 controls): a record's name loses them.
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_CONTROL = params.control(keep="\t\n\r")
 
 
 def escape(value: str, quote: bool = True) -> str:

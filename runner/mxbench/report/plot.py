@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import base64
 import io
-import re
 import warnings
 from typing import Any
 
-from mxbench.params import BASELINE, CONTROL_CHARS
+from mxbench.params import BASELINE, control
 from mxbench.report.capacity import Capacity, peak_bytes
 from mxbench.report.tables import Table
 
 MAX_LABEL = 80
-_CONTROL = re.compile(f"[{CONTROL_CHARS}]")
+_CONTROL = control()
 # One colour per policy in every plot (Paul Tol's colour-blind-safe "bright" scheme); a
 # policy this list does not know is grey.
 POLICY_COLOURS = {

@@ -7,7 +7,6 @@ is a rich ``Text`` (never markup), so a record cannot restyle the output.
 from __future__ import annotations
 
 import io
-import re
 from collections.abc import Container, Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ from rich.rule import Rule
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from mxbench import params
 from mxbench.report import training, why
 from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.html import COLOURS
@@ -23,7 +23,7 @@ from mxbench.report.html import COLOURS
 _NUMERIC = frozenset("0123456789.")
 # What a record could send to the terminal in a name or an error: C0 and C1 control
 # characters (ESC and CSI start colour, cursor and window-title sequences). A newline stays.
-_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+_CONTROL = params.control(keep="\n")
 
 
 def plain(value: str, style: str = "") -> Text:
