@@ -140,6 +140,13 @@ def test_several_outputs_in_one_call_each_in_its_suffix_format(tmp_path: Path) -
                             "--html", *args[:4]], capture_output=True, text=True,
                            check=False)  # fmt: skip
     assert mixed.returncode == 2 and "suffix names its format" in mixed.stderr
+    for o in outs:
+        o.unlink()
+    nowhere = subprocess.run([sys.executable, "-m", "mxbench", "report", "-r", str(src.parent),
+                              *args[:2], "-o", str(tmp_path / "no" / "r.html")],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    assert nowhere.returncode == 2 and f"no folder {tmp_path / 'no'}" in nowhere.stderr
+    assert not outs[0].exists()  # checked before anything is written
 
 
 def test_a_terminal_gets_colours_a_pipe_gets_markdown(tmp_path: Path) -> None:

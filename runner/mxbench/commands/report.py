@@ -112,6 +112,7 @@ def _report(
             "--results at result files or the folders above them)"
         )
     doc = document.build(loaded, tables.build(loaded.winners))
+    written: list[Path] = []
     for fmt, path in targets:
         if fmt == "terminal" and path is None:
             from rich.console import Console
@@ -120,7 +121,7 @@ def _report(
 
             terminal.show(doc, Console())
             continue
-        _write(_html(doc) if fmt == "html" else document.render(doc, fmt), path)
+        _write(_html(doc) if fmt == "html" else document.render(doc, fmt), path, written)
     if EXIT_WHEN_DONE:
         _exit_now()
 
@@ -146,6 +147,11 @@ def _targets(chosen: list[str], outputs: list[Path]) -> list[tuple[str, Path | N
     for path in outputs:
         if path.is_dir():
             raise UsageError(f"--output {path}: is a directory")
+        folder = path.parent
+        if not folder.is_dir():
+            raise UsageError(f"--output {path}: no folder {folder} (nothing written)")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"--output {path}: cannot write in {folder} (nothing written)")
     if len(outputs) > 1 and chosen:
         raise UsageError(
             "with several --output files each file's suffix names its format: leave out "
@@ -182,7 +188,9 @@ def _html(doc: Any) -> str:
         return html.render(doc, on_table=lambda: progress.advance(task))
 
 
-def _write(text: str, output: Path | None) -> None:
+def _write(text: str, output: Path | None, written: list[Path]) -> None:
+    """One output, whole or not at all; ``written``: the files written before it (a
+    failure names them)."""
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
@@ -191,5 +199,9 @@ def _write(text: str, output: Path | None) -> None:
     try:
         write_atomic(output, text.encode("utf-8"))
     except OSError as exc:
-        raise UsageError(f"--output {output}: {exc.strerror} (nothing written)") from None
+        done = f"not written; written: {', '.join(map(str, written))}" if written else ""
+        raise UsageError(
+            f"--output {output}: {exc.strerror} ({done or 'nothing written'})"
+        ) from None
+    written.append(output)
     typer.echo(f"mxbench: report written to {output}", err=True)
