@@ -55,7 +55,9 @@ def test_a_slowed_run_is_flagged_and_exits_1(tmp_path: Path) -> None:
     a, b = _run(tmp_path, "a", 1.0, 1), _run(tmp_path, "b", 1.2, 2)
     proc = _compare(str(a), str(b), "--json")
     assert proc.returncode == 1 and "4 cell(s) regressed by more than 5%" in proc.stderr
-    changes = json.loads(proc.stdout)
+    out = json.loads(proc.stdout)
+    assert out["schema"] == "mxbench.compare/1" and out["only_in_base"] == 0
+    changes = out["cells"]
     assert len(changes) == 4 and all(c["regressed"] and c["verdict"] == "slower" for c in changes)
     assert all(0.15 < c["change"] < 0.25 and c["low"] > 0 for c in changes)
     assert _compare(str(a), str(b), "--threshold", "30").returncode == 0  # within tolerance
@@ -148,6 +150,10 @@ def test_the_speedup_itself_is_compared_between_the_runs(tmp_path: Path) -> None
         assert row[4].startswith("1.2") and row[5].startswith("2.0")
         assert row[6].startswith("+0.7") and "intervals apart" in row[6]
     assert "mixed_bfloat16: the speedup over float32 moved by +0.7" in proc.stdout
+    found = json.loads(_compare(str(a), str(b), "--json").stdout)["speedups"]  # the same, as data
+    assert [(s["params"]["policy"], s["params"]["batch_size"]) for s in found] == [
+        ("mixed_bfloat16", 8), ("mixed_bfloat16", 32)]  # fmt: skip
+    assert all(0.7 < s["gained"] < 0.8 and s["clear"] and s["base_low"] > 1 for s in found)
 
 
 def test_one_process_a_side_is_too_few_for_a_verdict_not_a_regression(tmp_path: Path) -> None:
@@ -157,5 +163,5 @@ def test_one_process_a_side_is_too_few_for_a_verdict_not_a_regression(tmp_path: 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("too few processes") == 5  # 4 rows and the summary
     assert "4 cell(s) with one process on a side" in proc.stdout
-    changes = json.loads(_compare(str(a), str(b), "--json").stdout)
+    changes = json.loads(_compare(str(a), str(b), "--json").stdout)["cells"]
     assert all(c["verdict"] == "too few processes" and c["low"] is None for c in changes)

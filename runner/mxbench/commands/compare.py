@@ -28,7 +28,12 @@ def compare(
         help="Slower by more than this many percent, with an "
         "interval that excludes no change, is a regression (exit 1).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="JSON instead of a markdown table."),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="JSON instead of markdown: one object (schema mxbench.compare/1) with the cells, "
+        "the speedups over float32 in both runs, and the cells only one side has.",
+    ),
     only_changed: bool = typer.Option(
         False,
         "--only-changed",
@@ -75,7 +80,7 @@ def compare(
     regressed = [c for c in changes if c.regressed]
     shown = [c for c in changes if c.verdict != "no clear difference"] if only_changed else changes
     if as_json:
-        _json_lines(shown)
+        _json(shown, speedups(loaded[0], loaded[1]), only_changed, only_base, only_new)
     else:
         more = _varying(shown)
         headers = ["host", "image", *more, "policy", "batch", "base ms", "new ms",
@@ -119,17 +124,28 @@ def _varying(rows: list[Any]) -> list[str]:
     return [name for name, values in names.items() if len(values) > 1]
 
 
-def _json_lines(changes: list[Any], chunk: int = 10_000) -> None:
-    """The changes as one JSON array on stdout, encoded a chunk at a time (a million cells
-    never become one string)."""
+def _json(
+    changes: list[Any],
+    found: list[Any],
+    only_changed: bool,
+    only_base: int,
+    only_new: int,
+    chunk: int = 10_000,
+) -> None:
+    """One JSON object on stdout: the cells (encoded a chunk at a time: a million cells never
+    become one string), the speedups in both runs with what they gained, the counts."""
     import msgspec
 
+    if only_changed:
+        found = [s for s in found if s.clear]
     out = sys.stdout
-    out.write("[")
+    out.write('{"schema":"mxbench.compare/1","cells":[')
     for start in range(0, len(changes), chunk):
         part = msgspec.json.encode(changes[start : start + chunk])[1:-1].decode()
         out.write(("," if start else "") + part)
-    out.write("]\n")
+    gains = [{**msgspec.structs.asdict(s), "gained": s.gained} for s in found]
+    out.write('],"speedups":' + msgspec.json.encode(gains).decode())
+    out.write(f',"only_in_base":{only_base},"only_in_new":{only_new}}}\n')
 
 
 def _speedups(found: list[Any], only_changed: bool) -> None:
