@@ -165,3 +165,30 @@ def test_one_process_a_side_is_too_few_for_a_verdict_not_a_regression(tmp_path: 
     assert "4 cell(s) with one process on a side" in proc.stdout
     changes = json.loads(_compare(str(a), str(b), "--json").stdout)["cells"]
     assert all(c["verdict"] == "too few processes" and c["low"] is None for c in changes)
+
+
+def test_a_cell_that_ran_before_and_fails_after_is_a_regression_not_only_in_base(
+    tmp_path: Path,
+) -> None:
+    a, b = _run(tmp_path, "a", 1.0, 1), _run(tmp_path, "b", 1.0, 2)
+    lines = []
+    for line in (b / "box.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["params"]["policy"] == "float32" and r["params"]["batch_size"] == 32:
+            r.update(status="oom", metrics={}, error="Traceback...\nOOM when allocating tensor")
+        lines.append(json.dumps(r))
+    (b / "box.jsonl").write_text("\n".join(lines) + "\n")
+    proc = _compare(str(a), str(b))
+    assert proc.returncode == 1 and "1 cell(s) ran in base and failed in new" in proc.stderr
+    broke = _rows(proc.stdout.split("Ran in base, failed in new")[1].split("cell(s) compared")[0])
+    assert [r[2:4] + r[5:] for r in broke] == [["float32", "32", "OOM",
+                                                "OOM when allocating tensor"]]  # fmt: skip
+    assert "3 cell(s) compared, 0 regression(s)" in proc.stdout
+    assert "1 ran in base and failed in new, 0 failed in base and ran in new; 0 only in base" in (
+        proc.stdout
+    )
+    back = _compare(str(b), str(a))  # the other way round: fixed, not a regression
+    assert back.returncode == 0 and "Failed in base, ran in new" in back.stdout, back.stderr
+    out = json.loads(_compare(str(a), str(b), "--json").stdout)
+    assert [(f["params"]["batch_size"], f["status"]) for f in out["broke"]] == [(32, "oom")]
+    assert out["fixed"] == [] and out["only_in_base"] == 0

@@ -45,7 +45,8 @@ def compare(
     parameters): median step time before and after, the change with its 95% interval (over
     processes) and a verdict. Then the answer itself in both runs: the speedup of each
     policy over float32 before and after ("mixed precision gained 0.30x"). Rows sorted by
-    host, image, policy and batch size. Exit 1 when any cell regressed; made for CI checks of
+    host, image, policy and batch size. Exit 1 when any cell regressed or ran in BASE and
+    failed in NEW (OOM, error, timeout); made for CI checks of
     a driver, CUDA or framework upgrade. BASE and NEW may be the same directory with two
     labels.
     """
@@ -72,15 +73,16 @@ def compare(
                 f"{path}: label {label!r} matches none of the {side.read} records read "
                 f"(their labels: {known})"
             )
-    changes, only_base, only_new = diff(loaded[0], loaded[1], threshold / 100)
-    if not changes:
+    found = diff(loaded[0], loaded[1], threshold / 100)
+    changes = found.changes
+    if not changes and not found.broke and not found.fixed:
         raise UsageError(
             f"no cell was timed in both {base} and {new} (same host, image and parameters)"
         )
     regressed = [c for c in changes if c.regressed]
     shown = [c for c in changes if c.verdict != "no clear difference"] if only_changed else changes
     if as_json:
-        _json(shown, speedups(loaded[0], loaded[1]), only_changed, only_base, only_new)
+        _json(shown, speedups(loaded[0], loaded[1]), only_changed, found)
     else:
         more = _varying(shown)
         headers = ["host", "image", *more, "policy", "batch", "base ms", "new ms",
@@ -95,12 +97,16 @@ def compare(
             for c in shown
         ]  # fmt: skip
         typer.echo((table(headers, rows) if rows else "No cell changed.") + "\n")
+        _failures("Ran in base, failed in new (a regression):", found.broke, ("base ms", "new"))
+        _failures("Failed in base, ran in new:", found.fixed, ("new ms", "base"))
         few = sum(1 for c in changes if c.verdict == TOO_FEW)
         typer.echo(
             escape(
                 f"{len(changes)} cell(s) compared, {len(regressed)} regression(s) "
                 f"(slower by more than {threshold:g}%, interval excluding no change); "
-                f"{only_base} only in base, {only_new} only in new."
+                f"{len(found.broke)} ran in base and failed in new, {len(found.fixed)} failed "
+                f"in base and ran in new; {found.only_base} only in base, "
+                f"{found.only_new} only in new."
                 + (
                     f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
                     if few
@@ -109,8 +115,31 @@ def compare(
             )
         )
         _speedups(speedups(loaded[0], loaded[1]), only_changed)
+    why = []
     if regressed:
-        raise MxbenchError(f"{len(regressed)} cell(s) regressed by more than {threshold:g}%")
+        why.append(f"{len(regressed)} cell(s) regressed by more than {threshold:g}%")
+    if found.broke:
+        why.append(f"{len(found.broke)} cell(s) ran in base and failed in new")
+    if why:
+        raise MxbenchError("; ".join(why))
+
+
+def _failures(title: str, cells: list[Any], columns: tuple[str, str]) -> None:
+    """The cells that ran on one side and failed on the other, with the failure."""
+    from mxbench.report.markdown import table
+    from mxbench.report.text import STATUS_TEXT
+
+    if not cells:
+        return
+    more = _varying(cells)
+    headers = ["host", "image", *more, "policy", "batch", *columns, "error"]
+    rows = [
+        [c.host, c.image or "-", *(str(c.params.get(n)) for n in more),
+         str(c.params["policy"]), str(c.params["batch_size"]), f"{c.timed_ms:.2f}",
+         STATUS_TEXT.get(c.status, c.status), c.error or ""]
+        for c in cells
+    ]  # fmt: skip
+    typer.echo(f"{title}\n\n{table(headers, rows)}\n")
 
 
 def _varying(rows: list[Any]) -> list[str]:
@@ -125,27 +154,25 @@ def _varying(rows: list[Any]) -> list[str]:
 
 
 def _json(
-    changes: list[Any],
-    found: list[Any],
-    only_changed: bool,
-    only_base: int,
-    only_new: int,
-    chunk: int = 10_000,
+    changes: list[Any], gains: list[Any], only_changed: bool, found: Any, chunk: int = 10_000
 ) -> None:
     """One JSON object on stdout: the cells (encoded a chunk at a time: a million cells never
-    become one string), the speedups in both runs with what they gained, the counts."""
+    become one string), those that ran on one side only, the speedups in both runs with what
+    they gained, the counts."""
     import msgspec
 
     if only_changed:
-        found = [s for s in found if s.clear]
+        gains = [s for s in gains if s.clear]
     out = sys.stdout
     out.write('{"schema":"mxbench.compare/1","cells":[')
     for start in range(0, len(changes), chunk):
         part = msgspec.json.encode(changes[start : start + chunk])[1:-1].decode()
         out.write(("," if start else "") + part)
-    gains = [{**msgspec.structs.asdict(s), "gained": s.gained} for s in found]
-    out.write('],"speedups":' + msgspec.json.encode(gains).decode())
-    out.write(f',"only_in_base":{only_base},"only_in_new":{only_new}}}\n')
+    out.write('],"broke":' + msgspec.json.encode(found.broke).decode())
+    out.write(',"fixed":' + msgspec.json.encode(found.fixed).decode())
+    speed = [{**msgspec.structs.asdict(s), "gained": s.gained} for s in gains]
+    out.write(',"speedups":' + msgspec.json.encode(speed).decode())
+    out.write(f',"only_in_base":{found.only_base},"only_in_new":{found.only_new}}}\n')
 
 
 def _speedups(found: list[Any], only_changed: bool) -> None:

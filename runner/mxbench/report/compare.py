@@ -16,6 +16,7 @@ with both intervals; the change is *clear* when the two intervals do not overlap
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -44,6 +45,27 @@ class Change(msgspec.Struct):
     regressed: bool
 
 
+class Failed(msgspec.Struct):
+    """A cell timed on one side whose every attempt on the other side failed (an upgrade
+    that makes a cell run out of memory is a regression, not a cell "only in base")."""
+
+    host: str
+    image: str | None
+    params: dict[str, object]
+    timed_ms: float  # its median step time on the side where it ran
+    status: str  # oom, error, timeout or unsupported: on the other side
+    error: str | None  # the last line of that side's error
+
+
+@dataclass
+class Comparison:
+    changes: list[Change]  # cells timed on both sides
+    only_base: int  # cells that only one side has at all
+    only_new: int
+    broke: list[Failed]  # timed in base, failed in new
+    fixed: list[Failed]  # failed in base, timed in new
+
+
 @functools.lru_cache(maxsize=4096)
 def _identity(p: Params) -> tuple[tuple[str, ...], dict[str, object]]:
     """The parameters that identify a cell (repeats aside): as text for the key, and as
@@ -64,7 +86,7 @@ def _order(value: Any) -> tuple[int, Any]:
     return (2, str(value))
 
 
-def order(c: Change | SpeedupChange) -> tuple[Any, ...]:
+def order(c: Change | SpeedupChange | Failed) -> tuple[Any, ...]:
     return (c.host, c.image or "", *(_order(v) for v in c.params.values()))
 
 
@@ -77,9 +99,31 @@ def _processes(loaded: Loaded) -> dict[Key, tuple[Record, list[stats.Process]]]:
     return out
 
 
-def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], int, int]:
-    """The changes of cells timed on both sides, and how many cells only one side timed."""
+def _failed(loaded: Loaded, timed: dict[Key, Any]) -> dict[Key, Record]:
+    """The cells whose every attempt failed (none timed)."""
+    return {k: r for r in loaded.winners if r.status != "ok" and (k := _key(r)) not in timed}
+
+
+def _broken(timed: dict[Key, tuple[Record, list[stats.Process]]],
+            failed: dict[Key, Record]) -> list[Failed]:  # fmt: skip
+    out = [
+        Failed(host=str(rec.host), image=rec.image.name or rec.image.id,
+               params=_identity(rec.params)[1], timed_ms=_median(timed[key][1]),
+               status=failed[key].status,
+               error=(failed[key].error or "").strip().rsplit("\n", 1)[-1].strip() or None)
+        for key in timed.keys() & failed.keys()
+        for rec in [timed[key][0]]
+    ]  # fmt: skip
+    out.sort(key=order)
+    return out
+
+
+def compare(base: Loaded, new: Loaded, threshold: float) -> Comparison:
+    """The changes of cells timed on both sides, the cells that ran on one side and failed on
+    the other, and how many cells only one side has."""
     b, n = _processes(base), _processes(new)
+    fb, fn = _failed(base, b), _failed(new, n)
+    broke, fixed = _broken(b, fn), _broken(n, fb)
     common = sorted(b.keys() & n.keys())
     ratios = stats.judge([(b[k][1], n[k][1]) for k in common])
     out = []
@@ -107,7 +151,8 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> tuple[list[Change], 
             )
         )
     out.sort(key=order)
-    return out, len(b.keys() - n.keys()), len(n.keys() - b.keys())
+    base_keys, new_keys = b.keys() | fb.keys(), n.keys() | fn.keys()
+    return Comparison(out, len(base_keys - new_keys), len(new_keys - base_keys), broke, fixed)
 
 
 class SpeedupChange(msgspec.Struct):
