@@ -15,7 +15,7 @@ import pytest
 
 from mxbench.cells import cell_key
 from mxbench.params import Params
-from mxbench.report import document, html, markdown, terminal
+from mxbench.report import document, html, markdown, terminal, text
 from mxbench.report.load import load
 from mxbench.report.plot import POLICY_COLOURS, png, speedup_png
 from mxbench.report.tables import build
@@ -211,3 +211,17 @@ def test_a_policy_has_one_colour_in_every_plot(tmp_path: Path, draw: Any) -> Non
     want = [int(POLICY_COLOURS["mixed_float16"][i : i + 2], 16) / 255 for i in (1, 3, 5)]
     near = (abs(pixels - want).max(axis=-1) < 0.02).sum()
     assert near > 50, "mixed_float16's line is not in its colour"
+
+
+def test_no_float32_says_why_there_is_no_summary_in_every_format(tmp_path: Path) -> None:
+    src = write(tmp_path / "res" / "h.jsonl", [*timed("mixed_float16", 8, 50.0),
+                                               *timed("mixed_bfloat16", 8, 60.0)])  # fmt: skip
+    loaded = load([src])
+    doc = document.build(loaded, build(loaded.winners))
+    assert doc.grids == [] and doc.notices[0] == text.NO_SUMMARY
+    assert markdown.escape(text.NO_SUMMARY, limit=None) in markdown.render(doc)
+    assert json.loads(document.render(doc, "json"))["notices"][0] == text.NO_SUMMARY
+    with_base = write(tmp_path / "ok" / "h.jsonl", [*timed("float32", 8, 100.0),
+                                                    *timed("mixed_float16", 8, 50.0)])  # fmt: skip
+    ok = load([with_base])
+    assert text.NO_SUMMARY not in document.build(ok, build(ok.winners)).notices

@@ -235,13 +235,17 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
     ]
     found = capacity.build(loaded.winners)
     makers += [("largest", partial(largest, c, f"largest-{i + 1}")) for i, c in enumerate(found)]
+    summary = grids(tables, anchors, texts)
+    notices = text.notices(loaded) + answers.time_per_run(loaded.winners)
+    if tables and not summary:
+        notices.insert(0, text.NO_SUMMARY)
     return Document(
         loaded=loaded,
         tables=tables,
         counts=text.counts(loaded, tables),
         definitions=text.DEFINITIONS,
-        notices=text.notices(loaded) + answers.time_per_run(loaded.winners),
-        grids=grids(tables, anchors, texts),
+        notices=notices,
+        grids=summary,
         makers=makers,
         training=training.sections(loaded.winners),
         shares=training.shares(loaded.winners),

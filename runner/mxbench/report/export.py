@@ -110,6 +110,7 @@ def render(doc: Document) -> str:
         "loss_tolerance": LOSS_TOLERANCE,
         # the answer: per policy, the speedup's verdict per device and batch size
         "summary": [_grid(g) for g in doc.grids],
+        "notices": doc.notices,  # older attempts hidden, lines skipped, why no summary
         "tables": doc.each(_table, "speed"),
         # training runs to an accuracy, and the input pipeline's share (report/training.py)
         "training": [training.as_dict(s) for s in doc.training],

@@ -155,6 +155,12 @@ def counts(loaded: Loaded, tables: Sequence[Table]) -> str:
     )
 
 
+NO_SUMMARY = (
+    "No summary of speedups: a speedup is over float32, and no table has float32 beside "
+    "another policy (add float32 to the matrix's policies)."
+)
+
+
 def notices(loaded: Loaded) -> list[str]:
     out = []
     older = sum(n - 1 for n in loaded.attempts.values())
