@@ -225,3 +225,14 @@ def test_no_float32_says_why_there_is_no_summary_in_every_format(tmp_path: Path)
                                                     *timed("mixed_float16", 8, 50.0)])  # fmt: skip
     ok = load([with_base])
     assert text.NO_SUMMARY not in document.build(ok, build(ok.winners)).notices
+
+
+def test_tables_come_in_the_order_of_their_numbers_not_of_their_text(tmp_path: Path) -> None:
+    recs = []
+    for size in (256, 64, 1024, 128):
+        for r in [*timed("float32", 8, 100.0), *timed("mixed_float16", 8, 50.0)]:
+            r["params"]["image_size"] = size
+            r["cell"] = cell_key("h", None, None, Params(**r["params"]))
+            recs.append(r)
+    loaded = load([write(tmp_path / "h.jsonl", recs)])
+    assert [t.setup["image_size"] for t in build(loaded.winners)] == [64, 128, 256, 1024]

@@ -292,8 +292,8 @@ Slots = dict[tuple[str, int], list[Record]]  # (policy, batch size) -> records
 
 
 def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
-    """The records of each table, tables sorted by host, device, image, setup.
-    ``by_device=False``: one table per host, image and setup whatever the records say of the
+    """The records of each table, tables sorted by host, device, image, setup (numbers by
+    value). ``by_device=False``: one table per host, image and setup whatever the records say of the
     device (a trial killed for memory has no device facts; the table takes its ok ones')."""
     groups: dict[tuple[str, ...], Slots] = {}
     setups: dict[Params, tuple[str, ...]] = {}  # many records share their parameters
@@ -308,7 +308,16 @@ def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
         if slots is None:
             slots = groups[key] = {}
         slots.setdefault((p.policy, p.batch_size), []).append(rec)
-    return [groups[k] for k in sorted(groups)]
+    return [groups[k] for k in sorted(groups, key=lambda k: tuple(map(_natural, k)))]
+
+
+def _natural(value: str) -> tuple[int, float, str]:
+    """A number by its value (image_size 64 before 128), anything else as text after."""
+    try:
+        number = float(value)
+    except ValueError:
+        return (1, 0.0, value)
+    return (0, number, value) if math.isfinite(number) else (1, 0.0, value)
 
 
 def latest_run(records: list[Record]) -> list[Record]:
