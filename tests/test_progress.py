@@ -58,3 +58,17 @@ def test_a_log_gets_plain_lines_from_every_host_thread(capsys) -> None:  # type:
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 20
     assert sorted(int(line[1:].split("/")[0]) for line in lines) == list(range(1, 21))
+
+
+def test_a_records_error_cannot_drive_the_terminal_or_be_read_as_markup() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200, color_system=None)
+    rec = _record("error")
+    rec.error = "\x1b]0;pwned\x07\x1b[2J[bold red]boom[/] \x9b31m"
+    with CellProgress(2, console) as progress:
+        progress.hosts({"a": 1, "b": 1})
+        progress.finish("a", "a float32 bs=32", rec)
+        progress._progress.refresh()  # type: ignore[union-attr]
+    text = out.getvalue()
+    assert "pwned" in text and "[bold red]boom[/]" in text  # shown as it reads
+    assert "\x1b]0;" not in text and "\x1b[2J" not in text and "\x9b" not in text

@@ -25,7 +25,19 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from mxbench.params import control
 from mxbench.results import Record
+
+# What a record, a bench or a build could send to the terminal in a name, an error or a log
+# line: C0 and C1 control characters (ESC and CSI start colour, cursor and window-title
+# sequences). A newline stays.
+_CONTROL = control(keep="\n")
+
+
+def plain(value: str, style: str = "") -> Text:
+    """``value`` as it reads: no markup, no control sequence."""
+    return Text(_CONTROL.sub(" ", value), style=style)
+
 
 STATUS_STYLE = {
     "ok": "green",
@@ -56,7 +68,8 @@ class _Host:
 
     def description(self) -> str:
         now = " ".join(x for x in (self.label, self.note) if x)
-        return " · ".join(x for x in (now, f"last: {self.last}" if self.last else "") if x)
+        line = " · ".join(x for x in (now, f"last: {self.last}" if self.last else "") if x)
+        return _CONTROL.sub(" ", line)
 
 
 class CellProgress:
@@ -80,7 +93,7 @@ class CellProgress:
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # a record's error as it is
                 console=self.console,
                 transient=False,
             )
@@ -141,12 +154,12 @@ class CellProgress:
             done = self.done
         wall = record.run.get("wall_s")
         secs = f" ({wall:.1f} s)" if isinstance(wall, (int, float)) else ""
-        line = f"[{done}/{self.total}] {label}: {summarize(record)}{secs}"
+        line = _CONTROL.sub(" ", f"[{done}/{self.total}] {label}: {summarize(record)}{secs}")
         if self._progress is None:
             print(line, file=sys.stderr, flush=True)
             return
         style = STATUS_STYLE.get(record.status, "white")
-        self._progress.console.print(Text(line, style=style), highlight=False)
+        self._progress.console.print(plain(line, style=style), highlight=False)
         self._progress.advance(self._task)
         host_line = self._hosts.get(host)
         if host_line is not None:

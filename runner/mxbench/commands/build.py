@@ -90,10 +90,10 @@ def _build_all(m: Any, plan: list[tuple[Any, list[str]]], ca: Path | None, rebui
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.table import Table
-    from rich.text import Text
 
     from mxbench import images
     from mxbench.engines.docker import DockerUnreachable, address, connect
+    from mxbench.progress import plain
 
     console = Console(stderr=True)
     specs = images.specs(m, {i for _, todo in plan for i in todo})
@@ -120,7 +120,7 @@ def _build_all(m: Any, plan: list[tuple[Any, list[str]]], ca: Path | None, rebui
                 task = progress.add_task("checking", what=what)
 
                 def log(line: str, what: str = what) -> None:
-                    console.print(Text(f"  {what} | {line}", style="dim"), highlight=False)
+                    console.print(plain(f"  {what} | {line}", style="dim"), highlight=False)
 
                 def step(line: str, task: Any = task) -> None:
                     progress.update(task, description=line[:100])
@@ -155,5 +155,5 @@ def _build_all(m: Any, plan: list[tuple[Any, list[str]]], ca: Path | None, rebui
     Console().print(table)
     if failures:
         for f in failures[:-1]:
-            console.print(Text(f"mxbench: error: {f}", style="red"), highlight=False)
+            console.print(plain(f"mxbench: error: {f}", style="red"), highlight=False)
         raise MxbenchError(failures[-1])

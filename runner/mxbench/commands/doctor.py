@@ -51,11 +51,11 @@ def doctor(
     """
     from rich.console import Console
     from rich.table import Table
-    from rich.text import Text
 
     from mxbench.cells import expand, searches
     from mxbench.engines import engine_class
     from mxbench.matrix import default_matrix_path, load_matrix
+    from mxbench.progress import plain
 
     mx = load_matrix(matrix or default_matrix_path())
     cells = expand(mx, host or None) + [s.template for s in searches(mx, host or None)]
@@ -83,17 +83,17 @@ def doctor(
     for name, (checks, secs) in checked.items():
         for i, c in enumerate(checks):
             label = f"{name} ({secs:.1f} s)" if i == 0 else ""
-            # Text, not markup: a fix such as pip's '...[tf]' is shown as it is
+            # plain Text, not markup: a fix such as pip's '...[tf]' is shown as it is
             shown = (label, c.name, MARK[c.state], c.detail, c.fix)
-            table.add_row(*map(Text, shown), style=STYLE[c.state])
+            table.add_row(*map(plain, shown), style=STYLE[c.state])
         if any(c.state == "fail" for c in checks):
             failed.append(name)
     for model, source in sorted({(c.params.model, c.model_source) for c in cells
                                  if c.model_source}):  # fmt: skip
         detail = f"{model}: found, function defined (source {source}); not run here"
-        table.add_row(*map(Text, ("(model)", "user model", MARK["ok"], detail, "")),
+        table.add_row(*map(plain, ("(model)", "user model", MARK["ok"], detail, "")),
                       style=STYLE["ok"])  # fmt: skip
-    table.add_row(*map(Text, ("(results)", disk.name, MARK[disk.state], disk.detail, disk.fix)),
+    table.add_row(*map(plain, ("(results)", disk.name, MARK[disk.state], disk.detail, disk.fix)),
                   style=STYLE[disk.state])  # fmt: skip
     console.print(table)
     ready = len(names) - len(failed)

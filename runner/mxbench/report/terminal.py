@@ -15,20 +15,12 @@ from rich.rule import Rule
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from mxbench import params
+from mxbench.progress import plain
 from mxbench.report import training, why
 from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.html import COLOURS
 
 _NUMERIC = frozenset("0123456789.")
-# What a record could send to the terminal in a name or an error: C0 and C1 control
-# characters (ESC and CSI start colour, cursor and window-title sequences). A newline stays.
-_CONTROL = params.control(keep="\n")
-
-
-def plain(value: str, style: str = "") -> Text:
-    """``value`` as it reads: no markup, no control sequence."""
-    return Text(_CONTROL.sub(" ", value), style=style)
 
 
 def grid(g: Grid) -> RichTable:

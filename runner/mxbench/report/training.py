@@ -350,7 +350,7 @@ def renderables(sections_: Sequence[Section], shares: Sequence[str]) -> Iterable
     from rich.rule import Rule
     from rich.table import Table as RichTable
 
-    from mxbench.report.terminal import plain  # no markup, no control sequence from records
+    from mxbench.progress import plain  # no markup, no control sequence from records
 
     if shares:
         yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
