@@ -30,6 +30,11 @@ def test_times_counts_and_flags_are_typed(h100: pd.DataFrame) -> None:
         assert str(h100[col].dtype) == "Int64", col
     assert h100["repeat"].isna().all()  # missing stays missing, not NaN in a float column
     assert str(h100["tf32"].dtype) == "boolean"
+    for col in ("host", "image", "device", "policy", "jit_compile", "cuda", "tensorflow", "error"):
+        assert str(h100[col].dtype) == "string", col  # text, even where every value is missing
+    assert h100["image"].isna().all() and h100["tensorflow"].isna().all()
+    assert {str(h100[c].dtype) for c in ("time", "started_at", "finished_at")} == {
+        "datetime64[us, UTC]"}  # fmt: skip
 
 
 def test_what_changes_the_numbers_is_there(h100: pd.DataFrame) -> None:

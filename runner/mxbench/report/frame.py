@@ -7,7 +7,8 @@ loss parity, what changes the numbers (input device, TF32 and the matmul setting
 memory, warm-up, versions as people write them (CUDA 13.0, cuDNN 9.19.0).
 
 The DataFrame is typed: times are UTC datetimes, counts nullable integers (``Int64``: a
-missing value stays missing, not a float NaN), flags nullable booleans. The CSV keeps the
+missing value stays missing, not a float NaN), flags nullable booleans, text pandas'
+``string`` (missing: ``pd.NA``), numbers float64. The CSV keeps the
 same columns as text (ISO-8601 times).
 """
 
@@ -45,11 +46,14 @@ TIMES = ("time", "started_at", "finished_at")
 
 
 def _integer(tp: Any, kind: type = int) -> bool:
-    """int (``kind``), Annotated[int, ...], or either of them | None."""
+    """int (``kind``), Annotated[int, ...], or either of them | None; with ``kind`` str, a
+    Literal of strings too."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return all(_integer(a, kind) for a in typing.get_args(tp) if a is not type(None))
     if typing.get_origin(tp) is typing.Annotated:
         return _integer(typing.get_args(tp)[0], kind)
+    if typing.get_origin(tp) is typing.Literal:
+        return all(type(a) is kind for a in typing.get_args(tp))
     return tp is kind
 
 
@@ -61,6 +65,11 @@ FLOATS = (*(f.name for f in params.fields() if _integer(f.type, float)),
           "speedup_vs_float32", "speedup_low", "speedup_high", "loss_mean", "loss_vs_float32",
           "first_step_ms", "warmup_ms", "gpu_util_pct", "achieved_tflops")  # fmt: skip
 FLAGS = ("tf32",)
+# text, missing as pd.NA like the integers and flags (and not object where every value is)
+TEXTS = (*_BEFORE, *(f.name for f in params.fields() if _integer(f.type, str)),
+         "status", "verdict", "loss_parity", "peak_memory_kind", "throttle_reasons",
+         "input_device", "matmul_precision", "tensorflow", "jax", "torch", "keras", "cuda",
+         "cudnn", "label", "cell", "source", "error")  # fmt: skip
 # OWASP: a cell a spreadsheet would read as a formula gets a leading apostrophe.
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 _CONTROL = params.control()
@@ -175,17 +184,21 @@ def load_results(*paths: str | Path, latest: bool = True, label: str | None = No
 
 
 def typed(frame: pd.DataFrame) -> pd.DataFrame:
-    """Times as UTC datetimes, counts as nullable integers, flags as nullable booleans."""
+    """Times as UTC datetimes, counts as nullable integers, flags as nullable booleans, text
+    as pandas' string type."""
     import pandas as pd
 
     for col in TIMES:
-        frame[col] = pd.to_datetime(frame[col], utc=True, format="ISO8601", errors="coerce")
+        when = pd.to_datetime(frame[col], utc=True, format="ISO8601", errors="coerce")
+        frame[col] = when.dt.as_unit("us")  # one unit, whatever the values happen to be
     for col in INTEGERS:
         frame[col] = frame[col].astype("Int64")
     for col in FLOATS:
         frame[col] = frame[col].astype("float64")
     for col in FLAGS:
         frame[col] = frame[col].astype("boolean")
+    for col in TEXTS:
+        frame[col] = frame[col].astype("string")
     return frame
 
 
