@@ -42,6 +42,14 @@ def test_time_to_answer_adds_up_the_processes() -> None:
     assert "(25.0%)" in runs[0] and "(12.5%)" in runs[1]
 
 
+def test_records_older_than_the_phase_stamps_are_not_all_teardown() -> None:
+    old = [rec(30.0), rec(30.0)]  # how long each ran, not where the time went
+    assert time_to_answer(old) == "time to answer: 2 process(es), 60 s"
+    mixed = time_to_answer([*old, rec(10.0, start=1.0, timed=2.0)])
+    assert mixed == ("time to answer: 3 process(es), 70 s; timed steps 2.0 s (20.0% of the 1 "
+                     "that stamp their phases); teardown 70%, start 10%")  # fmt: skip
+
+
 def test_the_answer_lines_carry_no_control_sequence_from_a_bench() -> None:
     from report_records import rec, typed_all
 

@@ -40,9 +40,11 @@ def time_to_answer(records: Iterable[Record], label: str | None = None) -> str |
     """Where the processes' wall time went: ``time to answer: 24 processes, 410 s; timed
     steps 14.1 s (3.4%); import 38%, first_step 20%, ...`` (phases over 2%, largest first;
     ``teardown``: what the bench could not stamp: the interpreter's exit after the record,
-    and the engine starting the process). None when
-    no record says how long its process ran."""
+    and the engine starting the process), over the processes whose records stamp their
+    phases (records older than the stamps say only how long they ran). None when no record
+    says how long its process ran."""
     walls, n = 0.0, 0
+    staged, stamped = 0.0, 0  # the wall time and the count of the processes that stamp phases
     phases: dict[str, float] = defaultdict(float)
     for r in records:
         wall = r.run.get("wall_s")
@@ -50,17 +52,25 @@ def time_to_answer(records: Iterable[Record], label: str | None = None) -> str |
             continue
         n += 1
         walls += wall
+        if not r.metrics.phases_s:
+            continue
+        stamped += 1
+        staged += wall
         for name, spent in r.metrics.phases_s.items():
             phases[name] += spent
         phases["teardown"] += max(0.0, wall - sum(r.metrics.phases_s.values()))
     if not n:
         return None
+    run = f" ({label})" if label else ""
+    head = f"time to answer{run}: {n} process(es), {walls:.0f} s"
+    if not stamped:
+        return head
     timed = phases.pop("timed", 0.0)
     biggest = sorted(phases.items(), key=lambda kv: -kv[1])
-    share = ", ".join(f"{k} {v / walls:.0%}" for k, v in biggest if v / walls >= 0.02)
-    run = f" ({label})" if label else ""
-    return (f"time to answer{run}: {n} process(es), {walls:.0f} s; timed steps {timed:.1f} s "
-            f"({timed / walls:.1%})" + (f"; {share}" if share else ""))  # fmt: skip
+    share = ", ".join(f"{k} {v / staged:.0%}" for k, v in biggest if v / staged >= 0.02)
+    of = "" if stamped == n else f" of the {stamped} that stamp their phases"
+    return (f"{head}; timed steps {timed:.1f} s ({timed / staged:.1%}{of})"
+            + (f"; {share}" if share else ""))  # fmt: skip
 
 
 def time_per_run(records: Iterable[Record]) -> list[str]:
