@@ -236,3 +236,13 @@ def test_tables_come_in_the_order_of_their_numbers_not_of_their_text(tmp_path: P
             recs.append(r)
     loaded = load([write(tmp_path / "h.jsonl", recs)])
     assert [t.setup["image_size"] for t in build(loaded.winners)] == [64, 128, 256, 1024]
+
+
+def test_a_slot_that_failed_without_a_word_is_still_a_failure(tmp_path: Path) -> None:
+    src = write(tmp_path / "h.jsonl", [*timed("float32", 8, 100.0), *timed("float32", 16, 100.0),
+                                       rec("h", "float32", 32, status="oom", device=V100),
+                                       rec("h", "mixed_float16", 8, status="timeout",
+                                           device=V100, error="  \n")])  # fmt: skip
+    loaded = load([src])
+    (s,) = document.build(loaded, build(loaded.winners)).speed
+    assert s.failures == ["batch 8 mixed_float16 (timeout)", "batch 32 float32 (OOM)"]

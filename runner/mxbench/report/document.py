@@ -198,15 +198,16 @@ def grids(
 
 
 def failures(t: Table) -> list[str]:
-    """One line per slot that did not run: the last line of its latest attempt's error."""
-    found = sorted({(b, p, e.records[-1].error) for (p, b), e in t.entries.items()
-                    if e.status != "ok" and e.records[-1].error})  # fmt: skip
-    return [
-        f"batch {b} {p} ({text.STATUS_TEXT.get(t.entries[p, b].status, '')}): "
-        f"{bounded(' '.join(err.strip().splitlines()[-1].split()))}"
-        for b, p, err in found
-        if err.strip()
-    ]
+    """One line per slot that did not run: its status, and the last line of its latest
+    attempt's error when it has one."""
+    out = []
+    for (p, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if e.status == "ok":
+            continue
+        head = f"batch {b} {p} ({text.STATUS_TEXT.get(e.status, e.status)})"
+        lines = (e.records[-1].error or "").strip().splitlines()
+        out.append(f"{head}: {bounded(' '.join(lines[-1].split()))}" if lines else head)
+    return out
 
 
 def section(t: Table, anchor: str, texts: Texts | None = None) -> Section:
