@@ -185,6 +185,14 @@ def test_markdown_escapes_what_it_interpolates(tmp_path: Path) -> None:
     assert "a\\|b c&lt;script>" in out
 
 
+def test_markdown_emphasis_and_strikethrough_from_a_name_stay_text() -> None:
+    from mxbench.report.markdown import escape
+
+    assert escape("_pwned_ ~~gone~~ __bold__") == "\\_pwned\\_ \\~\\~gone\\~\\~ \\_\\_bold\\_\\_"
+    for plain in ("mixed_float16", "snake_case_host", "Tesla V100-SXM2-16GB"):
+        assert escape(plain) == plain  # an underscore inside a word formats nothing
+
+
 @pytest.mark.parametrize("prefix", ["=", "+", "-", "@", "\t", "\r"])
 def test_csv_neutralises_formulas(tmp_path: Path, prefix: str) -> None:
     path = write(tmp_path / "h.jsonl", [rec(host=f"{prefix}HYPERLINK(1)", status="error",

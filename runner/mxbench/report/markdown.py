@@ -3,7 +3,8 @@ then a section per table and per largest-batch search.
 
 Every string that comes from a record (host, device, image, error, labels, source) is
 escaped: HTML is neutralised, ``|`` cannot add a column, a newline cannot start a heading,
-``*`` and backticks cannot format, ``](`` cannot make a link.
+``*``, ``~``, backticks and an ``_`` at a word's edge cannot format, ``](`` cannot make a
+link.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from mxbench.report.document import Document, Grid, Section
 
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")
 _TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what would open an HTML tag or comment
-_SPECIAL = re.compile(r"([\\`*|]|(?<=\])\()")  # and "](" that would open a link
-_ANY = re.compile(f"[{CONTROL_CHARS}<\\\\`*|]|\\]\\(")  # could anything above apply?
+# and "](" that would open a link, "~" (strikethrough), "_" where it could start or end
+# emphasis (at a word's edge: mixed_float16 stays as it is)
+_EDGE_UNDERSCORE = r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])"
+_SPECIAL = re.compile(rf"([\\`*|~]|(?<=\])\(|{_EDGE_UNDERSCORE})")
+_ANY = re.compile(f"[{CONTROL_CHARS}<\\\\`*|~]|\\]\\(|{_EDGE_UNDERSCORE}")  # could any apply?
 MAX_TEXT = 300  # characters of one interpolated value (a 1 MB device name stays a name)
 
 
