@@ -21,7 +21,8 @@ _TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what would open an HTML tag or comment
 # emphasis (at a word's edge: mixed_float16 stays as it is)
 _EDGE_UNDERSCORE = r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])"
 _SPECIAL = re.compile(rf"([\\`*|~]|(?<=\])\(|{_EDGE_UNDERSCORE})")
-_ANY = re.compile(f"[{CONTROL_CHARS}<\\\\`*|~]|\\]\\(|{_EDGE_UNDERSCORE}")  # could any apply?
+_ANY = re.compile(f"[{CONTROL_CHARS}<\\\\`*|~]|\\]\\(")  # could any of the above apply?
+_EDGE = re.compile(_EDGE_UNDERSCORE)
 MAX_TEXT = 300  # characters of one interpolated value (a 1 MB device name stays a name)
 
 
@@ -29,8 +30,8 @@ def escape(value: str, limit: int | None = MAX_TEXT) -> str:
     """One line of text that renders as itself in GitHub markdown (and inside a table)."""
     if limit is not None and len(value) > limit:
         value = value[: limit - 1] + "…"
-    if _ANY.search(value) is None:  # most cells: numbers and plain names
-        return value
+    if _ANY.search(value) is None and ("_" not in value or _EDGE.search(value) is None):
+        return value  # most cells: numbers and plain names
     value = _TAG.sub("&lt;", _CONTROL.sub(" ", value))
     return _SPECIAL.sub(r"\\\1", value)
 
