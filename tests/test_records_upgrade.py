@@ -107,3 +107,20 @@ def test_an_old_line_the_upgrade_cannot_mend_is_still_a_bad_record() -> None:
         decode(line)
     with pytest.raises(BadRecord, match="Expected `object`, got `array`"):
         decode("[1, 2]")
+
+
+@pytest.mark.parametrize("schema", ["mxbench.result/1", SCHEMA, None])
+def test_a_failure_written_with_null_parts_loads_in_any_version(schema: str | None) -> None:
+    """`metrics: null` (and null device, image, software) on an oom or error: allowed by the
+    first contract, and read the same way in a hand-written current or schema-less line."""
+    raw: dict[str, object] = {"cell": "c", "host": "h", "status": "oom"}
+    raw["params"] = {"batch_size": 8}
+    raw |= dict.fromkeys(("metrics", "device", "image", "software", "error"))
+    if schema is not None:
+        raw["schema"] = schema
+    rec = decode(json.dumps(raw))
+    assert rec.schema == SCHEMA and rec.problem() is None and rec.status == "oom"
+    assert rec.metrics.step_ms is None and rec.step is None
+    # a null where the type holds a number is still a bad record, not silently dropped
+    with pytest.raises(BadRecord, match="batch_size"):
+        decode(json.dumps({**raw, "params": {"batch_size": None}}))

@@ -616,7 +616,11 @@ def decode(line: bytes | str) -> Record:
     except UnicodeDecodeError as exc:  # msgspec's, for a string that is not UTF-8
         raise _not_utf8(exc) from None
     try:
-        rec = msgspec.convert(upgrade(obj) if isinstance(obj, dict) else obj, Record)
+        if isinstance(obj, dict):
+            obj = upgrade(obj)
+            if obj.get("schema", SCHEMA) == SCHEMA:  # hand-written lines: nulls read as in /1
+                _drop_nulls(obj)
+        rec = msgspec.convert(obj, Record)
     except msgspec.ValidationError as exc:
         raise BadRecord(_reason(str(exc))) from None
     except RecursionError:
@@ -649,7 +653,8 @@ HISTORY: dict[str, str] = {
     "host, status, params) let any other part be null (`metrics: null` on an oom or error); "
     "the first report read a compute capability written as a number (7.0) or a pair ([7, 0]); "
     "device.used_by_tf said whether the framework used the GPU, whatever the backend.",
-    SCHEMA: "Step 17: no nulls where the type holds an object, a list or a default; "
+    SCHEMA: "Step 17: written with no nulls where the type holds an object, a list or a "
+    "default (read leniently: such a null is the default, as in /1); "
     "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu.",
 }
 _json_decoder = msgspec.json.Decoder()
@@ -680,7 +685,10 @@ def _cc_text(value: Any) -> Any:
     return value
 
 
-def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
+def _drop_nulls(obj: dict[str, Any]) -> dict[str, Any]:
+    """A null where the type holds an object, a list or a default is read as "not recorded"
+    (the default): the first contract allowed it (`metrics: null` on an oom), and a reader
+    that is lenient here loses nothing a writer meant."""
     _nulls_to_defaults(obj, Record)
     for key, kind in _PARTS.items():
         part = obj.get(key)
@@ -691,6 +699,11 @@ def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
         for key, kind in (("step_ms", StepStats), ("gpu_health", GpuHealth)):
             if isinstance(metrics.get(key), dict):
                 _nulls_to_defaults(metrics[key], kind)
+    return obj
+
+
+def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
+    _drop_nulls(obj)
     device = obj.get("device")
     if isinstance(device, dict):
         if "used_by_tf" in device:
