@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from mxbench.cells import cell_key
 from mxbench.cli import app
 from mxbench.errors import MxbenchError
+from mxbench.params import Params
 from report_records import rec, write
 
 FORMATS = ("--markdown", "--csv", "--html", "--json")
@@ -293,3 +295,42 @@ def test_compare_of_any_records_is_a_table_or_a_warning_never_a_crash(
         for line in res.stdout.splitlines():
             if line.strip():
                 json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in compare --json"))
+
+
+def _extreme(fast: float) -> list[dict]:
+    """Two processes a slot: float32 at 9e13 ms a step, mixed_bfloat16 at ``fast``."""
+    records = []
+    for policy, median in (("float32", 9e13), ("mixed_bfloat16", fast)):
+        for batch in (8, 16):
+            for repeat in range(2):
+                r = rec(policy=policy, batch=batch, median=median * (1 + repeat / 10))
+                r["params"]["repeat"] = repeat
+                r["cell"] = cell_key("h1", None, None, Params(**r["params"]))
+                records.append(r)
+    return records
+
+
+def test_a_figure_from_extreme_step_times_stays_a_few_characters(tmp_path: Path) -> None:
+    """Item 2, what comes from records stays bounded: a step time at the schema's bounds
+    (1e-300 ms beside 9e13 ms) makes rates and speedups of 1e300 and more; every format
+    writes each in a few characters (scientific notation), not as a 300-digit number."""
+    results = write(tmp_path / "h.jsonl", _extreme(1e-300))
+    outs = [tmp_path / f"r.{suffix}" for suffix in ("md", "html", "json", "csv", "txt")]
+    code, _, err = _report("--results", str(results), *(f"-o{o}" for o in outs))
+    assert code == 0 and not _warnings(err), err
+    for out in outs:
+        longest = max(re.findall(r"\d+", out.read_text(encoding="utf-8")), key=len)
+        assert len(longest) <= 20, (out.name, longest[:40])
+
+
+def test_compare_writes_a_speedup_from_extreme_step_times_in_a_few_characters(
+    tmp_path: Path,
+) -> None:
+    """The same bound in `compare`: the speedups of both runs and what they gained."""
+    sides = [str(write(tmp_path / f"{name}.jsonl", _extreme(fast)))
+             for name, fast in (("base", 1.0), ("new", 1e-300))]  # fmt: skip
+    res = CliRunner().invoke(app, ["compare", *sides])
+    assert res.exit_code in (0, 1) and not _warnings(res.stderr), res.stderr
+    assert "gained" in res.stdout
+    longest = max(re.findall(r"\d+", res.stdout), key=len)
+    assert len(longest) <= 20, longest[:40]

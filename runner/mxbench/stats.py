@@ -52,6 +52,17 @@ VERDICTS: tuple[Verdict, ...] = (FASTER, SLOWER, SAME, TOO_FEW)
 # bare ratio, and a note under the table says why there is no verdict.
 SHORT: dict[str, str] = {FASTER: "faster", SLOWER: "slower", SAME: "≈ same", TOO_FEW: ""}
 HINT = "set benchmark.repeats to auto, or 3 or more"  # what gives a TOO_FEW reader a verdict
+
+
+def figure(value: float, places: int = 2, sign: bool = False) -> str:
+    """``value`` with ``places`` decimals (``sign``: a ``+`` before a gain), as every figure
+    a report writes; from 1e9 on in scientific notation (``1.2e+302``): a rate or ratio made
+    from step times near the record schema's bounds stays a few characters, not hundreds of
+    digits."""
+    plus = "+" if sign else ""
+    return f"{value:{plus}.{places}f}" if abs(value) < 1e9 else f"{value:{plus}.3g}"
+
+
 Over = Literal["processes", "steps"]
 
 
@@ -85,26 +96,25 @@ class Ratio:
     def text(self) -> str:
         """``1.07 [1.03–1.11]``; the bare figure when there is no verdict."""
         if not self.judged:
-            return f"{self.value:.2f}"
-        return f"{self.value:.2f} [{self.low:.2f}–{self.high:.2f}]"
+            return figure(self.value)
+        return f"{figure(self.value)} [{figure(self.low)}–{figure(self.high)}]"
 
     def sentence(self, name: str, base: str, where: str = "") -> str:
         """As hyperfine says it: ``mixed_bfloat16 is 1.48× [1.41–1.55] faster than float32
         <where>``; ``… is 1.25× [1.20–1.31] slower than …`` (the inverse ratio);
         ``…: no clear difference from float32 <where> (0.99× [0.95–1.03])``."""
         at = f" {where}" if where else ""
-        span = f"[{self.low:.2f}–{self.high:.2f}]"
+        span = f"[{figure(self.low)}–{figure(self.high)}]"
         verdict = self.verdict
         if verdict == FASTER:
-            return f"{name} is {self.value:.2f}× {span} faster than {base}{at}"
+            return f"{name} is {figure(self.value)}× {span} faster than {base}{at}"
         if verdict == SLOWER:
-            inv = f"[{1 / self.high:.2f}–{1 / self.low:.2f}]"
-            return f"{name} is {1 / self.value:.2f}× {inv} slower than {base}{at}"
+            inv = f"[{figure(1 / self.high)}–{figure(1 / self.low)}]"
+            return f"{name} is {figure(1 / self.value)}× {inv} slower than {base}{at}"
         if verdict == SAME:
-            return f"{name}: {SAME} from {base}{at} ({self.value:.2f}× {span})"
-        return (
-            f"{name}: {self.value:.2f}× the speed of {base}{at}, {TOO_FEW} for a verdict ({HINT})"
-        )
+            return f"{name}: {SAME} from {base}{at} ({figure(self.value)}× {span})"
+        speed = f"{figure(self.value)}× the speed of {base}{at}"
+        return f"{name}: {speed}, {TOO_FEW} for a verdict ({HINT})"
 
 
 Samples = Sequence[Sequence[float]]  # one list of step times (ms) per process, in order

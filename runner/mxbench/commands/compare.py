@@ -177,6 +177,9 @@ def _json(
 
 def _speedups(found: list[Any], only_changed: bool) -> None:
     """The speedup over float32 in both runs, per slot, and how it moved."""
+    import statistics
+
+    from mxbench import stats
     from mxbench.report.markdown import escape, table
 
     if only_changed:
@@ -185,7 +188,8 @@ def _speedups(found: list[Any], only_changed: bool) -> None:
         return
 
     def ratio(value: float, low: float, high: float, verdict: str | None) -> str:
-        return f"{value:.2f}" if verdict is None else f"{value:.2f} [{low:.2f}–{high:.2f}]"
+        text = stats.figure(value)
+        return text if verdict is None else f"{text} [{stats.figure(low)}–{stats.figure(high)}]"
 
     more = _varying(found)
     headers = ["host", "image", *more, "policy", "batch", "speedup base", "speedup new",
@@ -195,7 +199,7 @@ def _speedups(found: list[Any], only_changed: bool) -> None:
          str(s.params["policy"]), str(s.params["batch_size"]),
          ratio(s.base, s.base_low, s.base_high, s.base_verdict),
          ratio(s.new, s.new_low, s.new_high, s.new_verdict),
-         f"{s.gained:+.2f}x" + (" (intervals apart)" if s.clear else "")]
+         f"{stats.figure(s.gained, sign=True)}x" + (" (intervals apart)" if s.clear else "")]
         for s in found
     ]  # fmt: skip
     typer.echo("\nSpeedup over float32 in each run:\n")
@@ -204,9 +208,9 @@ def _speedups(found: list[Any], only_changed: bool) -> None:
     for s in found:
         by_policy.setdefault(str(s.params["policy"]), []).append(s.gained)
     for policy, gains in by_policy.items():
-        import statistics
-
+        said = (statistics.median(gains), min(gains), max(gains))
+        moved, low, high = (stats.figure(g, sign=True) for g in said)
         typer.echo(escape(
-            f"{policy}: the speedup over float32 moved by {statistics.median(gains):+.2f}x "
-            f"(median of {len(gains)} slot(s), {min(gains):+.2f}x to {max(gains):+.2f}x)."
+            f"{policy}: the speedup over float32 moved by {moved}x "
+            f"(median of {len(gains)} slot(s), {low}x to {high}x)."
         ))  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mxbench import stats
 from mxbench.params import BASELINE
 from mxbench.report.load import latest
 from mxbench.report.tables import Table, group, make
@@ -115,7 +116,7 @@ def rows(c: Capacity) -> tuple[list[str], list[list[str]]]:
         out.append([
             policy,
             str(fit.batch) if fit.batch is not None else "-",
-            f"{ratio:.2f}x" if ratio is not None and policy != BASELINE else "",
+            f"{stats.figure(ratio)}x" if ratio is not None and policy != BASELINE else "",
             _size(fit.peak_bytes) + (kind if fit.peak_bytes else ""),
             str(found.oom_at) if found is not None and found.oom_at else "-",
             str(len(fit.trials)),
@@ -134,7 +135,7 @@ def diagnosis(c: Capacity) -> str | None:
         ratio = c.ratio(policy)
         if policy == BASELINE or ratio is None or fit.batch is None:
             continue
-        said.append(f"{policy} {fit.batch} ({ratio:.2f}x)")
+        said.append(f"{policy} {fit.batch} ({stats.figure(ratio)}x)")
     if not said:
         return None
     best = max((c.ratio(p) or 0.0) for p in c.fits if p != BASELINE)

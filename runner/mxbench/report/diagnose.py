@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mxbench import stats
 from mxbench.params import BASELINE
 from mxbench.report import convergence, devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
@@ -41,7 +42,8 @@ class Note:
 
 def _fmt_range(values: list[float]) -> str:
     lo, hi = min(values), max(values)
-    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+    lo_text, hi_text = stats.figure(lo), stats.figure(hi)
+    return lo_text if lo_text == hi_text else f"{lo_text}–{hi_text}"
 
 
 def _speedups(t: Table, policies: frozenset[str]) -> list[float]:

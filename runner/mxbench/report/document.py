@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Literal, TypeVar
 
+from mxbench import stats
 from mxbench.params import BASELINE
 from mxbench.report import annotate, answers, capacity, fanout, text, training, why
 from mxbench.report.diagnose import diagnose
@@ -165,11 +166,11 @@ def verdict(t: Table, policy: str, batch: int, texts: Texts | None = None) -> Gr
         said = texts[id(t)] if texts is not None else text.speedup_texts(t)
         detail = said[slot]
         if not t.trusted(slot):
-            return GridCell(f"{r.value:.2f}", "diverged", detail)
+            return GridCell(stats.figure(r.value), "diverged", detail)
         if r.n >= 2:
-            return GridCell(f"{r.value:.2f}", _FROM_STATS[r.verdict], detail)  # type: ignore[arg-type]
+            return GridCell(stats.figure(r.value), _FROM_STATS[r.verdict], detail)  # type: ignore[arg-type]
         direction = "faster" if r.value > 1 else "slower" if r.value < 1 else "same"
-        return GridCell(f"{r.value:.2f}", f"point-{direction}", detail)  # type: ignore[arg-type]
+        return GridCell(stats.figure(r.value), f"point-{direction}", detail)  # type: ignore[arg-type]
     sides = [(p, e) for p in (BASELINE, policy) if (e := t.entries.get((p, batch))) is not None]
     failed = [(p, e.status) for p, e in sides if e.status != "ok"]
     if not failed:

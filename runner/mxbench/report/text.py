@@ -105,7 +105,7 @@ def table_rows(
         for p in t.policies:
             e = t.entries.get((p, b))
             rate = e.images_per_s(b) if e is not None else None
-            row += [_with_loss(t, p, b), "" if rate is None else f"{rate:.0f}"]
+            row += [_with_loss(t, p, b), "" if rate is None else stats.figure(rate, 0)]
         row += [texts.get((p, b), "") for p in t.reduced]
         row += [convergence.cell(t.entries.get((p, b))) for p in checked]
         rows.append(row)

@@ -145,11 +145,11 @@ def verdict_sentence(
         return f"{policy} does not reach {goal} in any of {n} seeds"
     if r is None:
         return f"{policy} reaches {goal} ({reached}/{n} seeds); float32 does not"
-    frac = f"{1 / r.value:.2f}×"
+    frac = f"{stats.figure(1 / r.value)}×"
     part = "" if reached == n else f" ({reached}/{n} seeds reach it)"
     if not r.judged:
         return f"{policy} reaches {goal} in {frac} float32's time{part} ({stats.TOO_FEW})"
-    span = f"[{1 / r.high:.2f}{DASH}{1 / r.low:.2f}]"
+    span = f"[{stats.figure(1 / r.high)}{DASH}{stats.figure(1 / r.low)}]"
     word = {stats.FASTER: "sooner", stats.SLOWER: "later", stats.SAME: "no clear difference"}
     return (
         f"{policy} reaches {goal} in {frac} {span} float32's time{part}: "
