@@ -185,6 +185,25 @@ def test_tables_that_differ_only_in_a_setup_parameter_are_told_apart(tmp_path: P
     assert "## h · Tesla V100-SXM2-16GB · image_size 128" in markdown.render(doc)
 
 
+def test_with_several_models_every_table_names_its_model(tmp_path: Path) -> None:
+    """A zoo run: the default model's table names it too, not a bare host and device
+    among rows that each name their model."""
+    recs = []
+    for model in ("blog-cnn", "resnet50"):
+        for r in [*timed("float32", 8, 100.0), *timed("mixed_float16", 8, 50.0)]:
+            r["params"]["model"] = model
+            r["cell"] = cell_key("h", None, None, Params(**r["params"]))
+            recs.append(r)
+    loaded = load([write(tmp_path / "h.jsonl", recs)])
+    doc = document.build(loaded, build(loaded.winners))
+    assert sorted(row.title for row in doc.grids[0].rows) == [
+        "h · Tesla V100-SXM2-16GB · blog-cnn",
+        "h · Tesla V100-SXM2-16GB · resnet50",
+    ]
+    alone = load([write(tmp_path / "one.jsonl", recs[: len(recs) // 2])])
+    assert [t.title for t in build(alone.winners)] == ["h · Tesla V100-SXM2-16GB"]
+
+
 def test_a_record_cannot_send_control_sequences_to_the_terminal(tmp_path: Path) -> None:
     host = "a\x1b[31mred\x1b]0;title\x07\x9b2Jb"
     recs = [*timed("float32", 8, 100.0, host=host), *timed("mixed_float16", 8, 50.0, host=host)]

@@ -156,6 +156,8 @@ class Table:
     # setup parameters the title names because another table's title would read the same
     # (filled by :func:`build`)
     distinct: tuple[str, ...] = ()
+    # whether the title names the default model too (other tables measured other models)
+    named_model: bool = False
 
     @cached_property
     def capability(self) -> tuple[Capability | None, bool]:
@@ -204,7 +206,7 @@ class Table:
     def title(self) -> str:
         parts = [self.host, self.device_name]
         model = str(self.setup.get("model") or "")
-        if model and model != params.field("model").default:
+        if model and (self.named_model or model != params.field("model").default):
             parts.append(Path(model).name)  # a zoo name, or a user's file.py:build
         if self.image_name:
             parts.append(f"image {self.image_name}")
@@ -374,7 +376,12 @@ def build(winners: list[Record]) -> list[Table]:
 def _tell_apart(built: list[Table]) -> None:
     """Tables whose titles would read the same (one host, device and image; setups that
     differ in image_size, data, jit_compile...) name in their titles the parameters that
-    differ: the summary's rows and the headings are told apart."""
+    differ: the summary's rows and the headings are told apart. With several models, the
+    default model's tables name it too."""
+    if len({str(t.setup.get("model") or "") for t in built}) > 1:
+        for t in built:
+            t.named_model = True
+            t.__dict__.pop("title", None)
     same: dict[str, list[Table]] = {}
     for t in built:
         same.setdefault(t.title, []).append(t)
