@@ -190,13 +190,12 @@ class Table:
 
     @cached_property
     def labels(self) -> dict[str, int]:
-        """Run label -> how many of the table's cells it measured, most first."""
+        """Run label (bounded) -> how many of the table's cells it measured, most first."""
         counts = Counter(
-            bounded(e.records[0].label)
-            for e in self.entries.values()
-            if e.records and e.records[0].label
+            e.records[0].label for e in self.entries.values() if e.records and e.records[0].label
         )
-        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return {bounded(label): n for label, n in ranked}
 
     @cached_property
     def by_batch(self) -> list[tuple[tuple[str, int], Entry]]:
