@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,17 @@ def test_a_cell_that_ran_before_and_fails_after_is_a_regression_not_only_in_base
     out = json.loads(_compare(str(a), str(b), "--json").stdout)
     assert [(f["params"]["batch_size"], f["status"]) for f in out["broke"]] == [(32, "oom")]
     assert out["fixed"] == [] and out["only_in_base"] == 0
+
+
+def test_the_sentence_after_the_speedup_table_is_not_a_row_of_it(tmp_path: Path) -> None:
+    """GitHub markdown takes a line right after a table as one more row: the sentence on how
+    the speedup moved stands apart from the table, in a paragraph of its own."""
+    from markdown_it import MarkdownIt
+
+    a, b = _run(tmp_path, "a", 1.0, 1), _run(tmp_path, "b", 1.0, 2, mixed=0.5)
+    proc = _compare(str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    page = MarkdownIt("commonmark").enable("table").render(proc.stdout)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", page)
+    assert cells and not any("moved by" in c for c in cells), page
+    assert "<p>mixed_bfloat16: the speedup over float32 moved by +0.7" in page

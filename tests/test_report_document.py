@@ -265,3 +265,35 @@ def test_a_slot_that_failed_without_a_word_is_still_a_failure(tmp_path: Path) ->
     loaded = load([src])
     (s,) = document.build(loaded, build(loaded.winners)).speed
     assert s.failures == ["batch 8 mixed_float16 (timeout)", "batch 32 float32 (OOM)"]
+
+
+def test_an_output_that_is_a_results_file_read_is_refused_and_the_records_stay(
+    tmp_path: Path,
+) -> None:
+    both = [*timed("float32", 8, 100.0), *timed("mixed_float16", 8, 50.0)]
+    src = write(tmp_path / "res" / "deep" / "h.jsonl", both)
+    measured = src.read_bytes()
+    named = write(tmp_path / "other" / "run.json", timed("float32", 8, 100.0))  # any name
+    link = tmp_path / "link.md"
+    link.symlink_to(src)
+    other = tmp_path / "r.md"
+    for args in (["-r", str(tmp_path / "res"), "--json", "-o", str(src)],
+                 ["-r", str(named), "-o", str(other), "-o", str(named.parent / ".." / "other" /
+                                                               "run.json")],
+                 ["-r", str(tmp_path / "res"), "-o", str(link)]):  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "mxbench", "report", *args],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "is a results file this report reads" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert src.read_bytes() == measured and not other.exists()
+    assert json.loads(named.read_text().splitlines()[0])["host"] == "h"
+
+
+def test_the_same_output_named_twice_is_refused(tmp_path: Path) -> None:
+    src = write(tmp_path / "res" / "h.jsonl", timed("float32", 8, 100.0))
+    out = tmp_path / "r.md"
+    proc = subprocess.run([sys.executable, "-m", "mxbench", "report", "-r", str(src),
+                           "-o", str(out), "-o", str(tmp_path / "." / "r.md")],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "named twice" in proc.stderr and not out.exists()

@@ -334,3 +334,52 @@ def test_compare_writes_a_speedup_from_extreme_step_times_in_a_few_characters(
     assert "gained" in res.stdout
     longest = max(re.findall(r"\d+", res.stdout), key=len)
     assert len(longest) <= 20, longest[:40]
+
+
+HUGE = 100_000  # characters of one name in a record
+
+
+def test_a_huge_name_from_a_record_stays_bounded_in_every_format(tmp_path: Path) -> None:
+    """A host, device, image and label of 100,000 characters each: every format carries a
+    bounded piece of each (not a copy of it per mention), and a table's title still names
+    its device after a long host."""
+    device = {"kind": "gpu", "name": "N" * HUGE, "compute_capability": "7.0"}
+    rows = [
+        rec(host="h" * HUGE, policy=p, batch=b, device=device, label="L" * HUGE,
+            image={"name": "I" * HUGE})
+        for p in ("float32", "mixed_float16") for b in (8, 32)
+    ]  # fmt: skip
+    path = write(tmp_path / "h.jsonl", rows)
+    for fmt in ("--markdown", "--html", "--json"):
+        code, out, _ = _report("--results", str(path), fmt)
+        assert code == 0
+        assert len(out) < 50_000 + (30_000 if fmt == "--html" else 0), (fmt, len(out))
+        assert max(len(m) for m in re.findall("[hNLI]{50,}", out)) <= 300, fmt
+    code, out, _ = _report("--results", str(path), "--json")
+    grid_title = json.loads(out)["summary"][0]["devices"][0]["title"]
+    assert grid_title.startswith("h" * 100) and "NNNN" in grid_title and "image III" in grid_title
+
+
+def test_markdown_keeps_a_long_line_the_tool_wrote_whole(tmp_path: Path) -> None:
+    """A user model under a long path: its facts line runs past 300 characters, and the
+    markdown keeps its end (what the tool measured about the model) as the HTML does."""
+    model = (
+        "/home/someone/projects/mixed-precision-study/experiments/2026-q1/models/my_model.py:build"
+    )
+    facts = {"name": model, "parameters": 1210826, "source": "file",
+             "source_sha256": "9e3c01164a07f843", "inputs": ["64x64x3 float32", "16 int32"],
+             "flops_per_example": 1078213632.0, "flops_source": "analytic",
+             "off_multiple_of_8_count": 2, "memory_bound_share": 0.4202}  # fmt: skip
+    rows = []
+    for p in ("float32", "mixed_float16"):
+        r = rec(policy=p, model=facts)
+        r["params"]["model"] = model
+        r["cell"] = cell_key("h1", None, None, Params(**r["params"]))
+        rows.append(r)
+    path = write(tmp_path / "h.jsonl", rows)
+    code, out, _ = _report("--results", str(path), "--markdown")
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("model: "))
+    assert len(line) > 300 and line.rstrip().endswith(
+        "memory-bound layers write 42% of activations"
+    )

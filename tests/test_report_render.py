@@ -298,3 +298,36 @@ def test_the_answer_fits_a_narrow_window_and_opens_the_page(
     )
     assert inner <= width and (right <= inner) == fits, (right, inner)
     assert bottom < first_table  # the answer comes before any table
+
+
+@pytest.mark.slow
+def test_the_answer_grid_fits_a_narrow_window_whatever_the_host_name(tmp_path: Path) -> None:
+    """A host name with no space to break at (a cluster node's FQDN) wraps in the grid's
+    first column: in a phone-wide window the speedups stay on screen, and the page itself
+    does not scroll sideways."""
+    require_service(Path(CHROMIUM).exists(), "chromium (Debian package)")
+    host = "gpunode0042.cluster.physics.example-university.edu" + "x" * 30
+    rows = [rec(host=host, policy=p, batch=b, median=100.0 if p == "float32" else 60.0)
+            for p in ("float32", "mixed_float16") for b in (8, 32, 128)]  # fmt: skip
+    page = tmp_path / "report.html"
+    proc = subprocess.run([sys.executable, "-m", "mxbench", "report", "-r",
+                           str(write(tmp_path / "r.jsonl", rows)), "-o", str(page)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        page.read_text().replace(
+            "</body>",
+            """<script>
+      const cell = document.querySelector('.grid td:last-child').getBoundingClientRect();
+      document.body.setAttribute('data-fit', [Math.round(cell.right), window.innerWidth,
+        document.documentElement.scrollWidth].join(' '));
+    </script></body>""",
+        )
+    )
+    with tempfile.TemporaryDirectory() as user_dir:
+        dom = _chromium("--window-size=420,900", "--dump-dom", probe.as_uri(),
+                        user_dir=Path(user_dir))  # fmt: skip
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    right, width, scroll = map(int, dom.stdout.split('data-fit="', 1)[1].split('"', 1)[0].split())
+    assert right <= width and scroll <= width, (right, width, scroll)

@@ -207,10 +207,10 @@ def _speedups(found: list[Any], only_changed: bool) -> None:
     by_policy: dict[str, list[float]] = {}
     for s in found:
         by_policy.setdefault(str(s.params["policy"]), []).append(s.gained)
-    for policy, gains in by_policy.items():
-        said = (statistics.median(gains), min(gains), max(gains))
+    for policy, gains in by_policy.items():  # each a paragraph (a line right after a table
+        said = (statistics.median(gains), min(gains), max(gains))  # is one more row of it)
         moved, low, high = (stats.figure(g, sign=True) for g in said)
-        typer.echo(escape(
+        typer.echo("\n" + escape(
             f"{policy}: the speedup over float32 moved by {moved}x "
             f"(median of {len(gains)} slot(s), {low}x to {high}x)."
         ))  # fmt: skip

@@ -83,7 +83,30 @@ def report(
     from mxbench.report import load
 
     with load.collector_paused():
-        _report(load.load(sources, label=label), sources, label, targets)
+        loaded = load.load(sources, label=label)
+        _not_read(targets, loaded.files)
+        _report(loaded, sources, label, targets)
+
+
+def _not_read(targets: list[tuple[str, Path | None]], files: list[Path]) -> None:
+    """No output may replace a results file this report reads: its records would be lost.
+    Only files that exist already are looked for, by name first (a report reads up to
+    100,000 files)."""
+    existing = [path for _, path in targets if path is not None and path.exists()]
+    if not existing:
+        return
+    names = {n for path in existing for n in (path.name, path.resolve().name)}
+    read = [f for f in files if f.name in names]
+    for path in existing:
+        for f in read:
+            try:
+                same = os.path.samefile(path, f)
+            except OSError:
+                continue
+            if same:
+                raise UsageError(
+                    f"--output {path}: is a results file this report reads ({f}); nothing written"
+                )
 
 
 def _report(
@@ -144,7 +167,11 @@ def _targets(chosen: list[str], outputs: list[Path]) -> list[tuple[str, Path | N
     """(format, file or None for stdout) for each output asked for."""
     from mxbench.report.document import FORMATS, format_of
 
+    seen: set[Path] = set()
     for path in outputs:
+        if path.resolve() in seen:
+            raise UsageError(f"--output {path}: named twice (nothing written)")
+        seen.add(path.resolve())
         if path.is_dir():
             raise UsageError(f"--output {path}: is a directory")
         folder = path.parent

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mxbench import params
 from mxbench.report import devices
-from mxbench.report.tables import Table
+from mxbench.report.tables import Table, bounded
 from mxbench.results import Record
 
 
@@ -25,14 +25,14 @@ def gpu_cc(table: Table) -> tuple[devices.Capability | None, bool]:
 def software_line(rec: Record) -> str:
     sw = rec.software
     parts = [
-        f"{label} {value}"
+        f"{label} {bounded(value)}"
         for label, value in (("TF", sw.tensorflow), ("JAX", sw.jax), ("PyTorch", sw.torch),
                              ("Keras", sw.keras), ("CUDA", devices.cuda_text(sw.cuda)),
                              ("cuDNN", devices.cudnn_text(sw.cudnn)))
         if value
     ]  # fmt: skip
     if sw.backend and sw.backend != "tensorflow":
-        parts.append(f"backend {sw.backend}")
+        parts.append(f"backend {bounded(sw.backend)}")
     return " · ".join(parts)
 
 
@@ -60,7 +60,7 @@ def gpu_line(table: Table) -> str:
 
 def cpu_line(rec: Record) -> str:
     cpu = rec.cpu
-    parts = [f"CPU {cpu.model or rec.device.name or 'model unknown'}"]
+    parts = [f"CPU {bounded(cpu.model or rec.device.name or 'model unknown')}"]
     if cpu.cores:
         parts[0] += f" ({cpu.cores} cores)"
     if cpu.flags:
@@ -100,13 +100,14 @@ def model_line(rec: Record) -> str | None:
     m = rec.model
     if m is None or m.parameters is None:
         return None
-    parts = [f"model: {m.name}" + (f" ({m.source}, source {m.source_sha256})"
-                                   if m.source_sha256 else "")]  # fmt: skip
+    origin = f" ({bounded(f'{m.source}, source {m.source_sha256}')})" if m.source_sha256 else ""
+    parts = [f"model: {bounded(m.name or '')}{origin}"]
     parts.append(f"{m.parameters / 1e6:.3g} M parameters")
     if m.flops_per_example:
-        parts.append(f"{m.flops_per_example / 1e9:.3g} GFLOP/example to train ({m.flops_source})")
+        flops = f"{m.flops_per_example / 1e9:.3g} GFLOP/example"
+        parts.append(f"{flops} to train ({bounded(str(m.flops_source))})")
     if m.inputs:
-        parts.append("input " + ", ".join(m.inputs))
+        parts.append("input " + bounded(", ".join(m.inputs)))
     if m.off_multiple_of_8_count:
         parts.append(f"{m.off_multiple_of_8_count} GEMM dimension(s) off a multiple of 8")
     if m.memory_bound_share is not None:
@@ -131,7 +132,9 @@ def lines(table: Table) -> list[str]:
     if table.setup.get("loss_scale") == params.field("loss_scale").default:
         hidden += ("loss_scale",)  # Keras' own: said only when a matrix chose another
     setup = " · ".join(
-        f"{k} {v}" for k, v in table.setup.items() if v not in (None, "") and k not in hidden
+        f"{k} {bounded(str(v))}"
+        for k, v in table.setup.items()
+        if v not in (None, "") and k not in hidden
     )
     if setup:
         out.append(f"setup: {setup}")
@@ -146,7 +149,7 @@ def lines(table: Table) -> list[str]:
         out.append(f"labels: {runs}; each cell shows its latest run, marked (run …) where "
                    f"not {next(iter(labels))} (--label picks one run)")  # fmt: skip
     if rec.source:
-        out.append(f"source: {rec.source}")
+        out.append(f"source: {bounded(rec.source)}")
     out += auto_stops(table)
     return out
 

@@ -23,10 +23,10 @@ from mxbench.params import BASELINE
 from mxbench.report import annotate, answers, capacity, fanout, text, training, why
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
-from mxbench.report.tables import Table
+from mxbench.report.tables import MAX_RECORD_TEXT as MAX_RECORD_TEXT
+from mxbench.report.tables import Table, bounded
 
 R = TypeVar("R")
-MAX_RECORD_TEXT = 300  # characters of one value taken from a record (an error's last line)
 
 # A grid cell's verdict, the key of its colour in every format.
 # faster / same / slower: the 95% interval says so; point-*: one number per side, no
@@ -149,10 +149,6 @@ class Document:
             return [render(s) for s in self.sections if kind in (None, s.kind)]
         makers = [make for k, make in self.makers if kind in (None, k)]
         return fanout.fan_out(lambda i: render(makers[i]()), len(makers))
-
-
-def bounded(value: str, limit: int = MAX_RECORD_TEXT) -> str:
-    return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 Texts = dict[int, dict[tuple[str, int], str]]  # id(table) -> its text.speedup_texts

@@ -50,7 +50,8 @@ COLOURS: dict[str, tuple[str, str]] = {
 
 _CSS = """
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
-body{font-family:system-ui,sans-serif;margin:1.2em auto;max-width:84em;padding:0 1em;color:#222}
+body{font-family:system-ui,sans-serif;margin:1.2em auto;max-width:84em;padding:0 1em;color:#222;
+  overflow-wrap:anywhere}
 h1{margin:.2em 0} h2{margin:1.4em 0 .4em} h3{margin:.8em 0 .3em;font-size:1.05em}
 table{border-collapse:collapse;margin:.4em 0;font-variant-numeric:tabular-nums}
 th,td{border:1px solid #bbb;padding:.25em .6em;text-align:right;white-space:nowrap}

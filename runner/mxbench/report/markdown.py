@@ -36,15 +36,15 @@ def escape(value: str, limit: int | None = MAX_TEXT) -> str:
     return _SPECIAL.sub(r"\\\1", value)
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
+def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEXT) -> str:
     """A GitHub pipe table (cells escaped), numbers right-aligned. tabulate writes it; its
     guess of every cell's type is switched off (it was 40% of a large report's rendering,
     benchmarks/report_speed.py): the cells are text already, and a column of numbers (or
     gaps) is right-aligned from :func:`_numeric`."""
     from tabulate import tabulate
 
-    headers = [escape(h) for h in headers]
-    rows = [[escape(c) for c in row] for row in rows]
+    headers = [escape(h, limit) for h in headers]
+    rows = [[escape(c, limit) for c in row] for row in rows]
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(headers)
     align = [
         "right"
@@ -70,8 +70,8 @@ def _numeric(cell: str) -> bool:
 
 
 def section(s: Section) -> str:
-    out = [f"## {escape(s.title)}", ""]
-    out += [f"{escape(line)}  " for line in s.lines]
+    out = [f"## {escape(s.title, limit=None)}", ""]
+    out += [f"{escape(line, limit=None)}  " for line in s.lines]
     out += ["", table(s.headers, s.rows), ""]
     if s.note:
         out += [escape(s.note, limit=None), ""]
@@ -89,7 +89,7 @@ def grid(g: Grid) -> str:
     """The answer for one policy: a device x batch-size table of speedups and verdicts."""
     rows = [[r.title, *(c.text for c in r.cells)] for r in g.rows]
     out = [f"## Summary: {escape(g.policy)} against float32, speedup by device and batch size"]
-    return "\n".join([*out, "", table(["device", *map(str, g.batches)], rows), ""])
+    return "\n".join([*out, "", table(["device", *map(str, g.batches)], rows, limit=None), ""])
 
 
 LEGEND = (

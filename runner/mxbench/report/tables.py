@@ -26,6 +26,25 @@ from mxbench.report.load import latest
 from mxbench.results import Device, Image, Record
 
 SETUP = params.names("setup")
+MAX_RECORD_TEXT = 300  # characters of one value taken from a record (a name, an error's line)
+
+
+def bounded(value: str, limit: int = MAX_RECORD_TEXT) -> str:
+    """A value from a record as the report shows it: at most ``limit`` characters."""
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def _bounded_names(device: Device, image: Image) -> tuple[Device, Image]:
+    """The device and image with their names bounded (a table's title and every format
+    show them; the records keep them whole)."""
+    import msgspec
+
+    if device.name and len(device.name) > MAX_RECORD_TEXT:
+        device = msgspec.structs.replace(device, name=bounded(device.name))
+    if any(v and len(v) > MAX_RECORD_TEXT for v in (image.name, image.id)):
+        name, id_ = image.name, image.id
+        image = msgspec.structs.replace(image, name=name and bounded(name), id=id_ and bounded(id_))
+    return device, image
 
 
 # NVML's utilisation is the busy share of its last sample period, up to 1 s long (GPU
@@ -173,11 +192,12 @@ class Table:
 
     @cached_property
     def labels(self) -> dict[str, int]:
-        """Run label -> how many of the table's cells it measured, most first."""
+        """Run label (bounded) -> how many of the table's cells it measured, most first."""
         counts = Counter(
             e.records[0].label for e in self.entries.values() if e.records and e.records[0].label
         )
-        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return {bounded(label): n for label, n in ranked}
 
     @cached_property
     def by_batch(self) -> list[tuple[tuple[str, int], Entry]]:
@@ -196,7 +216,7 @@ class Table:
         if e is None or not self.mixes_runs:
             return None
         main = next(iter(self.labels), None)
-        return None if e.run == main else (e.run or "unlabelled")
+        return None if bounded(e.run or "") == main else bounded(e.run or "unlabelled")
 
     @property
     def image_name(self) -> str | None:
@@ -207,13 +227,13 @@ class Table:
         parts = [self.host, self.device_name]
         model = str(self.setup.get("model") or "")
         if model and (self.named_model or model != params.field("model").default):
-            parts.append(Path(model).name)  # a zoo name, or a user's file.py:build
+            parts.append(bounded(Path(model).name))  # a zoo name, or a user's file.py:build
         if self.image_name:
             parts.append(f"image {self.image_name}")
         backend = self.setup.get("backend")
         if backend and backend != params.field("backend").default:
             parts.append(f"backend {backend}")
-        parts += [f"{name} {self.setup[name]}" for name in self.distinct]
+        parts += [f"{name} {bounded(str(self.setup[name]))}" for name in self.distinct]
         return " · ".join(parts)
 
     def trusted(self, slot: tuple[str, int]) -> bool:
@@ -337,10 +357,11 @@ def make(slots: Slots) -> Table:
     every = [r for recs in slots.values() for r in recs]
     ok = [r for r in every if r.status == "ok"]
     info = latest(ok or every)
+    device, image = _bounded_names(info.device, info.image)
     return Table(
-        host=str(info.host),
-        device=info.device,
-        image=info.image,
+        host=bounded(str(info.host)),
+        device=device,
+        image=image,
         setup={name: getattr(info.params, name) for name in SETUP},
         info=info,
         entries={slot: entry(latest_run(recs)) for slot, recs in slots.items()},
