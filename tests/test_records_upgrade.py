@@ -19,6 +19,7 @@ FILES = sorted(CORPUS.glob("*.jsonl"))
 
 # file -> the statuses of its lines, in order (what each line must read back as)
 EXPECTED = {
+    "v1-bench-nonfinite.jsonl": ["ok", "ok"],
     "v1-bench-untyped.jsonl": ["ok", "oom", "ok"],
     "v1-contract-minimum.jsonl": ["ok", "oom", "error", "oom"],
     "v1-first-report-tolerated.jsonl": ["ok", "ok", "oom"],
@@ -58,6 +59,26 @@ def test_used_by_tf_is_retired_into_used_gpu() -> None:
     assert decode((CORPUS / "v1-typed-h100-jax.jsonl").read_bytes()).device.used_gpu is True
     new = encode(untyped[0]).decode()
     assert '"used_gpu":true' in new and "used_by_tf" not in new
+
+
+def test_a_non_finite_loss_the_untyped_bench_wrote_as_nan_reads_as_null() -> None:
+    """The bench before the typed record wrote its line with json.dumps (NaN / Infinity for a
+    loss that was not finite) and that mxbench read it back: it loads, the non-finite values
+    null as today's writer writes them, and the report still shows the cells."""
+    first, second = _read("v1-bench-nonfinite.jsonl")
+    assert (first.metrics.loss_first, first.metrics.loss_last) == (None, None)
+    assert (second.metrics.loss_first, second.metrics.loss_last) == (2.31, None)
+    assert first.step is not None and first.step.median == 97.1
+    assert b"NaN" not in encode(first) and b"Infinity" not in encode(second)
+    loaded = load.load([CORPUS / "v1-bench-nonfinite.jsonl"])
+    assert loaded.bad == [] and len(loaded.winners) == 2
+    line = (CORPUS / "v1-bench-nonfinite.jsonl").read_text().splitlines()[0]
+    # the same line with a value the type refuses before the NaN (an older shape to mend)
+    older = decode(line.replace('"compute_capability": "7.0"', '"compute_capability": 7.0'))
+    assert older.device.compute_capability == "7.0" and older.metrics.loss_first is None
+    # the current version never wrote them: such a line is still refused, saying why
+    with pytest.raises(BadRecord, match="NaN / Infinity"):
+        decode(line.replace('"mxbench.result/1"', f'"{SCHEMA}"'))
 
 
 def test_compute_capability_written_as_a_number_or_a_pair_reads_as_text() -> None:

@@ -604,7 +604,7 @@ def decode(line: bytes | str) -> Record:
         try:
             obj = _json_decoder.decode(line)
         except msgspec.DecodeError as exc:
-            raise _not_json(line, exc) from None
+            obj = _old_non_finite(line, exc)
         except RecursionError:
             raise BadRecord("nested too deeply to be a record") from None
         except UnicodeDecodeError as exc:
@@ -612,7 +612,7 @@ def decode(line: bytes | str) -> Record:
     except RecursionError:
         raise BadRecord("nested too deeply to be a record") from None
     except msgspec.DecodeError as exc:
-        raise _not_json(line, exc) from None
+        obj = _old_non_finite(line, exc)
     except UnicodeDecodeError as exc:  # msgspec's, for a string that is not UTF-8
         raise _not_utf8(exc) from None
     try:
@@ -638,6 +638,23 @@ def _not_utf8(exc: UnicodeDecodeError) -> BadRecord:
     return BadRecord(f"not UTF-8 text ({exc.reason})")
 
 
+def _old_non_finite(line: bytes | str, exc: msgspec.DecodeError) -> Any:
+    """A line of an earlier version with NaN / Infinity in it, those read as null (what the
+    current writer writes for a value that is not finite): the bench before the typed record
+    wrote its line with ``json.dumps`` (a loss that was not finite as NaN), and that mxbench
+    read it back. Any other line that is not JSON: :class:`BadRecord` saying why."""
+    raw = line.encode("utf-8", "replace") if isinstance(line, str) else line
+    if _NON_FINITE.search(raw):
+        try:
+            obj = json.loads(raw, parse_constant=lambda _: None)
+        except (ValueError, RecursionError):
+            obj = None
+        schema = obj.get("schema") if isinstance(obj, dict) else None
+        if isinstance(schema, str) and schema in UPGRADES:
+            return obj
+    raise _not_json(line, exc) from None
+
+
 def _not_json(line: bytes | str, exc: msgspec.DecodeError) -> BadRecord:
     if isinstance(line, str):
         line = line.encode("utf-8", "replace")
@@ -652,7 +669,8 @@ HISTORY: dict[str, str] = {
     "mxbench.result/1": "2026-11-21 to Step 16: the first contract. Its minimum (schema, cell, "
     "host, status, params) let any other part be null (`metrics: null` on an oom or error); "
     "the first report read a compute capability written as a number (7.0) or a pair ([7, 0]); "
-    "device.used_by_tf said whether the framework used the GPU, whatever the backend.",
+    "device.used_by_tf said whether the framework used the GPU, whatever the backend; the bench "
+    "before the typed record wrote a loss that was not finite as NaN or Infinity (json.dumps).",
     SCHEMA: "Step 17: written with no nulls where the type holds an object, a list or a "
     "default (read leniently: such a null is the default, as in /1); "
     "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu.",
