@@ -121,6 +121,32 @@ def test_an_unknown_version_is_left_as_it_is_and_named_by_the_report() -> None:
     assert why is not None and "unknown schema 'mxbench.result/99'" in why
 
 
+_NEWER = {"schema": "mxbench.result/3", "cell": "x", "host": "h", "status": "ok",
+          "params": {"batch_size": 8}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [_NEWER | {"metrics": None}, _NEWER | {"status": "skipped"},
+     _NEWER | {"params": {"batch_size": "auto"}}, {"schema": "pyperf/1.0", "benchmarks": []}],
+    ids=["metrics-null", "new-status", "new-param-shape", "another-tool"],
+)  # fmt: skip
+def test_a_line_of_an_unknown_version_the_type_refuses_says_its_version(
+    tmp_path: Path, raw: dict[str, object]
+) -> None:
+    """A newer mxbench (or another tool) may write what this one's type refuses: the warning
+    names the version (the reason to upgrade mxbench), not the first field the type tripped
+    on."""
+    why = f"unknown schema {raw['schema']!r} (this mxbench reads {SCHEMA})"
+    with pytest.raises(BadRecord) as err:
+        decode(json.dumps(raw))
+    assert str(err.value) == why
+    path = tmp_path / "h.jsonl"
+    path.write_text(json.dumps(raw) + "\n")
+    loaded = load.load([path])
+    assert [(b.lineno, b.reason) for b in loaded.bad] == [(1, why)]
+
+
 def test_an_old_line_the_upgrade_cannot_mend_is_still_a_bad_record() -> None:
     line = json.dumps({"schema": "mxbench.result/1", "cell": "x", "host": "h", "status": "ok",
                        "params": {"batch_size": "many"}})  # fmt: skip

@@ -530,7 +530,7 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     def problem(self) -> str | None:
         """Why this record cannot stand for a cell in a table, or None when it can."""
         if self.schema != SCHEMA:
-            return f"unknown schema {_short(self.schema)} (this mxbench reads {SCHEMA})"
+            return unknown_schema(self.schema)
         missing = [k for k in ("cell", "host") if not getattr(self, k)]
         if missing:
             return f"missing contract field(s): {', '.join(missing)}"
@@ -545,6 +545,12 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
 
 def _short(value: str, limit: int = 40) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def unknown_schema(schema: str) -> str:
+    """Why a line of another version than this one (a newer mxbench, another tool) is not
+    read: the same words whether the type took its fields or not."""
+    return f"unknown schema {_short(schema)} (this mxbench reads {SCHEMA})"
 
 
 def now_iso() -> str:
@@ -622,6 +628,9 @@ def decode(line: bytes | str) -> Record:
                 _drop_nulls(obj)
         rec = msgspec.convert(obj, Record)
     except msgspec.ValidationError as exc:
+        schema = obj.get("schema") if isinstance(obj, dict) else None
+        if isinstance(schema, str) and schema != SCHEMA:  # upgrade() knows no step for it
+            raise BadRecord(unknown_schema(schema)) from None
         raise BadRecord(_reason(str(exc))) from None
     except RecursionError:
         raise BadRecord("nested too deeply to be a record") from None
@@ -805,7 +814,7 @@ def bench_output(stdout: str | bytes) -> tuple[Record | None, str | None]:
             continue
         if rec.schema == SCHEMA:
             return rec, None
-        why = why or f"unknown schema {_short(rec.schema)}"
+        why = why or unknown_schema(rec.schema)
     return None, why
 
 
