@@ -171,3 +171,23 @@ def test_a_failure_written_with_null_parts_loads_in_any_version(schema: str | No
     # a null where the type holds a number is still a bad record, not silently dropped
     with pytest.raises(BadRecord, match="batch_size"):
         decode(json.dumps({**raw, "params": {"batch_size": None}}))
+
+
+def test_a_field_a_newer_mxbench_adds_inside_search_is_ignored(tmp_path: Path) -> None:
+    """Within a version fields are only added, and a reader ignores the ones it does not know:
+    in ``search`` too (a batch-search trial written by a newer mxbench), for the report and
+    for --resume; the matrix still refuses a misspelt ``batch_search`` key."""
+    from mxbench.matrix import _settings
+    from mxbench.results import ResultStore
+    from mxbench.search import BatchSearch
+
+    raw = json.loads((CORPUS / "v2-current.jsonl").read_text().splitlines()[0])
+    raw["search"] = {"start": 8, "cap": 4096, "max_trials": 16, "precision": 0.05, "growth": 3}
+    rec = decode(json.dumps(raw))
+    assert rec.search == BatchSearch() and rec.status == "ok"
+    (tmp_path / "h.jsonl").write_text(json.dumps(raw) + "\n")
+    loaded = load.load([tmp_path])
+    assert loaded.bad == [] and len(loaded.winners) == 1
+    assert ResultStore(tmp_path).done_cells() == {raw["cell"]}
+    with pytest.raises(ValueError, match="unknown field `growth`"):
+        _settings({"growth": 3}, BatchSearch)
