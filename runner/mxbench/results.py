@@ -24,6 +24,7 @@ import contextlib
 import datetime as _dt
 import errno
 import fcntl
+import functools
 import json
 import os
 import re
@@ -32,6 +33,8 @@ import socket
 import stat
 import sys
 import tempfile
+import types
+import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -685,20 +688,53 @@ HISTORY: dict[str, str] = {
     "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu.",
 }
 _json_decoder = msgspec.json.Decoder()
-# A struct field whose default is not None: a null there means "not recorded" in /1.
-_PARTS: dict[str, type[msgspec.Struct]] = {
-    "image": Image, "metrics": Metrics, "device": Device, "cpu": Cpu, "software": Software,
-    "settings": Settings, "model": ModelInfo,
-}  # fmt: skip
+
+
+def _part_of(hint: Any) -> tuple[type[_Part], bool] | None:
+    """The record part a field holds (through Annotated and ``| None``), and whether a list
+    of them; None: not a part."""
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        found = [_part_of(a) for a in typing.get_args(hint) if a is not type(None)]
+        return found[0] if len(found) == 1 else None
+    if typing.get_origin(hint) is list:
+        inner = _part_of(typing.get_args(hint)[0])
+        return (inner[0], True) if inner is not None and not inner[1] else None
+    return (hint, False) if isinstance(hint, type) and issubclass(hint, _Part) else None
+
+
+@functools.cache
+def _null_shape(
+    kind: type[msgspec.Struct],
+) -> tuple[tuple[str, ...], tuple[tuple[str, type[_Part], bool], ...]]:
+    """Of a record part's fields: those whose default is not None (a null there means "not
+    recorded"), and those that hold parts (a part, or a list of them), to walk into."""
+    fields = msgspec.structs.fields(kind)
+    defaulted = tuple(
+        f.encode_name for f in fields
+        if (f.default is not None and f.default is not msgspec.NODEFAULT)
+        or f.default_factory is not msgspec.NODEFAULT
+    )  # fmt: skip
+    parts = tuple((f.encode_name, *p) for f in fields if (p := _part_of(f.type)) is not None)
+    return defaulted, parts
 
 
 def _nulls_to_defaults(obj: dict[str, Any], kind: type[msgspec.Struct]) -> None:
-    for f in msgspec.structs.fields(kind):
-        if obj.get(f.encode_name, 0) is None and (
-            (f.default is not None and f.default is not msgspec.NODEFAULT)
-            or f.default_factory is not msgspec.NODEFAULT
-        ):
-            del obj[f.encode_name]
+    """Every null in ``obj`` (a ``kind``) and in the parts below it where the type holds a
+    default other than null, removed (read as that default)."""
+    defaulted, parts = _null_shape(kind)
+    for name in defaulted:
+        if name in obj and obj[name] is None:
+            del obj[name]
+    for name, part, many in parts:
+        value = obj.get(name)
+        if many and isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict):
+                    _nulls_to_defaults(item, part)
+        elif not many and isinstance(value, dict):
+            _nulls_to_defaults(value, part)
 
 
 def _cc_text(value: Any) -> Any:
@@ -714,18 +750,9 @@ def _cc_text(value: Any) -> Any:
 
 def _drop_nulls(obj: dict[str, Any]) -> dict[str, Any]:
     """A null where the type holds an object, a list or a default is read as "not recorded"
-    (the default): the first contract allowed it (`metrics: null` on an oom), and a reader
-    that is lenient here loses nothing a writer meant."""
+    (the default), in every part of the record: the first contract allowed it (`metrics:
+    null` on an oom), and a reader that is lenient here loses nothing a writer meant."""
     _nulls_to_defaults(obj, Record)
-    for key, kind in _PARTS.items():
-        part = obj.get(key)
-        if isinstance(part, dict):
-            _nulls_to_defaults(part, kind)
-    metrics = obj.get("metrics")
-    if isinstance(metrics, dict):
-        for key, kind in (("step_ms", StepStats), ("gpu_health", GpuHealth)):
-            if isinstance(metrics.get(key), dict):
-                _nulls_to_defaults(metrics[key], kind)
     return obj
 
 
