@@ -44,7 +44,7 @@ import msgspec
 from msgspec import Meta
 
 from mxbench.errors import MxbenchError, UsageError
-from mxbench.params import Params
+from mxbench.params import MAX_INT, Params
 from mxbench.search import BatchSearch
 
 SCHEMA = "mxbench.result/2"  # the version this mxbench writes (HISTORY: every version)
@@ -56,7 +56,7 @@ FINAL_STATUSES = frozenset({"ok", "oom"})
 
 # A measured time or rate: positive and finite (JSON has no NaN; 1e999 decodes as inf).
 Positive = Annotated[float, Meta(gt=0, lt=1e15)]
-Count = Annotated[int, Meta(ge=0)]
+Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
 
 
 def Doc(text: str) -> Meta:
