@@ -873,6 +873,21 @@ class BadLine:
     reason: str
 
 
+MAX_WARNINGS = 50  # warnings about unreadable lines a command prints, then how many more
+
+
+def bad_line_warnings(bad: list[BadLine]) -> list[str]:
+    """What a command says about the lines and files it could not read: one warning each
+    (``file:line: reason``), at most :data:`MAX_WARNINGS`, then how many more."""
+    out = []
+    for b in bad[:MAX_WARNINGS]:
+        where = f"{b.path}:{b.lineno}" if b.lineno else str(b.path)
+        out.append(f"mxbench: warning: {where}: {b.reason} (skipped)")
+    if len(bad) > MAX_WARNINGS:
+        out.append(f"mxbench: warning: {len(bad) - MAX_WARNINGS} more unreadable line(s) skipped")
+    return out
+
+
 def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
     """A descriptor on ``path`` that is a regular file, never through a symbolic link (a
     results file that is a link would write into, or read from, whatever it points at) and
@@ -1109,12 +1124,13 @@ class ResultStore:
     def files(self) -> list[Path]:
         return sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else []
 
-    def latest_by_cell(self) -> dict[str, Record]:
+    def latest_by_cell(self, bad: list[BadLine] | None = None) -> dict[str, Record]:
         """Latest record per cell key (file order is append order, so last wins); with a
-        label, among that label's records only (a new label measures everything again)."""
+        label, among that label's records only (a new label measures everything again);
+        lines that are not records are reported into ``bad``."""
         latest: dict[str, Record] = {}
         for path in self.files():
-            for _, rec in read_records(path):
+            for _, rec in read_records(path, bad):
                 if rec.cell and (self.label is None or rec.label == self.label):
                     latest[rec.cell] = rec
         return latest
