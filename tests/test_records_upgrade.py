@@ -234,3 +234,13 @@ def test_an_old_line_is_read_about_as_fast_as_it_is_parsed() -> None:
     for line in lines:
         decode(line)
     assert (time.process_time() - began) / len(lines) < 400e-6
+
+
+def test_the_version_history_is_in_the_record_documentation() -> None:
+    """docs/record.md says which versions there were, what each wrote and that every one of
+    them loads (the file is generated: test_results checks it is up to date)."""
+    doc = (Path(__file__).parents[1] / "docs" / "record.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## Versions") :]
+    for version, what in HISTORY.items():
+        assert f"`{version}`" in section and " ".join(what.split()) in section, version
+    assert "UPGRADES" in section and "tests/records/" in section
