@@ -22,6 +22,7 @@ EXPECTED = {
     "v1-bench-nonfinite.jsonl": ["ok", "ok"],
     "v1-bench-untyped.jsonl": ["ok", "oom", "ok"],
     "v1-contract-minimum.jsonl": ["ok", "oom", "error", "oom"],
+    "v1-first-report-cc-forms.jsonl": ["ok", "ok", "ok"],
     "v1-first-report-tolerated.jsonl": ["ok", "ok", "oom"],
     "v1-published-2020.jsonl": ["ok"] * 7 + ["oom"] * 3,
     "v1-store-skeleton.jsonl": ["timeout", "error"],
@@ -86,6 +87,26 @@ def test_compute_capability_written_as_a_number_or_a_pair_reads_as_text() -> Non
     assert [r.device.compute_capability for r in recs] == ["8.0", "8.0", "8.0"]
     assert recs[1].device.present_gpus[0].compute_capability == "8.0"
     assert recs[0].metrics.step_ms is not None and recs[0].metrics.step_ms.samples == []
+
+
+def test_every_compute_capability_the_first_report_read_reads_as_text() -> None:
+    """The first report's parse_cc read 'sm_86', 'compute_86', a pair of numbers or of
+    numerals, and text with spaces as 8.6: each is '8.6' now, in the record and the frame."""
+    import warnings
+
+    import mxbench
+
+    recs = _read("v1-first-report-cc-forms.jsonl")
+    assert [r.device.compute_capability for r in recs] == ["8.6"] * 3
+    assert [r.device.present_gpus[0].compute_capability for r in recs] == ["8.6"] * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        frame = mxbench.load_results(CORPUS / "v1-first-report-cc-forms.jsonl")
+    assert frame["compute_capability"].tolist() == ["8.6"] * 3
+    # the current version writes '8.6' itself: its text is taken as written
+    line = (CORPUS / "v1-first-report-cc-forms.jsonl").read_text().splitlines()[0]
+    assert decode(line.replace('"mxbench.result/1"', f'"{SCHEMA}"').replace(
+        '["8", "6"]', '"8.6"')).device.compute_capability == "sm_86"  # fmt: skip
 
 
 def test_metrics_null_oom_and_error_are_cells_of_the_report() -> None:

@@ -680,7 +680,8 @@ def _not_json(line: bytes | str, exc: msgspec.DecodeError) -> BadRecord:
 HISTORY: dict[str, str] = {
     "mxbench.result/1": "2026-11-21 to Step 16: the first contract. Its minimum (schema, cell, "
     "host, status, params) let any other part be null (`metrics: null` on an oom or error); "
-    "the first report read a compute capability written as a number (7.0) or a pair ([7, 0]); "
+    "the first report read a compute capability written as a number (7.0), a pair ([7, 0]) "
+    "or a CUDA target ('sm_70'); "
     "device.used_by_tf said whether the framework used the GPU, whatever the backend; the bench "
     "before the typed record wrote a loss that was not finite as NaN or Infinity (json.dumps).",
     SCHEMA: "Step 17: written with no nulls where the type holds an object, a list or a "
@@ -737,15 +738,29 @@ def _nulls_to_defaults(obj: dict[str, Any], kind: type[msgspec.Struct]) -> None:
             _nulls_to_defaults(value, part)
 
 
+def cc_pair(value: object) -> tuple[int, int] | None:
+    """(major, minor) of a compute capability as any writer put it: '7.0', 7.0, 7, [7, 0],
+    ['7', '0'], 'sm_70', 'compute_70' (what the first report read); anything else: None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        try:
+            return int(value[0]), int(value[1])
+        except (TypeError, ValueError):
+            return None
+    text = f"{float(value):.1f}" if isinstance(value, (int, float)) else str(value)
+    text = text.strip().lower()
+    m = re.fullmatch(r"(?:sm_|compute_)(\d{1,2})(\d)", text) or re.fullmatch(
+        r"(\d{1,2})\.(\d)", text
+    )
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def _cc_text(value: Any) -> Any:
-    """7.0 -> '7.0', [8, 6] -> '8.6', 9 -> '9.0'; anything else unchanged."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return f"{float(value):.1f}"
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return f"{value[0]}.{value[1]}"
-    return value
+    """A compute capability of an older line as text: 7.0, [8, 6], 'sm_86' -> '7.0', '8.6';
+    what :func:`cc_pair` cannot read, unchanged."""
+    pair = cc_pair(value)
+    return value if pair is None else f"{pair[0]}.{pair[1]}"
 
 
 def _drop_nulls(obj: dict[str, Any]) -> dict[str, Any]:
