@@ -347,3 +347,19 @@ def test_an_unchanged_context_is_hashed_from_the_cache(
     assert changed != first and read == ["f3"]
     read.clear()
     assert spec.content_hash() == changed and read == ["f3"]  # racy: read until it settles
+
+
+def test_resume_warns_about_each_line_it_cannot_read(tmp_path: Path) -> None:
+    """--resume reads the store: a line it cannot read (a torn one, a record of a newer shape)
+    is one warning naming file:line and why, as in the report, not silently a cell to run
+    again; the records it can read still count as done."""
+    m = matrix(tmp_path, ("h", fake_python(tmp_path, "print(json.dumps(GOOD))")))
+    assert run(tmp_path, "-m", str(m)).returncode == 0
+    path = tmp_path / "results" / "h.jsonl"
+    with path.open("a") as fh:
+        fh.write('{"schema": "mxbench.result/2", "cell": "x", "host": "h", "status": "ok"\n')
+    res = run(tmp_path, "-m", str(m), "--resume", "--dry-run")
+    assert res.returncode == 0, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and f"{path}:2: not JSON" in warnings[0], res.stderr
+    assert "1 cell(s) already done" in res.stdout

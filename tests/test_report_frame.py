@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -104,3 +105,21 @@ def test_a_label_that_matches_nothing_warns(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match=r"label 'nosuch' matches none of the 56 records read"):
         df = mxbench.load_results(H100, label="nosuch")
     assert df.empty and list(df.columns) == list(mxbench.load_results(H100).columns)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"metrics": {"step_ms": {"median": 10.0, "n": 2**64}}},
+     {"metrics": {"step_ms": {"median": 10.0}, "peak_memory_bytes": 2**70}},
+     {"params": {"policy": "float32", "batch_size": 16, "repeat": 2**63}}],
+    ids=["step_ms.n", "peak_memory_bytes", "params.repeat"],
+)  # fmt: skip
+def test_a_count_past_64_bits_is_a_bad_line_not_a_crash(tmp_path: Path, change: dict) -> None:
+    """The frame's counts are Int64: a record with a count no 64-bit integer holds is skipped
+    with one warning naming file:line (as by the report), never an OverflowError."""
+    path = write(tmp_path / "h.jsonl", [rec(batch=8), rec(batch=16) | change])
+    why = re.escape(f"{path}:2: Expected `int` <= {2**63 - 1}")
+    with pytest.warns(UserWarning, match=why) as caught:
+        df = mxbench.load_results(path)
+    assert len(caught) == 1 and df["batch_size"].tolist() == [8]
+    assert str(df["step_ms_n"].dtype) == "Int64"

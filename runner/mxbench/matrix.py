@@ -90,7 +90,12 @@ _S = TypeVar("_S", BatchSearch, AutoRepeats)
 
 def _settings(value: Any, kind: type[_S]) -> _S:
     """A settings block (``batch_search``, ``auto_repeats``) as its struct; ValueError naming
-    the key inside it."""
+    the key inside it (an unknown one too: a misspelt setting is not silently a default)."""
+    if isinstance(value, dict):
+        known = {f.encode_name for f in msgspec.structs.fields(kind)}
+        for key in value:
+            if key not in known:
+                raise ValueError(f"Object contains unknown field `{key}`")
     try:
         return msgspec.convert(value, kind, strict=True)
     except msgspec.ValidationError as exc:

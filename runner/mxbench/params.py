@@ -43,6 +43,9 @@ MAX_VOCAB = 1 << 24
 MAX_BATCH_SIZE = 65536
 MAX_IMAGE_SIZE = 8192
 MAX_STEPS = 1_000_000
+# The largest whole number a record may hold: what every reader's 64-bit integers hold
+# (the DataFrame's Int64, numpy, JSON parsers in other languages).
+MAX_INT = 2**63 - 1
 
 # Characters that end a line somewhere (a shell, a #SBATCH directive, Python's splitlines):
 # never allowed in a value that reaches a command line, a script or a one-line message.
@@ -238,7 +241,7 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              flag="--target", column="target", key_default=False),
     ] = None  # fmt: skip
     repeat: Annotated[
-        Annotated[int, Meta(ge=0)] | None,
+        Annotated[int, Meta(ge=0, le=MAX_INT)] | None,
         Spec("Which repetition of the cell (matrix benchmark.repeats > 1); a training run "
              "(--epochs) trains from this seed.", role="repeat", flag="--repeat", column="rep"),
     ] = None  # fmt: skip

@@ -111,10 +111,33 @@ def _default(field: msgspec.structs.FieldInfo) -> str:
     return f"`{msgspec.json.encode(value).decode()}`"
 
 
+def _versions() -> str:
+    """The version history (:data:`mxbench.results.HISTORY`), newest last."""
+    rows = [
+        f"| `{v}`{' (this one)' if v == results.SCHEMA else ''} | "
+        + " ".join(what.split()).replace("|", "\\|")
+        + " |"
+        for v, what in results.HISTORY.items()
+    ]
+    return "\n".join([
+        "## Versions\n",
+        "`schema` names the version a line was written in. Within a version fields are only "
+        "added; any other change makes a new version, and a line of an earlier one is rewritten "
+        "as this one before it is read (the steps of `mxbench.results.UPGRADES`), so that every "
+        "line any mxbench wrote loads (`tests/records/` holds one file per shape ever written). "
+        "A line of a version this mxbench does not know (a newer one) is skipped with a warning "
+        "naming it.\n",
+        "| version | what it was |",
+        "|---|---|",
+        *rows,
+        "",
+    ])  # fmt: skip
+
+
 def render() -> str:
     found: dict[str, type[msgspec.Struct]] = {}
     _structs(results.Record, found)
-    out = [_INTRO]
+    out = [_INTRO, _versions()]
     for name, cls in found.items():
         out.append(f"## {name}\n")
         doc = (cls.__doc__ or "").strip()

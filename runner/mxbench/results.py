@@ -24,6 +24,7 @@ import contextlib
 import datetime as _dt
 import errno
 import fcntl
+import functools
 import json
 import os
 import re
@@ -32,6 +33,8 @@ import socket
 import stat
 import sys
 import tempfile
+import types
+import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +44,7 @@ import msgspec
 from msgspec import Meta
 
 from mxbench.errors import MxbenchError, UsageError
-from mxbench.params import Params
+from mxbench.params import MAX_INT, Params
 from mxbench.search import BatchSearch
 
 SCHEMA = "mxbench.result/2"  # the version this mxbench writes (HISTORY: every version)
@@ -53,7 +56,7 @@ FINAL_STATUSES = frozenset({"ok", "oom"})
 
 # A measured time or rate: positive and finite (JSON has no NaN; 1e999 decodes as inf).
 Positive = Annotated[float, Meta(gt=0, lt=1e15)]
-Count = Annotated[int, Meta(ge=0)]
+Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
 
 
 def Doc(text: str) -> Meta:
@@ -530,7 +533,7 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     def problem(self) -> str | None:
         """Why this record cannot stand for a cell in a table, or None when it can."""
         if self.schema != SCHEMA:
-            return f"unknown schema {_short(self.schema)} (this mxbench reads {SCHEMA})"
+            return unknown_schema(self.schema)
         missing = [k for k in ("cell", "host") if not getattr(self, k)]
         if missing:
             return f"missing contract field(s): {', '.join(missing)}"
@@ -545,6 +548,12 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
 
 def _short(value: str, limit: int = 40) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def unknown_schema(schema: str) -> str:
+    """Why a line of another version than this one (a newer mxbench, another tool) is not
+    read: the same words whether the type took its fields or not."""
+    return f"unknown schema {_short(schema)} (this mxbench reads {SCHEMA})"
 
 
 def now_iso() -> str:
@@ -604,7 +613,7 @@ def decode(line: bytes | str) -> Record:
         try:
             obj = _json_decoder.decode(line)
         except msgspec.DecodeError as exc:
-            raise _not_json(line, exc) from None
+            obj = _old_non_finite(line, exc)
         except RecursionError:
             raise BadRecord("nested too deeply to be a record") from None
         except UnicodeDecodeError as exc:
@@ -612,7 +621,7 @@ def decode(line: bytes | str) -> Record:
     except RecursionError:
         raise BadRecord("nested too deeply to be a record") from None
     except msgspec.DecodeError as exc:
-        raise _not_json(line, exc) from None
+        obj = _old_non_finite(line, exc)
     except UnicodeDecodeError as exc:  # msgspec's, for a string that is not UTF-8
         raise _not_utf8(exc) from None
     try:
@@ -622,6 +631,9 @@ def decode(line: bytes | str) -> Record:
                 _drop_nulls(obj)
         rec = msgspec.convert(obj, Record)
     except msgspec.ValidationError as exc:
+        schema = obj.get("schema") if isinstance(obj, dict) else None
+        if isinstance(schema, str) and schema != SCHEMA:  # upgrade() knows no step for it
+            raise BadRecord(unknown_schema(schema)) from None
         raise BadRecord(_reason(str(exc))) from None
     except RecursionError:
         raise BadRecord("nested too deeply to be a record") from None
@@ -638,6 +650,23 @@ def _not_utf8(exc: UnicodeDecodeError) -> BadRecord:
     return BadRecord(f"not UTF-8 text ({exc.reason})")
 
 
+def _old_non_finite(line: bytes | str, exc: msgspec.DecodeError) -> Any:
+    """A line of an earlier version with NaN / Infinity in it, those read as null (what the
+    current writer writes for a value that is not finite): the bench before the typed record
+    wrote its line with ``json.dumps`` (a loss that was not finite as NaN), and that mxbench
+    read it back. Any other line that is not JSON: :class:`BadRecord` saying why."""
+    raw = line.encode("utf-8", "replace") if isinstance(line, str) else line
+    if _NON_FINITE.search(raw):
+        try:
+            obj = json.loads(raw, parse_constant=lambda _: None)
+        except (ValueError, RecursionError):
+            obj = None
+        schema = obj.get("schema") if isinstance(obj, dict) else None
+        if isinstance(schema, str) and schema in UPGRADES:
+            return obj
+    raise _not_json(line, exc) from None
+
+
 def _not_json(line: bytes | str, exc: msgspec.DecodeError) -> BadRecord:
     if isinstance(line, str):
         line = line.encode("utf-8", "replace")
@@ -651,54 +680,94 @@ def _not_json(line: bytes | str, exc: msgspec.DecodeError) -> BadRecord:
 HISTORY: dict[str, str] = {
     "mxbench.result/1": "2026-11-21 to Step 16: the first contract. Its minimum (schema, cell, "
     "host, status, params) let any other part be null (`metrics: null` on an oom or error); "
-    "the first report read a compute capability written as a number (7.0) or a pair ([7, 0]); "
-    "device.used_by_tf said whether the framework used the GPU, whatever the backend.",
+    "the first report read a compute capability written as a number (7.0), a pair ([7, 0]) "
+    "or a CUDA target ('sm_70'); "
+    "device.used_by_tf said whether the framework used the GPU, whatever the backend; the bench "
+    "before the typed record wrote a loss that was not finite as NaN or Infinity (json.dumps).",
     SCHEMA: "Step 17: written with no nulls where the type holds an object, a list or a "
     "default (read leniently: such a null is the default, as in /1); "
     "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu.",
 }
 _json_decoder = msgspec.json.Decoder()
-# A struct field whose default is not None: a null there means "not recorded" in /1.
-_PARTS: dict[str, type[msgspec.Struct]] = {
-    "image": Image, "metrics": Metrics, "device": Device, "cpu": Cpu, "software": Software,
-    "settings": Settings, "model": ModelInfo,
-}  # fmt: skip
+
+
+def _part_of(hint: Any) -> tuple[type[_Part], bool] | None:
+    """The record part a field holds (through Annotated and ``| None``), and whether a list
+    of them; None: not a part."""
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        found = [_part_of(a) for a in typing.get_args(hint) if a is not type(None)]
+        return found[0] if len(found) == 1 else None
+    if typing.get_origin(hint) is list:
+        inner = _part_of(typing.get_args(hint)[0])
+        return (inner[0], True) if inner is not None and not inner[1] else None
+    return (hint, False) if isinstance(hint, type) and issubclass(hint, _Part) else None
+
+
+@functools.cache
+def _null_shape(
+    kind: type[msgspec.Struct],
+) -> tuple[tuple[str, ...], tuple[tuple[str, type[_Part], bool], ...]]:
+    """Of a record part's fields: those whose default is not None (a null there means "not
+    recorded"), and those that hold parts (a part, or a list of them), to walk into."""
+    fields = msgspec.structs.fields(kind)
+    defaulted = tuple(
+        f.encode_name for f in fields
+        if (f.default is not None and f.default is not msgspec.NODEFAULT)
+        or f.default_factory is not msgspec.NODEFAULT
+    )  # fmt: skip
+    parts = tuple((f.encode_name, *p) for f in fields if (p := _part_of(f.type)) is not None)
+    return defaulted, parts
 
 
 def _nulls_to_defaults(obj: dict[str, Any], kind: type[msgspec.Struct]) -> None:
-    for f in msgspec.structs.fields(kind):
-        if obj.get(f.encode_name, 0) is None and (
-            (f.default is not None and f.default is not msgspec.NODEFAULT)
-            or f.default_factory is not msgspec.NODEFAULT
-        ):
-            del obj[f.encode_name]
+    """Every null in ``obj`` (a ``kind``) and in the parts below it where the type holds a
+    default other than null, removed (read as that default)."""
+    defaulted, parts = _null_shape(kind)
+    for name in defaulted:
+        if name in obj and obj[name] is None:
+            del obj[name]
+    for name, part, many in parts:
+        value = obj.get(name)
+        if many and isinstance(value, list):
+            for item in value:
+                if isinstance(item, dict):
+                    _nulls_to_defaults(item, part)
+        elif not many and isinstance(value, dict):
+            _nulls_to_defaults(value, part)
+
+
+def cc_pair(value: object) -> tuple[int, int] | None:
+    """(major, minor) of a compute capability as any writer put it: '7.0', 7.0, 7, [7, 0],
+    ['7', '0'], 'sm_70', 'compute_70' (what the first report read); anything else: None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        try:
+            return int(value[0]), int(value[1])
+        except (TypeError, ValueError):
+            return None
+    text = f"{float(value):.1f}" if isinstance(value, (int, float)) else str(value)
+    text = text.strip().lower()
+    m = re.fullmatch(r"(?:sm_|compute_)(\d{1,2})(\d)", text) or re.fullmatch(
+        r"(\d{1,2})\.(\d)", text
+    )
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _cc_text(value: Any) -> Any:
-    """7.0 -> '7.0', [8, 6] -> '8.6', 9 -> '9.0'; anything else unchanged."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return f"{float(value):.1f}"
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return f"{value[0]}.{value[1]}"
-    return value
+    """A compute capability of an older line as text: 7.0, [8, 6], 'sm_86' -> '7.0', '8.6';
+    what :func:`cc_pair` cannot read, unchanged."""
+    pair = cc_pair(value)
+    return value if pair is None else f"{pair[0]}.{pair[1]}"
 
 
 def _drop_nulls(obj: dict[str, Any]) -> dict[str, Any]:
     """A null where the type holds an object, a list or a default is read as "not recorded"
-    (the default): the first contract allowed it (`metrics: null` on an oom), and a reader
-    that is lenient here loses nothing a writer meant."""
+    (the default), in every part of the record: the first contract allowed it (`metrics:
+    null` on an oom), and a reader that is lenient here loses nothing a writer meant."""
     _nulls_to_defaults(obj, Record)
-    for key, kind in _PARTS.items():
-        part = obj.get(key)
-        if isinstance(part, dict):
-            _nulls_to_defaults(part, kind)
-    metrics = obj.get("metrics")
-    if isinstance(metrics, dict):
-        for key, kind in (("step_ms", StepStats), ("gpu_health", GpuHealth)):
-            if isinstance(metrics.get(key), dict):
-                _nulls_to_defaults(metrics[key], kind)
     return obj
 
 
@@ -787,7 +856,7 @@ def bench_output(stdout: str | bytes) -> tuple[Record | None, str | None]:
             continue
         if rec.schema == SCHEMA:
             return rec, None
-        why = why or f"unknown schema {_short(rec.schema)}"
+        why = why or unknown_schema(rec.schema)
     return None, why
 
 
@@ -817,6 +886,21 @@ class BadLine:
     path: Path
     lineno: int
     reason: str
+
+
+MAX_WARNINGS = 50  # warnings about unreadable lines a command prints, then how many more
+
+
+def bad_line_warnings(bad: list[BadLine]) -> list[str]:
+    """What a command says about the lines and files it could not read: one warning each
+    (``file:line: reason``), at most :data:`MAX_WARNINGS`, then how many more."""
+    out = []
+    for b in bad[:MAX_WARNINGS]:
+        where = f"{b.path}:{b.lineno}" if b.lineno else str(b.path)
+        out.append(f"mxbench: warning: {where}: {b.reason} (skipped)")
+    if len(bad) > MAX_WARNINGS:
+        out.append(f"mxbench: warning: {len(bad) - MAX_WARNINGS} more unreadable line(s) skipped")
+    return out
 
 
 def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
@@ -1055,12 +1139,13 @@ class ResultStore:
     def files(self) -> list[Path]:
         return sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else []
 
-    def latest_by_cell(self) -> dict[str, Record]:
+    def latest_by_cell(self, bad: list[BadLine] | None = None) -> dict[str, Record]:
         """Latest record per cell key (file order is append order, so last wins); with a
-        label, among that label's records only (a new label measures everything again)."""
+        label, among that label's records only (a new label measures everything again);
+        lines that are not records are reported into ``bad``."""
         latest: dict[str, Record] = {}
         for path in self.files():
-            for _, rec in read_records(path):
+            for _, rec in read_records(path, bad):
                 if rec.cell and (self.label is None or rec.label == self.label):
                     latest[rec.cell] = rec
         return latest

@@ -28,7 +28,10 @@ SEARCH = "max"  # the batch-size axis value that asks for a search
 State = Literal["found", "capped", "none_fit", "exhausted", "failed"]
 
 
-class BatchSearch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+# Part of the record (``search``): a field a newer mxbench adds is ignored when read, as
+# everywhere in the record (no forbid_unknown_fields); the matrix refuses an unknown key
+# itself (matrix._settings).
+class BatchSearch(msgspec.Struct, frozen=True, kw_only=True):
     """How a search walks (``benchmark.batch_search`` in the matrix; stamped on each trial)."""
 
     start: int = 8

@@ -55,6 +55,7 @@ def compare(
     from mxbench.report.compare import compare as diff
     from mxbench.report.compare import speedups
     from mxbench.report.markdown import escape, table
+    from mxbench.results import bad_line_warnings
     from mxbench.stats import HINT, TOO_FEW
 
     for name, path in (("BASE", base), ("NEW", new)):
@@ -62,10 +63,8 @@ def compare(
             raise UsageError(f"{name} {path}: no such file or directory")
     loaded = [load.load([base], label=base_label, lean=True),
               load.load([new], label=new_label, lean=True)]  # fmt: skip
-    for side in loaded:
-        for bad in side.bad[:20]:
-            where = f"{bad.path}:{bad.lineno}" if bad.lineno else str(bad.path)
-            typer.echo(f"mxbench: warning: {where}: {bad.reason} (skipped)", err=True)
+    for warning in bad_line_warnings([*loaded[0].bad, *loaded[1].bad]):
+        typer.echo(warning, err=True)
     for side, path, label in ((loaded[0], base, base_label), (loaded[1], new, new_label)):
         if label is not None and not side.winners and side.read:
             known = ", ".join(sorted(repr(x) for x in side.labels if x is not None)) or "none"

@@ -11,7 +11,6 @@ import typer
 
 from mxbench.errors import MxbenchError, UsageError
 
-MAX_WARNINGS = 50
 # Set by the command line (mxbench.cli.main), never for a library caller: the process ends
 # as soon as every output is written (:func:`_exit_now`).
 EXIT_WHEN_DONE = False
@@ -114,13 +113,10 @@ def _report(
 ) -> None:
     """Warnings, then every output asked for, from one document."""
     from mxbench.report import document, tables
+    from mxbench.results import bad_line_warnings
 
-    for bad in loaded.bad[:MAX_WARNINGS]:
-        where = f"{bad.path}:{bad.lineno}" if bad.lineno else str(bad.path)
-        typer.echo(f"mxbench: warning: {where}: {bad.reason} (skipped)", err=True)
-    if len(loaded.bad) > MAX_WARNINGS:
-        more = len(loaded.bad) - MAX_WARNINGS
-        typer.echo(f"mxbench: warning: {more} more unreadable line(s) skipped", err=True)
+    for warning in bad_line_warnings(loaded.bad):
+        typer.echo(warning, err=True)
     if not loaded.winners and label is not None and loaded.read:
         known = ", ".join(sorted(repr(x) for x in loaded.labels if x is not None)) or "none"
         raise MxbenchError(

@@ -165,11 +165,14 @@ def _measure(
     from mxbench import repeats
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
-    from mxbench.results import FINAL_STATUSES
+    from mxbench.results import FINAL_STATUSES, BadLine, bad_line_warnings
 
     results = store.root
     skipped = 0
-    known = store.latest_by_cell() if resume else {}
+    unread: list[BadLine] = []
+    known = store.latest_by_cell(unread) if resume else {}
+    for warning in bad_line_warnings(unread):
+        print(warning, file=sys.stderr)
     auto = mx.benchmark.auto
     plan = None
     if auto is not None:  # the groups of every planned cell, done ones too (their records)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mxbench.results import cc_pair
+
 
 @dataclass(frozen=True)
 class Capability:
@@ -98,23 +100,7 @@ PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
 )
 
 
-def parse_cc(value: object) -> tuple[int, int] | None:
-    """'7.0', 7.0, [7, 0], 'sm_70' -> (7, 0); anything else -> None."""
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        try:
-            return int(value[0]), int(value[1])
-        except (TypeError, ValueError):
-            return None
-    text = str(value).strip().lower()
-    m = re.fullmatch(r"(?:sm_|compute_)?(\d{1,2})(\d)", text)
-    if m and text.startswith(("sm_", "compute_")):
-        return int(m.group(1)), int(m.group(2))
-    m = re.fullmatch(r"(\d{1,2})\.(\d)", text)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    return None
+parse_cc = cc_pair  # the report reads a compute capability as the upgrade does
 
 
 def _name_match(name: str, fragment: str) -> bool:
