@@ -57,7 +57,7 @@ def test_a_slowed_run_is_flagged_and_exits_1(tmp_path: Path) -> None:
     proc = _compare(str(a), str(b), "--json")
     assert proc.returncode == 1 and "4 cell(s) regressed by more than 5%" in proc.stderr
     out = json.loads(proc.stdout)
-    assert out["schema"] == "mxbench.compare/1" and out["only_in_base"] == 0
+    assert out["schema"] == "mxbench.compare/1" and out["only_in_base"] == []
     changes = out["cells"]
     assert len(changes) == 4 and all(c["regressed"] and c["verdict"] == "slower" for c in changes)
     assert all(0.15 < c["change"] < 0.25 and c["low"] > 0 for c in changes)
@@ -192,7 +192,7 @@ def test_a_cell_that_ran_before_and_fails_after_is_a_regression_not_only_in_base
     assert back.returncode == 0 and "Failed in base, ran in new" in back.stdout, back.stderr
     out = json.loads(_compare(str(a), str(b), "--json").stdout)
     assert [(f["params"]["batch_size"], f["status"]) for f in out["broke"]] == [(32, "oom")]
-    assert out["fixed"] == [] and out["only_in_base"] == 0
+    assert out["fixed"] == [] and out["only_in_base"] == []
 
 
 def test_the_sentence_after_the_speedup_table_is_not_a_row_of_it(tmp_path: Path) -> None:
@@ -207,3 +207,30 @@ def test_the_sentence_after_the_speedup_table_is_not_a_row_of_it(tmp_path: Path)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", page)
     assert cells and not any("moved by" in c for c in cells), page
     assert "<p>mixed_bfloat16: the speedup over float32 moved by +0.7" in page
+
+
+def test_cells_only_one_side_has_are_listed_not_only_counted(tmp_path: Path) -> None:
+    """A matrix that dropped batch 32 and added an OOM at batch 64: compare names those
+    cells (markdown and --json), not only how many there are."""
+    a = _run(tmp_path, "a", 1.0, 1)
+    lines = (a / "box.jsonl").read_text().splitlines()
+    kept = [line for line in lines if json.loads(line)["params"]["batch_size"] != 32]
+    added = json.loads(kept[0])
+    added["params"].update(batch_size=64, repeat=0)
+    added.update(
+        status="oom", metrics={}, cell=cell_key("box", None, None, Params(**added["params"]))
+    )
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "box.jsonl").write_text("\n".join([*kept, json.dumps(added)]) + "\n")
+    proc = _compare(str(a), str(tmp_path / "b"))
+    assert proc.returncode == 0, proc.stderr
+    assert "2 only in base, 1 only in new." in proc.stdout
+    base_part = proc.stdout.split("Only in base")[1].split("Only in new")[0]
+    assert re.findall(r"\| (float32|mixed_bfloat16) +\| +32 \| ok", base_part) == [
+        "float32", "mixed_bfloat16"]  # fmt: skip
+    assert re.search(r"\| float32 +\| +64 \| OOM", proc.stdout.split("Only in new")[1])
+    out = json.loads(_compare(str(a), str(tmp_path / "b"), "--json").stdout)
+    said = [[c["params"]["policy"], c["params"]["batch_size"], c["status"]]
+            for c in out["only_in_base"]]  # fmt: skip
+    assert said == [["float32", 32, "ok"], ["mixed_bfloat16", 32, "ok"]]
+    assert [[c["params"]["batch_size"], c["status"]] for c in out["only_in_new"]] == [[64, "oom"]]

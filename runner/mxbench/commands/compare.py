@@ -98,14 +98,16 @@ def compare(
         typer.echo((table(headers, rows) if rows else "No cell changed.") + "\n")
         _failures("Ran in base, failed in new (a regression):", found.broke, ("base ms", "new"))
         _failures("Failed in base, ran in new:", found.fixed, ("new ms", "base"))
+        _alone("Only in base (not in new at all):", found.only_base)
+        _alone("Only in new (not in base at all):", found.only_new)
         few = sum(1 for c in changes if c.verdict == TOO_FEW)
         typer.echo(
             escape(
                 f"{len(changes)} cell(s) compared, {len(regressed)} regression(s) "
                 f"(slower by more than {threshold:g}%, interval excluding no change); "
                 f"{len(found.broke)} ran in base and failed in new, {len(found.fixed)} failed "
-                f"in base and ran in new; {found.only_base} only in base, "
-                f"{found.only_new} only in new."
+                f"in base and ran in new; {len(found.only_base)} only in base, "
+                f"{len(found.only_new)} only in new."
                 + (
                     f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
                     if few
@@ -141,6 +143,25 @@ def _failures(title: str, cells: list[Any], columns: tuple[str, str]) -> None:
     typer.echo(f"{title}\n\n{table(headers, rows)}\n")
 
 
+def _alone(title: str, cells: list[Any], limit: int = 20) -> None:
+    """The cells one side has and the other has not at all, the first ``limit`` of them."""
+    from mxbench.report.markdown import table
+    from mxbench.report.text import STATUS_TEXT
+
+    if not cells:
+        return
+    more = _varying(cells)
+    headers = ["host", "image", *more, "policy", "batch", "status"]
+    rows = [
+        [c.host, c.image or "-", *(str(c.params.get(n)) for n in more),
+         str(c.params["policy"]), str(c.params["batch_size"]), STATUS_TEXT.get(c.status, c.status)]
+        for c in cells[:limit]
+    ]  # fmt: skip
+    rest = len(cells) - limit
+    after = f"\n… and {rest} more (compare --json lists every one)\n" if rest > 0 else ""
+    typer.echo(f"{title}\n\n{table(headers, rows)}\n{after}")
+
+
 def _varying(rows: list[Any]) -> list[str]:
     """The parameters besides policy and batch size whose values differ between the rows
     (model, image_size, backend...): without their columns two rows would read the same."""
@@ -171,7 +192,8 @@ def _json(
     out.write(',"fixed":' + msgspec.json.encode(found.fixed).decode())
     speed = [{**msgspec.structs.asdict(s), "gained": s.gained} for s in gains]
     out.write(',"speedups":' + msgspec.json.encode(speed).decode())
-    out.write(f',"only_in_base":{found.only_base},"only_in_new":{found.only_new}}}\n')
+    out.write(',"only_in_base":' + msgspec.json.encode(found.only_base).decode())
+    out.write(',"only_in_new":' + msgspec.json.encode(found.only_new).decode() + "}\n")
 
 
 def _speedups(found: list[Any], only_changed: bool) -> None:

@@ -57,11 +57,20 @@ class Failed(msgspec.Struct):
     error: str | None  # the last line of that side's error
 
 
+class Alone(msgspec.Struct):
+    """A cell only one side has at all (timed or failed there): a cell added or dropped."""
+
+    host: str
+    image: str | None
+    params: dict[str, object]
+    status: str  # its latest status on that side
+
+
 @dataclass
 class Comparison:
     changes: list[Change]  # cells timed on both sides
-    only_base: int  # cells that only one side has at all
-    only_new: int
+    only_base: list[Alone]  # cells that only one side has at all
+    only_new: list[Alone]
     broke: list[Failed]  # timed in base, failed in new
     fixed: list[Failed]  # failed in base, timed in new
 
@@ -86,7 +95,7 @@ def _order(value: Any) -> tuple[int, Any]:
     return (2, str(value))
 
 
-def order(c: Change | SpeedupChange | Failed) -> tuple[Any, ...]:
+def order(c: Change | SpeedupChange | Failed | Alone) -> tuple[Any, ...]:
     return (c.host, c.image or "", *(_order(v) for v in c.params.values()))
 
 
@@ -152,7 +161,20 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> Comparison:
         )
     out.sort(key=order)
     base_keys, new_keys = b.keys() | fb.keys(), n.keys() | fn.keys()
-    return Comparison(out, len(base_keys - new_keys), len(new_keys - base_keys), broke, fixed)
+    return Comparison(out, _alone(base_keys - new_keys, b, fb),
+                      _alone(new_keys - base_keys, n, fn), broke, fixed)  # fmt: skip
+
+
+def _alone(keys: set[Key], timed: dict[Key, tuple[Record, list[stats.Process]]],
+           failed: dict[Key, Record]) -> list[Alone]:  # fmt: skip
+    """The cells of ``keys`` (one side's only), sorted like the others."""
+    out = []
+    for key in keys:
+        rec = timed[key][0] if key in timed else failed[key]
+        out.append(Alone(host=str(rec.host), image=rec.image.name or rec.image.id,
+                         params=_identity(rec.params)[1], status=rec.status))  # fmt: skip
+    out.sort(key=order)
+    return out
 
 
 class SpeedupChange(msgspec.Struct):
