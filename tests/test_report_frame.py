@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
 import mxbench
+from mxbench.cells import cell_key
+from mxbench.cli import app
+from mxbench.params import Params
 from mxbench.report import annotate, devices
 from mxbench.report.load import load
 from mxbench.report.tables import build
@@ -123,3 +128,36 @@ def test_a_count_past_64_bits_is_a_bad_line_not_a_crash(tmp_path: Path, change: 
         df = mxbench.load_results(path)
     assert len(caught) == 1 and df["batch_size"].tolist() == [8]
     assert str(df["step_ms_n"].dtype) == "Int64"
+
+
+def _repeat(policy: str, repeat: int, label: str = "a", **kw: object) -> dict:
+    d = rec(policy=policy, label=label, **kw)  # type: ignore[arg-type]
+    d["params"]["repeat"] = repeat
+    d["cell"] = cell_key("h1", None, None, Params(**d["params"]))
+    return d
+
+
+def test_every_cell_is_a_row_a_failed_repeat_and_an_older_runs_too(tmp_path: Path) -> None:
+    """A slot's table entry keeps its ok records of its latest run only; the CSV and the
+    frame still have a row for every cell: the repeat that ran out of memory beside two ok
+    ones, the repeat only an older run measured (neither with the slot's speedup)."""
+    path = write(tmp_path / "h.jsonl", [
+        _repeat("float32", 0), _repeat("float32", 1, median=102.0),
+        _repeat("float32", 2, status="oom", error="RESOURCE_EXHAUSTED: OOM"),
+        _repeat("mixed_float16", 0, median=60.0), _repeat("mixed_float16", 1, median=61.0),
+        _repeat("mixed_float16", 2, median=90.0),  # run a
+        _repeat("mixed_float16", 0, label="b", median=62.0, time="2026-01-02T00:00:00+00:00"),
+        _repeat("mixed_float16", 1, label="b", median=63.0, time="2026-01-02T00:00:00+00:00"),
+    ])  # fmt: skip
+    df = mxbench.load_results(path)
+    res = CliRunner().invoke(app, ["report", "-r", str(path), "--csv"])
+    assert res.exit_code == 0, res.output
+    written = pd.read_csv(io.StringIO(res.stdout))
+    for got in (df, written):
+        assert len(got) == 6  # 8 records, 6 cells
+        cells = set(zip(got["policy"], got["repeat"], got["status"], got["label"], strict=True))
+        assert ("float32", 2, "oom", "a") in cells and ("mixed_float16", 2, "ok", "a") in cells
+        alone = got[(got["repeat"] == 2)]
+        assert alone["speedup_vs_float32"].isna().all()  # not part of the slot's figure
+        mixed = got[(got["policy"] == "mixed_float16") & (got["repeat"] < 2)]
+        assert mixed["speedup_vs_float32"].notna().all() and set(mixed["label"]) == {"b"}

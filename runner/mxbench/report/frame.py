@@ -120,15 +120,17 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
 def rows(
     loaded: load.Loaded, built: list[tables.Table], latest: bool = True
 ) -> list[dict[str, Any]]:
-    """The rows of the frame, in table order."""
+    """The rows of the frame, in table order: every cell of each slot, the speedup and the
+    loss parity on those its entry counts (ok, of the slot's latest run)."""
     out = []
     for t in built:
         for b in t.batches:
             for p in t.policies:
                 e = t.entries.get((p, b))
-                recs = e.records if e is not None else []
-                for rec in recs:
-                    out.append(row(t, rec, loaded.attempts.get(str(rec.cell), 1)))
+                counted = {id(r) for r in e.records} if e is not None else set()
+                for rec in t.cells.get((p, b), ()):
+                    where = t if id(rec) in counted else None
+                    out.append(row(where, rec, loaded.attempts.get(str(rec.cell), 1)))
     if not latest:  # every attempt: the winners' tables give the speedups
         index = {(r["cell"]): r for r in out}
         out = []

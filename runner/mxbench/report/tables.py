@@ -177,6 +177,9 @@ class Table:
     distinct: tuple[str, ...] = ()
     # whether the title names the default model too (other tables measured other models)
     named_model: bool = False
+    # (policy, batch) -> every winning record of the slot: its entry keeps only the ok ones
+    # of its latest run; the frame has a row for each (mxbench.report.frame)
+    cells: dict[tuple[str, int], list[Record]] = field(default_factory=dict)
 
     @cached_property
     def capability(self) -> tuple[Capability | None, bool]:
@@ -367,6 +370,7 @@ def make(slots: Slots) -> Table:
         entries={slot: entry(latest_run(recs)) for slot, recs in slots.items()},
         policies=sorted({p for p, _ in slots}, key=_policy_rank),
         batches=sorted({b for _, b in slots}),
+        cells=slots,
     )
 
 
