@@ -297,3 +297,35 @@ def test_the_same_output_named_twice_is_refused(tmp_path: Path) -> None:
                            "-o", str(out), "-o", str(tmp_path / "." / "r.md")],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 2 and "named twice" in proc.stderr and not out.exists()
+
+
+def _loaded_doc(folder: Path) -> document.Document:
+    loaded = load([folder])
+    return document.build(loaded, build(loaded.winners))
+
+
+def test_the_text_file_keeps_every_cell_of_a_wide_table_whole() -> None:
+    """-o x.txt: a table wider than 120 columns (four policies, loss parity, as in
+    examples/convergence) is written at its own width, no cell or header cut to '…'."""
+    doc = _loaded_doc(ROOT / "examples" / "convergence")
+    out = terminal.render(doc)
+    assert "…" not in out
+    lines = out.splitlines()
+    for s in doc.sections:
+        for row in s.rows:
+            assert any(all(c in line for c in row) for line in lines), row
+        for h in s.headers:
+            assert h in out, h
+
+
+def test_a_narrow_terminal_folds_and_never_cuts_the_answer() -> None:
+    """A 40-column terminal: the grids' speedups, the tables' numbers and headers fold
+    onto more lines; none is cut to '…'."""
+    from rich.console import Console
+
+    doc = _loaded_doc(ROOT / "examples" / "published")
+    buf = io.StringIO()
+    terminal.show(doc, Console(file=buf, force_terminal=True, width=40, color_system=None))
+    out = buf.getvalue()
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 40

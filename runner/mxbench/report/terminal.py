@@ -10,7 +10,7 @@ import io
 from collections.abc import Container, Iterator
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.rule import Rule
 from rich.table import Table as RichTable
 from rich.text import Text
@@ -21,13 +21,21 @@ from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.html import COLOURS
 
 _NUMERIC = frozenset("0123456789.")
+# wider than any table: its cells from records are bounded (tables.MAX_RECORD_TEXT)
+_UNBOUNDED = 1_000_000
+
+
+def column(table: RichTable, header: str, justify: JustifyMethod = "left") -> None:
+    """A column whose cells fold onto more lines where the terminal is too narrow: a number
+    or a name is never cut to '…'."""
+    table.add_column(plain(header), justify=justify, overflow="fold")
 
 
 def grid(g: Grid) -> RichTable:
     out = RichTable(title=plain(f"{g.policy} against float32: speedup"), title_justify="left")
-    out.add_column(plain("device \\ batch"))
+    column(out, "device \\ batch")
     for b in g.batches:
-        out.add_column(plain(str(b)), justify="center")
+        column(out, str(b), "center")
     for row in g.rows:
         cells = []
         for c in row.cells:
@@ -55,7 +63,7 @@ def section(s: Section) -> Iterator[Any]:
     table = RichTable()
     for i, h in enumerate(s.headers):
         numeric = i == 0 or h.endswith(("ms/step [IQR]", "images/s"))
-        table.add_column(plain(h), justify="right" if numeric else "left")
+        column(table, h, "right" if numeric else "left")
     for row in s.rows:
         table.add_row(*(plain(c) for c in row))
     yield table
@@ -65,9 +73,7 @@ def section(s: Section) -> Iterator[Any]:
         yield plain(s.breakdown_note, style="dim")
         why_table = RichTable()
         for h in why.headers():
-            why_table.add_column(
-                plain(h), justify="left" if h in ("policy", "kernels") else "right"
-            )
+            column(why_table, h, "left" if h in ("policy", "kernels") else "right")
         for row in why.rows(s.breakdown):
             why_table.add_row(*(plain(c) for c in row))
         yield why_table
@@ -100,7 +106,13 @@ def show(doc: Document, console: Console) -> None:
 
 
 def render(doc: Document, width: int = 120) -> str:
-    """The terminal rendering as plain text (no colour codes): what ``--output x.txt`` gets."""
+    """The terminal rendering as plain text (no colour codes): what ``--output x.txt`` gets.
+    Text wraps at ``width``; a table wider than that is written at its own width, whole."""
     console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
-    show(doc, console)
+    for part in renderables(doc):
+        if isinstance(part, RichTable):  # measured within a width it cannot reach
+            console.width = _UNBOUNDED
+            console.width = max(width, console.measure(part).maximum)
+        console.print(part)
+        console.width = width
     return console.export_text(styles=False)

@@ -351,6 +351,7 @@ def renderables(sections_: Sequence[Section], shares: Sequence[str]) -> Iterable
     from rich.table import Table as RichTable
 
     from mxbench.progress import plain  # no markup, no control sequence from records
+    from mxbench.report.terminal import column
 
     if shares:
         yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
@@ -359,7 +360,7 @@ def renderables(sections_: Sequence[Section], shares: Sequence[str]) -> Iterable
         yield Rule(plain(f"Training run: {s.title}"), align="left")
         table = RichTable()
         for h in s.headers:
-            table.add_column(plain(h))
+            column(table, h)
         for row in s.rows:
             table.add_row(*(plain(c) for c in row))
         yield table
