@@ -383,3 +383,33 @@ def test_markdown_keeps_a_long_line_the_tool_wrote_whole(tmp_path: Path) -> None
     assert len(line) > 300 and line.rstrip().endswith(
         "memory-bound layers write 42% of activations"
     )
+
+
+def test_csv_and_frame_bound_record_text_as_the_report_does(tmp_path: Path) -> None:
+    """A 100,000-character host, label, CPU model or device name: the CSV and the frame
+    hold it cut to the report's 300 characters (MAX_RECORD_TEXT, ending '…'), the same host
+    as the JSON report's table; a cell stays told apart by its cell key."""
+    import pandas as pd
+
+    import mxbench
+    from mxbench.report.tables import MAX_RECORD_TEXT
+
+    big = "h" * 100_000
+    device = {"kind": "gpu", "name": "d" * 100_000, "compute_capability": "7.0"}
+    records = [rec(host=big, label="L" * 100_000, cpu={"model": "M" * 100_000}, device=device),
+               rec(host=big, policy="mixed_float16", median=50.0, device=device,
+                   status="error", error="E" * 100_000)]  # fmt: skip
+    path = write(tmp_path / "h.jsonl", records)
+    code, out, _ = _report("--results", str(path), "--csv")
+    assert code == 0
+    _, js, _ = _report("--results", str(path), "--json")
+    host = json.loads(js)["tables"][0]["host"]
+    assert len(host) == MAX_RECORD_TEXT and host.endswith("…")
+    for got in (pd.read_csv(io.StringIO(out), dtype=str), mxbench.load_results(path)):
+        assert len(got) == 2 and got["cell"].nunique() == 2
+        assert set(got["host"]) == {host}
+        for col in ("label", "cpu_model", "device", "error"):
+            value = got[col].dropna().iloc[0]
+            assert len(value) == MAX_RECORD_TEXT and value.endswith("…"), col
+    help_text = " ".join(CliRunner().invoke(app, ["report", "--help"]).stdout.split())
+    assert f"cut to {MAX_RECORD_TEXT} characters" in help_text

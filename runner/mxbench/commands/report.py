@@ -29,7 +29,12 @@ def report(
         "--markdown",
         help="GitHub-style markdown (the default when stdout is not a terminal).",
     ),
-    csv: bool = typer.Option(False, "--csv", help="Tidy CSV: one row per cell."),
+    csv: bool = typer.Option(
+        False,
+        "--csv",
+        help="Tidy CSV: one row per cell; text from records (names, labels, the error's "
+        "last line) cut to 300 characters, as in every format.",
+    ),
     html: bool = typer.Option(
         False,
         "--html",

@@ -9,7 +9,9 @@ memory, warm-up, versions as people write them (CUDA 13.0, cuDNN 9.19.0).
 The DataFrame is typed: times are UTC datetimes, counts nullable integers (``Int64``: a
 missing value stays missing, not a float NaN), flags nullable booleans, text pandas'
 ``string`` (missing: ``pd.NA``), numbers float64. The CSV keeps the
-same columns as text (ISO-8601 times).
+same columns as text (ISO-8601 times). Text from records (names, labels, the error's last
+line) is cut to :data:`mxbench.report.tables.MAX_RECORD_TEXT` characters ending '…', as in
+every format of the report: the same host and device names; ``cell`` tells cells apart.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
     ratio = t.ratios.get(slot) if t is not None and rec.status == "ok" else None
     loss = t.parity.get(slot) if t is not None and rec.status == "ok" else None
     health = m.gpu_health
-    error = rec.error.strip().splitlines()[-1][:300] if rec.error and rec.error.strip() else None
+    # its last line, bounded with every text (:func:`typed`, :func:`_neutralise`)
+    error = rec.error.strip().splitlines()[-1] if rec.error and rec.error.strip() else None
     out: dict[str, Any] = {
         "host": rec.host, "engine": rec.engine, "image": rec.image.name, "image_id": rec.image.id,
         "device_kind": rec.device.kind, "device": rec.device.name,
@@ -200,7 +203,10 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
     for col in FLAGS:
         frame[col] = frame[col].astype("boolean")
     for col in TEXTS:
-        frame[col] = frame[col].astype("string")
+        frame[col] = text = frame[col].astype("string")
+        long = (text.str.len() > tables.MAX_RECORD_TEXT).fillna(False)
+        if long.any():
+            frame.loc[long, col] = text[long].map(tables.bounded)
     return frame
 
 
@@ -221,7 +227,7 @@ def to_csv(loaded: load.Loaded, built: list[tables.Table]) -> str:
 
 def _neutralise(value: Any) -> Any:
     if isinstance(value, str):
-        value = _CONTROL.sub(" ", value)  # one physical line per row
+        value = tables.bounded(_CONTROL.sub(" ", value))  # one physical line per row
         return "'" + value if value.startswith(_FORMULA) else value
     if isinstance(value, float) and not math.isfinite(value):
         return None
