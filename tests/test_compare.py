@@ -234,3 +234,15 @@ def test_cells_only_one_side_has_are_listed_not_only_counted(tmp_path: Path) -> 
             for c in out["only_in_base"]]  # fmt: skip
     assert said == [["float32", 32, "ok"], ["mixed_bfloat16", 32, "ok"]]
     assert [[c["params"]["batch_size"], c["status"]] for c in out["only_in_new"]] == [[64, "oom"]]
+
+
+def test_the_counting_sentence_is_whole_however_much_it_says(tmp_path: Path) -> None:
+    """Cells only on one side, one process a side: the sentence that counts them (text the
+    tool writes, past 300 characters) ends with its hint whole, not cut to '…'."""
+    base = [rec(batch=b, policy=p) for b in (8, 16, 32) for p in ("float32", "mixed_float16")]
+    new = [rec(batch=32, policy="float32", median=101.0), rec(batch=128, status="error")]
+    a, b = write(tmp_path / "a.jsonl", base), write(tmp_path / "b.jsonl", new)
+    proc = _compare(str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout
+    assert "(set benchmark.repeats to auto, or 3 or more)." in " ".join(proc.stdout.split())

@@ -112,7 +112,8 @@ def compare(
                     f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
                     if few
                     else ""
-                )
+                ),
+                limit=None,  # the tool's own sentence: never cut
             )
         )
         _speedups(speedups(loaded[0], loaded[1]), only_changed)
@@ -233,5 +234,5 @@ def _speedups(found: list[Any], only_changed: bool) -> None:
         moved, low, high = (stats.figure(g, sign=True) for g in said)
         typer.echo("\n" + escape(
             f"{policy}: the speedup over float32 moved by {moved}x "
-            f"(median of {len(gains)} slot(s), {low}x to {high}x)."
+            f"(median of {len(gains)} slot(s), {low}x to {high}x).", limit=None
         ))  # fmt: skip
