@@ -224,7 +224,7 @@ def test_cells_only_one_side_has_are_listed_not_only_counted(tmp_path: Path) -> 
     (tmp_path / "b" / "box.jsonl").write_text("\n".join([*kept, json.dumps(added)]) + "\n")
     proc = _compare(str(a), str(tmp_path / "b"))
     assert proc.returncode == 0, proc.stderr
-    assert "2 only in base, 1 only in new." in proc.stdout
+    assert "2 only in base, 1 only in new, 0 failed in both." in proc.stdout
     base_part = proc.stdout.split("Only in base")[1].split("Only in new")[0]
     assert re.findall(r"\| (float32|mixed_bfloat16) +\| +32 \| ok", base_part) == [
         "float32", "mixed_bfloat16"]  # fmt: skip
@@ -246,3 +246,19 @@ def test_the_counting_sentence_is_whole_however_much_it_says(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     assert "…" not in proc.stdout
     assert "(set benchmark.repeats to auto, or 3 or more)." in " ".join(proc.stdout.split())
+
+
+def test_a_cell_that_failed_on_both_sides_is_listed_not_lost(tmp_path: Path) -> None:
+    """Batch 512 ran out of memory in both runs: it is neither compared nor only on one
+    side; compare still names it (markdown, --json) and counts it."""
+    base = [rec(batch=32), rec(batch=512, status="oom", error="OOM")]
+    new = [rec(batch=32, median=101.0), rec(batch=512, status="error", error="boom")]
+    a, b = write(tmp_path / "a.jsonl", base), write(tmp_path / "b.jsonl", new)
+    proc = _compare(str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())
+    assert "0 only in base, 0 only in new, 1 failed in both." in said
+    assert re.search(r"\| float32 +\| +512 \| error", proc.stdout.split("Failed in both")[1])
+    out = json.loads(_compare(str(a), str(b), "--json").stdout)
+    assert [(c["params"]["batch_size"], c["status"]) for c in out["failed_in_both"]] == [
+        (512, "error")]  # fmt: skip

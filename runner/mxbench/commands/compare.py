@@ -32,7 +32,8 @@ def compare(
         False,
         "--json",
         help="JSON instead of markdown: one object (schema mxbench.compare/1) with the cells, "
-        "the speedups over float32 in both runs, and the cells only one side has.",
+        "the speedups over float32 in both runs, the cells only one side has, and those "
+        "that failed on both.",
     ),
     only_changed: bool = typer.Option(
         False,
@@ -100,6 +101,7 @@ def compare(
         _failures("Failed in base, ran in new:", found.fixed, ("new ms", "base"))
         _alone("Only in base (not in new at all):", found.only_base)
         _alone("Only in new (not in base at all):", found.only_new)
+        _alone("Failed in both (timed on neither side; status in new):", found.failed_both)
         few = sum(1 for c in changes if c.verdict == TOO_FEW)
         typer.echo(
             escape(
@@ -107,7 +109,7 @@ def compare(
                 f"(slower by more than {threshold:g}%, interval excluding no change); "
                 f"{len(found.broke)} ran in base and failed in new, {len(found.fixed)} failed "
                 f"in base and ran in new; {len(found.only_base)} only in base, "
-                f"{len(found.only_new)} only in new."
+                f"{len(found.only_new)} only in new, {len(found.failed_both)} failed in both."
                 + (
                     f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
                     if few
@@ -194,7 +196,8 @@ def _json(
     speed = [{**msgspec.structs.asdict(s), "gained": s.gained} for s in gains]
     out.write(',"speedups":' + msgspec.json.encode(speed).decode())
     out.write(',"only_in_base":' + msgspec.json.encode(found.only_base).decode())
-    out.write(',"only_in_new":' + msgspec.json.encode(found.only_new).decode() + "}\n")
+    out.write(',"only_in_new":' + msgspec.json.encode(found.only_new).decode())
+    out.write(',"failed_in_both":' + msgspec.json.encode(found.failed_both).decode() + "}\n")
 
 
 def _speedups(found: list[Any], only_changed: bool) -> None:

@@ -73,6 +73,7 @@ class Comparison:
     only_new: list[Alone]
     broke: list[Failed]  # timed in base, failed in new
     fixed: list[Failed]  # failed in base, timed in new
+    failed_both: list[Alone]  # failed on both sides (status: new's)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -162,12 +163,13 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> Comparison:
     out.sort(key=order)
     base_keys, new_keys = b.keys() | fb.keys(), n.keys() | fn.keys()
     return Comparison(out, _alone(base_keys - new_keys, b, fb),
-                      _alone(new_keys - base_keys, n, fn), broke, fixed)  # fmt: skip
+                      _alone(new_keys - base_keys, n, fn), broke, fixed,
+                      _alone(fb.keys() & fn.keys(), {}, fn))  # fmt: skip
 
 
 def _alone(keys: set[Key], timed: dict[Key, tuple[Record, list[stats.Process]]],
            failed: dict[Key, Record]) -> list[Alone]:  # fmt: skip
-    """The cells of ``keys`` (one side's only), sorted like the others."""
+    """The cells of ``keys`` (one side's only, or failed on both), sorted like the others."""
     out = []
     for key in keys:
         rec = timed[key][0] if key in timed else failed[key]
