@@ -262,3 +262,25 @@ def test_a_cell_that_failed_on_both_sides_is_listed_not_lost(tmp_path: Path) -> 
     out = json.loads(_compare(str(a), str(b), "--json").stdout)
     assert [(c["params"]["batch_size"], c["status"]) for c in out["failed_in_both"]] == [
         (512, "error")]  # fmt: skip
+
+
+def test_json_bounds_the_text_it_takes_from_records(tmp_path: Path) -> None:
+    """A 100,000-character host, image name and error: compare --json holds each cut to the
+    report's 300 characters (as report --json does), in every list."""
+    from mxbench.report.tables import MAX_RECORD_TEXT
+
+    host, image = "h" * 100_000, {"name": "i" * 100_000}
+    base = [rec(host, batch=b, image=image) for b in (8, 16, 32)]
+    new = [rec(host, batch=8, median=101.0, image=image),
+           rec(host, batch=16, status="oom", error="E" * 100_000, image=image),
+           rec(host, batch=64, image=image)]  # fmt: skip
+    a, b = write(tmp_path / "a.jsonl", base), write(tmp_path / "b.jsonl", new)
+    proc = _compare(str(a), str(b), "--json")
+    assert proc.returncode == 1, proc.stderr  # batch 16 broke
+    out = json.loads(proc.stdout)
+    lists = ("cells", "broke", "only_in_base", "only_in_new")
+    cells = [c for name in lists for c in out[name]]
+    assert len(cells) == 4
+    for c in cells:
+        assert len(c["host"]) == len(c["image"]) == MAX_RECORD_TEXT, c["params"]
+    assert len(out["broke"][0]["error"]) == MAX_RECORD_TEXT

@@ -83,6 +83,19 @@ def _identity(p: Params) -> tuple[tuple[str, ...], dict[str, object]]:
     return tuple(str(getattr(p, n)) for n in _IDENTITY), {k: getattr(p, k) for k in _IDENTITY}
 
 
+def _where(rec: Record) -> dict[str, Any]:
+    """Its host and image as every list shows them: bounded like the report's
+    (:data:`mxbench.report.tables.MAX_RECORD_TEXT`); cells are matched on them whole."""
+    image = rec.image.name or rec.image.id
+    return {"host": tables.bounded(str(rec.host)), "image": image and tables.bounded(image)}
+
+
+def _last_line(error: str | None) -> str | None:
+    """The last line of an error, bounded (None: no error text)."""
+    last = (error or "").strip().rsplit("\n", 1)[-1].strip()
+    return tables.bounded(last) if last else None
+
+
 def _key(rec: Record) -> Key:
     return (str(rec.host), rec.image.name or rec.image.id or "", *_identity(rec.params)[0])
 
@@ -117,10 +130,10 @@ def _failed(loaded: Loaded, timed: dict[Key, Any]) -> dict[Key, Record]:
 def _broken(timed: dict[Key, tuple[Record, list[stats.Process]]],
             failed: dict[Key, Record]) -> list[Failed]:  # fmt: skip
     out = [
-        Failed(host=str(rec.host), image=rec.image.name or rec.image.id,
+        Failed(**_where(rec),
                params=_identity(rec.params)[1], timed_ms=_median(timed[key][1]),
                status=failed[key].status,
-               error=(failed[key].error or "").strip().rsplit("\n", 1)[-1].strip() or None)
+               error=_last_line(failed[key].error))
         for key in timed.keys() & failed.keys()
         for rec in [timed[key][0]]
     ]  # fmt: skip
@@ -147,8 +160,7 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> Comparison:
         verdict = ratio.verdict
         out.append(
             Change(
-                host=str(rec.host),
-                image=rec.image.name or rec.image.id,
+                **_where(rec),
                 params=_identity(rec.params)[1],
                 base_ms=_median(b[key][1]),
                 new_ms=_median(n[key][1]),
@@ -173,7 +185,7 @@ def _alone(keys: set[Key], timed: dict[Key, tuple[Record, list[stats.Process]]],
     out = []
     for key in keys:
         rec = timed[key][0] if key in timed else failed[key]
-        out.append(Alone(host=str(rec.host), image=rec.image.name or rec.image.id,
+        out.append(Alone(**_where(rec),
                          params=_identity(rec.params)[1], status=rec.status))  # fmt: skip
     out.sort(key=order)
     return out
