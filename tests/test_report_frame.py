@@ -161,3 +161,26 @@ def test_every_cell_is_a_row_a_failed_repeat_and_an_older_runs_too(tmp_path: Pat
         assert alone["speedup_vs_float32"].isna().all()  # not part of the slot's figure
         mixed = got[(got["policy"] == "mixed_float16") & (got["repeat"] < 2)]
         assert mixed["speedup_vs_float32"].notna().all() and set(mixed["label"]) == {"b"}
+
+
+def test_batch_size_search_trials_are_rows_flagged_as_such(tmp_path: Path) -> None:
+    """The trials of a largest-batch search (axes.batch_size: max) are cells the report
+    counts and shows ('Largest batch'): the CSV and the frame have a row for each, with
+    search_trial true, and no speedup."""
+    search = {"start": 8, "cap": 4096, "max_trials": 16, "precision": 0.05, "growth": 3}
+    path = write(tmp_path / "h.jsonl", [
+        rec(batch=32), rec(batch=32, policy="mixed_float16", median=60.0),
+        rec(batch=64, search=search), rec(batch=192, search=search),
+        rec(batch=576, status="oom", error="OOM", search=search),
+    ])  # fmt: skip
+    df = mxbench.load_results(path)
+    res = CliRunner().invoke(app, ["report", "-r", str(path), "--csv"])
+    assert res.exit_code == 0, res.output
+    written = pd.read_csv(io.StringIO(res.stdout))
+    for got in (df, written, mxbench.load_results(path, latest=False)):
+        assert len(got) == 5
+        trials = got[got["search_trial"].astype(bool)]
+        assert sorted(zip(trials["batch_size"], trials["status"], strict=True)) == [
+            (64, "ok"), (192, "ok"), (576, "oom")]  # fmt: skip
+        assert trials["speedup_vs_float32"].isna().all()
+    assert str(df["search_trial"].dtype) == "boolean"

@@ -40,7 +40,8 @@ _AFTER = ("status", "step_ms_median", "step_ms_p25", "step_ms_p75", "step_ms_n",
           "loss_mean", "loss_vs_float32", "loss_parity", "first_step_ms", "warmup_ms",
           "peak_memory_bytes", "peak_memory_kind", "gpu_util_pct", "achieved_tflops",
           "throttle_reasons", "input_device", "tf32", "matmul_precision", "tensorflow", "jax",
-          "torch", "keras", "cuda", "cudnn", "label", "attempts", "time", "started_at",
+          "torch", "keras", "cuda", "cudnn", "label", "attempts", "search_trial", "time",
+          "started_at",
           "finished_at", "cell", "source", "error")  # fmt: skip
 COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
 # The frame's types (everything else: text or float)
@@ -66,7 +67,7 @@ FLOATS = (*(f.name for f in params.fields() if _integer(f.type, float)),
           "step_ms_median", "step_ms_p25", "step_ms_p75", "images_per_s",
           "speedup_vs_float32", "speedup_low", "speedup_high", "loss_mean", "loss_vs_float32",
           "first_step_ms", "warmup_ms", "gpu_util_pct", "achieved_tflops")  # fmt: skip
-FLAGS = ("tf32",)
+FLAGS = ("tf32", "search_trial")
 # text, missing as pd.NA like the integers and flags (and not object where every value is)
 TEXTS = (*_BEFORE, *(f.name for f in params.fields() if _integer(f.type, str)),
          "status", "verdict", "loss_parity", "peak_memory_kind", "throttle_reasons",
@@ -114,6 +115,7 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
         tensorflow=rec.software.tensorflow, jax=rec.software.jax, torch=rec.software.torch,
         keras=rec.software.keras, cuda=cuda_text(rec.software.cuda),
         cudnn=cudnn_text(rec.software.cudnn), label=rec.label, attempts=attempts,
+        search_trial=rec.search is not None,  # a trial of a largest-batch search
         time=rec.time, started_at=rec.started_at, finished_at=rec.finished_at, cell=rec.cell,
         source=rec.source, error=error,
     )  # fmt: skip
@@ -124,7 +126,8 @@ def rows(
     loaded: load.Loaded, built: list[tables.Table], latest: bool = True
 ) -> list[dict[str, Any]]:
     """The rows of the frame, in table order: every cell of each slot, the speedup and the
-    loss parity on those its entry counts (ok, of the slot's latest run)."""
+    loss parity on those its entry counts (ok, of the slot's latest run); then the trials
+    of batch-size searches (``search_trial``)."""
     out = []
     for t in built:
         for b in t.batches:
@@ -134,6 +137,9 @@ def rows(
                 for rec in t.cells.get((p, b), ()):
                     where = t if id(rec) in counted else None
                     out.append(row(where, rec, loaded.attempts.get(str(rec.cell), 1)))
+    # the trials of largest-batch searches: no table of their own here (report.capacity)
+    out += [row(None, rec, loaded.attempts.get(str(rec.cell), 1))
+            for rec in loaded.winners if rec.search is not None]  # fmt: skip
     if not latest:  # every attempt: the winners' tables give the speedups
         index = {(r["cell"]): r for r in out}
         out = []
