@@ -329,3 +329,18 @@ def test_a_narrow_terminal_folds_and_never_cuts_the_answer() -> None:
     out = buf.getvalue()
     assert "…" not in out
     assert max(len(line) for line in out.splitlines()) <= 40
+
+
+def test_a_repeat_that_failed_beside_ok_ones_is_a_failure_of_the_report(tmp_path: Path) -> None:
+    """Two repeats of float32 at batch 32 ran, the third ran out of memory: the slot shows
+    the two (ok), and the failures name the third, in every format."""
+    records = [*timed("mixed_float16", 32, 60.0)]
+    for r in timed("float32", 32, 100.0):
+        if r["params"]["repeat"] == 2:
+            r.update(status="oom", metrics={}, error="Traceback\nRESOURCE_EXHAUSTED: OOM")
+        records.append(r)
+    loaded = load([write(tmp_path / "h.jsonl", records)])
+    doc = document.build(loaded, build(loaded.winners))
+    (s,) = doc.speed
+    assert s.failures == ["batch 32 float32 repeat 2 (OOM): RESOURCE_EXHAUSTED: OOM"]
+    assert "repeat 2 (OOM)" in markdown.render(doc) and "repeat 2 (OOM)" in terminal.render(doc)

@@ -25,6 +25,7 @@ from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import MAX_RECORD_TEXT as MAX_RECORD_TEXT
 from mxbench.report.tables import Table, bounded
+from mxbench.results import Record
 
 R = TypeVar("R")
 
@@ -195,16 +196,30 @@ def grids(
 
 
 def failures(t: Table) -> list[str]:
-    """One line per slot that did not run: its status, and the last line of its latest
-    attempt's error when it has one."""
+    """One line per slot that did not run, and per repeat that failed in a slot that did:
+    its status, and the last line of its latest attempt's error when it has one."""
     out = []
     for (p, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if e.status == "ok":
+        if e.status != "ok":
+            out.append(_failure(f"batch {b} {p}", e.status, e.records[-1].error))
             continue
-        head = f"batch {b} {p} ({text.STATUS_TEXT.get(e.status, e.status)})"
-        lines = (e.records[-1].error or "").strip().splitlines()
-        out.append(f"{head}: {bounded(' '.join(lines[-1].split()))}" if lines else head)
+        cells = t.cells.get((p, b), ())
+        if len(cells) > len(e.records):  # more cells than its ok records: some failed
+            out += [_failure(f"batch {b} {p} {_which(r)}", r.status, r.error)
+                    for r in cells if r.status != "ok"]  # fmt: skip
     return out
+
+
+def _which(r: Record) -> str:
+    """Which cell of its slot a record is: its repeat, else its cell key."""
+    repeat = r.params.repeat
+    return f"repeat {repeat}" if repeat is not None else f"cell {bounded(str(r.cell))}"
+
+
+def _failure(where: str, status: str, error: str | None) -> str:
+    head = f"{where} ({text.STATUS_TEXT.get(status, status)})"
+    lines = (error or "").strip().splitlines()
+    return f"{head}: {bounded(' '.join(lines[-1].split()))}" if lines else head
 
 
 def section(t: Table, anchor: str, texts: Texts | None = None) -> Section:
