@@ -15,7 +15,7 @@ import pytest
 
 from mxbench.cells import cell_key
 from mxbench.params import Params
-from mxbench.report import document, html, markdown, terminal, text
+from mxbench.report import document, html, markdown, tables, terminal, text
 from mxbench.report.load import load
 from mxbench.report.plot import POLICY_COLOURS, png, speedup_png
 from mxbench.report.tables import build
@@ -109,7 +109,7 @@ def test_the_failures_are_listed_in_html_and_what_the_tool_wrote_is_whole(
     (s,) = doc.speed
     assert s.failures[0] == "batch 128 mixed_float16 (OOM): OOM when allocating"
     assert s.failures[1].startswith("batch 256 mixed_float16 (error): ValueError: why why")
-    assert len(s.failures[1]) <= document.MAX_RECORD_TEXT + 40  # a record's text is bounded
+    assert len(s.failures[1]) <= tables.MAX_RECORD_TEXT + 40  # a record's text is bounded
     page = html.render(doc, lambda t: [])
     assert '<h3>Failures</h3><ul class="failures">' in page and "OOM when allocating" in page
     loaded = load([ROOT / "examples" / "measured" / "h100"])
@@ -169,15 +169,24 @@ def test_a_record_cannot_style_the_terminal(tmp_path: Path) -> None:
     assert "[bold red]x[/]" in out
 
 
-def test_tables_that_differ_only_in_a_setup_parameter_are_told_apart(tmp_path: Path) -> None:
+def _setups(name: str, values: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """float32 and mixed_float16 at batch 8 on host h, once per value of parameter ``name``."""
     recs = []
-    for size in (64, 128):
+    for value in values:
         for r in [*timed("float32", 8, 100.0), *timed("mixed_float16", 8, 50.0)]:
-            r["params"]["image_size"] = size
+            r["params"][name] = value
             r["cell"] = cell_key("h", None, None, Params(**r["params"]))
             recs.append(r)
-    loaded = load([write(tmp_path / "h.jsonl", recs)])
-    doc = document.build(loaded, build(loaded.winners))
+    return recs
+
+
+def _doc(path: Path, recs: list[dict[str, Any]]) -> document.Document:
+    loaded = load([write(path, recs)])
+    return document.build(loaded, build(loaded.winners))
+
+
+def test_tables_that_differ_only_in_a_setup_parameter_are_told_apart(tmp_path: Path) -> None:
+    doc = _doc(tmp_path / "h.jsonl", _setups("image_size", (64, 128)))
     assert sorted(row.title for row in doc.grids[0].rows) == [
         "h · Tesla V100-SXM2-16GB · image_size 128",
         "h · Tesla V100-SXM2-16GB · image_size 64",
@@ -188,20 +197,13 @@ def test_tables_that_differ_only_in_a_setup_parameter_are_told_apart(tmp_path: P
 def test_with_several_models_every_table_names_its_model(tmp_path: Path) -> None:
     """A zoo run: the default model's table names it too, not a bare host and device
     among rows that each name their model."""
-    recs = []
-    for model in ("blog-cnn", "resnet50"):
-        for r in [*timed("float32", 8, 100.0), *timed("mixed_float16", 8, 50.0)]:
-            r["params"]["model"] = model
-            r["cell"] = cell_key("h", None, None, Params(**r["params"]))
-            recs.append(r)
-    loaded = load([write(tmp_path / "h.jsonl", recs)])
-    doc = document.build(loaded, build(loaded.winners))
+    doc = _doc(tmp_path / "h.jsonl", _setups("model", ("blog-cnn", "resnet50")))
     assert sorted(row.title for row in doc.grids[0].rows) == [
         "h · Tesla V100-SXM2-16GB · blog-cnn",
         "h · Tesla V100-SXM2-16GB · resnet50",
     ]
-    alone = load([write(tmp_path / "one.jsonl", recs[: len(recs) // 2])])
-    assert [t.title for t in build(alone.winners)] == ["h · Tesla V100-SXM2-16GB"]
+    alone = _doc(tmp_path / "one.jsonl", _setups("model", ("blog-cnn",)))
+    assert [row.title for row in alone.grids[0].rows] == ["h · Tesla V100-SXM2-16GB"]
 
 
 def test_a_record_cannot_send_control_sequences_to_the_terminal(tmp_path: Path) -> None:

@@ -100,9 +100,6 @@ PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
 )
 
 
-parse_cc = cc_pair  # the report reads a compute capability as the upgrade does
-
-
 def _name_match(name: str, fragment: str) -> bool:
     return re.search(rf"(?<![a-z0-9]){re.escape(fragment)}(?![a-z0-9])", name.lower()) is not None
 
@@ -117,7 +114,7 @@ def cc_from_name(name: str | None) -> str | None:
 
 
 def capability(cc: object) -> Capability | None:
-    parsed = parse_cc(cc)
+    parsed = cc_pair(cc)  # read as the upgrade of older records reads it
     if parsed is None:
         return None
     arch = ARCHITECTURES.get(parsed)

@@ -16,7 +16,7 @@ from mxbench.report import convergence, devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 from mxbench.report.why import profile_of
-from mxbench.results import ModelInfo, OffMultipleOf8, Profile
+from mxbench.results import ModelInfo, OffMultipleOf8, Profile, cc_pair
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
@@ -311,7 +311,7 @@ def silent_cpu_fallback(t: Table) -> str | None:
         for g in gpus
     ) or "a GPU"  # fmt: skip
     text = f"Silent CPU fallback: {names} present, but {framework} ran on the CPU."
-    ccs = [devices.parse_cc(g.compute_capability) for g in gpus]
+    ccs = [cc_pair(g.compute_capability) for g in gpus]
     if framework == "TensorFlow" and any(cc is not None and cc < (6, 0) for cc in ccs):
         text += (
             " Official TF GPU builds from 2.18 ignore compute capability < 6.0 (Maxwell): "

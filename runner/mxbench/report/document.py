@@ -8,7 +8,7 @@ markdown, html, json, csv, terminal) only frame and escape it; a new format is o
 with a ``render(doc) -> str``.
 
 Text the tool writes (diagnosis, notes) is never cut; text from records (names, errors) is
-bounded where it enters the document (:data:`MAX_RECORD_TEXT`).
+bounded where it enters the document (:data:`mxbench.report.tables.MAX_RECORD_TEXT`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from mxbench.params import BASELINE
 from mxbench.report import annotate, answers, capacity, fanout, text, training, why
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
-from mxbench.report.tables import MAX_RECORD_TEXT as MAX_RECORD_TEXT
 from mxbench.report.tables import Table, bounded
 from mxbench.results import Record
 

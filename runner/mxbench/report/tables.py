@@ -18,6 +18,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
+
 from mxbench import params, stats
 from mxbench.params import BASELINE, POLICIES, Params
 from mxbench.report import load
@@ -37,8 +39,6 @@ def bounded(value: str, limit: int = MAX_RECORD_TEXT) -> str:
 def _bounded_names(device: Device, image: Image) -> tuple[Device, Image]:
     """The device and image with their names bounded (a table's title and every format
     show them; the records keep them whole)."""
-    import msgspec
-
     if device.name and len(device.name) > MAX_RECORD_TEXT:
         device = msgspec.structs.replace(device, name=bounded(device.name))
     if any(v and len(v) > MAX_RECORD_TEXT for v in (image.name, image.id)):
