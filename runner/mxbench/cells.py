@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
+import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,22 @@ class Cell:
     # model makes --resume measure it again
     model_source: str | None = None
     cost_per_hour: float | None = None  # the host's, stamped on its records
+    # The paired design: the cells measured in this cell's process with it (the other
+    # policies of its comparison at the same repeat); this cell is float32's (pair_up).
+    partners: tuple[Cell, ...] = field(default=(), hash=False, compare=False)
 
     def bench_args(self) -> list[str]:
-        """Arguments of ``mxbench bench`` that measure this cell (after the word ``bench``)."""
-        return self.params.bench_args()
+        """Arguments of ``mxbench bench`` that measure this cell (after the word ``bench``),
+        and its partners in the same process."""
+        args = self.params.bench_args()
+        if self.partners:
+            args += ["--pair-with", ",".join(c.params.policy for c in self.partners)]
+        return args
+
+    @property
+    def arms(self) -> tuple[Cell, ...]:
+        """The cells one process of this cell measures: itself, then its partners."""
+        return (self, *self.partners)
 
     def label(self, group: bool = False) -> str:
         """``local jax mixed_bfloat16 bs=32 #2``; ``group``: without policy and repeat (the
@@ -207,3 +220,70 @@ def _image_identity(matrix: Matrix, image: str) -> dict[str, Any]:
     """The build recipe of a matrix image, as the cell key hashes it (permissions such as
     ``allow_outside`` change where a build may read, not what it builds)."""
     return matrix.images[image].model_dump(exclude={"allow_outside"})
+
+
+def pairable(cell: Cell) -> bool:
+    """Whether a cell may share a process with the other policies of its comparison: the
+    paired design, for timing cells (a training run, a batch-size trial and several steps
+    per execution stay one policy per process, as their memory and OOM answers need)."""
+    p = cell.params
+    return (p.pairing == "paired" and cell.search is None and not p.epochs
+            and p.steps_per_execution == 1)  # fmt: skip
+
+
+def _comparison(c: Cell) -> tuple[object, ...]:
+    """What the cells one paired process measures share (a cell that cannot be paired: its
+    own key)."""
+    from mxbench.params import BASELINE
+
+    if not pairable(c):
+        return (c.key,)
+    return (c.host, c.image, c.model_source, msgspec.structs.replace(c.params, policy=BASELINE))
+
+
+def to_run(cells: Sequence[Cell], done: set[str]) -> list[Cell]:
+    """The cells of ``cells`` not in ``done`` (``--resume``), and with them every cell of
+    their paired process: a speedup of the paired design comes from one process that measured
+    both arms, so an arm left undone measures its whole process again."""
+    redo = {_comparison(c) for c in cells if c.key not in done}
+    return [c for c in cells if c.key not in done or (pairable(c) and _comparison(c) in redo)]
+
+
+def pair_up(cells: Sequence[Cell], rng: random.Random | None = None) -> list[Cell]:
+    """The processes that measure ``cells``: the cells of one comparison (one host, image,
+    repeat and parameters but the policy) that can be paired become one process, float32's
+    cell leading with the others as its partners; every other cell is its own process. The
+    paired processes of one repeat run in a random order (processes are the interval's outer
+    level: no comparison always runs first), repeats in order."""
+    from mxbench.params import BASELINE
+
+    groups: dict[tuple[object, ...], list[Cell]] = {}
+    order: list[tuple[object, ...]] = []
+    for c in cells:
+        ident = _comparison(c)
+        if ident not in groups:
+            groups[ident] = []
+            order.append(ident)
+        groups[ident].append(c)
+    if not any(pairable(c) for c in cells):
+        return list(cells)
+    out: list[tuple[int, Cell]] = []
+    for ident in order:
+        members = groups[ident]
+        base = next((c for c in members if c.params.policy == BASELINE), None)
+        rest = [c for c in members if c is not base]
+        if base is None or not rest or not pairable(base):
+            out += [(c.params.repeat or 0, c) for c in members]
+        else:
+            out.append((base.params.repeat or 0, replace(base, partners=tuple(rest))))
+    rng = rng or random.Random()
+    by_repeat: dict[int, list[Cell]] = {}
+    for repeat, c in out:
+        by_repeat.setdefault(repeat, []).append(c)
+    result: list[Cell] = []
+    for repeat in sorted(by_repeat):
+        batch = by_repeat[repeat]
+        if any(c.partners for c in batch):
+            rng.shuffle(batch)
+        result += batch
+    return result

@@ -27,8 +27,15 @@ from typing import Any
 import msgspec
 
 from mxbench import repeats
-from mxbench.cells import Cell, Search
-from mxbench.engines import Engine, EngineUnavailable, Outcome, engine_class, to_record
+from mxbench.cells import Cell, Search, pair_up, to_run
+from mxbench.engines import (
+    Engine,
+    EngineUnavailable,
+    Outcome,
+    engine_class,
+    to_record,
+    to_records,
+)
 from mxbench.matrix import Matrix
 from mxbench.progress import CellProgress
 from mxbench.results import FINAL_STATUSES, Record, ResultStore, Status, StoreError
@@ -249,23 +256,24 @@ class _Fleet:
         (Ctrl-C, or an engine failure: the rest of its cells get a record saying so).
         ``why``: cell key -> why ``repeats: auto`` added it (the record's ``run.repeats``)."""
         engine, progress, name = work.engine, self.progress, work.name
-        if cells:
-            progress.start(name, cells[0].label())
-        outcomes = engine.run(cells)
+        processes = pair_up(cells)  # the paired design: a comparison's cells share a process
+        if processes:
+            progress.start(name, processes[0].label())
+        outcomes = engine.run(processes)
         finished: set[str] = set()
         try:
-            for i, (cell, outcome) in enumerate(outcomes):
-                record = to_record(cell, outcome)
-                if why and cell.key in why:
-                    record.run["repeats"] = why[cell.key]
-                if not self.save(record):
-                    return False
-                finished.add(cell.key)
-                progress.finish(name, cell.label(), record)
+            for i, (lead, outcome) in enumerate(outcomes):
+                for cell, record in to_records(lead, outcome):
+                    if why and cell.key in why:
+                        record.run["repeats"] = why[cell.key]
+                    if not self.save(record):
+                        return False
+                    finished.add(cell.key)
+                    progress.finish(name, cell.label(), record)
                 if self.stop.is_set():
                     return False
-                if i + 1 < len(cells):
-                    progress.start(name, cells[i + 1].label(), engine.progress_note())
+                if i + 1 < len(processes):
+                    progress.start(name, processes[i + 1].label(), engine.progress_note())
         except StoreError:
             raise  # the disk, not the host: the whole run stops (run_machine)
         except Exception as exc:
@@ -293,9 +301,10 @@ class _Fleet:
                 decision = repeats.decide(cfg, g.by_policy(), g.attempts)
                 spent = time.monotonic() - began
                 if decision.more and spent + g.round_s() > cfg.budget_s:
+                    doing = repeats.noise(g.records.values())
                     decision = replace(decision, why="budget",
                                        detail=f"{spent:.0f} s spent of auto_repeats.budget_s "
-                                              f"{cfg.budget_s:g}")  # fmt: skip
+                                              f"{cfg.budget_s:g}" + (f"; {doing}" if doing else ""))  # fmt: skip
                 if not decision.more:
                     g.decision = decision
                     groups.remove(g)
@@ -305,13 +314,15 @@ class _Fleet:
                 why = f"process {repeat + 1}: {decision.text()}"
                 progress.message(f"{g.label}: adding process {repeat + 1} per policy "
                                  f"({decision.text()})")  # fmt: skip
-                for cell in plan.extend(g, repeat):
-                    rec = self.known.get(cell.key)
-                    if rec is not None and rec.status in FINAL_STATUSES:
-                        plan.note(rec)  # measured by the run --resume continues
-                    else:
-                        todo.append(cell)
-                        reasons[cell.key] = why
+                cells = plan.extend(g, repeat)
+                done = {c.key for c in cells if (rec := self.known.get(c.key)) is not None
+                        and rec.status in FINAL_STATUSES}  # fmt: skip
+                for cell in cells:
+                    if cell.key in done:
+                        plan.note(self.known[cell.key])  # measured by the run --resume continues
+                for cell in to_run(cells, done):
+                    todo.append(cell)
+                    reasons[cell.key] = why
             if todo:
                 progress.add(len(todo), work.name)
                 if not self.run_list(work, todo, reasons):

@@ -26,6 +26,7 @@ from msgspec import Meta
 Policy = Literal["float32", "mixed_float16", "mixed_bfloat16", "float16"]
 JitCompile = Literal["auto", "on", "off"]
 Backend = Literal["tensorflow", "jax", "torch"]
+Pairing = Literal["paired", "process"]
 OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
@@ -240,6 +241,22 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              "each policy's time to it and its speedup over float32.", role="precision",
              flag="--target", column="target", key_default=False),
     ] = None  # fmt: skip
+    pairing: Annotated[
+        Pairing,
+        Spec("How a speedup's arms are measured: paired (float32 and each policy built in one "
+             "process and timed in short interleaved windows in a random balanced order, "
+             "so a busy machine's drift falls on both; the default) or process (one policy "
+             "per process, alternating processes). Training runs, batch-size searches and "
+             "steps_per_execution > 1 always use one policy per process.", role="precision",
+             flag="--pairing", column="pairing", key_default=False),
+    ] = "paired"  # fmt: skip
+    timed_s: Annotated[
+        float,
+        Meta(gt=0, le=86400),
+        Spec("Paired measurement: seconds of timed windows per process, every arm together "
+             "(the windows also stop when an arm has `steps` timed steps).", role="precision",
+             flag="--timed-s", column="timed s", key_default=False),
+    ] = 8.0  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0, le=MAX_INT)] | None,
         Spec("Which repetition of the cell (matrix benchmark.repeats > 1); a training run "

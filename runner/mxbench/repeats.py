@@ -40,7 +40,9 @@ from mxbench.results import FINAL_STATUSES, Record
 
 AUTO = "auto"  # the benchmark.repeats value that asks for this
 
-Why = Literal["more", "target met", "cap", "budget", "too noisy", "no baseline", "failed"]
+Why = Literal[
+    "more", "verdict clear", "target met", "cap", "budget", "too noisy", "no baseline", "failed"
+]
 
 
 class AutoRepeats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -112,30 +114,58 @@ def decide(cfg: AutoRepeats, by_policy: dict[str, list[Record]], attempts: int) 
     empty = [p for p, v in ok.items() if not v]
     if empty:  # out of memory, unsupported, or failing: more of the same will not help
         return Decision("failed", n, detail=f"{empty[0]} has no timed process")
-    from mxbench.report.tables import processes
-
-    others = [p for p in ok if p != BASELINE]
-    ratios = stats.judge([(processes(ok[BASELINE]), processes(ok[p])) for p in others])
+    ratios = [speedup(ok[BASELINE], ok[p]) for p in ok if p != BASELINE]
     widths = [width(r) if r is not None and r.judged else math.inf for r in ratios]
     wide = max(widths, default=math.inf)
     shown = wide if math.isfinite(wide) else None
     spread = {p: stats.repeats_disagree([m for r in v if r.step and (m := r.step.median)])
-              for p, v in ok.items()}  # fmt: skip
+              for p, v in ok.items() if not _paired(v)}  # fmt: skip
     split = {p: s for p, s in spread.items() if s is not None}
+    if ratios and all(r is not None and r.judged and r.verdict in CLEAR for r in ratios):
+        said = ", ".join(f"{r.verdict} ({r.text()})" for r in ratios if r is not None)
+        return Decision("verdict clear", n, shown, said)
     if wide <= cfg.target and not split:
         return Decision("target met", n, shown)
     if attempts >= cfg.max:
         return Decision("cap", n, shown, f"auto_repeats.max {cfg.max} reached")
-    need = needed(wide, n, cfg.target)
-    if need is not None and need > 2 * cfg.max:
-        return Decision("too noisy", n, shown,
-                        f"±{cfg.target:.0%} would take about {need} per policy, "
-                        f"auto_repeats.max is {cfg.max}")  # fmt: skip
     if split:
         p, s = max(split.items(), key=lambda kv: kv[1])
         return Decision("more", n, shown, f"{p}'s processes differ by {s:.0%}")
     target = f"±{cfg.target:.0%}"
     return Decision("more", n, shown, f"wider than {target}" if shown else "no interval yet")
+
+
+CLEAR = (stats.FASTER, stats.SLOWER)  # a verdict that more processes are not needed for
+
+
+def _paired(records: list[Record]) -> bool:
+    return any(r.pairing is not None for r in records)
+
+
+def speedup(base: list[Record], other: list[Record]) -> stats.Ratio | None:
+    """The speedup the report gives these records: paired processes' own ratios when every
+    one of ``other`` was paired, else the processes of the two sides compared."""
+    from mxbench.report.tables import paired, processes
+
+    together = paired(other)
+    if together is not None:
+        return stats.judge_paired([together])[0]
+    return stats.judge([(processes(base), processes(other))])[0]
+
+
+def noise(records: Iterable[Record]) -> str:
+    """What the machine was doing during these records' timed windows, in words (paired
+    records measure it): '' when nothing was measured or nothing disturbed them."""
+    parts = [r.pairing.interference for r in records
+             if r.pairing is not None and r.pairing.interference is not None]  # fmt: skip
+    if not parts:
+        return ""
+    others = statistics.median([x.others_cores or 0.0 for x in parts])
+    steal = statistics.median([x.steal_cores or 0.0 for x in parts])
+    out = f"other processes held {others:.0%} of a CPU during the timed windows"
+    if steal >= 0.01:
+        out += f", the hypervisor stole {steal:.0%}"
+    return out
 
 
 def stopped(by_policy: dict[str, list[Record]]) -> Decision | None:
@@ -205,7 +235,10 @@ class Group:
 
     def round_s(self) -> float:
         """About how long one more process per policy takes (0 before any ran)."""
-        return statistics.fmean(self.wall_s) * len(self.policies) if self.wall_s else 0.0
+        if not self.wall_s:
+            return 0.0
+        paired = any(r.pairing is not None for r in self.records.values())
+        return statistics.fmean(self.wall_s) * (1 if paired else len(self.policies))
 
 
 @dataclass

@@ -151,6 +151,61 @@ class Metrics(_Part):
     ] = {}  # fmt: skip
 
 
+class Interference(_Part):
+    """What else the machine did during a timed window, per second of its wall time
+    (mxbench.bench.interference): cores' worth of CPU."""
+
+    own_cores: Annotated[float | None, Doc("CPU this process got (1.0: one core busy)")] = None
+    waited_cores: Annotated[
+        float | None, Doc("time its threads were runnable but waited for a CPU (run delay)")
+    ] = None
+    others_cores: Annotated[float | None, Doc("CPU every other process used")] = None
+    steal_cores: Annotated[float | None, Doc("CPU time the hypervisor stole")] = None
+    pressure: Annotated[
+        float | None, Doc("share of the time some task waited for a CPU (PSI cpu some)")
+    ] = None
+    gpu_others: Annotated[int | None, Doc("other processes on the GPU (NVML)")] = None
+    throttle_reasons: Annotated[list[str], Doc("NVML clock-throttle reasons seen")] = []
+    disturbed: Annotated[
+        bool, Doc("past a threshold: another process, steal, run delay, throttling")
+    ] = False
+
+
+class Window(_Part):
+    """One timed window of a paired process: ``steps`` steps of one arm, alone on the
+    process, between two device syncs."""
+
+    round: Annotated[int, Meta(ge=0)]
+    position: Annotated[int, Meta(ge=0), Doc("its place in the round's (random) order")]
+    steps: Annotated[int, Meta(ge=1)]
+    ms: Annotated[Positive, Doc("the window's wall time per step (ms)")]
+    start_s: Annotated[float, Doc("when it began, seconds after the first window began")]
+    interference: Interference = msgspec.field(default_factory=Interference)
+
+
+class Pairing(_Part):
+    """How a paired process measured this arm: the arms of one comparison in one process,
+    in short windows in a randomised balanced order (mxbench.bench.paired)."""
+
+    design: Literal["paired"] = "paired"
+    group: Annotated[str, Doc("the process's id: the records of its arms share it")] = ""
+    arms: Annotated[list[str], Doc("the policies measured in the process, base first")] = []
+    base: str = "float32"
+    window_steps: Annotated[int, Doc("timed steps per window")] = 0
+    order: Annotated[str, Doc("the windows' order, one letter an arm (A: arms[0])")] = ""
+    ratios: Annotated[
+        list[Positive],
+        Doc("per round: the base's time per step / this arm's in the same round (its speedup); "
+            "empty for the base"),
+    ] = []  # fmt: skip
+    clean: Annotated[list[bool], Doc("per round: no window of the round was disturbed")] = []
+    windows: Annotated[list[Window], Doc("this arm's timed windows, in order")] = []
+    interference: Annotated[
+        Interference | None, Doc("over every window of the process: medians; disturbed share")
+    ] = None
+    disturbed_share: Annotated[float | None, Doc("share of the process's windows disturbed")] = None
+
+
 # The profiled window's categories (record.profile.breakdown_ms keys), with their headings.
 CATEGORY_NAMES: dict[str, str] = {
     "conv_matmul": "conv/matmul",
@@ -529,6 +584,11 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     train: Annotated[
         Training | None, Doc("a training run's curve and time to target (params.epochs)")
     ] = None
+    pairing: Annotated[
+        Pairing | None,
+        Doc("the paired design (arms interleaved in one process) that measured the step "
+            "times; null: one policy per process (pairing: process, or an older record)"),
+    ] = None  # fmt: skip
 
     def problem(self) -> str | None:
         """Why this record cannot stand for a cell in a table, or None when it can."""
@@ -834,9 +894,12 @@ def parse_bench_output(stdout: str | bytes) -> Record | None:
     return bench_output(stdout)[0]
 
 
-def bench_output(stdout: str | bytes) -> tuple[Record | None, str | None]:
-    """The record a bench printed (the last stdout line that decodes as one), or None and
-    why the last line that looked like one is not (None: nothing looked like one).
+def bench_output(
+    stdout: str | bytes, policy: str | None = None
+) -> tuple[Record | None, str | None]:
+    """The record a bench printed (the last stdout line that decodes as one; ``policy``:
+    the last of that policy, a paired process printing one per policy), or None and why the
+    last line that looked like one is not (None: nothing looked like one).
 
     Searching from the end tolerates stray prints (a library writing to stdout) before it.
     The output is untrusted: bytes that are not UTF-8 are replaced, lines past
@@ -854,9 +917,12 @@ def bench_output(stdout: str | bytes) -> tuple[Record | None, str | None]:
         except BadRecord as exc:
             why = why or str(exc)
             continue
-        if rec.schema == SCHEMA:
+        if rec.schema != SCHEMA:
+            why = why or unknown_schema(rec.schema)
+        elif policy is None or rec.params.policy == policy:
             return rec, None
-        why = why or unknown_schema(rec.schema)
+        else:
+            why = why or f"no record of policy {policy}"
     return None, why
 
 

@@ -246,6 +246,55 @@ def _intervals(
     return value.tolist(), low.tolist(), high.tolist(), judged
 
 
+# The paired design (mxbench.bench.paired): a process measured every arm in interleaved
+# windows, and its speedup is the median of its rounds' ratios (base window / arm window).
+MIN_CLEAN = 3  # undisturbed rounds a process needs before its disturbed ones are left out
+
+
+def paired_process(ratios: Sequence[float], clean: Sequence[bool] = ()) -> Process | None:
+    """A paired process's speedup summary: the median of its rounds' ratios and that
+    median's log variance (:func:`summarise`: robust spread, lag-1 autocorrelation). Leans
+    on undisturbed rounds: when at least :data:`MIN_CLEAN` and half of them were clean, the
+    disturbed ones are left out. None: no positive ratio."""
+    chosen = [r for r in ratios if r > 0]
+    if len(clean) == len(ratios):
+        kept = [r for r, ok in zip(ratios, clean, strict=True) if ok and r > 0]
+        if len(kept) >= max(MIN_CLEAN, len(chosen) / 2):
+            chosen = kept
+    if not chosen:
+        return None
+    med, var = summarise([chosen])
+    return float(med[0]), float(var[0])
+
+
+def judge_paired(groups: Sequence[Sequence[Process]]) -> list[Ratio | None]:
+    """Speedups from paired processes (each :func:`paired_process`): the geometric mean of
+    the processes' ratios, with Student's t interval over processes (the outer level: their
+    spread, floored at what their rounds say); with one process, an interval over its rounds
+    and no verdict. None where a group has no process."""
+    out: list[Ratio | None] = []
+    z = statistics.NormalDist().inv_cdf((1 + LEVEL) / 2)
+    for procs in groups:
+        if not procs:
+            out.append(None)
+            continue
+        m = np.log(np.array([p[0] for p in procs], dtype=float))
+        within = float(np.mean([p[1] for p in procs]))
+        k = len(procs)
+        mean = float(np.clip(m.mean(), -_LOG_BOUND, _LOG_BOUND))
+        if k >= MIN_PROCESSES:
+            from scipy.special import stdtrit
+
+            se = math.sqrt(max(float(m.var(ddof=1)), within) / k)
+            q, over = float(stdtrit(k - 1, (1 + LEVEL) / 2)), "processes"
+        else:
+            se, q, over = math.sqrt(within), z, "steps"
+        low = math.exp(max(-_LOG_BOUND, mean - q * se))
+        high = math.exp(min(_LOG_BOUND, mean + q * se))
+        out.append(Ratio(math.exp(mean), low, high, over, k))  # type: ignore[arg-type]
+    return out
+
+
 def noisy(median: float | None, p25: float | None, p75: float | None) -> float | None:
     """The IQR as a share of the median when it is wide enough to flag, else None."""
     if not median or p25 is None or p75 is None:

@@ -8,10 +8,13 @@ arguments (:class:`mxbench.errors.UsageError`) escape.
 from __future__ import annotations
 
 import math
+import os
+import statistics
 import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -26,16 +29,20 @@ from mxbench.params import BASELINE, Params
 from mxbench.results import (
     Cpu,
     Device,
+    Interference,
     Metrics,
     ModelInfo,
+    Pairing,
     Record,
     Settings,
     Software,
     StepStats,
     new_record,
     now_iso,
+    Window,
     tail,
 )
+
 
 _OOM_NAMES = ("ResourceExhaustedError", "OutOfMemoryError", "MemoryError")
 _OOM_TEXT = ("resource_exhausted", "out of memory", "oom when allocating", "failed to allocate")
@@ -82,16 +89,8 @@ def run_cell(
     return rec
 
 
-def _measure(
-    p: Params,
-    rec: Record,
-    state: dict[str, Any],
-    started_at: float,
-    on_step: Callable[[int], None] | None,
-) -> None:
-    from mxbench.bench import data, facts
-    from mxbench.bench import model as harness
-
+def _load(p: Params, rec: Record, state: dict[str, Any]) -> float:
+    """Import the backend and Keras (seconds it took)."""
     t0 = time.perf_counter()
     backend = backends.select(p.backend)
     try:
@@ -106,39 +105,74 @@ def _measure(
     import keras
 
     rec.software.keras = keras.__version__
-    import_s = time.perf_counter() - t0
-    phases = state["phases"]
-    phases.mark("import")
+    state["phases"].mark("import")
+    return time.perf_counter() - t0
 
+
+@dataclass
+class Arm:
+    """One policy's model, built and compiled, with its input."""
+
+    p: Params
+    prepared: Any
+    ds: Any
+    x: Any = None  # the synthetic batch (None: a dataset)
+    y: Any = None
+
+    @property
+    def model(self) -> Any:
+        return self.prepared.model
+
+
+def _build(p: Params, rec: Record, state: dict[str, Any]) -> Arm:
+    """Build, compile and feed the model of ``p`` (its policy); the record's model facts."""
+    from mxbench.bench import data, facts
+    from mxbench.bench import model as harness
+
+    phases = state["phases"]
     rec.model = ModelInfo(name=p.model)
     prepared = harness.prepare(p, set_policy, p.seed)
     model = state["model"] = prepared.model
     harness.compile_model(prepared, p.jit_compile, p.loss_scale, p.steps_per_execution)
     _dtype_settings(rec.settings, model, p.policy)
     phases.mark("build")
-
-    if p.epochs:  # a training run to an accuracy, not a timing cell (bench/train.py)
-        from mxbench.bench import train
-
+    if p.epochs:  # a training run: no input pipeline of ours
         rec.model = _model_info(p, prepared, facts, None)
-        train.run(p, prepared, rec)
-        return
+        return Arm(p, prepared, None)
+    x = y = None
     if prepared.dataset is not None:
         ds = _user_dataset(prepared, p)
         rec.settings.input_device = "model's dataset"
-        x = None
     elif p.synthetic:
         x, y = harness.synthetic_batch(prepared, p)
-        ds, rec.settings.input_device = backend.dataset(x, y)
+        ds, rec.settings.input_device = state["backend"].dataset(x, y)
     else:
         binary = harness.label_kind(model, prepared.labels) == "binary"
         size = (p.image_size, p.image_width or p.image_size)
         ds = data.image_folder(p.data, p.batch_size, size, flip=p.flip, binary=binary)
         rec.settings.input_device = "host"
-        x = None
     phases.mark("data")
     rec.model = _model_info(p, prepared, facts, x)
     phases.mark("facts")
+    return Arm(p, prepared, ds, x, y)
+
+
+def _measure(
+    p: Params,
+    rec: Record,
+    state: dict[str, Any],
+    started_at: float,
+    on_step: Callable[[int], None] | None,
+) -> None:
+    import_s = _load(p, rec, state)
+    arm = _build(p, rec, state)
+    model, ds, x, y = arm.model, arm.ds, arm.x, arm.y
+    phases = state["phases"]
+    if p.epochs:  # a training run to an accuracy, not a timing cell (bench/train.py)
+        from mxbench.bench import train
+
+        train.run(p, arm.prepared, rec)
+        return
 
     initial = model.get_weights() if p.policy != BASELINE else []  # for the one-step check
     phases.mark("check")
@@ -161,7 +195,7 @@ def _measure(
     wall_minus_perf = time.time() - time.perf_counter()
 
     stats = summarize([d / spe for d in parts["timed"]])
-    flops = rec.model.flops_per_example
+    flops = rec.model.flops_per_example if rec.model else None
     images_per_s = p.batch_size * p.steps / parts["window_s"]  # sustained: the window
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
@@ -180,7 +214,7 @@ def _measure(
     )
     energy.fill(rec.metrics, joules, state["timed_window"], p.steps, p.batch_size)
     if p.profile == "on":  # after the timed window, never inside it
-        rec.profile = profiler.run(p.backend, model, ds, gpu=backend.model_on_gpu(model))
+        rec.profile = profiler.run(p.backend, model, ds, gpu=state["backend"].model_on_gpu(model))
 
 
 def set_policy(policy: str) -> None:
@@ -295,3 +329,206 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
             rec.metrics.peak_memory_kind = "rss"
     except Exception as exc:
         print(f"mxbench bench: device probe failed: {exc!r}", file=sys.stderr)
+
+
+def first_process(p: Params) -> bool:
+    """The first process of a cell (repeat None or 0): it alone runs the phases that answer
+    other questions than the step time (the profiled window, the one-step check), which a
+    cell needs once, not in every repeat."""
+    return not p.repeat
+
+
+def run_paired(p: Params, others: list[str], started_at: float | None = None) -> list[Record]:
+    """Measure ``p`` (the base arm, float32) and the policies ``others`` in this process,
+    in interleaved windows (:mod:`mxbench.bench.paired`): one record per arm, base first.
+    Failure is data as in :func:`run_cell`: every arm's record says it."""
+    started_at = started_at or probe.process_start_time() or time.time()
+    phases = Phases(started_at)
+    ps = [p, *(msgspec.structs.replace(p, policy=x) for x in others)]
+    recs = [new_record(params=q, status="ok") for q in ps]
+    cpu = msgspec.convert(probe.cpu_info(), Cpu)
+    for q, rec in zip(ps, recs, strict=True):
+        rec.cpu = cpu
+        rec.software = Software(python=sys.version.split()[0], backend=p.backend,
+                                mxbench=__version__)  # fmt: skip
+        rec.settings = msgspec.convert({**probe.number_settings(), "policy": q.policy}, Settings)
+    state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
+    phases.mark("probe")
+    profiled = p.profile == "on" and first_process(p)
+    try:
+        if profiled:
+            profiler.prepare(p.backend)
+            with profiler.whole_run(p.backend, True) as lines:
+                _measure_paired(ps, recs, state, started_at, profiled)
+            for rec in recs:
+                profiler.add_log(rec.profile, lines)
+        else:
+            _measure_paired(ps, recs, state, started_at, profiled)
+    except UsageError:
+        raise
+    except Exception as exc:  # failure is data: every arm's record says it
+        traceback.print_exc(file=sys.stderr)
+        for rec in recs:
+            rec.status = "oom" if is_oom(exc) else "error"
+            rec.error = tail(f"{type(exc).__name__}: {exc}")
+    phases.mark("fit_other")
+    for rec in recs:
+        _probe_device(rec, state)
+        # one process held every arm: its peak is theirs together, not one policy's (the
+        # memory answer comes from a process of one policy: pairing: process, the search)
+        rec.metrics.peak_memory_bytes = rec.metrics.peak_memory_kind = None
+    phases.mark("probe")
+    for rec, arm_state in zip(recs, state.get("convergence", []), strict=False):
+        if arm_state is not None:
+            rec.convergence = convergence.check(rec.params, *arm_state)
+    phases.mark("check")
+    done = phases.done()
+    for rec in recs:
+        rec.metrics.phases_s = done
+        rec.time = now_iso()
+    return recs
+
+
+def _measure_paired(
+    ps: list[Params], recs: list[Record], state: dict[str, Any], started_at: float,
+    profiled: bool,
+) -> None:  # fmt: skip
+    import random
+
+    from mxbench.bench import paired
+
+    p = ps[0]
+    import_s = _load(p, recs[0], state)
+    arms = [_build(q, rec, state) for q, rec in zip(ps, recs, strict=True)]
+    for rec in recs[1:]:
+        rec.software.keras = recs[0].software.keras
+    phases = state["phases"]
+    check = first_process(p)
+    initial = [a.model.get_weights() if check and a.p.policy != BASELINE else None for a in arms]
+    phases.mark("check")
+
+    def fitter(arm: Arm) -> Callable[[Any, int], None]:
+        def fit(callback: Any, steps: int) -> None:
+            arm.model.fit(arm.ds, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False,
+                          callbacks=[callback])  # fmt: skip
+
+        return fit
+
+    plan = paired.Plan(warmup=max(1, p.warmup_steps), max_steps=p.steps, timed_s=p.timed_s)
+    sampler = state["util"] = HealthSampler()
+    sampler.start()
+    began = time.perf_counter()
+    try:
+        out = paired.run([fitter(a) for a in arms], plan, random.Random())
+    finally:
+        sampler.stop()
+    fit_s = time.perf_counter() - began
+    wall_minus_perf = time.time() - time.perf_counter()
+    group = f"{os.getpid()}-{time.time_ns():x}"
+    base_ms = {w.round: (w.end - w.start) / w.steps for w in out.logs[0].windows}
+    first_window = min(w.start for log_ in out.logs for w in log_.windows)
+    disturbed_rounds = {w.round for log_ in out.logs for w in log_.windows
+                        if w.interference.disturbed}  # fmt: skip
+    every = [w.interference for log_ in out.logs for w in log_.windows]
+    overall = _overall(every)
+    timed_total = first_total = warm_total = 0.0
+    convergence_states: list[Any] = []
+    for arm, rec, log_, init in zip(arms, recs, out.logs, initial, strict=True):
+        q, model = arm.p, arm.model
+        windows = log_.windows
+        durations = []
+        for w in windows:
+            marks = [w.start, *w.ends]
+            durations += [b - a for a, b in zip(marks, marks[1:], strict=False)]
+        window_s = sum(w.end - w.start for w in windows)
+        steps = sum(w.steps for w in windows)
+        assert log_.begin is not None
+        warm = [log_.begin, *log_.warm_ends]
+        first_s = warm[1] - warm[0]
+        timed_total += window_s
+        first_total += first_s
+        warm_total += warm[-1] - warm[0] - first_s
+        stats = summarize(durations)
+        images_per_s = q.batch_size * steps / window_s
+        flops = rec.model.flops_per_example if rec.model else None
+        timed_steps = sorted(k for w in windows for k in _window_steps(w, plan, windows))
+        losses = [_finite(_step_loss(log_.losses, k)) for k in timed_steps]
+        rec.settings.jit_compile = bool(model.jit_compile)
+        rec.metrics = Metrics(
+            step_ms=msgspec.convert(stats, StepStats),
+            images_per_s=round(images_per_s, 3),
+            first_step_ms=round(first_s * 1000.0, 3),
+            warmup_ms=round((warm[-1] - warm[0]) * 1000.0, 3),
+            startup_s=round(windows[0].start + wall_minus_perf - started_at, 3),
+            import_s=round(import_s, 3),
+            loss_first=losses[0] if losses else None,
+            loss_last=losses[-1] if losses else None,
+            losses=losses,
+            loss_scale=_loss_scale(model),
+            train_flops_per_image=flops,
+            achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
+        )
+        own = {w.round: (w.end - w.start) / w.steps for w in windows}
+        is_base = q.policy == ps[0].policy
+        rounds = sorted(r for r in own if r in base_ms)
+        rec.pairing = Pairing(
+            group=group,
+            arms=[a.p.policy for a in arms],
+            base=ps[0].policy,
+            window_steps=out.k,
+            order=out.order,
+            ratios=[] if is_base else [round(base_ms[r] / own[r], 6) for r in rounds],
+            clean=[] if is_base else [r not in disturbed_rounds for r in rounds],
+            windows=[
+                Window(round=w.round, position=w.position, steps=w.steps,
+                       ms=round((w.end - w.start) * 1000.0 / w.steps, 4),
+                       start_s=round(w.start - first_window, 4), interference=w.interference)
+                for w in windows
+            ],  # fmt: skip
+            interference=overall,
+            disturbed_share=round(len(disturbed_rounds) / max(1, out.rounds), 4),
+        )
+        found = convergence.skipped(model, plan.warmup + steps)
+        convergence_states.append(
+            (found, model, init, (arm.x, arm.y) if arm.x is not None else arm.ds)
+            if init is not None else None
+        )  # fmt: skip
+    state["convergence"] = convergence_states
+    state["timed_window"] = (first_window, max(w.end for lg in out.logs for w in lg.windows))
+    phases.out.update(first_step=first_total, warmup=warm_total, timed=timed_total)
+    phases.out["fit_other"] = max(0.0, fit_s - first_total - warm_total - timed_total)
+    phases.last = time.perf_counter()
+    if profiled:  # after every timed window, never inside one
+        for arm, rec in zip(arms, recs, strict=True):
+            gpu = state["backend"].model_on_gpu(arm.model)
+            rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu)
+        phases.mark("profile")
+
+
+def _window_steps(w: Any, plan: Any, windows: list[Any]) -> range:
+    """The step indices (in the arm's fit) of window ``w``."""
+    index = windows.index(w)
+    first = plan.warmup + index * w.steps
+    return range(first, first + w.steps)
+
+
+def _step_loss(means: dict[int, float], k: int) -> float:
+    """Step ``k``'s loss from Keras' running means over the epoch (timing.StepLog.step_loss)."""
+    if k == 0 or k - 1 not in means:
+        return means.get(k, math.nan)
+    return (k + 1) * means[k] - k * means[k - 1]
+
+
+def _overall(parts: list[Interference]) -> Interference:
+    """Medians over windows of each figure; disturbed when any window was; every throttle
+    reason seen."""
+    def med(name: str) -> float | None:
+        values = [v for x in parts if (v := getattr(x, name)) is not None]
+        return round(statistics.median(values), 4) if values else None
+
+    return Interference(
+        own_cores=med("own_cores"), waited_cores=med("waited_cores"),
+        others_cores=med("others_cores"), steal_cores=med("steal_cores"),
+        pressure=med("pressure"), disturbed=any(x.disturbed for x in parts),
+        throttle_reasons=sorted({r for x in parts for r in x.throttle_reasons}),
+    )  # fmt: skip

@@ -27,19 +27,28 @@ from mxbench.results import encode
 _IMPORTED_AT = time.time()
 
 
-def bench(**options: Any) -> None:
-    """Measure one cell (one fresh process) and print one JSON result record on stdout."""
+def bench(pair_with: str = "", **options: Any) -> None:
+    """Measure one cell (one fresh process) and print one JSON result record on stdout;
+    with --pair-with, the cell and the cells of those policies, interleaved (one record
+    each, this cell's first)."""
     params = validate(Params(**options))
-    from mxbench.bench.cell import run_cell
+    others = _pair_with(pair_with, params)
+    from mxbench.bench.cell import run_cell, run_paired
     from mxbench.bench.probe import process_start_time
 
     started = process_start_time() or _IMPORTED_AT
     with stdout_to_stderr() as real_stdout, _progress(params) as on_step:
-        record = run_cell(params, started_at=started, on_step=on_step)
-        write_line(real_stdout, encode(record).decode().rstrip("\n"))
-    step = record.step
-    summary = f"{params.policy} bs={params.batch_size} {params.image_size}px: {record.status}"
-    typer.echo(summary + (f", median {step.median:.2f} ms/step" if step else ""), err=True)
+        if others:
+            records = run_paired(params, others, started_at=started)
+        else:
+            records = [run_cell(params, started_at=started, on_step=on_step)]
+        for record in records:
+            write_line(real_stdout, encode(record).decode().rstrip("\n"))
+    for record in records:
+        step = record.step
+        summary = (f"{record.params.policy} bs={params.batch_size} {params.image_size}px: "
+                   f"{record.status}")  # fmt: skip
+        typer.echo(summary + (f", median {step.median:.2f} ms/step" if step else ""), err=True)
     # The record is out: skip the interpreter's teardown (the framework's threads and
     # destructors), seconds per process that a run's time to answer paid for nothing
     # (the teardown of `mxbench run`'s closing line). Compilation caches are written at
@@ -47,6 +56,32 @@ def bench(**options: Any) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _pair_with(text: str, p: Params) -> list[str]:
+    """The policies of ``--pair-with a,b``: known, not the cell's own, each once."""
+    from mxbench.errors import UsageError
+
+    others = [x.strip() for x in text.split(",") if x.strip()]
+    for x in others:
+        if x not in params.POLICIES:
+            raise UsageError(f"--pair-with {x!r}: expected policies among "
+                             f"{', '.join(params.POLICIES)}")  # fmt: skip
+    if p.policy in others or len(set(others)) != len(others):
+        raise UsageError(f"--pair-with {text!r}: each policy once, not --policy {p.policy}")
+    if others and (p.epochs or p.steps_per_execution > 1):
+        raise UsageError("--pair-with: training runs and --steps-per-execution > 1 run one "
+                         "policy per process")  # fmt: skip
+    return others
+
+
+PAIR_WITH = inspect.Parameter(
+    "pair_with", inspect.Parameter.KEYWORD_ONLY,
+    default=typer.Option("", "--pair-with", help="Comma-separated policies measured in this "
+                         "process with --policy, in interleaved windows (paired design): one "
+                         "record per policy, --policy's first."),
+    annotation=str,
+)  # fmt: skip
 
 
 def _option(f: params.Field) -> inspect.Parameter:
@@ -67,7 +102,7 @@ def _option(f: params.Field) -> inspect.Parameter:
 
 # typer reads the options from the signature: one per parameter that has a bench flag.
 bench.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [_option(f) for f in params.fields() if f.spec.flag], return_annotation=None
+    [PAIR_WITH, *(_option(f) for f in params.fields() if f.spec.flag)], return_annotation=None
 )
 
 

@@ -163,6 +163,7 @@ def _measure(
     """The plan (``--dry-run``) or the run, under the results directory's lock; None when
     nothing ran."""
     from mxbench import repeats
+    from mxbench.cells import to_run
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
     from mxbench.results import FINAL_STATUSES, BadLine, bad_line_warnings
@@ -181,8 +182,9 @@ def _measure(
         repeats.known(plan, known)
     if resume:
         done = {k for k, r in known.items() if r.status in FINAL_STATUSES}
-        skipped = sum(1 for c in cells if c.key in done)
-        cells = [c for c in cells if c.key not in done]
+        left = to_run(cells, done)
+        skipped = len(cells) - len(left)
+        cells = left
     if dry_run:  # the plan of what would really run (with --resume: without the done cells)
         if cells or not hunts:
             _print_plan(cells)

@@ -202,20 +202,29 @@ def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
     return Check("devices", "ok", f"{len(gpus)} GPU(s): {shown}; driver {facts.get('driver')}")
 
 
+def to_records(cell: Cell, outcome: Outcome) -> list[tuple[Cell, Record]]:
+    """The result record of each cell ``cell``'s process measured (itself, then its
+    partners: :attr:`~mxbench.cells.Cell.arms`), whatever happened: :func:`to_record` of
+    each, from the record its bench printed for that cell's policy."""
+    return [(arm, to_record(arm, outcome)) for arm in cell.arms]
+
+
 def to_record(cell: Cell, outcome: Outcome) -> Record:
     """The result record for one attempt, whatever happened.
 
     What the bench printed is untrusted: a record is taken only when it is consistent with
     the process that printed it (:func:`implausible`), and what is the orchestrator's to say
     (cell, host, engine, image, params, label, source, time, exit code) is stamped here
-    (the label by the store), whatever the bench wrote there.
+    (the label by the store), whatever the bench wrote there. A process that measured
+    several cells (the paired design) printed one record each: this cell's is the one of
+    its policy.
     """
     image = Image(name=cell.image)
     if outcome.image:
         image = msgspec.convert({"name": cell.image, **outcome.image}, Image)
     parsed, why = None, None
     if outcome.stdout and not outcome.timed_out and outcome.status is None:
-        parsed, why = bench_output(outcome.stdout)
+        parsed, why = bench_output(outcome.stdout, cell.params.policy)
         problem = implausible(cell, outcome, parsed) if parsed is not None else None
         if problem is not None:
             parsed, why = None, problem

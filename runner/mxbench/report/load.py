@@ -69,6 +69,15 @@ def process(rec: Record) -> stats.Process | None:
     return float(med[0]), float(var[0])
 
 
+def paired(rec: Record) -> stats.Process | None:
+    """The speedup summary of an ok record measured by the paired design, as an arm against
+    its process's base (:func:`mxbench.stats.paired_process`); None otherwise."""
+    pair = rec.pairing
+    if rec.status != "ok" or pair is None or not pair.ratios:
+        return None
+    return stats.paired_process(pair.ratios, pair.clean)
+
+
 def loss(rec: Record) -> tuple[float, int] | None:
     """(sum, count) of a record's training losses over its timed steps (the first and last
     alone for records written before per-step losses); None: no loss recorded."""

@@ -107,6 +107,21 @@ def processes(records: Iterable[Record]) -> list[stats.Process]:
     return [p for r in records if (p := load.process(r)) is not None]
 
 
+def paired(records: Iterable[Record]) -> list[stats.Process] | None:
+    """The paired processes of a slot's ok records (each one's speedup over the base of its
+    own process: :func:`mxbench.report.load.paired`), when every ok record was measured by
+    the paired design; None when any was not (the slot is judged as separate processes)."""
+    out = []
+    for r in records:
+        if r.status != "ok":
+            continue
+        p = load.paired(r)
+        if p is None:
+            return None
+        out.append(p)
+    return out or None
+
+
 # A policy's mean training loss over the timed steps may differ from float32's by this
 # much (relative) before the report flags it: same seed and data, only rounding differs.
 LOSS_TOLERANCE = 0.05
@@ -379,7 +394,9 @@ def build(winners: list[Record]) -> list[Table]:
     # Batch-size search trials make the largest-batch tables (report.capacity), not these.
     built = [make(slots) for slots in group([r for r in winners if r.search is None])]
     where: list[tuple[Table, tuple[str, int]]] = []
+    paired_where: list[tuple[Table, tuple[str, int]]] = []
     pairs = []
+    groups: list[list[stats.Process]] = []
     for t in built:
         means = {slot: mean_loss(e) for slot, e in t.entries.items()}
         for (policy, batch), other in t.entries.items():
@@ -389,9 +406,15 @@ def build(winners: list[Record]) -> list[Table]:
             if loss is not None:
                 t.parity[policy, batch] = loss
             if policy != BASELINE and base is not None and base.median and other.median:
-                where.append((t, (policy, batch)))
-                pairs.append((base.processes(), other.processes()))
-    for (t, slot), ratio in zip(where, stats.judge(pairs), strict=True):
+                if (together := paired(other.records)) is not None:
+                    paired_where.append((t, (policy, batch)))
+                    groups.append(together)
+                else:
+                    where.append((t, (policy, batch)))
+                    pairs.append((base.processes(), other.processes()))
+    judged = [*zip(where, stats.judge(pairs), strict=True),
+              *zip(paired_where, stats.judge_paired(groups), strict=True)]  # fmt: skip
+    for (t, slot), ratio in judged:
         if ratio is not None:
             t.ratios[slot] = ratio
     _tell_apart(built)
