@@ -302,9 +302,9 @@ class _Fleet:
                 spent = time.monotonic() - began
                 if decision.more and spent + g.round_s() > cfg.budget_s:
                     doing = repeats.noise(g.records.values())
+                    detail = f"{spent:.0f} s spent of auto_repeats.budget_s {cfg.budget_s:g}"
                     decision = replace(decision, why="budget",
-                                       detail=f"{spent:.0f} s spent of auto_repeats.budget_s "
-                                              f"{cfg.budget_s:g}" + (f"; {doing}" if doing else ""))  # fmt: skip
+                                       detail=detail + (f"; {doing}" if doing else ""))  # fmt: skip
                 if not decision.more:
                     g.decision = decision
                     groups.remove(g)

@@ -7,6 +7,7 @@ arguments (:class:`mxbench.errors.UsageError`) escape.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import statistics
@@ -37,12 +38,11 @@ from mxbench.results import (
     Settings,
     Software,
     StepStats,
+    Window,
     new_record,
     now_iso,
-    Window,
     tail,
 )
-
 
 _OOM_NAMES = ("ResourceExhaustedError", "OutOfMemoryError", "MemoryError")
 _OOM_TEXT = ("resource_exhausted", "out of memory", "oom when allocating", "failed to allocate")
@@ -433,13 +433,13 @@ def _measure_paired(
     overall = _overall(every)
     timed_total = first_total = warm_total = 0.0
     convergence_states: list[Any] = []
-    for arm, rec, log_, init in zip(arms, recs, out.logs, initial, strict=True):
+    for i, (arm, rec, log_, init) in enumerate(zip(arms, recs, out.logs, initial, strict=True)):
         q, model = arm.p, arm.model
         windows = log_.windows
         durations = []
         for w in windows:
             marks = [w.start, *w.ends]
-            durations += [b - a for a, b in zip(marks, marks[1:], strict=False)]
+            durations += [b - a for a, b in itertools.pairwise(marks)]
         window_s = sum(w.end - w.start for w in windows)
         steps = sum(w.steps for w in windows)
         assert log_.begin is not None
@@ -469,7 +469,7 @@ def _measure_paired(
             achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
         )
         own = {w.round: (w.end - w.start) / w.steps for w in windows}
-        is_base = q.policy == ps[0].policy
+        is_base = i == 0  # an A/A check's second arm has the base's policy
         rounds = sorted(r for r in own if r in base_ms)
         rec.pairing = Pairing(
             group=group,
@@ -480,11 +480,16 @@ def _measure_paired(
             ratios=[] if is_base else [round(base_ms[r] / own[r], 6) for r in rounds],
             clean=[] if is_base else [r not in disturbed_rounds for r in rounds],
             windows=[
-                Window(round=w.round, position=w.position, steps=w.steps,
-                       ms=round((w.end - w.start) * 1000.0 / w.steps, 4),
-                       start_s=round(w.start - first_window, 4), interference=w.interference)
+                Window(
+                    round=w.round,
+                    position=w.position,
+                    steps=w.steps,
+                    ms=round((w.end - w.start) * 1000.0 / w.steps, 4),
+                    start_s=round(w.start - first_window, 4),
+                    interference=w.interference,
+                )
                 for w in windows
-            ],  # fmt: skip
+            ],
             interference=overall,
             disturbed_share=round(len(disturbed_rounds) / max(1, out.rounds), 4),
         )
@@ -522,6 +527,7 @@ def _step_loss(means: dict[int, float], k: int) -> float:
 def _overall(parts: list[Interference]) -> Interference:
     """Medians over windows of each figure; disturbed when any window was; every throttle
     reason seen."""
+
     def med(name: str) -> float | None:
         values = [v for x in parts if (v := getattr(x, name)) is not None]
         return round(statistics.median(values), 4) if values else None

@@ -25,6 +25,8 @@ one untimed step (while no window is being timed).
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 import threading
 import time
@@ -119,9 +121,7 @@ def _callback_base() -> Any:
     return keras.callbacks.Callback
 
 
-def gate(
-    arm: int, log: ArmLog, turns: Turnstile, plan: Plan, rounds: list[tuple[int, int]]
-) -> Any:
+def gate(arm: int, log: ArmLog, turns: Turnstile, plan: Plan, rounds: list[tuple[int, int]]) -> Any:
     """The Keras callback that holds arm ``arm``'s fit at its turnstile. ``rounds``: the
     coordinator's current (round, position) for the arm, read when a window starts."""
     done = threading.Condition()
@@ -157,8 +157,15 @@ def gate(
                 start, start_snap = state["window"], state["snap"]
                 rnd, pos = state["where"]
                 log.windows.append(
-                    WindowMark(rnd, pos, plan.k, start, end, finished[batch - plan.k : batch],
-                               interference.between(start_snap, snap))  # fmt: skip
+                    WindowMark(
+                        rnd,
+                        pos,
+                        plan.k,
+                        start,
+                        end,
+                        finished[batch - plan.k : batch],
+                        interference.between(start_snap, snap),
+                    )
                 )
             turns.give_back()
             if not turns.wait_turn(arm):
@@ -257,12 +264,10 @@ def window_steps(logs: Sequence[ArmLog], plan: Plan) -> int:
     paces = []
     for log_ in logs:
         marks = [log_.begin, *log_.warm_ends] if log_.begin is not None else []
-        steps = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+        steps = [b - a for a, b in itertools.pairwise(marks)]
         if steps:
             paces.append(max(min(steps[1:] or steps), 1e-6))
     if not paces:
         return 1
-    import math
-
     pace = math.exp(sum(math.log(x) for x in paces) / len(paces))
     return max(1, min(plan.max_steps, round(WINDOW_S / pace)))

@@ -67,8 +67,10 @@ def _pair_with(text: str, p: Params) -> list[str]:
         if x not in params.POLICIES:
             raise UsageError(f"--pair-with {x!r}: expected policies among "
                              f"{', '.join(params.POLICIES)}")  # fmt: skip
-    if p.policy in others or len(set(others)) != len(others):
-        raise UsageError(f"--pair-with {text!r}: each policy once, not --policy {p.policy}")
+    aa = others == [p.policy]  # an A/A check: the same policy as both arms (doctor --noise)
+    if (p.policy in others and not aa) or len(set(others)) != len(others):
+        raise UsageError(f"--pair-with {text!r}: each policy once, not --policy {p.policy} "
+                         "(except alone: an A/A check)")  # fmt: skip
     if others and (p.epochs or p.steps_per_execution > 1):
         raise UsageError("--pair-with: training runs and --steps-per-execution > 1 run one "
                          "policy per process")  # fmt: skip

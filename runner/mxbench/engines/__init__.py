@@ -5,7 +5,15 @@ package imports them all (none imports the docker SDK until a docker host is use
 from __future__ import annotations
 
 from mxbench.engines import docker, local, slurm  # noqa: F401 - registers the engines
-from mxbench.engines.base import ENGINES, Check, Engine, EngineUnavailable, Outcome, to_record, to_records
+from mxbench.engines.base import (
+    ENGINES,
+    Check,
+    Engine,
+    EngineUnavailable,
+    Outcome,
+    to_record,
+    to_records,
+)
 
 
 def engine_class(name: str) -> type[Engine]:

@@ -46,10 +46,15 @@ def time_to_answer(records: Iterable[Record], label: str | None = None) -> str |
     walls, n = 0.0, 0
     staged, stamped = 0.0, 0  # the wall time and the count of the processes that stamp phases
     phases: dict[str, float] = defaultdict(float)
+    seen: set[str] = set()  # a paired process's arms share its wall time: counted once
     for r in records:
         wall = r.run.get("wall_s")
         if not isinstance(wall, int | float) or wall <= 0:
             continue
+        if r.pairing is not None and r.pairing.group:
+            if r.pairing.group in seen:
+                continue
+            seen.add(r.pairing.group)
         n += 1
         walls += wall
         if not r.metrics.phases_s:
