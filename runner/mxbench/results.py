@@ -926,6 +926,20 @@ def bench_output(
     return None, why
 
 
+def bench_records(stdout: str | bytes) -> list[Record]:
+    """Every record a bench printed, in order (a paired process prints one per arm)."""
+    if isinstance(stdout, str):
+        stdout = stdout.encode("utf-8", "replace")
+    out = []
+    for line in stdout.splitlines():
+        if _JSON_LINE.match(line):
+            with contextlib.suppress(BadRecord):
+                rec = decode(line.decode("utf-8", "replace").encode())
+                if rec.schema == SCHEMA:
+                    out.append(rec)
+    return out
+
+
 def tail(text: str, lines: int = 20, chars: int = 4000) -> str:
     """The last lines of a log, for error fields: enough to see why, small enough to store."""
     out = "\n".join(text.rstrip().splitlines()[-lines:])

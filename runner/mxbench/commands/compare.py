@@ -54,7 +54,7 @@ def compare(
 
     from mxbench.report import load
     from mxbench.report.compare import compare as diff
-    from mxbench.report.compare import speedups
+    from mxbench.report.compare import floors, speedups
     from mxbench.report.markdown import escape, table
     from mxbench.results import bad_line_warnings
     from mxbench.stats import HINT, TOO_FEW
@@ -75,6 +75,8 @@ def compare(
             )
     found = diff(loaded[0], loaded[1], threshold / 100)
     changes = found.changes
+    dirs = [p if p.is_dir() else p.parent for p in (new, base)]
+    measured = floors(changes, dirs)
     if not changes and not found.broke and not found.fixed:
         raise UsageError(
             f"no cell was timed in both {base} and {new} (same host, image and parameters)"
@@ -93,7 +95,8 @@ def compare(
              f"{c.base_ms:.2f}", f"{c.new_ms:.2f}",
              f"{c.change:+.1%}" + ("" if c.low is None or c.high is None
                                    else f" [{c.low:+.1%} – {c.high:+.1%}]"),
-             ("REGRESSION" if c.regressed else c.verdict)]
+             ("REGRESSION" if c.regressed else c.verdict)
+             + (" (below the noise floor)" if c.below_floor else "")]
             for c in shown
         ]  # fmt: skip
         typer.echo((table(headers, rows) if rows else "No cell changed.") + "\n")
@@ -118,6 +121,11 @@ def compare(
                 limit=None,  # the tool's own sentence: never cut
             )
         )
+        if measured:
+            below = sum(1 for c in changes if c.below_floor)
+            said = ", ".join(f"{h} ±{f:.1%}" for h, f in measured.items())
+            typer.echo(escape(f"Measured noise floor per process (mxbench doctor --noise): "
+                              f"{said}; {below} change(s) are below it.", limit=None))  # fmt: skip
         _speedups(speedups(loaded[0], loaded[1]), only_changed)
     why = []
     if regressed:

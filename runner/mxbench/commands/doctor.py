@@ -32,6 +32,12 @@ def doctor(
     results: Path = typer.Option(
         Path("results"), "--results", "-r", help="Where `mxbench run` will write (free disk)."
     ),
+    noise: int = typer.Option(
+        0, "--noise", help="Also measure each host's noise floor: this many A/A processes "
+        "(float32 against itself, paired, at the matrix's first batch size), the floor at "
+        "window, process and run level, saved under RESULTS/noise/ for `mxbench compare`.",
+        show_default=False, min=0, max=50,
+    ),
 ) -> None:  # fmt: skip
     """Check every host of a matrix in seconds, one line per check with the fix.
 
@@ -47,6 +53,7 @@ def doctor(
     ```
     mxbench doctor -m matrix.yaml
     mxbench doctor -m matrix.yaml --host v100
+    mxbench doctor --noise 3              # the local machine's noise floor, 3 A/A processes
     ```
     """
     from rich.console import Console
@@ -105,6 +112,44 @@ def doctor(
     typer.echo(summary, err=True)
     if failed or disk.state == "fail":
         raise typer.Exit(1)
+    if noise:
+        for name in names:
+            _noise_floor(engines[name], [c for c in cells if c.host == name], noise, results)
+
+
+def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results: Path) -> None:
+    """``processes`` A/A processes of the host's first timing cell (float32 against itself in
+    the paired design), one after another through its engine; the floor printed and saved."""
+    from dataclasses import replace
+
+    import msgspec
+
+    from mxbench import noise
+    from mxbench.engines import to_record
+    from mxbench.params import BASELINE
+    from mxbench.results import bench_records
+
+    timing = [c for c in cells if c.search is None and not c.params.epochs]
+    if not timing:
+        typer.echo(f"{engine.host.name}: no timing cell to measure a noise floor with", err=True)
+        return
+    first = timing[0]
+    params = msgspec.structs.replace(first.params, policy=BASELINE, pairing="paired",
+                                     steps_per_execution=1, repeat=1)  # fmt: skip
+    base = replace(first, params=params)
+    cell = replace(base, partners=(base,))  # the same policy as its own partner: A/A
+    found = []
+    for i in range(processes):
+        typer.echo(f"{engine.host.name}: A/A process {i + 1}/{processes}...", err=True)
+        ((_, outcome),) = list(engine.run([cell]))
+        recs = bench_records(outcome.stdout)
+        if len(recs) < 2:
+            typer.echo(f"  failed: {to_record(cell, outcome).error}", err=True)
+            continue
+        found.append(recs[-1])  # the second arm: its ratios against the first
+    floor = noise.floor(engine.host.name, found)
+    where = noise.save(results, floor)
+    typer.echo(noise.text(floor) + f" (saved to {where})")
 
 
 def _guarded(engine: Engine, cells: Sequence[Cell]) -> Iterator[Check]:

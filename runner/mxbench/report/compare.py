@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -43,6 +44,10 @@ class Change(msgspec.Struct):
     over: str
     verdict: stats.Verdict  # of the new run against the base
     regressed: bool
+    # the host's measured noise floor per process (mxbench doctor --noise), when one exists,
+    # and whether this change is smaller than it
+    floor: float | None = None
+    below_floor: bool = False
 
 
 class Failed(msgspec.Struct):
@@ -177,6 +182,25 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> Comparison:
     return Comparison(out, _alone(base_keys - new_keys, b, fb),
                       _alone(new_keys - base_keys, n, fn), broke, fixed,
                       _alone(fb.keys() & fn.keys(), {}, fn))  # fmt: skip
+
+
+def floors(changes: list[Change], dirs: list[Path]) -> dict[str, float]:
+    """Each host's measured noise floor per process (the first of ``dirs`` that has one:
+    ``mxbench doctor --noise``), stamped on its changes; host -> floor."""
+    from mxbench import noise
+
+    found: dict[str, float] = {}
+    for host in sorted({c.host for c in changes}):
+        for d in dirs:
+            f = noise.load(d, host)
+            if f is not None and f.process is not None:
+                found[host] = f.process
+                break
+    for c in changes:
+        if c.host in found:
+            c.floor = found[c.host]
+            c.below_floor = abs(c.change) < found[c.host]
+    return found
 
 
 def _alone(keys: set[Key], timed: dict[Key, tuple[Record, list[stats.Process]]],

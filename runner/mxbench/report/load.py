@@ -34,7 +34,17 @@ import msgspec
 
 from mxbench import results, stats
 from mxbench.errors import UsageError
-from mxbench.results import BadLine, BadRecord, Device, Image, Metrics, Record, Settings, StepStats
+from mxbench.results import (
+    BadLine,
+    BadRecord,
+    Device,
+    Image,
+    Metrics,
+    Pairing,
+    Record,
+    Settings,
+    StepStats,
+)
 
 _EPOCH = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
@@ -76,6 +86,13 @@ def paired(rec: Record) -> stats.Process | None:
     if rec.status != "ok" or pair is None or not pair.ratios:
         return None
     return stats.paired_process(pair.ratios, pair.clean)
+
+
+def _lean_pairing(pair: Pairing | None) -> Pairing | None:
+    """What the speedup of a paired record needs: its rounds' ratios (no windows)."""
+    if pair is None:
+        return None
+    return Pairing(group=pair.group, arms=pair.arms, ratios=pair.ratios, clean=pair.clean)
 
 
 def loss(rec: Record) -> tuple[float, int] | None:
@@ -164,7 +181,7 @@ class Reader:
                                lambda: Settings(tf32=s.tf32, pure_float16=s.pure_float16)),
             metrics=Metrics(step_ms=step, images_per_s=m.images_per_s),
             label=self._one(rec.label), error=rec.error, source=rec.source, search=rec.search,
-            loss=rec.loss,
+            loss=rec.loss, pairing=_lean_pairing(rec.pairing),
         )  # fmt: skip
 
     def _one(self, key: Any, make: Callable[[], Any] | None = None) -> Any:
