@@ -150,7 +150,9 @@ def speedups(pairs: Sequence[tuple[Samples, Samples]]) -> list[Ratio | None]:
 Process = tuple[float, float]  # a process's median step time (ms) and its log's variance
 
 
-def judge(pairs: Sequence[tuple[Sequence[Process], Sequence[Process]]]) -> list[Ratio | None]:
+def judge(
+    pairs: Sequence[tuple[Sequence[Process], Sequence[Process]]], level: float = LEVEL
+) -> list[Ratio | None]:
     """:func:`speedups` of pairs whose processes are already summarised (:func:`summarise`:
     a reader keeps two numbers per process, not its steps). None where a side has none."""
     out: list[Ratio | None] = [None] * len(pairs)
@@ -161,7 +163,8 @@ def judge(pairs: Sequence[tuple[Sequence[Process], Sequence[Process]]]) -> list[
     for (kb, ko), members in groups.items():
         b = np.array([pairs[i][0] for i in members], dtype=float)
         o = np.array([pairs[i][1] for i in members], dtype=float)
-        value, low, high, judged = _intervals(b[:, :, 0], b[:, :, 1], o[:, :, 0], o[:, :, 1])
+        value, low, high, judged = _intervals(b[:, :, 0], b[:, :, 1], o[:, :, 0], o[:, :, 1],
+                                              level)  # fmt: skip
         over: Over = "processes" if judged else "steps"
         for row, i in enumerate(members):
             out[i] = Ratio(value[row], low[row], high[row], over, min(kb, ko))
@@ -210,7 +213,7 @@ def _within(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _intervals(
-    mb: np.ndarray, vb: np.ndarray, mo: np.ndarray, vo: np.ndarray
+    mb: np.ndarray, vb: np.ndarray, mo: np.ndarray, vo: np.ndarray, level: float = LEVEL
 ) -> tuple[list[float], list[float], list[float], bool]:
     """Ratios and 95 % intervals of pairs with ``kb`` / ``ko`` processes a side (the
     columns of the matrices of medians and variances): Welch's t over processes when both
@@ -237,10 +240,10 @@ def _intervals(
         df = np.where(np.isfinite(df), df, kb + ko - 2)
         from scipy.special import stdtrit  # Student's t quantile (imported when needed)
 
-        q = stdtrit(df, (1 + LEVEL) / 2)
+        q = stdtrit(df, (1 + level) / 2)
     else:
         se = np.sqrt(vb.mean(axis=1) / kb + vo.mean(axis=1) / ko)
-        q = np.full(len(se), statistics.NormalDist().inv_cdf((1 + LEVEL) / 2))
+        q = np.full(len(se), statistics.NormalDist().inv_cdf((1 + level) / 2))
     low = np.exp(np.clip(diff - q * se, -_LOG_BOUND, _LOG_BOUND))
     high = np.exp(np.clip(diff + q * se, -_LOG_BOUND, _LOG_BOUND))
     return value.tolist(), low.tolist(), high.tolist(), judged
@@ -248,6 +251,7 @@ def _intervals(
 
 # The paired design (mxbench.bench.paired): a process measured every arm in interleaved
 # windows, and its speedup is the median of its rounds' ratios (base window / arm window).
+ROUND_DF = 5  # degrees of freedom a process's rounds give its variance (a few, conservatively)
 MIN_CLEAN = 3  # undisturbed rounds a process needs before its disturbed ones are left out
 
 
@@ -267,13 +271,13 @@ def paired_process(ratios: Sequence[float], clean: Sequence[bool] = ()) -> Proce
     return float(med[0]), float(var[0])
 
 
-def judge_paired(groups: Sequence[Sequence[Process]]) -> list[Ratio | None]:
+def judge_paired(groups: Sequence[Sequence[Process]], level: float = LEVEL) -> list[Ratio | None]:
     """Speedups from paired processes (each :func:`paired_process`): the geometric mean of
     the processes' ratios, with Student's t interval over processes (the outer level: their
     spread, floored at what their rounds say); with one process, an interval over its rounds
     and no verdict. None where a group has no process."""
     out: list[Ratio | None] = []
-    z = statistics.NormalDist().inv_cdf((1 + LEVEL) / 2)
+    z = statistics.NormalDist().inv_cdf((1 + level) / 2)
     for procs in groups:
         if not procs:
             out.append(None)
@@ -285,8 +289,12 @@ def judge_paired(groups: Sequence[Sequence[Process]]) -> list[Ratio | None]:
         if k >= MIN_PROCESSES:
             from scipy.special import stdtrit
 
-            se = math.sqrt(max(float(m.var(ddof=1)), within) / k)
-            q, over = float(stdtrit(k - 1, (1 + LEVEL) / 2)), "processes"
+            between = float(m.var(ddof=1))
+            # processes that differ more than their rounds say: Student's t over processes;
+            # that agree within it: the rounds' variance, whose degrees of freedom are many
+            df = k - 1 if between > within / 2 else k * ROUND_DF
+            se = math.sqrt(max(between, within) / k)
+            q, over = float(stdtrit(df, (1 + level) / 2)), "processes"
         else:
             se, q, over = math.sqrt(within), z, "steps"
         low = math.exp(max(-_LOG_BOUND, mean - q * se))
