@@ -1,0 +1,310 @@
+"""The paired design: the arms of a comparison in one process, in interleaved windows.
+
+Real processes and real frameworks (TensorFlow, JAX, PyTorch) for the bench; the turnstile
+against arms of a known speed; the interference probe against a real competing process;
+the planning of paired processes; a real `mxbench run` that resumes a paired run; the A/A
+noise floor end to end."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from bench_helpers import run_bench
+from mxbench import stats
+from mxbench.bench import interference, paired
+from mxbench.cells import expand, pair_up, to_run
+from mxbench.matrix import parse_matrix
+
+PAIR = ["--image-size", "32", "--batch-size", "8", "--steps", "400", "--warmup-steps", "2",
+        "--timed-s", "1.5", "--profile", "off"]  # fmt: skip
+
+
+def lines(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
+
+
+def check_paired(recs: list[dict[str, Any]], steps: int) -> None:
+    """What every paired process's records must say, whatever the backend."""
+    assert [r["params"]["policy"] for r in recs] == ["float32", "mixed_bfloat16"]
+    assert all(r["status"] == "ok" for r in recs), [r["error"] for r in recs]
+    base, arm = (r["pairing"] for r in recs)
+    assert base["group"] == arm["group"] and base["arms"] == ["float32", "mixed_bfloat16"]
+    order, k = base["order"], base["window_steps"]
+    rounds = len(order) // 2
+    assert rounds >= paired.MIN_ROUNDS and len(order) == 2 * rounds
+    # every round is a permutation of the arms, in a random order (not always A first)
+    assert all(sorted(order[i : i + 2]) == ["A", "B"] for i in range(0, len(order), 2))
+    for r, pair in zip(recs, (base, arm), strict=True):
+        windows = pair["windows"]
+        assert len(windows) == rounds and all(w["steps"] == k for w in windows)
+        assert [w["round"] for w in windows] == list(range(rounds))
+        step = r["metrics"]["step_ms"]
+        assert step["n"] == len(step["samples"]) == rounds * k <= steps
+        # the steps of a window add up to it (the window is the throughput's clock)
+        total = sum(w["ms"] * w["steps"] for w in windows)
+        assert math.isclose(sum(step["samples"]), total, rel_tol=0.02)
+        assert r["metrics"]["peak_memory_bytes"] is None  # two models: no one policy's peak
+    assert base["ratios"] == [] and len(arm["ratios"]) == rounds == len(arm["clean"])
+    for w_base, w_arm, ratio in zip(base["windows"], arm["windows"], arm["ratios"], strict=True):
+        assert math.isclose(ratio, w_base["ms"] / w_arm["ms"], rel_tol=1e-3)
+    # windows never overlap: one arm at a time, in the order recorded
+    spans = sorted(
+        (w["start_s"], w["start_s"] + w["ms"] * w["steps"] / 1000, letter)
+        for pair, letter in ((base, "A"), (arm, "B"))
+        for w in pair["windows"]
+    )
+    assert "".join(s[2] for s in spans) == order
+    assert all(a[1] <= b[0] + 1e-3 for a, b in itertools.pairwise(spans))
+    for r in recs:
+        inter = r["pairing"]["windows"][0]["interference"]
+        assert inter["own_cores"] is not None and inter["own_cores"] > 0
+        phases = r["metrics"]["phases_s"]
+        assert phases["timed"] > 0 and phases["first_step"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_a_paired_process_times_both_arms_in_interleaved_windows(backend: str) -> None:
+    pytest.importorskip({"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}[backend])
+    run = run_bench(*PAIR, "--backend", backend, "--pair-with", "mixed_bfloat16")
+    assert run.returncode == 0, run.stderr[-3000:]
+    check_paired(lines(run.stdout), 400)
+
+
+def test_pair_with_refuses_what_it_cannot_pair() -> None:
+    for args, says in (
+        (["--pair-with", "nope"], "--pair-with 'nope'"),
+        (["--pair-with", "mixed_bfloat16,mixed_bfloat16"], "each policy once"),
+        (["--pair-with", "mixed_bfloat16", "--steps-per-execution", "2", "--steps", "4",
+          "--warmup-steps", "2"], "one policy per process"),
+    ):  # fmt: skip
+        run = run_bench(*args)
+        assert run.returncode == 2 and says in run.stderr, run.stderr[-2000:]
+        assert run.stdout == ""
+
+
+class _Model:
+    stop_training = False
+
+
+def _fake_fit(step_s: float, order: list[str], name: str) -> Any:
+    """A training loop whose steps take ``step_s`` (a known truth), driving the callback as
+    Keras does."""
+
+    def fit(callback: Any, steps: int) -> None:
+        model = _Model()
+        callback.set_model(model)
+        for batch in range(steps):
+            callback.on_train_batch_begin(batch)
+            if model.stop_training:
+                order.append(f"{name}-spare")
+            time.sleep(step_s)
+            callback.on_train_batch_end(batch, {"loss": 1.0})
+            if model.stop_training:
+                break
+
+    return fit
+
+
+def test_the_turnstile_recovers_a_known_speedup_and_runs_one_arm_at_a_time() -> None:
+    pytest.importorskip("keras")
+    spare: list[str] = []
+    plan = paired.Plan(warmup=2, max_steps=400, timed_s=1.2)
+    out = paired.run([_fake_fit(0.004, spare, "A"), _fake_fit(0.002, spare, "B")], plan,
+                     random.Random(7))  # fmt: skip
+    assert out.k == round(paired.WINDOW_S / 0.003) or abs(out.k - paired.WINDOW_S / 0.003) < 20
+    assert out.rounds >= paired.MIN_ROUNDS and sorted(spare) == ["A-spare", "B-spare"]
+    a, b = out.logs
+    ratios = [(wa.end - wa.start) / (wb.end - wb.start)
+              for wa, wb in zip(a.windows, b.windows, strict=True)]  # fmt: skip
+    med = sorted(ratios)[len(ratios) // 2]
+    assert 1.7 < med < 2.3, ratios  # sleep granularity aside: twice as fast
+    every = sorted([(w.start, w.end) for w in a.windows] + [(w.start, w.end) for w in b.windows])
+    assert all(x[1] <= y[0] for x, y in itertools.pairwise(every))
+    assert set(out.order[:2]) == {"A", "B"} and len(out.order) == 2 * out.rounds
+
+
+def test_an_arm_that_fails_fails_the_process_with_its_error() -> None:
+    pytest.importorskip("keras")
+
+    def broken(callback: Any, steps: int) -> None:
+        callback.set_model(_Model())
+        callback.on_train_batch_begin(0)
+        raise MemoryError("out of memory in arm B")
+
+    plan = paired.Plan(warmup=2, max_steps=100, timed_s=0.5)
+    with pytest.raises(MemoryError, match="arm B"):
+        paired.run([_fake_fit(0.002, [], "A"), broken], plan, random.Random(1))
+
+
+BURN = "import time\nend = time.monotonic() + 3\nwhile time.monotonic() < end: pass\n"
+
+
+def test_the_interference_probe_sees_another_process_hold_a_core() -> None:
+    def window() -> Any:
+        a = interference.snapshot()
+        time.sleep(1.0)
+        return interference.between(a, interference.snapshot())
+
+    quiet = window()
+    burner = subprocess.Popen([sys.executable, "-c", BURN])
+    try:
+        time.sleep(0.3)
+        busy = window()
+    finally:
+        burner.kill()
+        burner.wait()
+    assert busy.others_cores is not None and quiet.others_cores is not None
+    assert busy.others_cores > quiet.others_cores + 0.6, (quiet, busy)
+    assert busy.disturbed
+    assert busy.own_cores is not None and busy.own_cores < 0.2  # this process slept
+
+
+MATRIX = """\
+benchmark:
+  image_size: 32
+  repeats: 2
+  {extra}
+axes:
+  policy: [float32, mixed_bfloat16, mixed_float16]
+  batch_size: [4, 8]
+hosts:
+  - name: box
+    engine: local
+"""
+
+
+def test_a_comparison_becomes_one_process_led_by_float32() -> None:
+    cells = expand(parse_matrix(MATRIX.format(extra="")))
+    procs = pair_up(cells)
+    assert len(procs) == 4 and len(cells) == 12
+    for p in procs:
+        assert p.params.policy == "float32"
+        assert [c.params.policy for c in p.partners] == ["mixed_bfloat16", "mixed_float16"]
+        assert {c.params.batch_size for c in p.arms} == {p.params.batch_size}
+        assert {c.params.repeat for c in p.arms} == {p.params.repeat}
+        assert p.bench_args()[-2:] == ["--pair-with", "mixed_bfloat16,mixed_float16"]
+    assert [p.params.repeat for p in procs] == [0, 0, 1, 1]  # repeats in order
+    assert sorted(c.key for p in procs for c in p.arms) == sorted(c.key for c in cells)
+    orders = {tuple(p.params.batch_size for p in pair_up(cells)) for _ in range(40)}
+    assert len(orders) > 1  # the processes of a repeat run in a random order
+
+
+def test_what_cannot_be_paired_stays_one_policy_per_process() -> None:
+    for extra in ("pairing: process", "steps_per_execution: 2\n  steps: 4\n  warmup_steps: 2"):
+        cells = expand(parse_matrix(MATRIX.format(extra=extra)))
+        assert pair_up(cells) == cells  # the plan as it was, in its order
+    cells = [
+        c for c in expand(parse_matrix(MATRIX.format(extra=""))) if c.params.policy != "float32"
+    ]
+    assert all(not p.partners for p in pair_up(cells))  # no float32: nothing to pair with
+
+
+def test_resume_measures_a_paired_process_again_when_an_arm_is_missing() -> None:
+    cells = expand(parse_matrix(MATRIX.format(extra="")))
+    done = {c.key for c in cells if c.params.policy == "float32" and c.params.batch_size == 4}
+    left = to_run(cells, done)
+    assert {c.params.batch_size for c in left} == {4, 8}
+    assert len(left) == len(cells)  # the bs=4 processes lost their other arms: whole again
+    everything = {c.key for c in cells}
+    assert to_run(cells, everything) == []
+
+
+def _process(ratio: float, rng: random.Random, rounds: int = 16, sd: float = 0.08) -> Any:
+    return stats.paired_process([ratio * math.exp(rng.gauss(0, sd)) for _ in range(rounds)])
+
+
+def test_paired_intervals_hold_a_known_truth() -> None:
+    rng = random.Random(2026)
+    faster = false = covered = 0
+    trials = 400
+    for _ in range(trials):
+        aa = stats.judge_paired([[_process(math.exp(rng.gauss(0, 0.01)), rng)
+                                  for _ in range(3)]])[0]  # fmt: skip
+        real = stats.judge_paired([[_process(1.3 * math.exp(rng.gauss(0, 0.01)), rng)
+                                    for _ in range(3)]])[0]  # fmt: skip
+        assert aa is not None and real is not None and aa.judged and real.judged
+        false += aa.verdict != stats.SAME
+        covered += real.low <= 1.3 <= real.high
+        faster += real.verdict == stats.FASTER
+    assert false / trials <= 0.05 and covered / trials >= 0.93 and faster == trials
+    one = stats.judge_paired([[_process(1.3, rng)]])[0]
+    assert one is not None and not one.judged and one.verdict == stats.TOO_FEW
+
+
+def test_disturbed_rounds_are_left_out_when_enough_are_clean() -> None:
+    ratios = [1.3] * 6 + [3.0] * 6
+    clean = [True] * 6 + [False] * 6
+    got = stats.paired_process(ratios, clean)
+    assert got is not None and got[0] == pytest.approx(1.3)
+    few = stats.paired_process(ratios, [True] * 2 + [False] * 10)  # too few clean: all rounds
+    assert few is not None and few[0] > 1.3
+
+
+TINY = """\
+benchmark:
+  image_size: 32
+  warmup_steps: 1
+  steps: 300
+  timed_s: 1
+  profile: "off"
+  repeats: 1
+axes:
+  policy: [float32, mixed_bfloat16]
+  batch_size: [4]
+hosts:
+  - name: box
+    engine: local
+"""
+
+
+def mxbench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mxbench", *args], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_paired_run_end_to_end_resumes_and_measures_its_noise_floor(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(TINY)
+    results = tmp_path / "results"
+    proc = mxbench("run", "-m", str(matrix), "-r", str(results))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [json.loads(x) for x in (results / "box.jsonl").read_text().splitlines()]
+    assert [r["params"]["policy"] for r in recs] == ["float32", "mixed_bfloat16"]
+    assert recs[0]["pairing"]["group"] == recs[1]["pairing"]["group"]
+    assert recs[0]["run"]["wall_s"] == recs[1]["run"]["wall_s"]  # one process
+    assert "time to answer: 1 process(es)" in proc.stderr
+    # the policy's record lost: --resume measures the whole paired process again
+    (results / "box.jsonl").write_text(json.dumps(recs[0]) + "\n")
+    again = mxbench("run", "-m", str(matrix), "-r", str(results), "--resume")
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = [json.loads(x) for x in (results / "box.jsonl").read_text().splitlines()]
+    assert [r["params"]["policy"] for r in after[1:]] == ["float32", "mixed_bfloat16"]
+    assert (
+        after[1]["pairing"]["group"] == after[2]["pairing"]["group"] != recs[0]["pairing"]["group"]
+    )
+    report = mxbench("report", "--results", str(results), "--markdown")
+    assert report.returncode == 0 and "mixed_bfloat16" in report.stdout
+    # the A/A noise floor: float32 against itself, saved, and read by compare
+    noise = mxbench("doctor", "-m", str(matrix), "--noise", "1", "-r", str(results))
+    assert noise.returncode == 0, noise.stderr[-3000:]
+    assert "noise floor from 1 A/A process(es)" in noise.stdout
+    floor = json.loads((results / "noise" / "box.json").read_text())
+    assert floor["processes"] == 1 and floor["window"] is not None and floor["window"] > 0
+    assert floor["params"]["policy"] == "float32"
+    cmp = mxbench("compare", str(results), str(results))
+    assert "Measured noise floor per process (mxbench doctor --noise): box ±" in cmp.stdout
+    assert msgspec.json.decode((results / "noise" / "box.json").read_bytes())["host"] == "box"
