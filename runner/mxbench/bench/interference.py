@@ -33,8 +33,8 @@ from mxbench.results import Interference
 
 # A window is disturbed from these on (cores' worth of CPU per second of wall time).
 OTHERS_CORES = 0.15
+SPARE_CORES = 0.5
 STEAL_SHARE = 0.05
-WAIT_SHARE = 0.25
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -127,13 +127,23 @@ def between(a: Snapshot, b: Snapshot) -> Interference:
         others_cores=others,
         steal_cores=steal,
         pressure=pressure,
-        disturbed=disturbed(others, steal, wait),
+        disturbed=disturbed(own, others, steal),
     )
 
 
-def disturbed(others: float | None, steal: float | None, wait: float | None) -> bool:
-    return bool(
-        (others is not None and others >= OTHERS_CORES)
-        or (steal is not None and steal >= STEAL_SHARE)
-        or (wait is not None and wait >= WAIT_SHARE)
-    )
+def cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def disturbed(
+    own: float | None, others: float | None, steal: float | None, ncpu: int | None = None
+) -> bool:
+    """Whether the other processes or the hypervisor took CPU this process could have used."""
+    ncpu = ncpu or cores()
+    contended = (others is not None and others >= OTHERS_CORES
+                 and (own or 0.0) + others >= ncpu - SPARE_CORES)  # fmt: skip
+    return bool(contended or (steal is not None and steal >= STEAL_SHARE))
