@@ -163,17 +163,11 @@ def speedup(
 
 def noise(records: Iterable[Record]) -> str:
     """What the machine was doing during these records' timed windows, in words (paired
-    records measure it): '' when nothing was measured or nothing disturbed them."""
-    parts = [r.pairing.interference for r in records
-             if r.pairing is not None and r.pairing.interference is not None]  # fmt: skip
-    if not parts:
-        return ""
-    others = statistics.median([x.others_cores or 0.0 for x in parts])
-    steal = statistics.median([x.steal_cores or 0.0 for x in parts])
-    out = f"other processes held {others:.0%} of a CPU during the timed windows"
-    if steal >= 0.01:
-        out += f", the hypervisor stole {steal:.0%}"
-    return out
+    records measure it): '' when nothing was measured."""
+    from mxbench.report.busy import busy
+
+    found = busy(records)
+    return f"{found.text()} during the timed windows" if found is not None else ""
 
 
 def stopped(by_policy: dict[str, list[Record]]) -> Decision | None:

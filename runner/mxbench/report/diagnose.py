@@ -571,6 +571,30 @@ def launch_bound(t: Table) -> str | None:
     )
 
 
+def machine_in_use(t: Table) -> str | None:
+    """The paired design measured what else ran during the timed windows: a busy machine is
+    said, with the verdicts it may have blurred."""
+    from mxbench.report.busy import busy
+
+    said = []
+    for (policy, batch), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        found = busy(e.records) if policy != BASELINE else None
+        if found is None or not found.busy:
+            continue
+        ratio = t.ratios.get((policy, batch))
+        verdict = f", verdict: {ratio.verdict}" if ratio is not None else ""
+        said.append(f"{policy} at batch {batch}: {found.text()}{verdict}")
+    if not said:
+        return None
+    return (
+        "The machine was in use while it was measured (measured, per window): "
+        + "; ".join(said[:6])
+        + ". Paired windows cancel most of it and disturbed rounds are left out where enough "
+        "were clean, but a 'no clear difference' here may be the load's: run again on a "
+        "quieter machine, or let repeats: auto add processes."
+    )
+
+
 RULES: tuple[Callable[[Table], str | None], ...] = (
     silent_cpu_fallback,
     throttled,
@@ -596,6 +620,7 @@ RULES: tuple[Callable[[Table], str | None], ...] = (
     batch_not_multiple_of_8,
     achieved_vs_peak,
     isa_claim_mismatch,
+    machine_in_use,
 )
 
 
