@@ -49,7 +49,9 @@ def test_repo_matrix_and_embedded_default_load() -> None:
     assert m.images["gpu-tf217"].build_args["TF_VERSION"].startswith("2.17")
     d = load_matrix(default_matrix_path())
     assert [h.engine for h in d.hosts] == ["local"]
-    assert d.benchmark.image_size <= 64 and d.benchmark.steps <= 20
+    # small on purpose: a few seconds of paired windows per process, not a step count
+    assert d.benchmark.image_size <= 64 and d.benchmark.timed_s <= 10
+    assert d.benchmark.pairing == "paired"
 
 
 def test_cell_keys_did_not_change_across_versions() -> None:
@@ -75,7 +77,7 @@ def test_cell_keys_did_not_change_across_versions() -> None:
     )
     assert {c.key for c in expand(single)} == first  # repeats: 1, the old default
     now = load_matrix(default_matrix_path()).benchmark
-    assert (now.repeats, now.planned_repeats) == ("auto", 3)
+    assert (now.repeats, now.planned_repeats) == ("auto", 2)  # paired processes since Step 18
 
 
 def test_any_parameter_is_one_value_or_an_axis() -> None:
