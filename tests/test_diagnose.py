@@ -25,6 +25,7 @@ XEON_OLD = {
     "cores": 2,
     "flags": ["sse2", "avx", "avx2", "fma"],
 }
+EPYC_BF16 = {"model": "AMD EPYC 9B14", "cores": 2, "flags": ["sse2", "avx2", "fma", "avx512_bf16"]}
 ARM = {"model": "Neoverse-N1", "cores": 2, "flags": ["fp", "asimd", "fphp"]}
 CPU_DEV = {"kind": "cpu", "name": "cpu"}
 
@@ -141,8 +142,12 @@ def test_float16_on_cpu_without_xla_points_to_jit_compile() -> None:
 
 def test_bf16_on_cpu_with_and_without_native_support() -> None:
     cells = {("float32", 16): 2500.0, ("mixed_bfloat16", 16): 750.0}
-    native = dg.bf16_on_cpu(table(CPU_DEV, cells, cpu=XEON_BF16))
-    assert "has AVX512_BF16/AMX" in native and "observed speedup 3.33" in native
+    native = dg.bf16_on_cpu(table(CPU_DEV, cells, cpu=XEON_BF16))  # AMX: tiles, 2x or more
+    assert "This CPU has AMX (tile matrix units" in native and "observed speedup 3.33" in native
+    assert "2x or more faster than float32" in native
+    vector = dg.bf16_on_cpu(table(CPU_DEV, cells, cpu=EPYC_BF16))  # AVX512_BF16 only
+    assert "This CPU has AVX512_BF16 (bfloat16 dot products in its vector units" in vector
+    assert "no AMX" in vector and "2x" not in vector
     assert "neither AVX512_BF16 nor AMX" in dg.bf16_on_cpu(table(CPU_DEV, cells, cpu=XEON_OLD))
     assert dg.bf16_on_cpu(table(CPU_DEV, cells)) is None
     assert "It did not here" not in native

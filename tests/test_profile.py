@@ -17,6 +17,7 @@ import pytest
 from bench_helpers import SMALL, run_bench
 from mxbench.bench import energy, onednn
 from mxbench.bench.profile_ops import Op, busy_s, category, summarize, tensor_core
+from mxbench.report.devices import native_bf16
 
 # ---- categories from names (known truth: what each operation is) ---------------------------
 
@@ -185,6 +186,49 @@ def test_a_float32_only_log_has_no_native_share_and_no_gemm_means_no_evidence() 
     assert onednn.evidence(onednn.parse(reorders)) is None
 
 
+# One definition of "native 16-bit ISA" (onednn.native16), for every ISA a CI machine or a
+# user's may run: AMD EPYC / Cooper Lake (avx512_core_bf16), Sapphire Rapids and later with
+# AMX (avx512_core_amx, or avx10_1_512_amx as oneDNN 3.7+ spells it), and names to come.
+NATIVE_BF16 = ["avx512_core_bf16", "avx512_core_bf16_ymm", "avx512_core_fp16", "avx10_1_512",
+               "avx512_core_amx", "avx10_1_512_amx", "avx512_core_amx_fp16",
+               "avx10_1_512_amx_fp16", "avx10_2_512", "avx10_2_512_amx_2",
+               "avx2_vnni_2"]  # fmt: skip
+FLOAT32_ISAS = ["avx512_core", "avx512_core_vnni", "avx512_common", "avx2_vnni", "avx2", "avx",
+                "sse41", "ref", "gemm", "any", "unknown"]  # fmt: skip
+
+
+@pytest.mark.parametrize("isa", NATIVE_BF16)
+def test_every_bf16_isa_oneDNN_names_is_native(isa: str) -> None:
+    assert onednn.native16(isa, "bf16") and onednn.native16(f"brg_conv_fwd:{isa}", "bf16")
+    assert onednn.amx(isa) is ("amx" in isa)
+
+
+@pytest.mark.parametrize("isa", FLOAT32_ISAS)
+def test_float32_isas_are_not_native_16_bit(isa: str) -> None:
+    assert not onednn.native16(isa, "bf16") and not onednn.native16(isa, "f16")
+    assert not onednn.native16(f"jit:{isa}", "bf16") and not onednn.amx(isa)
+
+
+def test_float16_needs_fp16_instructions_not_bf16_ones() -> None:
+    for isa in ("avx512_core_fp16", "avx10_1_512", "avx512_core_amx", "avx10_1_512_amx",
+                "avx512_core_amx_fp16", "avx2_vnni_2"):  # fmt: skip
+        assert onednn.native16(isa, "f16"), isa
+    assert not onednn.native16("brg_conv_fwd:avx512_core_bf16", "f16")  # "f16" inside "bf16"
+    assert not onednn.native16("avx512_core_amx", "f32")
+
+
+def test_an_amx_log_is_native_bf16() -> None:
+    """The log an AMX Xeon writes (oneDNN 3.7+ spells the ISA avx10_1_512_amx)."""
+    amx_log = [line.replace("avx512_core_bf16", "avx10_1_512_amx")
+               .replace("jit:avx512_core,", "brg_conv_bwd_w:avx512_core_amx,")
+               for line in EXEC_LOG.splitlines()]  # fmt: skip
+    prims = onednn.parse(amx_log)
+    assert [p.isa for p in prims[:2]] == ["avx10_1_512_amx", "avx512_core_amx"]
+    e = onednn.evidence(prims)
+    assert e is not None and e.native16_share == 1.0
+    assert e.gemm_isas == {"avx10_1_512_amx": 0.6, "avx512_core_amx": 0.2, "ref": 0.2}
+
+
 def test_older_log_format_still_parses() -> None:
     line = ("dnnl_verbose,exec,cpu,inner_product,gemm:jit,forward_training,src_f32::blocked:ab:"
             "f0 wei_f32::blocked:ab:f0,,,mb8ic128oc10,0.25")  # fmt: skip
@@ -291,11 +335,6 @@ def test_nvml_energy_over_a_window_gives_joules_per_step_and_image() -> None:
 # ---- real profiled cells ----------------------------------------------------------------------
 
 
-def _native_bf16() -> bool:
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 @pytest.mark.parametrize("backend", ["tensorflow", "torch"])
 def test_a_real_cell_says_where_its_time_went_and_which_kernels_ran(backend: str) -> None:
     pytest.importorskip(backend)
@@ -311,10 +350,14 @@ def test_a_real_cell_says_where_its_time_went_and_which_kernels_ran(backend: str
     d = prof["onednn"]
     assert d["weight"] == ("time" if backend == "torch" else "flops")
     assert d["sixteen_bit_share"] > 0.5  # the convolutions got bf16 inputs
-    if _native_bf16():  # this CPU has the instructions: oneDNN used them
-        assert d["native16_share"] > 0.9 and "avx512_core_bf16" in d["gemm_isas"]
-    else:
-        assert not d["native16_share"]
+    # This CPU has bf16 instructions (AVX512_BF16, AMX: the probe's flags), so oneDNN ran the
+    # bf16 convolutions on a native 16-bit kernel, whichever ISA name it gave (one definition)
+    if native_bf16(rec["cpu"]["flags"]):
+        assert d["native16_share"] > 0.9, d
+        assert sum(v for k, v in d["gemm_isas"].items() if onednn.native16(k)) >= (
+            0.9 * d["sixteen_bit_share"]), d  # native ISAs carry the 16-bit work  # fmt: skip
+    else:  # AMD EPYC / Xeon without AVX512_BF16: converted or emulated
+        assert not d["native16_share"], d
 
 
 def test_profile_off_records_none() -> None:

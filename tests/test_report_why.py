@@ -122,6 +122,22 @@ def test_cpu_kernels_cite_the_onednn_evidence_and_replace_the_flag_guess() -> No
     assert dg.cpu_kernels(guess) is None and dg.bf16_on_cpu(guess) is not None
 
 
+def test_amx_kernels_are_named_as_tile_matrix_units() -> None:
+    """An AMX Xeon: oneDNN 3.7+ names the ISA avx10_1_512_amx, and a float32 GEMM that names
+    no ISA may lead the shares; the sentence names the native kernel and says what AMX is."""
+    evidence = onednn(1.0, {"gemm": 0.55, "avx10_1_512_amx": 0.45}, weight="flops")
+    t = cpu_pair(profile(conv_matmul=50.0, host_gap=10.0, onednn=evidence))
+    said = dg.cpu_kernels(t)
+    assert said is not None and "bf16 convolutions/matmuls ran on avx10_1_512_amx kernels" in said
+    assert "AMX tile matrix units" in said and "2x or more faster than float32" in said
+    assert "100% of their arithmetic in 16 bits natively" in said
+    amx_first = onednn(1.0, {"avx512_core_amx": 1.0})
+    bar = document.section(cpu_pair(profile(conv_matmul=50.0, onednn=amx_first)), "t").breakdown
+    assert bar[1].kernels == "avx512_core_amx 100% (AMX tiles), native 16-bit 100%"
+    bf16_only = cpu_pair(profile(conv_matmul=50.0, onednn=onednn(0.94, {"avx512_core_bf16": 1})))
+    assert "AMX" not in (dg.cpu_kernels(bf16_only) or "AMX")
+
+
 def test_no_tensor_core_kernels_despite_cc_8() -> None:
     def gpu(share: float) -> Table:
         return table([

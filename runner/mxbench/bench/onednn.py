@@ -42,11 +42,35 @@ from mxbench.bench import stdio
 GEMM_KINDS = frozenset({"convolution", "deconvolution", "inner_product", "matmul"})
 MAX_LOG_BYTES = 64 * 2**20  # of a captured log (a user's ONEDNN_VERBOSE=all may be huge)
 SIXTEEN_BIT = frozenset({"bf16", "f16"})
-# ISA names whose instructions compute in bf16 / f16 natively.
-_NATIVE = {
-    "bf16": re.compile(r"bf16|amx|avx10|avx2_vnni_2", re.IGNORECASE),
-    "f16": re.compile(r"fp16|f16|amx_fp16|avx10|avx2_vnni_2", re.IGNORECASE),
+# Which oneDNN ISAs compute in bf16 / f16 natively: THE definition, for the product and its
+# tests. oneDNN's ISAs are cumulative (its cpu_isa_traits.hpp): avx512_core_bf16 adds bf16
+# dot products to the AVX-512 vector units; avx10_1_512 (alias avx512_core_fp16) adds fp16
+# arithmetic; avx10_1_512_amx (alias avx512_core_amx) adds AMX's tile matrix units (bf16 and
+# int8 tiles), avx10_1_512_amx_fp16 (avx512_core_amx_fp16) fp16 tiles; avx2_vnni_2 has AVX-NE-
+# CONVERT's bf16 / fp16 loads. Every AVX10 or AMX name has both types, so whatever oneDNN
+# names next in those families counts too. "f16" alone must not match inside "bf16":
+# avx512_core_bf16 has no float16 arithmetic.
+_NATIVE16 = {
+    "bf16": re.compile(r"bf16|fp16|amx|avx10|avx2_vnni_2", re.IGNORECASE),
+    "f16": re.compile(r"fp16|(?<!b)f16|amx|avx10|avx2_vnni_2", re.IGNORECASE),
 }
+
+
+def native16(isa: str, dtype: str = "bf16") -> bool:
+    """Whether oneDNN's ISA ``isa`` (``avx512_core_bf16``, ``avx10_1_512_amx``; or a whole
+    implementation name, ``brg_conv_fwd:avx512_core_amx``) computes ``dtype`` (``bf16`` /
+    ``f16``) natively. False for other types and for float32 ISAs (``avx512_core``, ``avx2``,
+    ``ref``, ``gemm``)."""
+    pattern = _NATIVE16.get(dtype)
+    return bool(pattern and pattern.search(isa))
+
+
+def amx(isa: str) -> bool:
+    """Whether the ISA runs on AMX's tile matrix units (``avx512_core_amx``,
+    ``avx10_1_512_amx``, ``avx512_core_amx_fp16``, ...)."""
+    return "amx" in isa.lower()
+
+
 _ISA = re.compile(
     r"(avx10[_\w]*|avx512_core_amx_fp16|avx512_core_amx|avx512_core_fp16|avx512_core_bf16|"
     r"avx512_core_vnni|avx512_core|avx512_common|avx2_vnni_2|avx2_vnni|avx2|avx|sse41|"
@@ -77,9 +101,7 @@ class Primitive:
     @property
     def native16(self) -> bool:
         """A 16-bit source on a kernel whose ISA computes in that type."""
-        if self.src_dtype not in SIXTEEN_BIT:
-            return False
-        return bool(_NATIVE[self.src_dtype].search(self.impl))
+        return self.src_dtype in SIXTEEN_BIT and native16(self.impl, str(self.src_dtype))
 
     @property
     def flops(self) -> float:

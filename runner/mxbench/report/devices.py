@@ -158,11 +158,23 @@ def is_x86(model: str | None, flags: list[str] | None, arch: str | None = None) 
     return None
 
 
+# /proc/cpuinfo flags of the instructions oneDNN computes bfloat16 with: AVX512_BF16's dot
+# products in the vector units, AMX's tile matrix units (whose CPUs have AVX512_BF16 too).
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
 def native_bf16(flags: list[str] | None) -> bool | None:
+    """Whether the CPU computes bfloat16 natively (None: no flags recorded)."""
     if not flags:
         return None
-    lower = {f.lower() for f in flags}
-    return bool(lower & {"avx512_bf16", "amx_bf16"})
+    return bool({f.lower() for f in flags} & NATIVE_BF16_FLAGS)
+
+
+def amx_bf16(flags: list[str] | None) -> bool | None:
+    """Whether the CPU has AMX tile matrix units for bfloat16 (None: no flags recorded)."""
+    if not flags:
+        return None
+    return "amx_bf16" in {f.lower() for f in flags}
 
 
 def cuda_text(value: str | None) -> str | None:

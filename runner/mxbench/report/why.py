@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mxbench.bench import onednn
 from mxbench.report.tables import Table
 from mxbench.results import CATEGORY_NAMES, Profile, Record
 
@@ -31,7 +32,7 @@ class Bar:
     batch: int
     step_ms: float  # the timed median
     parts: dict[str, float]  # category -> ms of the timed step
-    kernels: str  # "Tensor Cores 87% (by name)", "avx512_core_bf16 native 100%", ""
+    kernels: str  # "Tensor Cores 87% (by name)", "avx512_core_amx 100% (AMX tiles), native …"
     cost_s: float | None  # what the profiled window cost
 
     def share(self, category: str) -> float:
@@ -54,7 +55,7 @@ def kernels_text(p: Profile) -> str:
     if d is None or not d.gemm_isas:
         return ""
     isa, share = next(iter(d.gemm_isas.items()))
-    text = f"{isa} {share:.0%}"
+    text = f"{isa} {share:.0%}" + (" (AMX tiles)" if onednn.amx(isa) else "")
     if d.native16_share is not None:
         text += f", native 16-bit {d.native16_share:.0%}"
     return text
