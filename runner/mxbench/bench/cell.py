@@ -70,8 +70,10 @@ def run_cell(
     rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
     state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
     phases.mark("probe")
+    # the profiled window answers "where does the time go": once per cell, not per repeat
+    profiled = p if first_process(p) else msgspec.structs.replace(p, profile="off")
     try:
-        profiler.around(p, rec, lambda: _measure(p, rec, state, started_at, on_step))
+        profiler.around(profiled, rec, lambda: _measure(p, rec, state, started_at, on_step))
     except UsageError:
         raise
     except Exception as exc:  # failure is data
@@ -82,7 +84,9 @@ def run_cell(
     _probe_device(rec, state)
     phases.mark("probe")
     if "convergence" in state:  # after the timed steps and the memory probe
-        rec.convergence = convergence.check(p, *state["convergence"])
+        found, *rest = state["convergence"]
+        # the one-step check against float32: once per cell, not per repeat
+        rec.convergence = convergence.check(p, found, *rest) if first_process(p) else found
     phases.mark("check")
     rec.metrics.phases_s = phases.done()
     rec.time = now_iso()
@@ -174,7 +178,8 @@ def _measure(
         train.run(p, arm.prepared, rec)
         return
 
-    initial = model.get_weights() if p.policy != BASELINE else []  # for the one-step check
+    check = p.policy != BASELINE and first_process(p)
+    initial = model.get_weights() if check else []  # for the one-step check
     phases.mark("check")
     log_ = StepLog()
     total = p.warmup_steps + p.steps
@@ -213,7 +218,7 @@ def _measure(
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
     energy.fill(rec.metrics, joules, state["timed_window"], p.steps, p.batch_size)
-    if p.profile == "on":  # after the timed window, never inside it
+    if p.profile == "on" and first_process(p):  # after the timed window, never inside it
         rec.profile = profiler.run(p.backend, model, ds, gpu=state["backend"].model_on_gpu(model))
 
 
