@@ -312,3 +312,41 @@ def test_a_paired_run_end_to_end_resumes_and_measures_its_noise_floor(tmp_path: 
     cmp = mxbench("compare", str(results), str(results))
     assert "Measured noise floor per process (mxbench doctor --noise): box ±" in cmp.stdout
     assert msgspec.json.decode((results / "noise" / "box.json").read_bytes())["host"] == "box"
+
+
+def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
+    """NVML cannot exist here: its readings are given to the sampler (the thinnest seam),
+    and the windows of a paired record are marked from them, the rounds' cleanliness too."""
+    from mxbench.bench.cell import _gpu_windows, _mark_rounds
+    from mxbench.bench.gpu_health import HealthSampler
+    from mxbench.params import Params
+    from mxbench.results import Device, Interference, Pairing, Record, Window
+
+    sampler = HealthSampler(object(), interval_s=0.1)
+    sampler.samples = [(0.05, {"GPU-1": {"procs": 1, "throttle": 0x1}}),  # idle: not a reason
+                       (1.05, {"GPU-1": {"procs": 2, "throttle": 0}}),  # someone else came
+                       (2.05, {"GPU-1": {"procs": 1, "throttle": 0x4}})]  # power cap  # fmt: skip
+    assert sampler.window(0.0, 0.5, "GPU-1") == (0, [])
+    assert sampler.window(1.0, 1.5, "GPU-1") == (1, [])
+    assert sampler.window(2.0, 2.5, "GPU-1") == (0, ["sw_power_cap"])
+
+    def rec(policy: str, ratios: list[float]) -> Record:
+        windows = [Window(round=i, position=0, steps=5, ms=2.0, start_s=float(i),
+                          interference=Interference()) for i in range(3)]  # fmt: skip
+        return Record(cell=policy, host="h", params=Params(policy=policy), status="ok",
+                      device=Device(kind="gpu", uuid="GPU-1"),
+                      pairing=Pairing(group="g", ratios=ratios, windows=windows,
+                                      interference=Interference()))  # fmt: skip
+
+    recs = [rec("float32", []), rec("mixed_bfloat16", [1.5, 1.6, 1.4])]
+    spans = [(0.0, 0.5), (1.0, 1.5), (2.0, 2.5)]
+    state = {"util": sampler, "spans": {"float32": spans, "mixed_bfloat16": spans}}
+    for r in recs:
+        _gpu_windows(r, state)
+    _mark_rounds(recs)
+    arm = recs[1].pairing
+    assert arm is not None and arm.clean == [True, False, False]
+    assert [w.interference.gpu_others for w in arm.windows] == [0, 1, 0]
+    assert arm.windows[2].interference.throttle_reasons == ["sw_power_cap"]
+    assert arm.disturbed_share == pytest.approx(2 / 3, abs=1e-3)
+    assert arm.interference is not None and arm.interference.throttle_reasons == ["sw_power_cap"]

@@ -379,9 +379,11 @@ def run_paired(p: Params, others: list[str], started_at: float | None = None) ->
     phases.mark("fit_other")
     for rec in recs:
         _probe_device(rec, state)
+        _gpu_windows(rec, state)
         # one process held every arm: its peak is theirs together, not one policy's (the
         # memory answer comes from a process of one policy: pairing: process, the search)
         rec.metrics.peak_memory_bytes = rec.metrics.peak_memory_kind = None
+    _mark_rounds(recs)
     phases.mark("probe")
     for rec, arm_state in zip(recs, state.get("convergence", []), strict=False):
         if arm_state is not None:
@@ -432,8 +434,6 @@ def _measure_paired(
     group = f"{os.getpid()}-{time.time_ns():x}"
     base_ms = {w.round: (w.end - w.start) / w.steps for w in out.logs[0].windows}
     first_window = min(w.start for log_ in out.logs for w in log_.windows)
-    disturbed_rounds = {w.round for log_ in out.logs for w in log_.windows
-                        if w.interference.disturbed}  # fmt: skip
     every = [w.interference for log_ in out.logs for w in log_.windows]
     overall = _overall(every)
     timed_total = first_total = warm_total = 0.0
@@ -483,7 +483,7 @@ def _measure_paired(
             window_steps=out.k,
             order=out.order,
             ratios=[] if is_base else [round(base_ms[r] / own[r], 6) for r in rounds],
-            clean=[] if is_base else [r not in disturbed_rounds for r in rounds],
+            clean=[],  # _mark_rounds: once every window's interference is known
             windows=[
                 Window(
                     round=w.round,
@@ -496,7 +496,6 @@ def _measure_paired(
                 for w in windows
             ],
             interference=overall,
-            disturbed_share=round(len(disturbed_rounds) / max(1, out.rounds), 4),
         )
         found = convergence.skipped(model, plan.warmup + steps)
         convergence_states.append(
@@ -504,6 +503,8 @@ def _measure_paired(
             if init is not None else None
         )  # fmt: skip
     state["convergence"] = convergence_states
+    state["spans"] = {a.p.policy: [(w.start, w.end) for w in lg.windows]
+                      for a, lg in zip(arms, out.logs, strict=True)}  # fmt: skip
     state["timed_window"] = (first_window, max(w.end for lg in out.logs for w in lg.windows))
     phases.out.update(first_step=first_total, warmup=warm_total, timed=timed_total)
     phases.out["fit_other"] = max(0.0, fit_s - first_total - warm_total - timed_total)
@@ -513,6 +514,36 @@ def _measure_paired(
             gpu = state["backend"].model_on_gpu(arm.model)
             rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu)
         phases.mark("profile")
+
+
+def _mark_rounds(recs: list[Record]) -> None:
+    """A round is clean when no window of it, of any arm, was disturbed: each arm's
+    ``pairing.clean`` and the process's share of disturbed rounds, from the windows."""
+    pairs = [r.pairing for r in recs if r.pairing is not None]
+    hit = {w.round for pair in pairs for w in pair.windows if w.interference.disturbed}
+    rounds = {w.round for pair in pairs for w in pair.windows}
+    for pair in pairs:
+        if pair.ratios:
+            pair.clean = [w.round not in hit for w in pair.windows]
+        pair.disturbed_share = round(len(hit) / max(1, len(rounds)), 4)
+        if pair.interference is not None:
+            pair.interference.disturbed = bool(hit)
+            pair.interference.throttle_reasons = sorted(
+                {x for p in pairs for w in p.windows for x in w.interference.throttle_reasons}
+            )
+
+
+def _gpu_windows(rec: Record, state: dict[str, Any]) -> None:
+    """On a GPU, each paired window's other processes on the device and throttle reasons
+    (NVML, from the sampler's polls); either marks the window disturbed."""
+    sampler, spans = state.get("util"), state.get("spans", {}).get(rec.params.policy)
+    if sampler is None or not spans or rec.pairing is None or rec.device.kind != "gpu":
+        return
+    for w, (start, end) in zip(rec.pairing.windows, spans, strict=False):
+        others, reasons = sampler.window(start, end, rec.device.uuid)
+        w.interference.gpu_others = others
+        w.interference.throttle_reasons = reasons
+        w.interference.disturbed = w.interference.disturbed or bool(others) or bool(reasons)
 
 
 def _window_steps(w: Any, plan: Any, windows: list[Any]) -> range:

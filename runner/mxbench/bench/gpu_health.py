@@ -54,6 +54,9 @@ def _read(nvml: Any, h: Any) -> Reading:
         "power_mw": lambda: nvml.nvmlDeviceGetPowerUsage(h),
         "temp_c": lambda: nvml.nvmlDeviceGetTemperature(h, NVML_TEMPERATURE_GPU),
         "throttle": lambda: _throttle(nvml, h),
+        # compute processes on the device, this one included (NVML's pids may be another
+        # namespace's: counted, not matched)
+        "procs": lambda: len(nvml.nvmlDeviceGetComputeRunningProcesses(h)),
     }
     out: Reading = {}
     for key, query in queries.items():
@@ -157,6 +160,17 @@ class HealthSampler:
         """Median utilisation (%) of the GPU over the timed window (None: no sample)."""
         values = [r["util"] for r in self._window(start, end, uuid) if "util" in r]
         return round(statistics.median(values), 1) if values else None
+
+    def window(self, start: float, end: float, uuid: str | None) -> tuple[int | None, list[str]]:
+        """For one paired window: how many *other* compute processes the GPU had at most
+        (None: not known), and the throttle reasons seen (GPU idle left out)."""
+        readings = self._window(start, end, uuid)
+        procs = [r["procs"] for r in readings if "procs" in r]
+        seen = 0
+        for r in readings:
+            seen |= r.get("throttle", 0)
+        others = max(0, max(procs) - 1) if procs else None
+        return others, [name for bit, name in THROTTLE_REASONS.items() if seen & bit]
 
     def health(self, start: float, end: float, uuid: str | None) -> GpuHealth | None:
         """Clocks, power, temperature and throttle reasons over the timed window."""
