@@ -55,10 +55,11 @@ class AutoRepeats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     def describe(self) -> str:
         return (
-            f"{self.start} processes per cell to start, then one more per policy (alternating) "
-            f"while a speedup's 95% interval is wider than ±{self.target:.0%} or the processes "
-            f"disagree; at most {self.max} per cell, no new round after {self.budget_s:g} s "
-            "on a host"
+            f"{self.start} processes per cell to start, then one more per policy (a paired "
+            "process measures them together) until the verdict is clear (its 99% interval "
+            f"excludes no difference) or the 95% interval is within ±{self.target:.0%} and "
+            f"the processes agree; at most {self.max} per cell, no new round after "
+            f"{self.budget_s:g} s on a host"
         )
 
 

@@ -163,7 +163,7 @@ def _measure(
     """The plan (``--dry-run``) or the run, under the results directory's lock; None when
     nothing ran."""
     from mxbench import repeats
-    from mxbench.cells import to_run
+    from mxbench.cells import pair_up, to_run
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
     from mxbench.results import FINAL_STATUSES, BadLine, bad_line_warnings
@@ -190,6 +190,13 @@ def _measure(
             _print_plan(cells)
         if skipped:
             print(f"{skipped} cell(s) already done in {results}/, skipped (--resume)")
+        processes = pair_up(cells)
+        paired = [p for p in processes if p.partners]
+        if paired:
+            print(f"pairing: paired: {sum(len(p.arms) for p in paired)} of these cells are "
+                  f"measured {len(paired[0].arms)} at a time in {len(paired)} process(es), "
+                  f"float32 and its policies in interleaved windows; {len(processes)} "
+                  "process(es) in all (docs/measuring.md)")  # fmt: skip
         for hunt in hunts:
             print(f"batch-size search: {hunt.label()}: {hunt.config.describe()}")
         if auto is not None and plan is not None:
