@@ -356,3 +356,36 @@ def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
     assert arm.windows[2].interference.throttle_reasons == ["sw_power_cap"]
     assert arm.disturbed_share == pytest.approx(2 / 3, abs=1e-3)
     assert arm.interference is not None and arm.interference.throttle_reasons == ["sw_power_cap"]
+
+
+def test_a_paired_process_output_is_taken_arm_by_arm_in_order() -> None:
+    """Each arm's record is the one printed in its place; the orchestrator stamps params as
+    always. A record missing, or records out of order, fail the arms with why; a process
+    that printed nothing fails them with its exit code."""
+    from mxbench.engines import Outcome, to_records
+    from mxbench.params import Params
+    from mxbench.results import Metrics, Record, StepStats, encode
+
+    proc = pair_up(expand(parse_matrix(MATRIX.format(extra=""))))[0]
+
+    def line(policy: str) -> str:
+        step = StepStats(median=10.0, p25=9.0, p75=11.0, min=8.0, max=12.0, n=3,
+                         samples=[9.0, 10.0, 11.0])  # fmt: skip
+        rec = Record(params=Params(policy=policy), status="ok",
+                     metrics=Metrics(step_ms=step, images_per_s=400.0))  # fmt: skip
+        return encode(rec).decode()
+
+    arms = [c.params.policy for c in proc.arms]
+    good = "\n".join(line(p) for p in arms)
+    got = to_records(proc, Outcome(0, stdout="log line\n" + good, wall_s=5.0))
+    assert [(c.params.policy, r.status, r.params.policy) for c, r in got] == [
+        (p, "ok", p) for p in arms
+    ]
+    assert all(r.cell == c.key for c, r in got)
+    swapped = "\n".join(line(p) for p in [*arms[1:], arms[0]])  # every arm out of place
+    bad = to_records(proc, Outcome(0, stdout=swapped, wall_s=5.0))
+    assert all(r.status == "error" and "not" in (r.error or "") for _, r in bad)
+    short = to_records(proc, Outcome(0, stdout=line(arms[0]), wall_s=5.0))
+    assert all("printed 1 record(s) for 3 policies" in (r.error or "") for _, r in short)
+    crashed = to_records(proc, Outcome(1, stdout="", stderr="Segmentation fault", wall_s=1.0))
+    assert all("exit code 1" in (r.error or "") for _, r in crashed)

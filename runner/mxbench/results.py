@@ -894,12 +894,9 @@ def parse_bench_output(stdout: str | bytes) -> Record | None:
     return bench_output(stdout)[0]
 
 
-def bench_output(
-    stdout: str | bytes, policy: str | None = None
-) -> tuple[Record | None, str | None]:
-    """The record a bench printed (the last stdout line that decodes as one; ``policy``:
-    the last of that policy, a paired process printing one per policy), or None and why the
-    last line that looked like one is not (None: nothing looked like one).
+def bench_output(stdout: str | bytes) -> tuple[Record | None, str | None]:
+    """The record a bench printed (the last stdout line that decodes as one), or None and
+    why the last line that looked like one is not (None: nothing looked like one).
 
     Searching from the end tolerates stray prints (a library writing to stdout) before it.
     The output is untrusted: bytes that are not UTF-8 are replaced, lines past
@@ -917,12 +914,9 @@ def bench_output(
         except BadRecord as exc:
             why = why or str(exc)
             continue
-        if rec.schema != SCHEMA:
-            why = why or unknown_schema(rec.schema)
-        elif policy is None or rec.params.policy == policy:
+        if rec.schema == SCHEMA:
             return rec, None
-        else:
-            why = why or f"no record of policy {policy}"
+        why = why or unknown_schema(rec.schema)
     return None, why
 
 

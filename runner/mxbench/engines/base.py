@@ -36,6 +36,7 @@ from mxbench.results import (
     Record,
     Status,
     bench_output,
+    bench_records,
     new_record,
     now_iso,
     tail,
@@ -204,27 +205,45 @@ def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
 
 def to_records(cell: Cell, outcome: Outcome) -> list[tuple[Cell, Record]]:
     """The result record of each cell ``cell``'s process measured (itself, then its
-    partners: :attr:`~mxbench.cells.Cell.arms`), whatever happened: :func:`to_record` of
-    each, from the record its bench printed for that cell's policy."""
-    return [(arm, to_record(arm, outcome)) for arm in cell.arms]
+    partners: :attr:`~mxbench.cells.Cell.arms`), whatever happened. A paired process prints
+    one record per arm, in the arms' order: the last ``len(arms)`` records, by position (each
+    must carry its arm's policy); a missing one is that arm's failure."""
+    if not cell.partners:
+        return [(cell, to_record(cell, outcome))]
+    printed = bench_records(outcome.stdout) if outcome.stdout and not outcome.timed_out else []
+    printed = printed[-len(cell.arms) :]
+    out = []
+    for i, arm in enumerate(cell.arms):
+        found: tuple[Record | None, str | None] = (None, None)  # none: its exit code says why
+        if printed and len(printed) < len(cell.arms):
+            found = (None, f"the process printed {len(printed)} record(s) for "
+                           f"{len(cell.arms)} policies")  # fmt: skip
+        elif printed:
+            rec = printed[i]
+            found = (rec, None) if rec.params.policy == arm.params.policy else (
+                None, f"record {i + 1} of the process is {rec.params.policy}'s, not "
+                f"{arm.params.policy}'s")  # fmt: skip
+        out.append((arm, to_record(arm, outcome, found)))
+    return out
 
 
-def to_record(cell: Cell, outcome: Outcome) -> Record:
+def to_record(
+    cell: Cell, outcome: Outcome, printed: tuple[Record | None, str | None] | None = None
+) -> Record:
     """The result record for one attempt, whatever happened.
 
     What the bench printed is untrusted: a record is taken only when it is consistent with
     the process that printed it (:func:`implausible`), and what is the orchestrator's to say
     (cell, host, engine, image, params, label, source, time, exit code) is stamped here
-    (the label by the store), whatever the bench wrote there. A process that measured
-    several cells (the paired design) printed one record each: this cell's is the one of
-    its policy.
+    (the label by the store), whatever the bench wrote there. ``printed``: the record (or
+    why none) already picked from the output for this cell (a paired process's arm).
     """
     image = Image(name=cell.image)
     if outcome.image:
         image = msgspec.convert({"name": cell.image, **outcome.image}, Image)
     parsed, why = None, None
     if outcome.stdout and not outcome.timed_out and outcome.status is None:
-        parsed, why = bench_output(outcome.stdout, cell.params.policy)
+        parsed, why = printed if printed is not None else bench_output(outcome.stdout)
         problem = implausible(cell, outcome, parsed) if parsed is not None else None
         if problem is not None:
             parsed, why = None, problem
