@@ -134,7 +134,9 @@ def fake_image(tmp_path: Path, proxy: Proxy) -> Callable[..., subprocess.Popen[s
 
     def mxbench(*args: str, policies: Sequence[str] = ("float32",)) -> subprocess.Popen[str]:
         doc = {
-            "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3, "repeats": 1},
+            # the fake bench prints one record per process: one policy per process
+            "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 3, "repeats": 1,
+                          "pairing": "process"},
             "axes": {"policy": list(policies), "batch_size": [4]},
             "images": {"fake": {"dockerfile": "Dockerfile",
                                 "build_args": {"BASE_IMAGE": BASE_IMAGE}}},
