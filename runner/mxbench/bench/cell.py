@@ -407,8 +407,10 @@ def _measure_paired(
     p = ps[0]
     import_s = _load(p, recs[0], state)
     arms = [_build(q, rec, state) for q, rec in zip(ps, recs, strict=True)]
-    for rec in recs[1:]:
-        rec.software.keras = recs[0].software.keras
+    for rec in recs[1:]:  # what loading the framework found holds for every arm
+        rec.software = msgspec.structs.replace(recs[0].software)
+        rec.settings.tf32 = recs[0].settings.tf32
+        rec.settings.matmul_precision = recs[0].settings.matmul_precision
     phases = state["phases"]
     check = first_process(p)
     initial = [a.model.get_weights() if check and a.p.policy != BASELINE else None for a in arms]

@@ -186,17 +186,17 @@ def _measure(
         skipped = len(cells) - len(left)
         cells = left
     if dry_run:  # the plan of what would really run (with --resume: without the done cells)
+        processes = pair_up(cells)
+        paired = [p for p in processes if p.partners]
+        if paired:
+            print(f"pairing: paired: {sum(len(p.arms) for p in paired)} of the cells below are "
+                  f"measured {len(paired[0].arms)} at a time in {len(paired)} process(es), "
+                  f"float32 and its policies in interleaved windows; {len(processes)} "
+                  "process(es) in all (docs/measuring.md)")  # fmt: skip
         if cells or not hunts:
             _print_plan(cells)
         if skipped:
             print(f"{skipped} cell(s) already done in {results}/, skipped (--resume)")
-        processes = pair_up(cells)
-        paired = [p for p in processes if p.partners]
-        if paired:
-            print(f"pairing: paired: {sum(len(p.arms) for p in paired)} of these cells are "
-                  f"measured {len(paired[0].arms)} at a time in {len(paired)} process(es), "
-                  f"float32 and its policies in interleaved windows; {len(processes)} "
-                  "process(es) in all (docs/measuring.md)")  # fmt: skip
         for hunt in hunts:
             print(f"batch-size search: {hunt.label()}: {hunt.config.describe()}")
         if auto is not None and plan is not None:
