@@ -36,10 +36,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SENTENCE = re.compile(
-    r"^mixed_bfloat16(?: is (?P<x>[\d.]+)× \[(?P<lo>[\d.]+)–(?P<hi>[\d.]+)\] (?P<v>faster|slower)"
-    r"|: (?P<same>no clear difference) from float32 .*?\((?P<x2>[\d.]+)× \[(?P<lo2>[\d.]+)–"
-    r"(?P<hi2>[\d.]+)\]\)|: (?P<few>[\d.]+)× the speed).*?at batch (?P<b>\d+)",
+    r"^mixed_bfloat16(?: is (?P<x>[\d.]+)× \[[\d.]+–[\d.]+\] (?P<v>faster|slower)"
+    r"|: (?P<same>no clear difference)|: (?P<few>[\d.]+)× the speed)"
 )
+SAME_AT = re.compile(r"\((?P<x>[\d.]+)× \[[\d.]+–[\d.]+\]\)\s*$")
+BATCH = re.compile(r"at batch (?P<b>\d+)")
 AA = re.compile(r"A/A verdict: (?P<v>[a-z ]+?)(?:, (?P<x>[\d.]+)×)?\)")
 
 
@@ -87,14 +88,17 @@ def one(design: str, where: Path) -> dict[str, Any]:
     wall = time.monotonic() - t0
     verdicts: dict[int, tuple[str, float | None]] = {}
     for line in proc.stdout.splitlines():
-        m = SENTENCE.search(line.strip())
-        if m:
-            if m["v"]:
-                verdicts[int(m["b"])] = (m["v"], float(m["x"]))
-            elif m["same"]:
-                verdicts[int(m["b"])] = ("same", float(m["x2"]))
-            else:
-                verdicts[int(m["b"])] = ("too few", float(m["few"]))
+        m, at = SENTENCE.search(line.strip()), BATCH.search(line)
+        if not m or not at:
+            continue
+        b = int(at["b"])
+        if m["v"]:
+            verdicts[b] = (m["v"], float(m["x"]))
+        elif m["same"]:
+            same = SAME_AT.search(line.strip())
+            verdicts[b] = ("same", float(same["x"]) if same else None)
+        else:
+            verdicts[b] = ("too few", float(m["few"]))
     if proc.returncode not in (0, 1):
         print(proc.stderr[-2000:], file=sys.stderr)
     return {"wall": wall, "verdicts": verdicts, "shares": shares(where / "results")}
