@@ -63,3 +63,15 @@ def run_bench(
         timeout=timeout,
     )
     return BenchRun(p.returncode, p.stdout, p.stderr)
+
+
+_SHARED: dict[tuple[str, ...], BenchRun] = {}
+
+
+def shared_bench(*args: str) -> BenchRun:
+    """``run_bench(*args)`` in this process's environment, once per test session: tests in
+    different files that read the record of the same cell share one measurement of it
+    (test_bench's PyTorch cell and test_profile's are one mixed_bfloat16 cell)."""
+    if args not in _SHARED:
+        _SHARED[args] = run_bench(*args)
+    return _SHARED[args]

@@ -61,9 +61,11 @@ def _local_fleet(tmp: Path, machines: tuple[str | None, str | None]) -> Path:
         extra = f", machine: {machine}" if machine else ""
         hosts.append(f"  - {{name: {name}, engine: local{extra}}}")
     m = tmp / f"fleet-{machines[0]}-{machines[1]}.yaml"
+    # One real cell per host (a fresh TensorFlow process, several seconds): enough for two
+    # hosts to overlap or not; benchmarks/fleet.py measures bigger fleets.
     m.write_text(
         "version: 1\nbenchmark: {image_size: 32, warmup_steps: 1, steps: 3, repeats: 1}\n"
-        "axes: {policy: [float32, mixed_bfloat16], batch_size: [4]}\nhosts:\n" + "\n".join(hosts)
+        "axes: {policy: [float32], batch_size: [4]}\nhosts:\n" + "\n".join(hosts)
     )
     return m
 
@@ -85,7 +87,7 @@ def test_hosts_of_different_machines_overlap_and_hosts_of_one_machine_do_not(
         wall = time.monotonic() - t0
         assert out.returncode == 0, out.stderr[-3000:]
         recs = records(results)
-        assert sorted(r["host"] for r in recs) == ["a", "a", "b", "b"]
+        assert sorted(r["host"] for r in recs) == ["a", "b"]
         assert all(r["status"] == "ok" for r in recs)
         overlap[what] = _overlap(recs, "a", "b")
         print(f"\n{what}: wall {wall:.1f} s, overlap of a and b {overlap[what]:.1f} s")
@@ -96,8 +98,7 @@ def test_hosts_of_different_machines_overlap_and_hosts_of_one_machine_do_not(
 
 def test_a_run_says_which_hosts_share_a_machine(tmp_path: Path) -> None:
     m = _local_fleet(tmp_path, ("x", "x"))
-    text = m.read_text().replace("steps: 3", "steps: 1")
-    m.write_text(text.replace("[float32, mixed_bfloat16]", "[float32]"))
+    m.write_text(m.read_text().replace("steps: 3", "steps: 1"))
     out = mxbench("run", "-m", str(m), "-r", str(tmp_path / "r2"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "2 hosts on 1 machine(s), at most 1 at once: machine:x: a, b (one at a time)" in (

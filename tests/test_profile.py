@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import SMALL, run_bench
+from bench_helpers import SMALL, run_bench, shared_bench
 from mxbench.bench import energy, onednn
 from mxbench.bench.profile_ops import Op, busy_s, category, summarize, tensor_core
 from mxbench.report.devices import native_bf16
@@ -338,7 +338,7 @@ def test_nvml_energy_over_a_window_gives_joules_per_step_and_image() -> None:
 @pytest.mark.parametrize("backend", ["tensorflow", "torch"])
 def test_a_real_cell_says_where_its_time_went_and_which_kernels_ran(backend: str) -> None:
     pytest.importorskip(backend)
-    run = run_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
+    run = shared_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
     assert run.returncode == 0, run.stderr
     rec = run.record  # one line on stdout: oneDNN's log did not leak into it
     assert rec["status"] == "ok", rec["error"]
