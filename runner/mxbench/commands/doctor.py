@@ -138,6 +138,11 @@ def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results:
                                      steps_per_execution=1, repeat=1)  # fmt: skip
     base = replace(first, params=params)
     cell = replace(base, partners=(base,))  # the same policy as its own partner: A/A
+    try:
+        engine.prepare([cell])  # what running a cell needs (images resolved, caches, ...)
+    except Exception as exc:
+        typer.echo(f"{engine.host.name}: cannot measure a noise floor: {exc}", err=True)
+        return
     found = []
     for i in range(processes):
         typer.echo(f"{engine.host.name}: A/A process {i + 1}/{processes}...", err=True)
