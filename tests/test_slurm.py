@@ -29,8 +29,7 @@ pytestmark = pytest.mark.slurm
 TINY = "benchmark: {image_size: 32, steps: 2, warmup_steps: 1, repeats: 1}\n"
 # pairing: process: one job per cell (three jobs to cancel)
 LONG = (
-    "benchmark: {image_size: 32, steps: 1000000, warmup_steps: 1, repeats: 1, "
-    "pairing: process}\n"
+    "benchmark: {image_size: 32, steps: 1000000, warmup_steps: 1, repeats: 1, pairing: process}\n"
 )
 
 
