@@ -189,18 +189,6 @@ def stopped(by_policy: dict[str, list[Record]]) -> Decision | None:
     return decision
 
 
-def needed(wide: float, n: int, target: float) -> int | None:
-    """About how many processes per policy would bring an interval of half-width ``wide``
-    (``n`` per policy, Student's t) to ``target`` (the normal quantile: the optimistic side)."""
-    if not math.isfinite(wide) or n < 2:
-        return None
-    from scipy.special import stdtrit
-
-    se = math.log1p(wide) / float(stdtrit(2 * n - 2, (1 + stats.LEVEL) / 2))
-    z = statistics.NormalDist().inv_cdf((1 + stats.LEVEL) / 2)
-    return math.ceil(n * (z * se / math.log1p(target)) ** 2)
-
-
 @dataclass
 class Group:
     """The cells of one comparison: one per (policy, repeat), the same otherwise."""

@@ -458,8 +458,9 @@ def _measure_paired(
         stats = summarize(durations)
         images_per_s = q.batch_size * steps / window_s
         flops = rec.model.flops_per_example if rec.model else None
-        timed_steps = sorted(k for w in windows for k in _window_steps(w, plan, windows))
-        losses = [_finite(_step_loss(log_.losses, k)) for k in timed_steps]
+        # the arm's timed steps follow its warm-up back to back (windows of k steps each)
+        means = StepLog(mean_losses=[log_.losses[k] for k in sorted(log_.losses)])
+        losses = [_finite(means.step_loss(k)) for k in range(plan.warmup, plan.warmup + steps)]
         rec.settings.jit_compile = bool(model.jit_compile)
         rec.metrics = Metrics(
             step_ms=msgspec.convert(stats, StepStats),
@@ -546,20 +547,6 @@ def _gpu_windows(rec: Record, state: dict[str, Any]) -> None:
         w.interference.gpu_others = others
         w.interference.throttle_reasons = reasons
         w.interference.disturbed = w.interference.disturbed or bool(others) or bool(reasons)
-
-
-def _window_steps(w: Any, plan: Any, windows: list[Any]) -> range:
-    """The step indices (in the arm's fit) of window ``w``."""
-    index = windows.index(w)
-    first = plan.warmup + index * w.steps
-    return range(first, first + w.steps)
-
-
-def _step_loss(means: dict[int, float], k: int) -> float:
-    """Step ``k``'s loss from Keras' running means over the epoch (timing.StepLog.step_loss)."""
-    if k == 0 or k - 1 not in means:
-        return means.get(k, math.nan)
-    return (k + 1) * means[k] - k * means[k - 1]
 
 
 def _overall(parts: list[Interference]) -> Interference:
