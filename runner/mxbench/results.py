@@ -275,6 +275,11 @@ class Profile(_Part):
     busy_share: Annotated[float | None, Doc("share of the window in which some operation ran")] = (
         None
     )
+    ops_ms: Annotated[
+        float | None,
+        Doc("the operations' own (exclusive) times per step, summed over threads (ms): the "
+            "busy time, more where threads ran operations side by side"),
+    ] = None  # fmt: skip
     tensor_core_share: Annotated[
         float | None,
         Doc("GPU: share of convolution/matmul kernel time in Tensor Core kernels, judged from "

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mxbench.bench import onednn
-from mxbench.bench.profile_ops import Op, summarize
+from mxbench.bench.profile_ops import Event, Op, exclusive, summarize
 from mxbench.params import Params
 from mxbench.results import OneDnnEvidence, Profile, Record, TopOp
 
@@ -96,6 +96,7 @@ def run(backend: str, model: Any, ds: Any, *, gpu: bool, steps: int = STEPS) -> 
         prof.step_ms = round(wall * 1000 / steps, 4)
         prof.breakdown_ms = s.breakdown_ms
         prof.busy_share = s.busy_share
+        prof.ops_ms = s.ops_ms
         prof.top_ops = [TopOp(name=n, category=c, ms_per_step=t, calls=k) for n, c, t, k in s.top]
         prof.tensor_core_share = s.tensor_core_share
         prof.cast_share = s.cast_share
@@ -164,10 +165,18 @@ def _tensorflow(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> 
 
     experimental = tf.profiler.experimental
     wall = _fit(model, ds, steps, lambda: experimental.start(str(trace_dir)), experimental.stop)
+    return _xspace_ops(tf_planes(_xplane(trace_dir)), gpu), wall, []
+
+
+Planes = list[tuple[str, list[Any]]]  # (plane, [(line, base ps, [(event, offset ps, ps)])])
+
+
+def tf_planes(path: Path) -> Planes:
+    """An XSpace's planes, read with the protobuf module TensorFlow ships."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
-    space.ParseFromString(_xplane(trace_dir).read_bytes())
+    space.ParseFromString(path.read_bytes())
     planes = []
     for plane in space.planes:
         meta = {k: v.name for k, v in plane.event_metadata.items()}
@@ -177,7 +186,7 @@ def _tensorflow(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> 
             for line in plane.lines
         ]  # fmt: skip
         planes.append((plane.name, lines))
-    return _xspace_ops(planes, gpu), wall, []
+    return planes
 
 
 def _jax(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
@@ -186,7 +195,14 @@ def _jax(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collect
     profiler = jax.profiler
     wall = _fit(model, ds, steps, lambda: profiler.start_trace(str(trace_dir)),
                 profiler.stop_trace)  # fmt: skip
-    data = jax.profiler.ProfileData.from_file(str(_xplane(trace_dir)))
+    return _xspace_ops(jax_planes(_xplane(trace_dir)), gpu), wall, []
+
+
+def jax_planes(path: Path) -> Planes:
+    """An XSpace's planes, read with jaxlib's ``ProfileData`` (no TensorFlow needed)."""
+    import jax
+
+    data = jax.profiler.ProfileData.from_file(str(path))
     planes = []
     for plane in data.planes:
         lines = [
@@ -195,7 +211,7 @@ def _jax(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collect
             for line in plane.lines
         ]  # fmt: skip
         planes.append((plane.name, lines))
-    return _xspace_ops(planes, gpu), wall, []
+    return planes
 
 
 def _xplane(trace_dir: Path) -> Path:
@@ -205,35 +221,31 @@ def _xplane(trace_dir: Path) -> Path:
     return found[-1]
 
 
-# Container and bookkeeping events of the TF executor and XLA's runtimes, not operations.
-_NOT_OPS = ("ExecutorState", "ThreadpoolListener", "ThunkExecutor", "ExecutorDoneCallback",
-            "EagerExecute", "KernelAndDeviceFunc", "PjRt", "Iterator::", "ParallelMap",
-            "PrefetchProduce", "PrefetchConsume", "InstantiatedCapturedFunction")  # fmt: skip
-
-
-def _xspace_ops(planes: list[tuple[str, list[Any]]], gpu: bool) -> list[Op]:
-    """Operations of an XSpace: kernels on a GPU's streams, else the ops on the host's
-    executor / XLA runtime threads (the Python and tf.data lines left out; tf.data's
-    ``IteratorGetNext`` kept: input waiting)."""
-    ops = []
+def _xspace_ops(planes: Planes, gpu: bool) -> list[Op]:
+    """Operations of an XSpace: kernels on a GPU's streams, else the events on the host's
+    threads (tf.data's own threads left out; its ``IteratorGetNext`` kept: input waiting),
+    nested per thread and counted by their own time (:func:`profile_ops.exclusive`:
+    wrappers such as the step function, the executor and Python frames are none)."""
+    ops, host = [], []
     for plane_name, lines in planes:
         on_gpu = plane_name.startswith("/device:GPU")
         if gpu != on_gpu or not (on_gpu or plane_name == "/host:CPU"):
             continue
-        for line_name, base_ps, events in lines:
+        for i, (line_name, base_ps, events) in enumerate(lines):
             if on_gpu and not line_name.startswith("Stream"):
                 continue  # the "XLA Ops" / "XLA Modules" summary lines repeat the kernels
-            if not on_gpu and (line_name == "python" or line_name.startswith("tf_data")):
+            if line_name.startswith("tf_data"):
                 continue
             for name, start_ps, dur_ps in events:
-                if not name or dur_ps <= 0 or name.startswith(_NOT_OPS):
+                if not name or dur_ps <= 0:
                     continue
-                if not on_gpu and name.startswith("IteratorGetNextOp"):
-                    name = "IteratorGetNext"
-                elif not on_gpu and "::" in name and ":" not in name.replace("::", ""):
-                    continue  # other runtime scopes (Foo::Bar) are not ops
-                ops.append(Op((name,), (base_ps + start_ps) / 1e12, dur_ps / 1e12, line_name))
-    return ops
+                t0, dur = (base_ps + start_ps) / 1e12, dur_ps / 1e12
+                if on_gpu:
+                    ops.append(Op((name,), t0, dur, line_name))
+                else:  # lines of one name (JAX's "python" threads) are told apart by index
+                    name = "IteratorGetNext" if name.startswith("IteratorGetNextOp") else name
+                    host.append(Event(name, t0, dur, f"{i}:{line_name}"))
+    return ops + exclusive(host)
 
 
 def _torch(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
@@ -257,22 +269,15 @@ def _torch(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Colle
         wall = _fit(model, ds, steps, start, stop)
     if os.environ.get(KEEP_ENV):
         prof.export_chrome_trace(str(trace_dir / "torch-trace.json"))
-    ops = []
+    ops, host = [], []
     for e in prof.events():
-        on_gpu = e.device_type == torch.autograd.DeviceType.CUDA
-        if on_gpu != gpu:
-            continue
-        chain, parent = [e.name], e.cpu_parent
-        while parent is not None:
-            chain.append(parent.name)
-            parent = parent.cpu_parent
-        t0, t1 = e.time_range.start / 1e6, e.time_range.end / 1e6
-        if on_gpu:
-            ops.append(Op((e.name,), t0, t1 - t0, "gpu"))
-        else:  # own time, each op; the busy time is the span of the outermost ops
-            ops.append(Op(tuple(chain), t0, (t1 - t0) if e.cpu_parent is None else 0.0,
-                          str(e.thread), self_s=e.self_cpu_time_total / 1e6))  # fmt: skip
-    return ops, wall, lines
+        t0, dur = e.time_range.start / 1e6, (e.time_range.end - e.time_range.start) / 1e6
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            if gpu:
+                ops.append(Op((e.name,), t0, dur, f"gpu{e.device_index}"))
+        elif not gpu:  # nested per thread, by own time: autograd's nodes are wrappers
+            host.append(Event(e.name, t0, dur, str(e.thread)))
+    return ops + exclusive(host), wall, lines
 
 
 _COLLECTORS = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}

@@ -16,10 +16,17 @@ any of them onto the few categories that explain a mixed-precision result:
 - ``input``: waiting for the next batch;
 - ``other``: what none of these names says.
 
+Operations count by their own (exclusive) time (:func:`exclusive`): an event's duration
+less the time of the events nested in it on the same thread. Events that only enclose work
+(a step function, an executor, ``__inference_*`` bodies, Python frames, autograd nodes:
+:data:`ENCLOSING`) are never operations, whatever their names contain.
+
 :func:`summarize` turns timed operations into the record's :class:`~mxbench.results.Profile`
 figures: per category milliseconds per step scaled into the time the device (or the CPU's
 worker threads) was busy, plus ``host_gap``: the rest of the wall-clock step, when nothing
-ran (Python, dispatch and launch overhead, synchronisation).
+ran (Python, dispatch and launch overhead, synchronisation). On one thread the operations'
+own times add up to the busy time; only operations running side by side on several threads
+make the scale differ from one.
 
 Name rules are heuristics, stated as such in the record and the report.
 """
@@ -35,36 +42,57 @@ from mxbench.results import CATEGORY_NAMES
 
 CATEGORIES: tuple[str, ...] = tuple(CATEGORY_NAMES)
 
-# Order matters: a cast is checked before a convolution ("convert" contains "conv").
-_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern, re.IGNORECASE))
-    for name, pattern in (
-        ("input", r"iteratorgetnext|^iterator::|dataloader|prefetch"),
-        ("cast", r"\bcast\b|^cast$|convert|_to_copy|\baten::to\b|direct_copy_kernel|"
-                 r"castop"),
-        ("layout", r"transpose|permute|reorder|contiguous|_mkltotf|inputconversion|"
-                   r"nchwtonhwc|nhwctonchw|\bcopy_fusion|^copy(\.\d+)?$|layout"),
-        ("elementwise_norm", r"norm|bn_fw|bn_bw|softmax|pooling"),  # before cudnn's name
-        # XLA:CPU's XNNPACK / YNNPACK fusions hold dots or elementwise work: their name
-        # does not say which
-        ("other", r"^[xy]nn_fusion"),
-        ("conv_matmul", r"conv|matmul|gemm|\bdot\b|dot_general|^dot(\.\d+)?$|\baten::(add|b)?mm\b|"
-                        r"\baten::linear\b|einsum|inner_product|cudnn|cublas|xmma|hmma|wgmma|"
-                        r"wmma|cutlass|nvjet|tensorop|winograd|implicit_|sm\d\d_"),
-        ("elementwise_norm", r"norm|relu|gelu|sigmoid|tanh|softmax|elementwise|fusion|reduce|"
-                             r"\bsum\b|mean|pool|add|\bmul|sub\b|\bsub|div|maximum|minimum|"
-                             r"select|where|sqrt|rsqrt|square|\bpow|\bexp|\blog|neg|abs|"
-                             r"threshold|clamp|dropout|bias|loss|nll|entropy|fill|zero|"
-                             r"broadcast|vectorized|unrolled|memset|tile|concat|slice|pad"),
-    )
-)  # fmt: skip
 
-# The weight update: PyTorch's fused _foreach_ ops, TF's Apply* kernels, optimizer scopes.
-_OPTIMIZER = re.compile(
-    r"_foreach_|resourceapply|applyadam|applygradientdescent|applymomentum|applyrmsprop|"
-    r"optimizer",
-    re.IGNORECASE,
-)
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """Names whose words match ``pattern`` are ``category``; ``callers``: the rule also
+    holds for what such an operation calls (the optimizer's work, whatever its ops)."""
+
+    category: str
+    pattern: re.Pattern[str]
+    callers: bool = False
+
+
+def _rule(category: str, pattern: str, callers: bool = False) -> Rule:
+    return Rule(category, re.compile(pattern), callers)
+
+
+# The one table of category rules, first match wins, over an operation's words
+# (:func:`words`: ``_MklNativeFusedConv2D`` -> ``mkl_native_fused_conv2d``, ``aten::_to_copy``
+# -> ``aten_to_copy``). Every pattern is anchored at word boundaries (``(^|_)`` ... ``(_|$)``),
+# never a bare substring: ``multi_step_on_iterator`` is no ``mul``. Order matters where names
+# overlap: a cast before a convolution (``convert``), cuDNN's normalization kernels before
+# its convolutions, XLA:CPU's XNNPACK / YNNPACK fusions (a dot or elementwise work: their
+# name does not say which) before the generic fusion rule.
+RULES: tuple[Rule, ...] = (
+    _rule("optimizer", r"(^|_)foreach_|(^|_)(resource_)?apply_[a-z]|(^|_)optimizer(_|$)",
+          callers=True),
+    _rule("input", r"^iterator_get_next(_|$)|(^|_)data_?loader(_|$)"),
+    _rule("cast", r"^cast(_op)?$|(^|_)convert(_|$)|(^|_)to_copy$|^aten_to$|"
+                  r"(^|_)direct_copy_kernel"),
+    _rule("layout", r"(^|_)(transpose|permute|reorder|contiguous|layout)(_|$)|"
+                    r"(^|_)mkl_to_tf(_|$)|(^|_)input_conversion(_|$)|(^|_)nchw_to_nhwc|"
+                    r"(^|_)nhwc_to_nchw|^copy(_fusion)?$"),
+    _rule("elementwise_norm", r"(^|_)(batch_|layer_|group_|instance_|rms_)?norm(_|$|alization)|"
+                              r"(^|_)bn_(fw|bw)|(^|_)(log_)?softmax(_|$)|"
+                              r"(^|_)(max_|avg_|adaptive_avg_|adaptive_max_)?pool"),
+    _rule("other", r"^[xy]nn_fusion$"),
+    _rule("conv_matmul", r"(^|_)(mkldnn_|cudnn_)?conv(\dd?|olution|_)|(^|_)conv$|"
+                         r"(^|_)(batch_)?mat_?mul(_|$)|(^|_)[a-z]?\d*gem[mv](\d|_|$)|"
+                         r"(^|_)dot(_general)?(_|$)|(^|_)(add|b)?mm(_|$)|(^|_)linear(_|$)|"
+                         r"(^|_)einsum(_|$)|(^|_)inner_product(_|$)|"
+                         r"(^|_)(cudnn|cublas|xmma|hmma|wgmma|wmma|cutlass|nvjet|tensorop|"
+                         r"winograd|implicit)(_|$)|(^|_)sm\d\d_"),
+    _rule("elementwise_norm", r"(^|_)(relu\d?|elu|selu|gelu|silu|sigmoid|tanh|softplus|"
+                              r"elementwise|reduce|sum|mean|max|min|maximum|minimum|add|"
+                              r"add_v2|add_n|bias_add|mul|multiply|sub|subtract|div|divide|"
+                              r"real_div|select(_v2)?|where|sqrt|rsqrt|square|squared_"
+                              r"difference|pow|exp|log|neg|negate|abs|threshold|clamp|"
+                              r"dropout|bias|loss|nll|entropy|fill|zero|zeros|ones|broadcast|"
+                              r"vectorized|unrolled|memset|tile|concat(_v2)?|cat|slice|"
+                              r"strided_slice|pad|compare|equal|greater|less|"
+                              r"and|or|not|exponential|logistic|add_any|fusion)(_|$|\d)"),
+)  # fmt: skip
 
 # cuBLAS / cuDNN / CUTLASS kernel names that run on Tensor Cores: the MMA shapes
 # (h884, s1688, s16816, i8816...), xmma/hmma/wgmma/wmma, CUTLASS tensorop, Hopper nvjet.
@@ -75,23 +103,41 @@ _TENSOR_CORE = re.compile(
 )
 
 
+def words(name: str) -> str:
+    """An operation's or kernel's name as lowercase words joined by ``_``: a TensorFlow op's
+    type (``scope/name:Type``: the scope says where, not what), an XLA instruction without
+    its instance number (``dot.4``), CamelCase split (``FusedBatchNormV3`` ->
+    ``fused_batch_norm_v3``)."""
+    if ":" in name and "::" not in name:
+        name = name.rsplit(":", 1)[-1]
+    name = re.sub(r"\.\d+$", "", name.strip())
+    name = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name)
+    return "_".join(re.findall(r"[a-z0-9]+", name.lower()))
+
+
+def rule_of(names: Sequence[str]) -> Rule | None:
+    """The rule that decides an operation named ``names[0]``, called from ``names[1:]``
+    (the operations around it, innermost first: an ``aten::copy_`` under
+    ``aten::_to_copy`` is a cast, under ``aten::contiguous`` a layout change); None: other.
+    Rules that hold for callers (the optimizer's) are tried on the whole chain first."""
+    said = [words(n) for n in names]
+    for callers in (True, False):
+        for w in said:
+            for r in RULES:
+                if r.callers is callers and r.pattern.search(w):
+                    return r
+    return None
+
+
 def category(names: Sequence[str], optimizer: str | None = None) -> str:
-    """The category of an operation named ``names[0]``, called from ``names[1:]`` (its
-    callers, innermost first: an ``aten::copy_`` under ``aten::_to_copy`` is a cast, under
-    ``aten::contiguous`` a layout change). ``optimizer``: the optimizer's name scope
-    (``adam``), for TensorFlow op names."""
-    scope = f"/{optimizer.lower()}/" if optimizer else None
-    for n in names:  # anything the optimizer called is the optimizer's
-        if _OPTIMIZER.search(n) or (
-            scope and (scope in n.lower() or n.lower().startswith(scope[1:]))
-        ):
+    """The category of an operation (:func:`rule_of`); ``optimizer``: the optimizer's name
+    scope (``adam``): a TensorFlow op under it (``adam/Mul_17:Mul``) is the optimizer's."""
+    if optimizer:
+        scope = optimizer.lower() + "/"
+        if any(n.lower().startswith(scope) or "/" + scope in n.lower() for n in names):
             return "optimizer"
-    for name in names:
-        op = name.rsplit(":", 1)[-1] if ":" in name and "::" not in name else name
-        for cat, pattern in _RULES:
-            if pattern.search(op):
-                return cat
-    return "other"
+    found = rule_of(names)
+    return "other" if found is None else found.category
 
 
 def tensor_core(kernel: str) -> bool:
@@ -100,20 +146,98 @@ def tensor_core(kernel: str) -> bool:
     return bool(_TENSOR_CORE.search(kernel))
 
 
+# Events that enclose operations and are none: a training step's function and its Python
+# frames, the runtimes that execute it (TF's eager C API and executor, XLA's thunk executor,
+# PyTorch's autograd engine and nodes), the profiler's own step marks. Each spans the work
+# it encloses; its own time is dispatch overhead, never an operation's.
+ENCLOSING = re.compile(
+    r"^\$|"  # Python frames (the JAX and TF Python tracers)
+    r"^(TFE_|Eager)|^\s*__(inference|forward|backward)_|"  # TF's eager API, function bodies
+    r"(^|_)(multi_step|one_step)_on_(iterator|data)|^train_(step|function)|"  # Keras' steps
+    r"^[A-Z][A-Za-z0-9]*::|"  # C++ runtime scopes: ExecutorState::Process, ThunkExecutor::..
+    r"^(ExecutorDoneCallback|FunctionRun|PjRt|ThreadpoolListener|InstantiatedCapturedFunction|"
+    r"PrefetchProduce|PrefetchConsume|ParallelMap|MakeIterator)|"
+    r"^(autograd|torch)::|^[A-Z]\w*Backward\d*$|^ProfilerStep|^Optimizer\.|^<built-in"
+)
+
+
+def enclosing(name: str) -> bool:
+    """Whether an event is a wrapper around operations, not one (:data:`ENCLOSING`)."""
+    return bool(ENCLOSING.search(name))
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One timed operation: what ran (and who called it), when, for how long (seconds,
-    its own time: children excluded), and on which thread or stream."""
+    """One timed operation: what ran (and the operations around it), when, for how long
+    (seconds, its interval), on which thread or stream, and its own time (children
+    excluded; None: the whole duration, as a GPU kernel's)."""
 
     names: tuple[str, ...]
     start: float
     duration: float
     lane: str = ""
-    self_s: float | None = None  # its own time when the profiler tells it (PyTorch)
+    self_s: float | None = None
 
     @property
     def own(self) -> float:
         return self.duration if self.self_s is None else self.self_s
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event of a profiler's trace on a host thread: an operation or a wrapper."""
+
+    name: str
+    start: float  # seconds
+    duration: float
+    lane: str  # the thread (events on one thread nest)
+
+
+def exclusive(events: Iterable[Event]) -> list[Op]:
+    """The operations among ``events`` with their own (exclusive) time: per thread, an
+    event inside another's interval is its child, and an event's own time is its duration
+    less the time its direct children cover. Wrappers (:func:`enclosing`) are no
+    operations; an operation's ``names`` are it and the operations around it."""
+    by_lane: dict[str, list[Event]] = defaultdict(list)
+    for e in events:
+        if e.duration > 0:
+            by_lane[e.lane].append(e)
+    return [op for lane, evs in by_lane.items() for op in _nested(lane, evs)]
+
+
+@dataclass
+class _Open:
+    event: Event
+    chain: tuple[str, ...]  # the operations it is and is inside, innermost first
+    children_s: float = 0.0
+
+    @property
+    def end(self) -> float:
+        return self.event.start + self.event.duration
+
+
+def _nested(lane: str, events: list[Event]) -> list[Op]:
+    """One thread's events as a nest (a stack of open events), each closed with its own time."""
+    ops: list[Op] = []
+    stack: list[_Open] = []
+
+    def close(top: _Open) -> None:
+        e = top.event
+        if top.chain and top.chain[0] == e.name and not enclosing(e.name):
+            own = max(e.duration - top.children_s, 0.0)
+            ops.append(Op(top.chain, e.start, e.duration, lane, self_s=own))
+
+    for e in sorted(events, key=lambda e: (e.start, -e.duration)):
+        while stack and e.start >= stack[-1].end:
+            close(stack.pop())
+        outer = stack[-1] if stack else None
+        chain = outer.chain if outer is not None else ()
+        if outer is not None:  # its time inside the parent's interval
+            outer.children_s += min(e.start + e.duration, outer.end) - e.start
+        stack.append(_Open(e, chain if enclosing(e.name) else (e.name, *chain)))
+    while stack:
+        close(stack.pop())
+    return ops
 
 
 def busy_s(ops: Iterable[Op]) -> float:
@@ -132,6 +256,7 @@ def busy_s(ops: Iterable[Op]) -> float:
 class Summary:
     breakdown_ms: dict[str, float]  # per category, ms per step (host_gap included)
     busy_share: float
+    ops_ms: float  # the operations' own times, ms per step (summed over threads)
     top: list[tuple[str, str, float, int]]  # (name, category, ms per step, calls)
     tensor_core_share: float | None  # of conv/matmul time (GPU kernels only)
     cast_share: float | None  # of busy time
@@ -181,6 +306,7 @@ def summarize(
     return Summary(
         breakdown_ms=out,
         busy_share=round(busy / wall_s, 4) if wall_s > 0 else 0.0,
+        ops_ms=round(total * per_step, 4),
         top=[(n, c, round(t * scale * per_step, 4), int(k)) for (n, c), (t, k) in ranked],
         tensor_core_share=round(tc / (tc + non_tc), 4) if gpu and tc + non_tc > 0 else None,
         cast_share=round(per_cat.get("cast", 0.0) / total, 4) if total > 0 else None,

@@ -1,0 +1,141 @@
+"""An independent count of a profiled window, from the raw trace the bench kept
+(``MXBENCH_PROFILE_DIR``): computed apart from mxbench's reader, to check its figures.
+
+What differs from :mod:`mxbench.bench.profile`: other files and readers (TensorFlow's XSpace
+through its protobuf directly; JAX's and PyTorch's Chrome-format trace JSON, which the reader
+never opens), another rule for what an operation is (TF: an event named ``name:Type``, TF's
+own op naming; JAX: an event carrying XLA's ``hlo_op`` argument; PyTorch: an ``aten::``
+operator), its own list of what a convolution / matmul is, and another algorithm for own
+time: a sweep over each thread's event boundaries giving every slice of time to the
+innermost event open during it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Slice:
+    name: str
+    start: float  # seconds
+    end: float
+    thread: str
+    op: bool  # an operation (else a wrapper: its own time is nobody's)
+    conv: bool  # a convolution or matrix product
+
+
+@dataclass(frozen=True)
+class Count:
+    ops_s: float  # the operations' own times, summed over threads
+    busy_s: float  # the union of the operations' intervals
+    conv_s: float  # the convolutions' and matmuls' own times
+
+
+def count(slices: list[Slice]) -> Count:
+    own: dict[int, float] = defaultdict(float)
+    per_thread: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(slices):
+        per_thread[s.thread].append(i)
+    for idx in per_thread.values():
+        edges = sorted({t for i in idx for t in (slices[i].start, slices[i].end)})
+        starts = sorted(idx, key=lambda i: slices[i].start)
+        k, open_ = 0, list[int]()
+        for lo, hi in itertools.pairwise(edges):
+            while k < len(starts) and slices[starts[k]].start <= lo:
+                open_.append(starts[k])
+                k += 1
+            open_ = [i for i in open_ if slices[i].end > lo]
+            if open_:  # the innermost: opened last (the shorter one at a tie)
+                inner = max(open_, key=lambda i: (slices[i].start, -slices[i].end))
+                own[inner] += hi - lo
+    ops = [i for i, s in enumerate(slices) if s.op]
+    busy, reach = 0.0, float("-inf")
+    for i in sorted(ops, key=lambda i: slices[i].start):
+        s = slices[i]
+        if s.end > reach:
+            busy += s.end - max(s.start, reach)
+            reach = s.end
+    return Count(
+        ops_s=sum(own[i] for i in ops),
+        busy_s=busy,
+        conv_s=sum(own[i] for i in ops if slices[i].conv),
+    )
+
+
+def _one(trace_dir: Path, pattern: str) -> Path:
+    found = sorted(trace_dir.rglob(pattern))
+    assert found, f"no {pattern} under {trace_dir}"
+    return found[-1]
+
+
+_TF_OP = re.compile(r"^[^:]+:(\w+)$")  # TF's op events: "scope/name:Type"
+
+
+def tensorflow(trace_dir: Path) -> Count:
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(_one(trace_dir, "*.xplane.pb").read_bytes())
+    (host,) = [p for p in space.planes if p.name == "/host:CPU"]
+    names = {k: m.name for k, m in host.event_metadata.items()}
+    slices = []
+    for line in host.lines:
+        if line.name.startswith("tf_data"):
+            continue
+        for e in line.events:
+            name = names.get(e.metadata_id, "")
+            start = (line.timestamp_ns * 1000 + e.offset_ps) / 1e12
+            m = _TF_OP.match(name)
+            op_type = m.group(1) if m else ""
+            slices.append(Slice(name, start, start + e.duration_ps / 1e12, str(line.id),
+                                op=bool(m) or name.startswith("IteratorGetNextOp"),
+                                conv="Conv" in op_type or "MatMul" in op_type))  # fmt: skip
+    return count(slices)
+
+
+def _chrome(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    return [e for e in events if e.get("ph") == "X" and e.get("dur")]
+
+
+_XLA_CONV = re.compile(r"conv_|convolution|dot|cublas|cudnn")  # HLO names: not convert
+
+
+def jax(trace_dir: Path) -> Count:
+    slices = []
+    for e in _chrome(_one(trace_dir, "*.trace.json.gz")):
+        hlo = str((e.get("args") or {}).get("hlo_op", ""))
+        start = float(e["ts"]) / 1e6
+        slices.append(Slice(str(e["name"]), start, start + float(e["dur"]) / 1e6,
+                            f"{e['pid']}/{e['tid']}", op=bool(hlo),
+                            conv=bool(_XLA_CONV.match(hlo))))  # fmt: skip
+    return count(slices)
+
+
+_TORCH_MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
+
+
+def torch(trace_dir: Path) -> Count:
+    slices = []
+    for e in _chrome(_one(trace_dir, "torch-trace.json")):
+        if e.get("cat") not in ("cpu_op", "user_annotation"):
+            continue
+        name = str(e["name"])
+        start = float(e["ts"]) / 1e6
+        slices.append(Slice(name, start, start + float(e["dur"]) / 1e6, str(e["tid"]),
+                            op=name.startswith("aten::"),
+                            conv="conv" in name or name in _TORCH_MATMUL))  # fmt: skip
+    return count(slices)
+
+
+COUNTERS = {"tensorflow": tensorflow, "jax": jax, "torch": torch}
