@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -71,7 +75,10 @@ _SHARED: dict[tuple[str, ...], BenchRun] = {}
 def shared_bench(*args: str) -> BenchRun:
     """``run_bench(*args)`` in this process's environment, once per test session: tests in
     different files that read the record of the same cell share one measurement of it
-    (test_bench's PyTorch cell and test_profile's are one mixed_bfloat16 cell)."""
+    (test_bench's PyTorch cell and test_profile's are one mixed_bfloat16 cell). Its profiled
+    window's raw trace is kept (``record.profile.trace``) for the tests that count it."""
     if args not in _SHARED:
-        _SHARED[args] = run_bench(*args)
+        keep = tempfile.mkdtemp(prefix="mxbench-test-trace-")
+        atexit.register(shutil.rmtree, keep, True)
+        _SHARED[args] = run_bench(*args, env={**os.environ, "MXBENCH_PROFILE_DIR": keep})
     return _SHARED[args]

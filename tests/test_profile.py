@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import profile_count
-from bench_helpers import SMALL, BenchRun, run_bench
+from bench_helpers import SMALL, BenchRun, run_bench, shared_bench
 from mxbench.bench import energy, onednn
-from mxbench.bench.profile import KEEP_ENV
 from mxbench.bench.profile_ops import (
     RULES,
     Event,
@@ -433,25 +431,14 @@ def test_nvml_energy_over_a_window_gives_joules_per_step_and_image() -> None:
 # ---- real profiled cells ----------------------------------------------------------------------
 
 
-Profiled = Callable[[str], tuple[BenchRun, Path]]
-
-
-@pytest.fixture(scope="module")
-def profiled(tmp_path_factory: pytest.TempPathFactory) -> Profiled:
-    """One real mixed_bfloat16 blog-cnn cell per backend, its raw trace kept: shared by the
-    tests of this module (a few seconds each at the tests' size)."""
-    done: dict[str, tuple[BenchRun, Path]] = {}
-
-    def get(backend: str) -> tuple[BenchRun, Path]:
-        pytest.importorskip(backend)
-        if backend not in done:
-            keep = tmp_path_factory.mktemp(f"trace-{backend}")
-            env = {**os.environ, KEEP_ENV: str(keep)}
-            run = run_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL, env=env)
-            done[backend] = (run, keep)
-        return done[backend]
-
-    return get
+def profiled(backend: str) -> tuple[BenchRun, Path]:
+    """One real mixed_bfloat16 blog-cnn cell per backend and test session (shared with
+    test_bench's), its raw trace kept."""
+    pytest.importorskip(backend)
+    run = shared_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
+    trace = _profile(run)["trace"]
+    assert trace, run.record["profile"]
+    return run, Path(trace)
 
 
 def _profile(run: BenchRun) -> dict[str, Any]:
@@ -465,7 +452,7 @@ def _profile(run: BenchRun) -> dict[str, Any]:
 
 @pytest.mark.parametrize("backend", ["tensorflow", "torch"])
 def test_a_real_cell_says_where_its_time_went_and_which_kernels_ran(
-    backend: str, profiled: Profiled
+    backend: str,
 ) -> None:
     run, _ = profiled(backend)
     prof = _profile(run)
@@ -486,7 +473,7 @@ def test_a_real_cell_says_where_its_time_went_and_which_kernels_ran(
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_the_breakdown_agrees_with_an_independent_count_of_the_raw_trace(
-    backend: str, profiled: Profiled
+    backend: str,
 ) -> None:
     """The record's figures against tests/profile_count.py's count of the kept trace (another
     reader, another rule for what an operation is, another own-time algorithm): the
