@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mxbench.report import diagnose as dg
-from mxbench.report import document, export, html, markdown
+from mxbench.report import document, export, frame, html, markdown, terminal
 from mxbench.report.load import load
 from mxbench.report.tables import Table, build
 from mxbench.results import CATEGORY_NAMES
@@ -180,3 +180,28 @@ def test_a_failed_window_is_no_evidence() -> None:
     t = cpu_pair({"tool": "tf.profiler", "error": "RuntimeError: no trace"})
     assert [b.policy for b in document.section(t, "t").breakdown] == ["float32"]
     assert dg.cast_overhead(t) is None
+
+
+def test_a_failed_window_says_so_per_cell_in_every_format(tmp_path: Path) -> None:
+    """The record's ``profile.error`` reaches every format with its cell and reason; the
+    other cells' breakdowns stand."""
+    reason = "RuntimeError: the profiler wrote no trace under /tmp/x"
+    recs = [
+        rec("h", "float32", 8, median=100.0, device=CPU, cpu=XEON_BF16,
+            profile=profile(conv_matmul=70.0, elementwise_norm=20.0, host_gap=10.0)),
+        rec("h", "mixed_bfloat16", 8, median=80.0, device=CPU, cpu=XEON_BF16,
+            profile={"tool": "jax.profiler", "steps": 3, "error": f"Traceback...\n{reason}"}),
+    ]  # fmt: skip
+    loaded = load([write(tmp_path / "h.jsonl", recs)])
+    doc = document.build(loaded, build(loaded.winners))
+    said = f"batch 8 mixed_bfloat16: profiled window failed: {reason}"
+    assert said in markdown.render(doc)
+    assert said in html.render(doc, plot=lambda t: [])
+    assert said in " ".join(terminal.render(doc, width=400).split())
+    (table_json,) = json.loads(export.render(doc))["tables"]
+    assert said in table_json["failures"]
+    assert [b["policy"] for b in table_json["where_the_time_goes"]] == ["float32"]
+    rows = {r["policy"]: r for r in frame.rows(loaded, list(doc.tables))}
+    assert rows["mixed_bfloat16"]["profile_error"] == reason
+    assert rows["float32"]["profile_error"] is None
+    assert reason in frame.to_csv(loaded, list(doc.tables))

@@ -226,7 +226,7 @@ def section(t: Table, anchor: str, texts: Texts | None = None) -> Section:
     why.add_columns(t, headers, rows)
     return Section(
         "speed", t.title, anchor, annotate.lines(t), headers, rows, t,
-        note=text.interval_note(t), failures=failures(t),
+        note=text.interval_note(t), failures=failures(t) + why.failures(t),
         diagnosis_rules=[(n.rule, n.text) for n in diagnose(t)], breakdown=why.bars(t),
     )  # fmt: skip
 

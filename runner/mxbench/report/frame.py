@@ -42,7 +42,7 @@ _AFTER = ("status", "step_ms_median", "step_ms_p25", "step_ms_p75", "step_ms_n",
           "throttle_reasons", "input_device", "tf32", "matmul_precision", "tensorflow", "jax",
           "torch", "keras", "cuda", "cudnn", "label", "attempts", "search_trial", "time",
           "started_at",
-          "finished_at", "cell", "source", "error")  # fmt: skip
+          "finished_at", "cell", "source", "error", "profile_error")  # fmt: skip
 COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
 # The frame's types (everything else: text or float)
 TIMES = ("time", "started_at", "finished_at")
@@ -84,8 +84,7 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
     ratio = t.ratios.get(slot) if t is not None and rec.status == "ok" else None
     loss = t.parity.get(slot) if t is not None and rec.status == "ok" else None
     health = m.gpu_health
-    # its last line, bounded with every text (:func:`typed`, :func:`_neutralise`)
-    error = rec.error.strip().splitlines()[-1] if rec.error and rec.error.strip() else None
+    error = _last_line(rec.error)
     out: dict[str, Any] = {
         "host": rec.host, "engine": rec.engine, "image": rec.image.name, "image_id": rec.image.id,
         "device_kind": rec.device.kind, "device": rec.device.name,
@@ -118,8 +117,14 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
         search_trial=rec.search is not None,  # a trial of a largest-batch search
         time=rec.time, started_at=rec.started_at, finished_at=rec.finished_at, cell=rec.cell,
         source=rec.source, error=error,
+        profile_error=_last_line(rec.profile.error) if rec.profile is not None else None,
     )  # fmt: skip
     return out
+
+
+def _last_line(error: str | None) -> str | None:
+    """An error's last line, bounded with every text (:func:`typed`, :func:`_neutralise`)."""
+    return error.strip().splitlines()[-1] if error and error.strip() else None
 
 
 def rows(

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mxbench.bench import onednn
-from mxbench.report.tables import Table
+from mxbench.report.tables import Table, bounded
 from mxbench.results import CATEGORY_NAMES, Profile, Record
 
 CATEGORIES: tuple[str, ...] = tuple(CATEGORY_NAMES)
@@ -46,6 +46,21 @@ def profile_of(records: list[Record]) -> Profile | None:
         if r.status == "ok" and p is not None and p.error is None and p.breakdown_ms:
             return p
     return None
+
+
+def failures(t: Table) -> list[str]:
+    """One line per cell whose profiled window failed (``profile.error``): where, and why.
+    Its timed figures stand; its slot has no breakdown unless another repeat's worked."""
+    out = []
+    for (policy, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        for r in e.records:
+            p = r.profile
+            if r.status != "ok" or p is None or not p.error:
+                continue
+            which = f" repeat {r.params.repeat}" if r.params.repeat is not None else ""
+            reason = " ".join(p.error.strip().splitlines()[-1].split()) if p.error.strip() else ""
+            out.append(f"batch {b} {policy}{which}: profiled window failed: {bounded(reason)}")
+    return out
 
 
 def kernels_text(p: Profile) -> str:
