@@ -11,7 +11,10 @@ the timed window (never inside it), summarised into the record's :class:`Profile
   (``aten::copy_`` under ``aten::_to_copy`` is a cast), and CUDA kernels on a GPU; on a CPU
   oneDNN's verbose log is switched on for the window too (:mod:`mxbench.bench.onednn`).
 
-Operations become categories (:mod:`mxbench.bench.profile_ops`). What the window costs (its
+Every host trace is read the same way: events nested per thread, each operation counted by
+its own time, the wrappers around them (step functions, executors, Python frames, autograd
+nodes) never operations (:func:`mxbench.bench.profile_ops.exclusive`); the operations become
+categories (:mod:`mxbench.bench.profile_ops`). What the window costs (its
 steps, the profiler's start and stop, reading the trace) is recorded as ``cost_s``. The raw
 trace is deleted unless ``MXBENCH_PROFILE_DIR`` names a directory to keep it in.
 """
