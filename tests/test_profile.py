@@ -111,7 +111,8 @@ WRAPPERS = [
     "ExecutorState::Process", "ThunkExecutor::Execute (wait for completion)",
     "KernelAndDeviceFunc::Run", "$trainer.py:361 fit", "autograd::engine::evaluate_function: "
     "ConvolutionBackward0", "ConvolutionBackward0", "torch::autograd::AccumulateGrad",
-    "ProfilerStep#3", "Optimizer.step#Adam.step",
+    "ProfilerStep#3", "Optimizer.step#Adam.step", "Wait for donation holds", "convert_to_tensor",
+    "PjitFunction(equal)", "ValidateInputTypeAndPlacement",
 ]  # fmt: skip
 OPERATIONS = ["m/conv/Relu:_MklNativeFusedConv2D", "IteratorGetNext", "aten::convolution_backward",
               "aten::mm", "convolution.3", "ynn_fusion.2", "wrapped_convert", "Cast"]  # fmt: skip

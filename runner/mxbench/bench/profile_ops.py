@@ -149,7 +149,8 @@ def tensor_core(kernel: str) -> bool:
 # Events that enclose operations and are none: a training step's function and its Python
 # frames, the runtimes that execute it (TF's eager C API and executor, XLA's thunk executor,
 # PyTorch's autograd engine and nodes), the profiler's own step marks. Each spans the work
-# it encloses; its own time is dispatch overhead, never an operation's.
+# it encloses; its own time is dispatch overhead, never an operation's. With them the
+# runtimes' bookkeeping around a call (argument checks, buffer waits): dispatch, no work.
 ENCLOSING = re.compile(
     r"^\$|"  # Python frames (the JAX and TF Python tracers)
     r"^(TFE_|Eager)|^\s*__(inference|forward|backward)_|"  # TF's eager API, function bodies
@@ -157,7 +158,10 @@ ENCLOSING = re.compile(
     r"^[A-Z][A-Za-z0-9]*::|"  # C++ runtime scopes: ExecutorState::Process, ThunkExecutor::..
     r"^(ExecutorDoneCallback|FunctionRun|PjRt|ThreadpoolListener|InstantiatedCapturedFunction|"
     r"PrefetchProduce|PrefetchConsume|ParallelMap|MakeIterator)|"
-    r"^(autograd|torch)::|^[A-Z]\w*Backward\d*$|^ProfilerStep|^Optimizer\.|^<built-in"
+    r"^(autograd|torch)::|^[A-Z]\w*Backward\d*$|^ProfilerStep|^Optimizer\.|^<built-in|"
+    # the runtimes' bookkeeping on the Python thread (JAX's dispatch, TF's eager checks)
+    r"^(Wait for |ParseArguments|Handle input|AllocateOutputBuffers|DevicePut|PjitFunction\(|"
+    r"ValidateInputTypeAndPlacement|convert_to_tensor$)"
 )
 
 
