@@ -49,6 +49,8 @@ NAMES = {
     "adam/Mul_17:Mul": "optimizer",  # under the optimizer's scope (optimizer="adam")
     "model/add:AddV2": "elementwise_norm",
     "IteratorGetNext": "input",
+    "gradient_tape/pool/MaxPoolGrad:_MklNativeMaxPoolGrad": "elementwise_norm",
+    "aten::max_pool2d_with_indices": "elementwise_norm",
     # XLA HLO instructions and fusions (JAX on a CPU)
     "convolution.3": "conv_matmul",
     "dot_general.4": "conv_matmul",
@@ -78,6 +80,7 @@ NOT_THEIRS = {
     "ExpandDims": "other",  # not "exp"
     "convergence_probe": "other",  # not "conv"
     "padding_fifo_queue": "other",  # not "pad"
+    "thread_pooled_buffer": "other",  # not "pool"
     "model/conv2d/Reshape:Reshape": "other",  # the scope says conv2d; the op does not
 }
 

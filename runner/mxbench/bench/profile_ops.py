@@ -75,7 +75,7 @@ RULES: tuple[Rule, ...] = (
                     r"(^|_)nhwc_to_nchw|^copy(_fusion)?$"),
     _rule("elementwise_norm", r"(^|_)(batch_|layer_|group_|instance_|rms_)?norm(_|$|alization)|"
                               r"(^|_)bn_(fw|bw)|(^|_)(log_)?softmax(_|$)|"
-                              r"(^|_)(max_|avg_|adaptive_avg_|adaptive_max_)?pool"),
+                              r"(^|_)(max_|avg_|adaptive_avg_|adaptive_max_)?pool(ing)?(\d|_|$)"),
     _rule("other", r"^[xy]nn_fusion$"),
     _rule("conv_matmul", r"(^|_)(mkldnn_|cudnn_)?conv(\dd?|olution|_)|(^|_)conv$|"
                          r"(^|_)(batch_)?mat_?mul(_|$)|(^|_)[a-z]?\d*gem[mv](\d|_|$)|"
@@ -89,7 +89,7 @@ RULES: tuple[Rule, ...] = (
                               r"real_div|select(_v2)?|where|sqrt|rsqrt|square|squared_"
                               r"difference|pow|exp|log|neg|negate|abs|threshold|clamp|"
                               r"dropout|bias|loss|nll|entropy|fill|zero|zeros|ones|broadcast|"
-                              r"vectorized|unrolled|memset|tile|concat(_v2)?|cat|slice|"
+                              r"vectorized|unrolled|memset|tile|concat(_v2)?|concatenate|cat|slice|"
                               r"strided_slice|pad|compare|equal|greater|less|"
                               r"and|or|not|exponential|logistic|add_any|fusion)(_|$|\d)"),
 )  # fmt: skip
