@@ -96,7 +96,8 @@ def bars(t: Table) -> list[Bar]:
 NOTE = (
     "Where the time goes (ms per step): each category's share of a profiled window (a few "
     "steps after the timed ones, under the backend's profiler) applied to the timed median "
-    "step. "
+    "step. Operations count by their own time (what ran inside them excluded; step functions, "
+    "executors and other wrappers are no operations). "
     "Categories come from operation and kernel names; Tensor Core shares from kernel names "
     "(a heuristic); CPU kernels from oneDNN's verbose log."
 )
