@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mxbench.version import __version__
+
 __all__ = ["__version__", "load_results"]
 
 if TYPE_CHECKING:

@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 
-from mxbench import __version__
 from mxbench.bench import backends, convergence, energy, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
@@ -43,6 +42,7 @@ from mxbench.results import (
     now_iso,
     tail,
 )
+from mxbench.version import __version__
 
 _OOM_NAMES = ("ResourceExhaustedError", "OutOfMemoryError", "MemoryError")
 _OOM_TEXT = ("resource_exhausted", "out of memory", "oom when allocating", "failed to allocate")
