@@ -263,7 +263,7 @@ def test_report_without_checks_has_no_column_and_no_note() -> None:
 
 
 def test_old_records_without_convergence_still_load(tmp_path: Path) -> None:
-    from mxbench.results import decode
+    from mxbench.codec import decode
 
     line = json.dumps(rec("h", "mixed_float16", 32))
     assert decode(line).convergence is None

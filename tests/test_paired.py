@@ -366,9 +366,10 @@ def test_a_paired_process_output_is_taken_arm_by_arm_in_order() -> None:
     """Each arm's record is the one printed in its place; the orchestrator stamps params as
     always. A record missing, or records out of order, fail the arms with why; a process
     that printed nothing fails them with its exit code."""
+    from mxbench.codec import encode
     from mxbench.engines import Outcome, to_records
     from mxbench.params import Params
-    from mxbench.results import Metrics, Record, StepStats, encode
+    from mxbench.results import Metrics, Record, StepStats
 
     proc = pair_up(expand(parse_matrix(MATRIX.format(extra=""))))[0]
 

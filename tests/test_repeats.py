@@ -19,7 +19,8 @@ from mxbench.errors import UsageError
 from mxbench.matrix import load_matrix, parse_matrix
 from mxbench.params import Params
 from mxbench.repeats import AutoRepeats, decide
-from mxbench.results import Metrics, Record, ResultStore, StepStats
+from mxbench.results import Metrics, Record, StepStats
+from mxbench.store import ResultStore
 
 CFG = AutoRepeats(start=3, target=0.03, max=10, budget_s=600)
 

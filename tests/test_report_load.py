@@ -212,11 +212,11 @@ def _summary_records(rng: random.Random) -> list[dict]:
 
 
 def test_the_reader_summarises_records_as_the_record_type_reads_them(tmp_path: Path) -> None:
-    """Known truth: each record decoded whole by results.decode (samples and losses kept);
+    """Known truth: each record decoded whole by codec.decode (samples and losses kept);
     the report's reader keeps per record only the process summary stats.summarise makes of
     its samples and the sum / count of its losses, and picks the same winners."""
     from mxbench import stats
-    from mxbench.results import read_records
+    from mxbench.store import read_records
 
     records = _summary_records(random.Random(3))
     path = write(tmp_path / "h1.jsonl", records)
@@ -263,7 +263,7 @@ def test_the_reader_summarises_records_as_the_record_type_reads_them(tmp_path: P
 def test_the_fast_reader_refuses_what_the_record_type_refuses(tmp_path: Path) -> None:
     """Lines the fast path must not vouch for: bad samples or losses, a deep ``run``, an
     injected summary field, an older schema (upgraded). Same records, same reasons."""
-    from mxbench.results import read_records
+    from mxbench.store import read_records
 
     deep: dict = {}
     inner = deep

@@ -34,7 +34,7 @@ import msgspec
 
 from mxbench.errors import MxbenchError, UsageError
 from mxbench.matrix import Image, Matrix
-from mxbench.results import LOCK_NAME, write_atomic
+from mxbench.store import LOCK_NAME, write_atomic
 from mxbench.version import __version__
 
 LABEL = "io.mxbench."

@@ -38,8 +38,9 @@ from mxbench.engines import (
 )
 from mxbench.matrix import Matrix
 from mxbench.progress import CellProgress
-from mxbench.results import FINAL_STATUSES, Record, ResultStore, Status, StoreError
+from mxbench.results import FINAL_STATUSES, Record, Status
 from mxbench.search import Found, walk
+from mxbench.store import ResultStore, StoreError
 
 FAILED_STATUSES = frozenset({"error", "timeout"})
 CANCEL_GRACE_S = 60.0  # after Ctrl-C, how long hosts get to stop their cells

@@ -24,6 +24,7 @@ from mxbench.bench import backends, convergence, energy, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
+from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError, pip_install
 from mxbench.params import BASELINE, Params
 from mxbench.results import (
@@ -38,9 +39,6 @@ from mxbench.results import (
     Software,
     StepStats,
     Window,
-    new_record,
-    now_iso,
-    tail,
 )
 from mxbench.version import __version__
 

@@ -35,8 +35,9 @@ import msgspec
 import numpy as np
 
 from mxbench.bench import loss_scale
+from mxbench.codec import tail
 from mxbench.params import BASELINE, Params
-from mxbench.results import Convergence, tail
+from mxbench.results import Convergence
 
 THRESHOLD = 0.99
 

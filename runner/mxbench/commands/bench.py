@@ -21,8 +21,8 @@ import typer
 from mxbench import params
 from mxbench.bench.params import validate
 from mxbench.bench.stdio import stdout_to_stderr, write_line
+from mxbench.codec import encode
 from mxbench.params import Params
-from mxbench.results import encode
 
 _IMPORTED_AT = time.time()
 

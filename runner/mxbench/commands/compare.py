@@ -56,8 +56,8 @@ def compare(
     from mxbench.report.compare import compare as diff
     from mxbench.report.compare import floors, speedups
     from mxbench.report.markdown import escape, table
-    from mxbench.results import bad_line_warnings
     from mxbench.stats import HINT, TOO_FEW
+    from mxbench.store import bad_line_warnings
 
     for name, path in (("BASE", base), ("NEW", new)):
         if not os.path.lexists(path):  # not the report's "--results PATH" wording

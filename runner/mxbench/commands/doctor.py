@@ -125,9 +125,9 @@ def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results:
     import msgspec
 
     from mxbench import noise
+    from mxbench.codec import bench_records
     from mxbench.engines import to_record
     from mxbench.params import BASELINE
-    from mxbench.results import bench_records
 
     timing = [c for c in cells if c.search is None and not c.params.epochs]
     if not timing:

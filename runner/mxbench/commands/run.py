@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from mxbench.cells import Cell, Search
     from mxbench.matrix import Matrix
     from mxbench.orchestrate import RunSummary
-    from mxbench.results import ResultStore
+    from mxbench.store import ResultStore
 
 
 def run(
@@ -95,7 +95,7 @@ def run(
 
     from mxbench.cells import expand, searches
     from mxbench.matrix import default_matrix_path, load_matrix
-    from mxbench.results import ResultStore
+    from mxbench.store import ResultStore
 
     matrix_path = matrix or default_matrix_path()
     mx = load_matrix(matrix_path)
@@ -166,7 +166,8 @@ def _measure(
     from mxbench.cells import pair_up, to_run
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
-    from mxbench.results import FINAL_STATUSES, BadLine, bad_line_warnings
+    from mxbench.results import FINAL_STATUSES
+    from mxbench.store import BadLine, bad_line_warnings
 
     results = store.root
     skipped = 0

@@ -30,17 +30,8 @@ from mxbench.schema import HostBase, format_bytes
 if TYPE_CHECKING:
     from mxbench.cells import Cell
     from mxbench.matrix import Matrix
-from mxbench.results import (
-    MAX_LINE_BYTES,
-    Image,
-    Record,
-    Status,
-    bench_output,
-    bench_records,
-    new_record,
-    now_iso,
-    tail,
-)
+from mxbench.codec import MAX_LINE_BYTES, bench_output, bench_records, new_record, now_iso, tail
+from mxbench.results import Image, Record, Status
 
 
 class EngineUnavailable(Exception):

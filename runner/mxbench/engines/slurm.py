@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mxbench.codec import parse_bench_output, tail
 from mxbench.engines import retry, stale
 from mxbench.engines.base import STDOUT_LIMIT, Check, Engine, EngineUnavailable, Outcome, register
 from mxbench.engines.slurm_script import job_script, runtime
@@ -50,7 +51,6 @@ from mxbench.engines.slurm_states import (
 )
 from mxbench.errors import UsageError
 from mxbench.hosts import SlurmHost
-from mxbench.results import parse_bench_output, tail
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell

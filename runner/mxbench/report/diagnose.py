@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 from mxbench import stats
 from mxbench.bench import onednn
+from mxbench.codec import cc_pair
 from mxbench.params import BASELINE
 from mxbench.report import convergence, devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 from mxbench.report.why import profile_of
-from mxbench.results import ModelInfo, OffMultipleOf8, Profile, cc_pair
+from mxbench.results import ModelInfo, OffMultipleOf8, Profile
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}

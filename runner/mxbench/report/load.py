@@ -8,7 +8,7 @@ the sum and count of its losses. A reader's memory grows with the cells, never w
 steps; the winning record of a cell is chosen as records arrive. A line that is not a
 record, and a path that cannot be read (a directory named ``*.jsonl``, a FIFO, a device, a
 symlink loop, no permission), is skipped with one ``file:line: reason`` warning: the same
-lines as :func:`mxbench.results.decode` refuses, with its reasons (a line the fast path
+lines as :func:`mxbench.codec.decode` refuses, with its reasons (a line the fast path
 cannot vouch for is decoded by it).
 
 Several attempts of one cell (a retry after an OOM, a resumed run, the same directory
@@ -32,19 +32,11 @@ from typing import Any
 
 import msgspec
 
-from mxbench import results, stats
+from mxbench import codec, results, stats, store
+from mxbench.codec import BadRecord
 from mxbench.errors import UsageError
-from mxbench.results import (
-    BadLine,
-    BadRecord,
-    Device,
-    Image,
-    Metrics,
-    Pairing,
-    Record,
-    Settings,
-    StepStats,
-)
+from mxbench.results import Device, Image, Metrics, Pairing, Record, Settings, StepStats
+from mxbench.store import BadLine
 
 _EPOCH = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
@@ -116,7 +108,7 @@ def _loss_total(losses: list[float | None], m: Metrics) -> tuple[float, int] | N
 def _nested(run: dict[str, Any]) -> bool:
     """Whether the free-form ``run`` part nests deeper than a record may (most are flat)."""
     flat = all(type(v) not in (dict, list) for v in run.values())
-    return not flat and results._depth(run) > results.MAX_DEPTH
+    return not flat and codec._depth(run) > codec.MAX_DEPTH
 
 
 class Reader:
@@ -132,13 +124,13 @@ class Reader:
 
     def decode(self, line: bytes) -> Read:
         """One line as a :class:`Read` record, or :class:`BadRecord` (the reason
-        :func:`mxbench.results.decode` gives)."""
+        :func:`mxbench.codec.decode` gives)."""
         try:
             rec = _read.decode(line)
             if rec.schema != results.SCHEMA or _nested(rec.run):
                 raise ValueError
         except (msgspec.MsgspecError, ValueError, RecursionError):
-            full = results.decode(line)  # an older version upgraded, or BadRecord saying why not
+            full = codec.decode(line)  # an older version upgraded, or BadRecord saying why not
             try:
                 rec = _read.decode(msgspec.json.encode(full))
             except msgspec.MsgspecError as exc:  # not expected: the record type took it
@@ -387,7 +379,7 @@ def load(
     tries: dict[str, int] = {}
     for path in files:
         try:
-            for lineno, line in results.read_lines(path, out.bad):
+            for lineno, line in store.read_lines(path, out.bad):
                 try:
                     rec = reader.decode(line)
                 except BadRecord as exc:
