@@ -37,6 +37,7 @@ import msgspec
 from mxbench import stats
 from mxbench.params import BASELINE
 from mxbench.results import FINAL_STATUSES, Record
+from mxbench.summary import paired, processes
 
 AUTO = "auto"  # the benchmark.repeats value that asks for this
 
@@ -154,8 +155,6 @@ def speedup(
 ) -> stats.Ratio | None:
     """The speedup the report gives these records (at ``level``): paired processes' own
     ratios when every one of ``other`` was paired, else the processes of the two sides."""
-    from mxbench.report.tables import paired, processes
-
     together = paired(other)
     if together is not None:
         return stats.judge_paired([together], level)[0]

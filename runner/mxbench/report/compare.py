@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from mxbench import params, stats
+from mxbench import params, stats, summary
 from mxbench.params import Params
-from mxbench.report import load, tables
+from mxbench.report import tables
 from mxbench.report.load import Loaded
 from mxbench.results import Record
 
@@ -121,7 +121,7 @@ def order(c: Change | SpeedupChange | Failed | Alone) -> tuple[Any, ...]:
 def _processes(loaded: Loaded) -> dict[Key, tuple[Record, list[stats.Process]]]:
     out: dict[Key, tuple[Record, list[stats.Process]]] = {}
     for rec in loaded.winners:
-        proc = load.process(rec)
+        proc = summary.process(rec)
         if proc is not None:
             out.setdefault(_key(rec), (rec, []))[1].append(proc)
     return out

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import gc
-import math
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
@@ -37,21 +36,9 @@ from mxbench.codec import BadRecord
 from mxbench.errors import UsageError
 from mxbench.results import Device, Image, Metrics, Pairing, Record, Settings, StepStats
 from mxbench.store import BadLine
+from mxbench.summary import Read, _loss_total
 
 _EPOCH = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
-
-
-class Read(Record, kw_only=True, gc=False):
-    """A record as the report reads it (every field of :class:`Record`, new ones included):
-    its step samples and losses are left out (empty lists) once summarised into
-    ``process`` and ``loss``."""
-
-    # the timed steps as :func:`mxbench.stats.summarise` makes them: (median ms, the
-    # variance of its log); None: not an ok record with a median
-    process: stats.Process | None = msgspec.field(default=None, name="~process")
-    # (sum, count) of the losses of its timed steps (the sum NaN when one was not finite);
-    # None: no loss recorded
-    loss: tuple[float, int] | None = msgspec.field(default=None, name="~loss")
 
 
 _read = msgspec.json.Decoder(Read)
@@ -60,49 +47,11 @@ _read = msgspec.json.Decoder(Read)
 BATCH, SAMPLES = 4096, 2**18
 
 
-def process(rec: Record) -> stats.Process | None:
-    """The process summary of an ok record with step times (None: none)."""
-    if isinstance(rec, Read):
-        return rec.process
-    step = rec.step
-    if step is None or step.median is None:
-        return None
-    med, var = stats.summarise([list(step.samples) or [step.median]])
-    return float(med[0]), float(var[0])
-
-
-def paired(rec: Record) -> stats.Process | None:
-    """The speedup summary of an ok record measured by the paired design, as an arm against
-    its process's base (:func:`mxbench.stats.paired_process`); None otherwise."""
-    pair = rec.pairing
-    if rec.status != "ok" or pair is None or not pair.ratios:
-        return None
-    return stats.paired_process(pair.ratios, pair.clean)
-
-
 def _lean_pairing(pair: Pairing | None) -> Pairing | None:
     """What the speedup of a paired record needs: its rounds' ratios (no windows)."""
     if pair is None:
         return None
     return Pairing(group=pair.group, arms=pair.arms, ratios=pair.ratios, clean=pair.clean)
-
-
-def loss(rec: Record) -> tuple[float, int] | None:
-    """(sum, count) of a record's training losses over its timed steps (the first and last
-    alone for records written before per-step losses); None: no loss recorded."""
-    if isinstance(rec, Read):
-        return rec.loss
-    return _loss_total(rec.metrics.losses, rec.metrics)
-
-
-def _loss_total(losses: list[float | None], m: Metrics) -> tuple[float, int] | None:
-    if not losses:
-        if m.loss_first is None and m.loss_last is None:
-            return None
-        losses = [m.loss_first, m.loss_last]
-    if None in losses:
-        return math.nan, len(losses)
-    return sum(losses), len(losses)  # type: ignore[arg-type]  # no None left
 
 
 def _nested(run: dict[str, Any]) -> bool:

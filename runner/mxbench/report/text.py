@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mxbench import stats
+from mxbench import stats, summary
 from mxbench.params import BASELINE
-from mxbench.report import convergence, tables
+from mxbench.report import convergence
 from mxbench.report.busy import busy
 from mxbench.report.load import Loaded, folders
 from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
@@ -121,7 +121,7 @@ def _with_loss(t: Table, policy: str, batch: int) -> str:
 def interval_note(t: Table) -> str | None:
     judged = {r.judged for r in t.ratios.values()}
     parts = []
-    paired = {slot for slot in t.ratios if tables.paired(t.entries[slot].records)}
+    paired = {slot for slot in t.ratios if summary.paired(t.entries[slot].records)}
     if paired:
         parts.append("Paired: float32 and the policy timed in one process, in short windows "
                      "in a random balanced order; a process's speedup is the median of its "

@@ -31,9 +31,8 @@ from typing import Any
 
 import msgspec
 
-from mxbench import stats
+from mxbench import stats, summary
 from mxbench.params import BASELINE, SYNTHETIC, Params
-from mxbench.report import load
 from mxbench.results import Record
 
 DASH = "–"
@@ -231,7 +230,7 @@ def _ab(
 
 def _ratio(slow: list[Record], fast: list[Record]) -> tuple[stats.Ratio | None, list[float]]:
     """``slow``'s step time / ``fast``'s with its interval, and each side's median ms."""
-    sides = [[q for q in map(load.process, side) if q is not None] for side in (slow, fast)]
+    sides = [[q for q in map(summary.process, side) if q is not None] for side in (slow, fast)]
     r = stats.judge([(sides[0], sides[1])])[0]
     ms = [statistics.median(x.step.median or 0.0 for x in side if x.step) for side in (slow, fast)]
     return r, ms
