@@ -162,7 +162,7 @@ def _measure(
 ) -> RunSummary | None:
     """The plan (``--dry-run``) or the run, under the results directory's lock; None when
     nothing ran."""
-    from mxbench import repeats
+    from mxbench import repeat_plan
     from mxbench.cells import pair_up, to_run
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
@@ -179,8 +179,8 @@ def _measure(
     plan = None
     if auto is not None:  # the groups of every planned cell, done ones too (their records)
         limits = {h.name: h.limits() for h in mx.hosts}
-        plan = repeats.plan(auto, cells, limits)
-        repeats.known(plan, known)
+        plan = repeat_plan.plan(auto, cells, limits)
+        repeat_plan.known(plan, known)
     if resume:
         done = {k for k, r in known.items() if r.status in FINAL_STATUSES}
         left = to_run(cells, done)

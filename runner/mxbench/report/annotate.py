@@ -7,7 +7,7 @@ AVX2/FMA ("compiled in" only when TF's own probe said so, never guessed).
 
 from __future__ import annotations
 
-from mxbench import params
+from mxbench import params, repeats
 from mxbench.report import devices
 from mxbench.report.tables import Table, bounded
 from mxbench.results import Record
@@ -156,8 +156,6 @@ def lines(table: Table) -> list[str]:
 
 def auto_stops(table: Table) -> list[str]:
     """Where each comparison of a ``repeats: auto`` run stopped and why, per batch size."""
-    from mxbench import repeats
-
     by_batch: dict[int, dict[str, list[Record]]] = {}
     for (policy, batch), e in table.entries.items():
         by_batch.setdefault(batch, {})[policy] = e.records
