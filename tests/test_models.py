@@ -15,8 +15,7 @@ keras = pytest.importorskip("keras")
 
 import user_models  # noqa: E402
 from mxbench import models  # noqa: E402
-from mxbench.bench import facts  # noqa: E402
-from mxbench.bench import model as harness  # noqa: E402
+from mxbench.bench import facts, harness  # noqa: E402
 from mxbench.bench.cell import set_policy  # noqa: E402
 from mxbench.params import Params  # noqa: E402
 

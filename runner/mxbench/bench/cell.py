@@ -128,8 +128,7 @@ class Arm:
 
 def _build(p: Params, rec: Record, state: dict[str, Any]) -> Arm:
     """Build, compile and feed the model of ``p`` (its policy); the record's model facts."""
-    from mxbench.bench import data, facts
-    from mxbench.bench import model as harness
+    from mxbench.bench import data, facts, harness
 
     phases = state["phases"]
     rec.model = ModelInfo(name=p.model)
@@ -228,7 +227,7 @@ def set_policy(policy: str) -> None:
 
 
 def _user_dataset(prepared: Any, p: Params) -> Any:
-    from mxbench.bench.model import ModelError
+    from mxbench.bench.harness import ModelError
 
     assert prepared.dataset is not None
     try:

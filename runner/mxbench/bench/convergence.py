@@ -91,7 +91,7 @@ def _numpy(batch: Any) -> Any:
 def _compare(
     p: Params, out: Convergence, model: Any, initial: list[Any], batch: tuple[Any, Any]
 ) -> Convergence:
-    from mxbench.bench import model as harness
+    from mxbench.bench import harness
     from mxbench.bench.cell import set_policy
 
     model.set_weights(initial)

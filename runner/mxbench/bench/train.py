@@ -79,8 +79,7 @@ def _number(value: Any) -> float | None:
 def run(p: Params, prepared: Any, rec: Record) -> None:
     """Train ``prepared.model`` (compiled) as ``p`` says; fill ``rec.train`` and the step
     statistics of ``rec.metrics``."""
-    from mxbench.bench import data
-    from mxbench.bench import model as harness
+    from mxbench.bench import data, harness
 
     assert p.epochs is not None
     model = prepared.model
