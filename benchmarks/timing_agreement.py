@@ -82,7 +82,7 @@ def bare_loop_ms(p: Params, times: int = 3) -> float:
     import keras
 
     from mxbench.bench import harness
-    from mxbench.bench.cell import set_policy
+    from mxbench.bench.harness import set_policy
 
     prepared = harness.prepare(p, set_policy)  # the cell's model, weights and loss
     harness.compile_model(prepared, p.jit_compile)
@@ -113,7 +113,7 @@ def fit_ab(p: Params, fits: int) -> None:
     window clock and the fit's wall clock), and the per-step-synced timer of Step 12. Every
     fit's ms per step, then medians over all fits and over the faster mode's fits."""
     from mxbench.bench import harness
-    from mxbench.bench.cell import set_policy
+    from mxbench.bench.harness import set_policy
 
     prepared = harness.prepare(p, set_policy)
     harness.compile_model(prepared, p.jit_compile)

@@ -132,7 +132,7 @@ def _build(p: Params, rec: Record, state: dict[str, Any]) -> Arm:
 
     phases = state["phases"]
     rec.model = ModelInfo(name=p.model)
-    prepared = harness.prepare(p, set_policy, p.seed)
+    prepared = harness.prepare(p, harness.set_policy, p.seed)
     model = state["model"] = prepared.model
     harness.compile_model(prepared, p.jit_compile, p.loss_scale, p.steps_per_execution)
     _dtype_settings(rec.settings, model, p.policy)
@@ -217,13 +217,6 @@ def _measure(
     energy.fill(rec.metrics, joules, state["timed_window"], p.steps, p.batch_size)
     if p.profile == "on" and first_process(p):  # after the timed window, never inside it
         rec.profile = profiler.run(p.backend, model, ds, gpu=state["backend"].model_on_gpu(model))
-
-
-def set_policy(policy: str) -> None:
-    """Global dtype policy. ``float16`` is the pure case: float16 variables, no loss scaling."""
-    import keras
-
-    keras.config.set_dtype_policy(policy)
 
 
 def _user_dataset(prepared: Any, p: Params) -> Any:

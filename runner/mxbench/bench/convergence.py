@@ -92,7 +92,7 @@ def _compare(
     p: Params, out: Convergence, model: Any, initial: list[Any], batch: tuple[Any, Any]
 ) -> Convergence:
     from mxbench.bench import harness
-    from mxbench.bench.cell import set_policy
+    from mxbench.bench.harness import set_policy
 
     model.set_weights(initial)
     scale = loss_scale.first_scale(model)

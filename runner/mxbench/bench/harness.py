@@ -132,6 +132,13 @@ def _call_build(build: Callable[[], Any], what: str) -> dict[str, Any]:
     return result
 
 
+def set_policy(policy: str) -> None:
+    """Global dtype policy. ``float16`` is the pure case: float16 variables, no loss scaling."""
+    import keras
+
+    keras.config.set_dtype_policy(policy)
+
+
 def prepare(p: Any, set_policy: Callable[[str], None], seed: int = 0) -> Prepared:
     """Build the cell's model under ``p.policy`` from the weights of a float32 build."""
     import keras
