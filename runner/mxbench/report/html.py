@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 
 from mxbench import params
 from mxbench.report import training, why_html
 from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
-from mxbench.report.plot import memory_png, pngs_base64
+from mxbench.report.plot import curves_png, memory_png, pngs_base64
 from mxbench.report.tables import Table
 
 MAX_PLOTS = 200
@@ -168,6 +168,31 @@ def _largest_plot(s: Section) -> list[tuple[str, str]]:
     return [(alt, base64.b64encode(png).decode("ascii"))]
 
 
+def training_section(
+    sections_: Sequence[training.Section], shares: Sequence[str], plots: bool = True
+) -> list[str]:
+    esc = escape
+    out: list[str] = []
+    if shares:
+        out.append(
+            '<section id="input"><h2>Input pipeline and host overhead: A/B at the same batch</h2>'
+        )
+        out += ['<ul class="notes">', *(f"<li>{esc(s)}</li>" for s in shares), "</ul></section>"]
+    for i, s in enumerate(sections_):
+        out.append(f'<section id="training-{i + 1}"><h2>Training run: {esc(s.title)}</h2>')
+        out.append(_table(s.headers, s.rows))
+        out += ['<ul class="notes">', *(f"<li>{esc(x)}</li>" for x in s.sentences), "</ul>"]
+        data = curves_png(s) if plots else None
+        if data:
+            alt = esc(f"validation accuracy against epoch and training time, {s.title}")
+            b64 = base64.b64encode(data).decode("ascii")
+            out.append(
+                f'<div class="plots"><img alt="{alt}" src="data:image/png;base64,{b64}"></div>'
+            )
+        out.append("</section>")
+    return out
+
+
 def render(
     doc: Document,
     plot: Callable[[Table], list[tuple[str, str]]] = pngs_base64,
@@ -199,6 +224,6 @@ def render(
         out.append(section(s, plot(s.table) if i < MAX_PLOTS else []))
         on_table()
     out += [section(s, _largest_plot(s)) for s in doc.largest]
-    out += training.html(doc.training, doc.shares)
+    out += training_section(doc.training, doc.shares)
     out.append("</body></html>")
     return "\n".join(out)

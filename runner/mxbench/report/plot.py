@@ -10,6 +10,7 @@ import warnings
 from typing import Any
 
 from mxbench.params import BASELINE, control
+from mxbench.report import training
 from mxbench.report.capacity import Capacity, peak_bytes
 from mxbench.report.tables import Table
 
@@ -190,3 +191,44 @@ def pngs_base64(t: Table) -> list[tuple[str, str]]:
         if data:
             out.append((f"{alt}, {t.title}", base64.b64encode(data).decode("ascii")))
     return out
+
+
+def curves_png(s: training.Section) -> bytes | None:
+    """Validation accuracy against epoch (float32's band shaded) and against training time,
+    one line per seed, coloured by policy; the target dashed."""
+    plt = _pyplot()
+    fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(10, 3.6))
+    base = next((r for r in s.runs if r.policy == BASELINE), None)
+    band = training.float32_band(base) if base else {}
+    if band:
+        epochs = sorted(band)
+        by_epoch.fill_between(
+            epochs,
+            [band[e][0] for e in epochs],
+            [band[e][1] for e in epochs],
+            color=colour(BASELINE),
+            alpha=0.2,
+            label="float32 band",
+        )
+    for run in s.runs:
+        for i, r in enumerate(run.records):
+            pts = [p for p in (r.train.points if r.train else []) if p.val_metric is not None]
+            label = plain(run.policy) if i == 0 else None
+            for ax, x in ((by_epoch, "epoch"), (by_time, "train_s")):
+                ax.plot(
+                    [getattr(p, x) for p in pts],
+                    [p.val_metric for p in pts],
+                    color=colour(run.policy),
+                    lw=1,
+                    label=label,
+                )
+    for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training time (s)")):
+        if s.target:
+            ax.axhline(s.target, color="#444444", ls="--", lw=0.8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("validation accuracy")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    by_epoch.legend(loc="lower right", fontsize=8)
+    fig.suptitle(plain(s.title), fontsize=9)
+    return _save(plt, fig)

@@ -7,7 +7,7 @@ is a rich ``Text`` (never markup), so a record cannot restyle the output.
 from __future__ import annotations
 
 import io
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console, JustifyMethod
@@ -86,6 +86,24 @@ def section(s: Section) -> Iterator[Any]:
     yield plain("")
 
 
+def training_renderables(
+    sections_: Sequence[training.Section], shares: Sequence[str]
+) -> Iterable[Any]:
+    """The training section's rendering (rich)."""
+    if shares:
+        yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
+        yield from (plain(f"- {s}") for s in shares)
+    for s in sections_:
+        yield Rule(plain(f"Training run: {s.title}"), align="left")
+        table = RichTable()
+        for h in s.headers:
+            column(table, h)
+        for row in s.rows:
+            table.add_row(*(plain(c) for c in row))
+        yield table
+        yield from (plain(f"- {x}") for x in s.sentences)
+
+
 def renderables(doc: Document) -> Iterator[Any]:
     yield plain("mxbench report", style="bold")
     yield plain(doc.counts)
@@ -97,7 +115,7 @@ def renderables(doc: Document) -> Iterator[Any]:
     yield plain("")
     for s in doc.sections:
         yield from section(s)
-    yield from training.renderables(doc.training, doc.shares)
+    yield from training_renderables(doc.training, doc.shares)
 
 
 def show(doc: Document, console: Console) -> None:

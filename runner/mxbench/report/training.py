@@ -21,7 +21,6 @@ k against 1 ("steps_per_execution 10 saves 12% [5–18%] of the step").
 
 from __future__ import annotations
 
-import base64
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -86,7 +85,7 @@ def _title(r: Record) -> str:
     )
 
 
-def _band(base: Run) -> dict[int, tuple[float, float]]:
+def float32_band(base: Run) -> dict[int, tuple[float, float]]:
     """float32's lowest and highest validation accuracy at each evaluated epoch, each widened
     by one binomial standard error of an accuracy on the validation split (a few seeds can
     agree to the image by chance: the split's own sampling noise is the least a band is)."""
@@ -174,7 +173,7 @@ def sections(records: Iterable[Record]) -> list[Section]:
 
 def _section(title: str, target: float | None, runs: list[Run]) -> Section:
     base = next((r for r in runs if r.policy == BASELINE), None)
-    band = _band(base) if base else {}
+    band = float32_band(base) if base else {}
     goal = f"{target:.0%}" if target else None
     headers = ["policy", "seeds", "final val accuracy", "vs float32's band"]
     if goal:
@@ -292,113 +291,7 @@ def overhead_shares(records: Iterable[Record]) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- rendering
-
-
-def curves_png(s: Section) -> bytes | None:
-    """Validation accuracy against epoch (float32's band shaded) and against training time,
-    one line per seed, coloured by policy; the target dashed."""
-    from mxbench.report.plot import _pyplot, _save, colour, plain
-
-    plt = _pyplot()
-    fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(10, 3.6))
-    base = next((r for r in s.runs if r.policy == BASELINE), None)
-    band = _band(base) if base else {}
-    if band:
-        epochs = sorted(band)
-        by_epoch.fill_between(
-            epochs,
-            [band[e][0] for e in epochs],
-            [band[e][1] for e in epochs],
-            color=colour(BASELINE),
-            alpha=0.2,
-            label="float32 band",
-        )
-    for run in s.runs:
-        for i, r in enumerate(run.records):
-            pts = [p for p in (r.train.points if r.train else []) if p.val_metric is not None]
-            label = plain(run.policy) if i == 0 else None
-            for ax, x in ((by_epoch, "epoch"), (by_time, "train_s")):
-                ax.plot(
-                    [getattr(p, x) for p in pts],
-                    [p.val_metric for p in pts],
-                    color=colour(run.policy),
-                    lw=1,
-                    label=label,
-                )
-    for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training time (s)")):
-        if s.target:
-            ax.axhline(s.target, color="#444444", ls="--", lw=0.8)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("validation accuracy")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-    by_epoch.legend(loc="lower right", fontsize=8)
-    fig.suptitle(plain(s.title), fontsize=9)
-    return _save(plt, fig)
-
-
 def as_dict(s: Section) -> dict[str, Any]:
     """A section for the JSON report: the table as rows of named cells, and the verdicts."""
     return {"title": s.title, "target": s.target, "sentences": s.sentences,
             "rows": [dict(zip(s.headers, row, strict=True)) for row in s.rows]}  # fmt: skip
-
-
-def renderables(sections_: Sequence[Section], shares: Sequence[str]) -> Iterable[Any]:
-    """The terminal's rendering (rich)."""
-    from rich.rule import Rule
-    from rich.table import Table as RichTable
-
-    from mxbench.progress import plain  # no markup, no control sequence from records
-    from mxbench.report.terminal import column
-
-    if shares:
-        yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
-        yield from (plain(f"- {s}") for s in shares)
-    for s in sections_:
-        yield Rule(plain(f"Training run: {s.title}"), align="left")
-        table = RichTable()
-        for h in s.headers:
-            column(table, h)
-        for row in s.rows:
-            table.add_row(*(plain(c) for c in row))
-        yield table
-        yield from (plain(f"- {x}") for x in s.sentences)
-
-
-def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
-    from mxbench.report.markdown import escape, table
-
-    out: list[str] = []
-    if shares:
-        out += ["## Input pipeline and host overhead: A/B at the same batch", ""]
-        out += [f"- {escape(s, limit=None)}" for s in shares] + [""]
-    for s in sections_:
-        out += [f"## Training run: {escape(s.title)}", "", table(s.headers, s.rows), ""]
-        out += [f"- {escape(x, limit=None)}" for x in s.sentences] + [""]
-    return out
-
-
-def html(sections_: Sequence[Section], shares: Sequence[str], plots: bool = True) -> list[str]:
-    from mxbench.report.html import _table
-    from mxbench.report.html import escape as esc
-
-    out: list[str] = []
-    if shares:
-        out.append(
-            '<section id="input"><h2>Input pipeline and host overhead: A/B at the same batch</h2>'
-        )
-        out += ['<ul class="notes">', *(f"<li>{esc(s)}</li>" for s in shares), "</ul></section>"]
-    for i, s in enumerate(sections_):
-        out.append(f'<section id="training-{i + 1}"><h2>Training run: {esc(s.title)}</h2>')
-        out.append(_table(s.headers, s.rows))
-        out += ['<ul class="notes">', *(f"<li>{esc(x)}</li>" for x in s.sentences), "</ul>"]
-        data = curves_png(s) if plots else None
-        if data:
-            alt = esc(f"validation accuracy against epoch and training time, {s.title}")
-            b64 = base64.b64encode(data).decode("ascii")
-            out.append(
-                f'<div class="plots"><img alt="{alt}" src="data:image/png;base64,{b64}"></div>'
-            )
-        out.append("</section>")
-    return out
