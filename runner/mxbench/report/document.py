@@ -48,6 +48,19 @@ VERDICT_WORDS: dict[str, str] = {
     "failed": "failed (error, timeout or unsupported)",
     "none": "not measured",
 }
+# verdict -> (background, text) colours; the same in the legend and in every grid
+COLOURS: dict[str, tuple[str, str]] = {
+    "faster": ("#1b7837", "#ffffff"),
+    "same": ("#e0e0e0", "#222222"),
+    "slower": ("#b2182b", "#ffffff"),
+    "point-faster": ("#d9f0d3", "#1b4d23"),
+    "point-slower": ("#fddbc7", "#6b1020"),
+    "point-same": ("#f2f2f2", "#222222"),
+    "diverged": ("#762a83", "#ffffff"),
+    "oom": ("#2166ac", "#ffffff"),
+    "failed": ("#f1a340", "#222222"),
+    "none": ("#ffffff", "#777777"),
+}
 # the word a grid cell shows after its value (the colour says it too, where there is colour)
 SHORT_WORDS: dict[str, str] = {"faster": "faster", "same": "≈ same", "slower": "slower",
                                "diverged": "loss diverged"}  # fmt: skip

@@ -20,7 +20,7 @@ from collections.abc import Callable, Container, Sequence
 
 from mxbench import params
 from mxbench.report import training, why_html
-from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
+from mxbench.report.document import COLOURS, VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.plot import curves_png, memory_png, pngs_base64
 from mxbench.report.tables import Table
 
@@ -33,20 +33,6 @@ def escape(value: str, quote: bool = True) -> str:
     """``html.escape``, control characters replaced by spaces."""
     return html.escape(_CONTROL.sub(" ", value), quote)
 
-
-# verdict -> (background, text) colours; the same in the legend and in every grid
-COLOURS: dict[str, tuple[str, str]] = {
-    "faster": ("#1b7837", "#ffffff"),
-    "same": ("#e0e0e0", "#222222"),
-    "slower": ("#b2182b", "#ffffff"),
-    "point-faster": ("#d9f0d3", "#1b4d23"),
-    "point-slower": ("#fddbc7", "#6b1020"),
-    "point-same": ("#f2f2f2", "#222222"),
-    "diverged": ("#762a83", "#ffffff"),
-    "oom": ("#2166ac", "#ffffff"),
-    "failed": ("#f1a340", "#222222"),
-    "none": ("#ffffff", "#777777"),
-}
 
 _CSS = """
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}

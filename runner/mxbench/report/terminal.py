@@ -17,8 +17,7 @@ from rich.text import Text
 
 from mxbench.progress import plain
 from mxbench.report import training, why
-from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
-from mxbench.report.html import COLOURS
+from mxbench.report.document import COLOURS, VERDICT_WORDS, Document, Grid, Section
 
 _NUMERIC = frozenset("0123456789.")
 # wider than any table: its cells from records are bounded (tables.MAX_RECORD_TEXT)
