@@ -19,10 +19,11 @@ import html
 from collections.abc import Callable, Container, Sequence
 
 from mxbench import params
-from mxbench.report import training, why_html
+from mxbench.report import training, why
 from mxbench.report.document import COLOURS, VERDICT_WORDS, Document, Grid, Section
 from mxbench.report.plot import curves_png, memory_png, pngs_base64
 from mxbench.report.tables import Table
+from mxbench.results import CATEGORY_NAMES
 
 MAX_PLOTS = 200
 # Not allowed in an HTML page (NUL, ESC, C1 controls): a record's name loses them.
@@ -133,7 +134,7 @@ def section(s: Section, plots: list[tuple[str, str]]) -> str:
         out += [f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">' for alt, data in plots]
         out.append("</div>")
     if s.breakdown:
-        out.append(why_html.section(s.breakdown, s.breakdown_note))
+        out.append(why_section(s.breakdown, s.breakdown_note))
     if s.failures:
         out.append('<h3>Failures</h3><ul class="failures">')
         out += [f"<li>{esc(f)}</li>" for f in s.failures]
@@ -143,6 +144,58 @@ def section(s: Section, plots: list[tuple[str, str]]) -> str:
         out += [f"<li>{esc(n)}</li>" for n in s.diagnosis]
         out.append("</ul>")
     out.append("</section>")
+    return "\n".join(out)
+
+
+# category -> colour (compute dark, memory-bound and overheads lighter, idle grey)
+CATEGORY_COLOURS: dict[str, str] = {
+    "conv_matmul": "#2166ac",
+    "elementwise_norm": "#67a9cf",
+    "cast": "#ef8a62",
+    "layout": "#fddbc7",
+    "optimizer": "#762a83",
+    "input": "#5aae61",
+    "other": "#bababa",
+    "host_gap": "#f7f7f7",
+}
+
+
+def _why_bar(b: why.Bar, longest: float) -> str:
+    parts = []
+    for c in why.CATEGORIES:
+        ms = b.parts.get(c, 0.0)
+        if ms <= 0:
+            continue
+        tip = f"{CATEGORY_NAMES[c]}: {ms:.2f} ms ({b.share(c):.0%})"
+        style = f"width:{100 * ms / b.step_ms:.2f}%;background:{CATEGORY_COLOURS[c]}"
+        parts.append(f'<span style="{style}" title="{html.escape(tip)}"></span>')
+    width = 100 * b.step_ms / longest if longest else 100
+    return f'<div class="bar" style="width:{width:.1f}%">{"".join(parts)}</div>'
+
+
+def why_section(found: list[why.Bar], note: str) -> str:
+    """The "where the time goes" breakdown: a stacked bar per profiled slot, float32 and
+    each policy of a batch size one under the other, on one scale per table."""
+    esc = escape  # no control character from a record
+    longest = max(b.step_ms for b in found)
+    legend = "".join(
+        f'<span style="background:{CATEGORY_COLOURS[c]};color:#222;border:1px solid #999">'
+        f"{esc(CATEGORY_NAMES[c])}</span>"
+        for c in why.CATEGORIES
+    )
+    out = [
+        "<h3>Where the time goes</h3>",
+        f'<p class="legend">{legend}</p>',
+        '<div class="scroll"><table class="why"><thead><tr><th>batch</th><th>policy</th>'
+        "<th>step (ms), by category</th><th>ms/step</th><th>kernels</th></tr></thead><tbody>",
+    ]
+    for b in found:
+        out.append(
+            f"<tr><td>{b.batch}</td><td>{esc(b.policy)}</td><td>{_why_bar(b, longest)}</td>"
+            f"<td>{b.step_ms:.2f}</td><td>{esc(b.kernels)}</td></tr>"
+        )
+    out.append("</tbody></table></div>")
+    out.append(f'<p class="meta">{esc(note)}</p>')
     return "\n".join(out)
 
 
