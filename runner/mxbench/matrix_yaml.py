@@ -1,6 +1,6 @@
 """Reading a matrix file as YAML, before the schema sees it: bounds on the file and on the
-document (its size, its nodes after alias expansion), duplicate keys refused, and the line of a key
-path for error messages (pydantic knows no lines)."""
+document (its size, its nodes after alias expansion), duplicate keys refused, and the line
+of a key path for error messages (pydantic knows no lines)."""
 
 from __future__ import annotations
 
