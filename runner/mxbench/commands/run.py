@@ -20,53 +20,69 @@ if TYPE_CHECKING:
     from mxbench.store import ResultStore
 
 
+# The options of `mxbench run` (typer reads each from its parameter's default).
+_MATRIX = typer.Option(
+    None,
+    "--matrix",
+    "-m",
+    help="Matrix file (schema v1). Default: the embedded local matrix "
+    "(this machine's CPU, small image size, a few minutes on 2 cores).",
+    show_default=False,
+)
+
+_RESULTS = typer.Option(
+    Path("results"),
+    "--results",
+    "-r",
+    help="Directory of JSONL result files (one per host); records are appended.",
+)
+
+_RESUME = typer.Option(
+    False, "--resume", help="Skip cells whose latest record is ok (or oom: a final answer)."
+)
+
+_DRY_RUN = typer.Option(
+    False,
+    "--dry-run",
+    "-n",
+    help="Print the plan (one row per cell) and exit; with --resume, only the cells "
+    "that would run.",
+)
+
+_HOST = typer.Option(
+    [], "--host", "-H", help="Run only this host (repeatable).", show_default=False
+)
+
+_MAX_PARALLEL = typer.Option(
+    None,
+    "--max-parallel",
+    "-j",
+    min=1,
+    help="Run at most N hosts at once (default: every machine at once). Hosts of one "
+    "machine (the host's `machine:`, else: local, the Docker daemon, the Slurm cluster) "
+    "always run one at a time.",
+    show_default=False,
+)
+
+_LABEL = typer.Option(
+    None,
+    "--label",
+    "-l",
+    help="Name this run (e.g. driver-550): stored in every record, selectable in "
+    "`mxbench report --label` and `mxbench compare`. With --resume, only cells done "
+    "under this label are skipped.",
+    show_default=False,
+)
+
+
 def run(
-    matrix: Path | None = typer.Option(
-        None,
-        "--matrix",
-        "-m",
-        help="Matrix file (schema v1). Default: the embedded local matrix "
-        "(this machine's CPU, small image size, a few minutes on 2 cores).",
-        show_default=False,
-    ),
-    results: Path = typer.Option(
-        Path("results"),
-        "--results",
-        "-r",
-        help="Directory of JSONL result files (one per host); records are appended.",
-    ),
-    resume: bool = typer.Option(
-        False, "--resume", help="Skip cells whose latest record is ok (or oom: a final answer)."
-    ),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        "-n",
-        help="Print the plan (one row per cell) and exit; with --resume, only the cells "
-        "that would run.",
-    ),
-    host: list[str] = typer.Option(
-        [], "--host", "-H", help="Run only this host (repeatable).", show_default=False
-    ),
-    max_parallel: int | None = typer.Option(
-        None,
-        "--max-parallel",
-        "-j",
-        min=1,
-        help="Run at most N hosts at once (default: every machine at once). Hosts of one "
-        "machine (the host's `machine:`, else: local, the Docker daemon, the Slurm cluster) "
-        "always run one at a time.",
-        show_default=False,
-    ),
-    label: str | None = typer.Option(
-        None,
-        "--label",
-        "-l",
-        help="Name this run (e.g. driver-550): stored in every record, selectable in "
-        "`mxbench report --label` and `mxbench compare`. With --resume, only cells done "
-        "under this label are skipped.",
-        show_default=False,
-    ),
+    matrix: Path | None = _MATRIX,
+    results: Path = _RESULTS,
+    resume: bool = _RESUME,
+    dry_run: bool = _DRY_RUN,
+    host: list[str] = _HOST,
+    max_parallel: int | None = _MAX_PARALLEL,
+    label: str | None = _LABEL,
 ) -> None:
     """Measure every cell (host x image x parameters) of a matrix.
 
@@ -118,18 +134,7 @@ def run(
         return
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
     if summary.interrupted:
-        again = ["mxbench", "run"]
-        if matrix is not None:
-            again += ["--matrix", str(matrix)]
-        if str(results) != "results":
-            again += ["--results", str(results)]
-        for h in host:
-            again += ["--host", h]
-        if max_parallel is not None:
-            again += ["--max-parallel", str(max_parallel)]
-        if label is not None:
-            again += ["--label", label]
-        again.append("--resume")
+        again = _resume_command(matrix, results, host, max_parallel, label)
         print(
             f"\nmxbench: interrupted. {summary.done} finished cell(s) are saved in "
             f"{results}/ ({counts}).\nResume with: {shlex.join(again)}",
@@ -147,6 +152,29 @@ def run(
     _print_answers(results, label, {c.key for c in cells} | summary.added)
     if summary.failed:
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
+
+
+def _resume_command(
+    matrix: Path | None,
+    results: Path,
+    host: list[str],
+    max_parallel: int | None,
+    label: str | None,
+) -> list[str]:
+    """The command that resumes an interrupted run with its options."""
+    again = ["mxbench", "run"]
+    if matrix is not None:
+        again += ["--matrix", str(matrix)]
+    if str(results) != "results":
+        again += ["--results", str(results)]
+    for h in host:
+        again += ["--host", h]
+    if max_parallel is not None:
+        again += ["--max-parallel", str(max_parallel)]
+    if label is not None:
+        again += ["--label", label]
+    again.append("--resume")
+    return again
 
 
 def _measure(
