@@ -52,11 +52,38 @@ def compare(
     labels.
     """
 
-    from mxbench.report import load
     from mxbench.report.compare import compare as diff
     from mxbench.report.compare import floors, speedups
-    from mxbench.report.markdown import escape, table
-    from mxbench.stats import HINT, TOO_FEW
+
+    loaded = _load(base, new, base_label, new_label)
+    found = diff(loaded[0], loaded[1], threshold / 100)
+    changes = found.changes
+    dirs = [p if p.is_dir() else p.parent for p in (new, base)]
+    measured = floors(changes, dirs)
+    if not changes and not found.broke and not found.fixed:
+        raise UsageError(
+            f"no cell was timed in both {base} and {new} (same host, image and parameters)"
+        )
+    regressed = [c for c in changes if c.regressed]
+    shown = [c for c in changes if c.verdict != "no clear difference"] if only_changed else changes
+    if as_json:
+        _json(shown, speedups(loaded[0], loaded[1]), only_changed, found)
+    else:
+        ups = speedups(loaded[0], loaded[1])
+        _markdown(shown, found, regressed, measured, threshold, ups, only_changed)
+    why = []
+    if regressed:
+        why.append(f"{len(regressed)} cell(s) regressed by more than {threshold:g}%")
+    if found.broke:
+        why.append(f"{len(found.broke)} cell(s) ran in base and failed in new")
+    if why:
+        raise MxbenchError("; ".join(why))
+
+
+def _load(base: Path, new: Path, base_label: str | None, new_label: str | None) -> list[Any]:
+    """BASE's and NEW's records (lean), saying which lines were unreadable; UsageError when a
+    side is missing or its label matches none of its records."""
+    from mxbench.report import load
     from mxbench.store import bad_line_warnings
 
     for name, path in (("BASE", base), ("NEW", new)):
@@ -73,67 +100,64 @@ def compare(
                 f"{path}: label {label!r} matches none of the {side.read} records read "
                 f"(their labels: {known})"
             )
-    found = diff(loaded[0], loaded[1], threshold / 100)
-    changes = found.changes
-    dirs = [p if p.is_dir() else p.parent for p in (new, base)]
-    measured = floors(changes, dirs)
-    if not changes and not found.broke and not found.fixed:
-        raise UsageError(
-            f"no cell was timed in both {base} and {new} (same host, image and parameters)"
+    return loaded
+
+
+def _markdown(
+    shown: list[Any],
+    found: Any,
+    regressed: list[Any],
+    measured: dict[str, float],
+    threshold: float,
+    ups: Any,
+    only_changed: bool,
+) -> None:
+    """The comparison as markdown on stdout: the changed cells, the failures, the counts,
+    the noise floor, and the speedups over float32 in both runs."""
+    from mxbench.report.markdown import escape, table
+    from mxbench.stats import HINT, TOO_FEW
+
+    more = _varying(shown)
+    headers = ["host", "image", *more, "policy", "batch", "base ms", "new ms",
+               "change [95% CI]", "verdict"]  # fmt: skip
+    rows = [
+        [c.host, c.image or "-", *(str(c.params.get(n)) for n in more),
+         str(c.params["policy"]), str(c.params["batch_size"]),
+         f"{c.base_ms:.2f}", f"{c.new_ms:.2f}",
+         f"{c.change:+.1%}" + ("" if c.low is None or c.high is None
+                               else f" [{c.low:+.1%} – {c.high:+.1%}]"),
+         ("REGRESSION" if c.regressed else c.verdict)
+         + (" (below the noise floor)" if c.below_floor else "")]
+        for c in shown
+    ]  # fmt: skip
+    typer.echo((table(headers, rows) if rows else "No cell changed.") + "\n")
+    _failures("Ran in base, failed in new (a regression):", found.broke, ("base ms", "new"))
+    _failures("Failed in base, ran in new:", found.fixed, ("new ms", "base"))
+    _alone("Only in base (not in new at all):", found.only_base)
+    _alone("Only in new (not in base at all):", found.only_new)
+    _alone("Failed in both (timed on neither side; status in new):", found.failed_both)
+    few = sum(1 for c in found.changes if c.verdict == TOO_FEW)
+    typer.echo(
+        escape(
+            f"{len(found.changes)} cell(s) compared, {len(regressed)} regression(s) "
+            f"(slower by more than {threshold:g}%, interval excluding no change); "
+            f"{len(found.broke)} ran in base and failed in new, {len(found.fixed)} failed "
+            f"in base and ran in new; {len(found.only_base)} only in base, "
+            f"{len(found.only_new)} only in new, {len(found.failed_both)} failed in both."
+            + (
+                f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
+                if few
+                else ""
+            ),
+            limit=None,  # the tool's own sentence: never cut
         )
-    regressed = [c for c in changes if c.regressed]
-    shown = [c for c in changes if c.verdict != "no clear difference"] if only_changed else changes
-    if as_json:
-        _json(shown, speedups(loaded[0], loaded[1]), only_changed, found)
-    else:
-        more = _varying(shown)
-        headers = ["host", "image", *more, "policy", "batch", "base ms", "new ms",
-                   "change [95% CI]", "verdict"]  # fmt: skip
-        rows = [
-            [c.host, c.image or "-", *(str(c.params.get(n)) for n in more),
-             str(c.params["policy"]), str(c.params["batch_size"]),
-             f"{c.base_ms:.2f}", f"{c.new_ms:.2f}",
-             f"{c.change:+.1%}" + ("" if c.low is None or c.high is None
-                                   else f" [{c.low:+.1%} – {c.high:+.1%}]"),
-             ("REGRESSION" if c.regressed else c.verdict)
-             + (" (below the noise floor)" if c.below_floor else "")]
-            for c in shown
-        ]  # fmt: skip
-        typer.echo((table(headers, rows) if rows else "No cell changed.") + "\n")
-        _failures("Ran in base, failed in new (a regression):", found.broke, ("base ms", "new"))
-        _failures("Failed in base, ran in new:", found.fixed, ("new ms", "base"))
-        _alone("Only in base (not in new at all):", found.only_base)
-        _alone("Only in new (not in base at all):", found.only_new)
-        _alone("Failed in both (timed on neither side; status in new):", found.failed_both)
-        few = sum(1 for c in changes if c.verdict == TOO_FEW)
-        typer.echo(
-            escape(
-                f"{len(changes)} cell(s) compared, {len(regressed)} regression(s) "
-                f"(slower by more than {threshold:g}%, interval excluding no change); "
-                f"{len(found.broke)} ran in base and failed in new, {len(found.fixed)} failed "
-                f"in base and ran in new; {len(found.only_base)} only in base, "
-                f"{len(found.only_new)} only in new, {len(found.failed_both)} failed in both."
-                + (
-                    f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
-                    if few
-                    else ""
-                ),
-                limit=None,  # the tool's own sentence: never cut
-            )
-        )
-        if measured:
-            below = sum(1 for c in changes if c.below_floor)
-            said = ", ".join(f"{h} ±{f:.1%}" for h, f in measured.items())
-            typer.echo(escape(f"Measured noise floor per process (mxbench doctor --noise): "
-                              f"{said}; {below} change(s) are below it.", limit=None))  # fmt: skip
-        _speedups(speedups(loaded[0], loaded[1]), only_changed)
-    why = []
-    if regressed:
-        why.append(f"{len(regressed)} cell(s) regressed by more than {threshold:g}%")
-    if found.broke:
-        why.append(f"{len(found.broke)} cell(s) ran in base and failed in new")
-    if why:
-        raise MxbenchError("; ".join(why))
+    )
+    if measured:
+        below = sum(1 for c in found.changes if c.below_floor)
+        said = ", ".join(f"{h} ±{f:.1%}" for h, f in measured.items())
+        typer.echo(escape(f"Measured noise floor per process (mxbench doctor --noise): "
+                          f"{said}; {below} change(s) are below it.", limit=None))  # fmt: skip
+    _speedups(ups, only_changed)
 
 
 def _failures(title: str, cells: list[Any], columns: tuple[str, str]) -> None:
