@@ -56,13 +56,9 @@ def doctor(
     mxbench doctor --noise 3              # the local machine's noise floor, 3 A/A processes
     ```
     """
-    from rich.console import Console
-    from rich.table import Table
-
     from mxbench.cells import expand, searches
     from mxbench.engines import engine_class
     from mxbench.matrix import default_matrix_path, load_matrix
-    from mxbench.progress import plain
 
     mx = load_matrix(matrix or default_matrix_path())
     cells = expand(mx, host or None) + [s.template for s in searches(mx, host or None)]
@@ -79,6 +75,30 @@ def doctor(
         checked = dict(zip(names, pool.map(check, names), strict=True))
     disk = _disk(results)
     wall = time.monotonic() - t0
+
+    failed = _show(checked, cells, disk)
+    ready = len(names) - len(failed)
+    summary = f"{ready}/{len(names)} host(s) ready, checked in {wall:.1f} s"
+    if failed:
+        summary += f"; not ready: {', '.join(failed)}"
+    if disk.state == "fail":
+        summary += "; not enough disk for results"
+    typer.echo(summary, err=True)
+    if failed or disk.state == "fail":
+        raise typer.Exit(1)
+    if noise:
+        for name in names:
+            _noise_floor(engines[name], [c for c in cells if c.host == name], noise, results)
+
+
+def _show(
+    checked: dict[str, tuple[list[Check], float]], cells: list[Cell], disk: Check
+) -> list[str]:
+    """The checks as one table (host, check, state, detail, fix); the hosts that failed."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from mxbench.progress import plain
 
     console = Console()
     if not console.is_terminal:  # logs and pipes: no wrapping of paths and commands
@@ -103,18 +123,7 @@ def doctor(
     table.add_row(*map(plain, ("(results)", disk.name, MARK[disk.state], disk.detail, disk.fix)),
                   style=STYLE[disk.state])  # fmt: skip
     console.print(table)
-    ready = len(names) - len(failed)
-    summary = f"{ready}/{len(names)} host(s) ready, checked in {wall:.1f} s"
-    if failed:
-        summary += f"; not ready: {', '.join(failed)}"
-    if disk.state == "fail":
-        summary += "; not enough disk for results"
-    typer.echo(summary, err=True)
-    if failed or disk.state == "fail":
-        raise typer.Exit(1)
-    if noise:
-        for name in names:
-            _noise_floor(engines[name], [c for c in cells if c.host == name], noise, results)
+    return failed
 
 
 def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results: Path) -> None:
