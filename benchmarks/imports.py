@@ -50,8 +50,8 @@ class House:
         return sum(len(self.eager[r] | self.lazy[r]) for r in self.rooms)
 
 
-def _room_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _room_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -155,7 +155,7 @@ def _sccs(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def draw(root: Path = ROOT) -> House:
     paths = sorted((root / PACKAGE).rglob("*.py"))
-    rooms = {_room_name(p): p for p in paths}
+    rooms = {_room_name(p, root): p for p in paths}
     house = House(rooms)
     for room, path in rooms.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
