@@ -81,8 +81,12 @@ def cell_key(
     """A hash of what the cell measures. Params that are not set (``repeat`` of a matrix
     without repeats), host limits that are absent and the source of a built-in model are
     left out, so keys stay stable when a parameter, a limit or a zoo model is added."""
-    ident: dict[str, Any] = {"host": host, "image": image, "image_spec": image_spec,
-                             "params": params.key_fields()}  # fmt: skip
+    ident: dict[str, Any] = {
+        "host": host,
+        "image": image,
+        "image_spec": image_spec,
+        "params": params.key_fields(),
+    }
     if limits:
         ident["limits"] = limits
     if model_source:
@@ -227,8 +231,12 @@ def pairable(cell: Cell) -> bool:
     paired design, for timing cells (a training run, a batch-size trial and several steps
     per execution stay one policy per process, as their memory and OOM answers need)."""
     p = cell.params
-    return (p.pairing == "paired" and cell.search is None and not p.epochs
-            and p.steps_per_execution == 1)  # fmt: skip
+    return (
+        p.pairing == "paired"
+        and cell.search is None
+        and not p.epochs
+        and p.steps_per_execution == 1
+    )
 
 
 def _comparison(c: Cell) -> tuple[object, ...]:

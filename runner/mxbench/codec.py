@@ -186,10 +186,11 @@ def _null_shape(
     recorded"), and those that hold parts (a part, or a list of them), to walk into."""
     fields = msgspec.structs.fields(kind)
     defaulted = tuple(
-        f.encode_name for f in fields
+        f.encode_name
+        for f in fields
         if (f.default is not None and f.default is not msgspec.NODEFAULT)
         or f.default_factory is not msgspec.NODEFAULT
-    )  # fmt: skip
+    )
     parts = tuple((f.encode_name, *p) for f in fields if (p := _part_of(f.type)) is not None)
     return defaulted, parts
 

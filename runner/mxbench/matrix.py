@@ -394,8 +394,10 @@ class Matrix(Strict):
             for name in ("warmup_steps", "steps"):
                 off = [v for v in sweep[name] if v % spe]
                 if off:
-                    raise _PathError(self._where("steps_per_execution"),
-                                     f"{spe}: {name} {off[0]} is not a multiple of it")  # fmt: skip
+                    raise _PathError(
+                        self._where("steps_per_execution"),
+                        f"{spe}: {name} {off[0]} is not a multiple of it",
+                    )
         return self
 
     def sweep_source(self, name: str) -> str:

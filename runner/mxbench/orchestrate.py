@@ -279,8 +279,9 @@ class _Fleet:
             raise  # the disk, not the host: the whole run stops (run_machine)
         except Exception as exc:
             rest = [c for c in cells if c.key not in finished]
-            self.give_up(work, rest + [s.template for s in work.searches], "error",
-                         _unexpected(work, exc))  # fmt: skip
+            self.give_up(
+                work, rest + [s.template for s in work.searches], "error", _unexpected(work, exc)
+            )
             return False
         finally:
             close = getattr(outcomes, "close", None)
@@ -304,8 +305,9 @@ class _Fleet:
                 if decision.more and spent + g.round_s() > cfg.budget_s:
                     doing = repeat_plan.noise(g.records.values())
                     detail = f"{spent:.0f} s spent of auto_repeats.budget_s {cfg.budget_s:g}"
-                    decision = replace(decision, why="budget",
-                                       detail=detail + (f"; {doing}" if doing else ""))  # fmt: skip
+                    decision = replace(
+                        decision, why="budget", detail=detail + (f"; {doing}" if doing else "")
+                    )
                 if not decision.more:
                     g.decision = decision
                     groups.remove(g)
@@ -313,11 +315,15 @@ class _Fleet:
                     continue
                 repeat = g.attempts
                 why = f"process {repeat + 1}: {decision.text()}"
-                progress.message(f"{g.label}: adding process {repeat + 1} per policy "
-                                 f"({decision.text()})")  # fmt: skip
+                progress.message(
+                    f"{g.label}: adding process {repeat + 1} per policy ({decision.text()})"
+                )
                 cells = plan.extend(g, repeat)
-                done = {c.key for c in cells if (rec := self.known.get(c.key)) is not None
-                        and rec.status in FINAL_STATUSES}  # fmt: skip
+                done = {
+                    c.key
+                    for c in cells
+                    if (rec := self.known.get(c.key)) is not None and rec.status in FINAL_STATUSES
+                }
                 for cell in cells:
                     if cell.key in done:
                         plan.note(self.known[cell.key])  # measured by the run --resume continues

@@ -119,19 +119,21 @@ def _versions() -> str:
         + " |"
         for v, what in codec.HISTORY.items()
     ]
-    return "\n".join([
-        "## Versions\n",
-        "`schema` names the version a line was written in. Within a version fields are only "
-        "added; any other change makes a new version, and a line of an earlier one is rewritten "
-        "as this one before it is read (the steps of `mxbench.codec.UPGRADES`), so that every "
-        "line any mxbench wrote loads (`tests/records/` holds one file per shape ever written). "
-        "A line of a version this mxbench does not know (a newer one) is skipped with a warning "
-        "naming it.\n",
-        "| version | what it was |",
-        "|---|---|",
-        *rows,
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "## Versions\n",
+            "`schema` names the version a line was written in. Within a version fields are "
+            "only added; any other change makes a new version, and a line of an earlier one is "
+            "rewritten as this one before it is read (the steps of `mxbench.codec.UPGRADES`), "
+            "so that every line any mxbench wrote loads (`tests/records/` holds one file per "
+            "shape ever written). A line of a version this mxbench does not know (a newer one) "
+            "is skipped with a warning naming it.\n",
+            "| version | what it was |",
+            "|---|---|",
+            *rows,
+            "",
+        ]
+    )
 
 
 def render() -> str:

@@ -120,8 +120,11 @@ def decide(cfg: AutoRepeats, by_policy: dict[str, list[Record]], attempts: int) 
     widths = [width(r) if r is not None and r.judged else math.inf for r in ratios]
     wide = max(widths, default=math.inf)
     shown = wide if math.isfinite(wide) else None
-    spread = {p: stats.repeats_disagree([m for r in v if r.step and (m := r.step.median)])
-              for p, v in ok.items() if not _paired(v)}  # fmt: skip
+    spread = {
+        p: stats.repeats_disagree([m for r in v if r.step and (m := r.step.median)])
+        for p, v in ok.items()
+        if not _paired(v)
+    }
     split = {p: s for p, s in spread.items() if s is not None}
     if firm and all(r is not None and r.judged and r.verdict in CLEAR for r in firm):
         said = ", ".join(f"{r.verdict} ({r.text()})" for r in ratios if r is not None)
@@ -173,6 +176,9 @@ def stopped(by_policy: dict[str, list[Record]]) -> Decision | None:
     attempts = max((len(recs) for recs in by_policy.values()), default=0)
     decision = decide(cfg, by_policy, attempts)
     if decision.more:
-        return replace(decision, why="budget", detail="the run's time budget or an interruption "
-                       f"ended it; {decision.detail}")  # fmt: skip
+        return replace(
+            decision,
+            why="budget",
+            detail=f"the run's time budget or an interruption ended it; {decision.detail}",
+        )
     return decision

@@ -163,8 +163,7 @@ def judge(
     for (kb, ko), members in groups.items():
         b = np.array([pairs[i][0] for i in members], dtype=float)
         o = np.array([pairs[i][1] for i in members], dtype=float)
-        value, low, high, judged = _intervals(b[:, :, 0], b[:, :, 1], o[:, :, 0], o[:, :, 1],
-                                              level)  # fmt: skip
+        value, low, high, judged = _intervals(b[:, :, 0], b[:, :, 1], o[:, :, 0], o[:, :, 1], level)
         over: Over = "processes" if judged else "steps"
         for row, i in enumerate(members):
             out[i] = Ratio(value[row], low[row], high[row], over, min(kb, ko))

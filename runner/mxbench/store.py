@@ -252,8 +252,9 @@ class ResultStore:
         try:
             fd = open_regular(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
-            raise UsageError(f"--results {self.root}: cannot lock {path.name}: "
-                             f"{_not_regular(exc)}") from None  # fmt: skip
+            raise UsageError(
+                f"--results {self.root}: cannot lock {path.name}: {_not_regular(exc)}"
+            ) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -263,8 +264,12 @@ class ResultStore:
                     f"--results {self.root} is in use by another mxbench run ({holder}); "
                     "wait for it to end, or give this run another --results"
                 ) from None
-            me = {"pid": os.getpid(), "host": socket.gethostname(), "since": now_iso(),
-                  "argv": sys.argv[1:]}  # fmt: skip
+            me = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "since": now_iso(),
+                "argv": sys.argv[1:],
+            }
             with contextlib.suppress(OSError):  # who holds it: a courtesy (a full disk...)
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, json.dumps(me).encode(), 0)

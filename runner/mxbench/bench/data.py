@@ -34,8 +34,12 @@ TRAIN = "train"
 # Where a folder keeps its validation images, in the order they are looked for: Imagenette's
 # val/, then the Stack Overflow question's test/.
 VALIDATION = ("val", "validation", "test")
-FLIPS = {"none": (False, False), "horizontal": (True, False), "vertical": (False, True),
-         "both": (True, True)}  # fmt: skip
+FLIPS = {
+    "none": (False, False),
+    "horizontal": (True, False),
+    "vertical": (False, True),
+    "both": (True, True),
+}
 # Threads decoding batches ahead of the model (keras.utils.PyDataset's workers).
 WORKERS = 4
 
@@ -210,8 +214,9 @@ def image_folder(
     return _folder_class()(spec)
 
 
-def write_digits(root: str | Path, validation: str = "val", fraction: float = 0.2,
-                 seed: int = 0) -> dict[str, int]:  # fmt: skip
+def write_digits(
+    root: str | Path, validation: str = "val", fraction: float = 0.2, seed: int = 0
+) -> dict[str, int]:
     """scikit-learn's handwritten digits (1,797 real 8x8 images, 10 classes) as an image
     folder: ``root/train/<digit>/*.png`` and ``root/<validation>/<digit>/*.png``, a split
     stratified by class (``fraction`` of each class to validation). Returns images per split."""

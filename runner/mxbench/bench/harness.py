@@ -302,6 +302,10 @@ def compile_model(
     jit: bool | str = "auto" if jit_compile == "auto" else jit_compile == "on"
     optimizer, auto = scaling.optimizer(prepared.optimizer, loss_scale)
     prepared.model.compile(
-        loss=prepared.loss, optimizer=optimizer, metrics=["accuracy"], jit_compile=jit,
-        auto_scale_loss=auto, steps_per_execution=steps_per_execution,
-    )  # fmt: skip
+        loss=prepared.loss,
+        optimizer=optimizer,
+        metrics=["accuracy"],
+        jit_compile=jit,
+        auto_scale_loss=auto,
+        steps_per_execution=steps_per_execution,
+    )

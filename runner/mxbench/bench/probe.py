@@ -23,16 +23,42 @@ NUMBER_SETTINGS = ("TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS", "NVIDIA_TF32_OVERRIDE")
 ISA_FLAGS = frozenset(
     {
         # x86: SIMD and FMA
-        "sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c",
+        "sse2",
+        "ssse3",
+        "sse4_1",
+        "sse4_2",
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
         # x86: AVX-512, VNNI, native half precision and bfloat16
-        "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16",
-        "avx512_fp16", "avx_vnni", "avx_vnni_int8", "avx_ne_convert",
+        "avx512f",
+        "avx512bw",
+        "avx512dq",
+        "avx512vl",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "avx_vnni",
+        "avx_vnni_int8",
+        "avx_ne_convert",
         # x86: AMX tile matrix units
-        "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+        "amx_fp16",
         # Arm: NEON, half precision, dot product, bfloat16, int8 matmul, SVE, SME
-        "asimd", "asimdhp", "asimddp", "fphp", "bf16", "i8mm", "sve", "sve2", "sme",
+        "asimd",
+        "asimdhp",
+        "asimddp",
+        "fphp",
+        "bf16",
+        "i8mm",
+        "sve",
+        "sve2",
+        "sme",
     }
-)  # fmt: skip
+)
 
 
 def cpu_info(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
@@ -187,8 +213,16 @@ def main() -> None:
 
     gpus, driver = nvml_gpus()
     cpu = cpu_info()
-    print(json.dumps({"gpus": gpus, "driver": driver, "python": platform.python_version(),
-                      "cpu": {k: cpu.get(k) for k in ("model", "cores", "flags")}}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "gpus": gpus,
+                "driver": driver,
+                "python": platform.python_version(),
+                "cpu": {k: cpu.get(k) for k in ("model", "cores", "flags")},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

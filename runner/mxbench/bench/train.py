@@ -86,24 +86,36 @@ def run(p: Params, prepared: Any, rec: Record) -> None:
     size = (p.image_size, p.image_width or p.image_size)
     binary = harness.label_kind(model, prepared.labels) == "binary"
     val_split = data.validation_split(p.data) or "val"
-    train_ds = data.image_folder(p.data, p.batch_size, size, seed=p.seed, flip=p.flip,
-                                 binary=binary, endless=False)  # fmt: skip
-    val_ds = data.image_folder(p.data, p.batch_size, size, split=val_split, binary=binary,
-                               endless=False, shuffle=False)  # fmt: skip
+    train_ds = data.image_folder(
+        p.data, p.batch_size, size, seed=p.seed, flip=p.flip, binary=binary, endless=False
+    )
+    val_ds = data.image_folder(
+        p.data, p.batch_size, size, split=val_split, binary=binary, endless=False, shuffle=False
+    )
     points: list[TrainPoint] = []
     epoch_s: list[float] = []
-    model.fit(train_ds, epochs=p.epochs, validation_data=val_ds, validation_freq=p.eval_every,
-              verbose=0, callbacks=[_curve_callback(points, epoch_s)])  # fmt: skip
+    model.fit(
+        train_ds,
+        epochs=p.epochs,
+        validation_data=val_ds,
+        validation_freq=p.eval_every,
+        verbose=0,
+        callbacks=[_curve_callback(points, epoch_s)],
+    )
     reached = next(
         (x for x in points if p.target is not None and (x.val_metric or 0.0) >= p.target), None
     )
     rec.train = Training(
-        seed=p.seed, target=p.target, train_images=len(train_ds.spec.files),
-        val_images=len(val_ds.spec.files), val_split=val_split,
-        steps_per_epoch=len(train_ds), points=points,
+        seed=p.seed,
+        target=p.target,
+        train_images=len(train_ds.spec.files),
+        val_images=len(val_ds.spec.files),
+        val_split=val_split,
+        steps_per_epoch=len(train_ds),
+        points=points,
         time_to_target_s=reached.train_s if reached else None,
         epochs_to_target=reached.epoch if reached else None,
-    )  # fmt: skip
+    )
     steps = len(train_ds)
     later = epoch_s[1:] or epoch_s  # the first epoch includes tracing and compilation
     rec.metrics = Metrics(

@@ -28,14 +28,16 @@ app = typer.Typer(
 def digits(
     directory: Path = typer.Argument(..., help="Folder to write (created; must be empty)."),
     split: str = typer.Option(
-        "val", "--split", help="Name of the validation folder: val (Imagenette) or test "
-        "(the Stack Overflow question)."
+        "val",
+        "--split",
+        help="Name of the validation folder: val (Imagenette) or test "
+        "(the Stack Overflow question).",
     ),
     fraction: float = typer.Option(
         0.2, "--fraction", help="Share of each class held out for validation (0 to 1)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the stratified split."),
-) -> None:  # fmt: skip
+) -> None:
     """scikit-learn's handwritten digits (1,797 real 8x8 grey images, 10 classes) as PNGs,
     split by class into train/ and a validation folder; needs scikit-learn and Pillow
     (`pip install 'mxbench[data]'`).

@@ -23,7 +23,10 @@ STYLE = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
 def doctor(
     matrix: Path | None = typer.Option(
-        None, "--matrix", "-m", help="Matrix file. Default: the embedded local matrix.",
+        None,
+        "--matrix",
+        "-m",
+        help="Matrix file. Default: the embedded local matrix.",
         show_default=False,
     ),
     host: list[str] = typer.Option(
@@ -33,12 +36,16 @@ def doctor(
         Path("results"), "--results", "-r", help="Where `mxbench run` will write (free disk)."
     ),
     noise: int = typer.Option(
-        0, "--noise", help="Also measure each host's noise floor: this many A/A processes "
+        0,
+        "--noise",
+        help="Also measure each host's noise floor: this many A/A processes "
         "(float32 against itself, paired, at the matrix's first batch size), the floor at "
         "window, process and run level, saved under RESULTS/noise/ for `mxbench compare`.",
-        show_default=False, min=0, max=50,
+        show_default=False,
+        min=0,
+        max=50,
     ),
-) -> None:  # fmt: skip
+) -> None:
     """Check every host of a matrix in seconds, one line per check with the fix.
 
     Per host: reachable (Docker daemon, Slurm controller, the local interpreter); Docker's
@@ -115,13 +122,17 @@ def _show(
             table.add_row(*map(plain, shown), style=STYLE[c.state])
         if any(c.state == "fail" for c in checks):
             failed.append(name)
-    for model, source in sorted({(c.params.model, c.model_source) for c in cells
-                                 if c.model_source}):  # fmt: skip
+    for model, source in sorted(
+        {(c.params.model, c.model_source) for c in cells if c.model_source}
+    ):
         detail = f"{model}: found, function defined (source {source}); not run here"
-        table.add_row(*map(plain, ("(model)", "user model", MARK["ok"], detail, "")),
-                      style=STYLE["ok"])  # fmt: skip
-    table.add_row(*map(plain, ("(results)", disk.name, MARK[disk.state], disk.detail, disk.fix)),
-                  style=STYLE[disk.state])  # fmt: skip
+        table.add_row(
+            *map(plain, ("(model)", "user model", MARK["ok"], detail, "")), style=STYLE["ok"]
+        )
+    table.add_row(
+        *map(plain, ("(results)", disk.name, MARK[disk.state], disk.detail, disk.fix)),
+        style=STYLE[disk.state],
+    )
     console.print(table)
     return failed
 
@@ -143,8 +154,9 @@ def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results:
         typer.echo(f"{engine.host.name}: no timing cell to measure a noise floor with", err=True)
         return
     first = timing[0]
-    params = msgspec.structs.replace(first.params, policy=BASELINE, pairing="paired",
-                                     steps_per_execution=1, repeat=1)  # fmt: skip
+    params = msgspec.structs.replace(
+        first.params, policy=BASELINE, pairing="paired", steps_per_execution=1, repeat=1
+    )
     base = replace(first, params=params)
     cell = replace(base, partners=(base,))  # the same policy as its own partner: A/A
     try:

@@ -128,8 +128,9 @@ def run(
         if not dry_run:  # one run at a time per results directory (exit 2 if another holds it)
             store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
             held.enter_context(store.lock())
-        summary = _measure(mx, cells, hunts, store, matrix, matrix_path, resume, dry_run,
-                           max_parallel)  # fmt: skip
+        summary = _measure(
+            mx, cells, hunts, store, matrix, matrix_path, resume, dry_run, max_parallel
+        )
     if summary is None:
         return
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
@@ -218,10 +219,12 @@ def _measure(
         processes = pair_up(cells)
         paired = [p for p in processes if p.partners]
         if paired:
-            print(f"pairing: paired: {sum(len(p.arms) for p in paired)} of the cells below are "
-                  f"measured {len(paired[0].arms)} at a time in {len(paired)} process(es), "
-                  f"float32 and its policies in interleaved windows; {len(processes)} "
-                  "process(es) in all (docs/measuring.md)")  # fmt: skip
+            print(
+                f"pairing: paired: {sum(len(p.arms) for p in paired)} of the cells below are "
+                f"measured {len(paired[0].arms)} at a time in {len(paired)} process(es), "
+                f"float32 and its policies in interleaved windows; {len(processes)} "
+                "process(es) in all (docs/measuring.md)"
+            )
         if cells or not hunts:
             _print_plan(cells)
         if skipped:
@@ -229,10 +232,12 @@ def _measure(
         for hunt in hunts:
             print(f"batch-size search: {hunt.label()}: {hunt.config.describe()}")
         if auto is not None and plan is not None:
-            print(f"repeats: auto: {auto.describe()}. The plan above is the first round; "
-                  f"{len(plan.groups)} comparison group(s) may grow to {auto.max} processes "
-                  f"per policy ({sum(len(g.policies) for g in plan.groups) * auto.max} "
-                  "processes at most; settings: benchmark.auto_repeats)")  # fmt: skip
+            print(
+                f"repeats: auto: {auto.describe()}. The plan above is the first round; "
+                f"{len(plan.groups)} comparison group(s) may grow to {auto.max} processes "
+                f"per policy ({sum(len(g.policies) for g in plan.groups) * auto.max} "
+                "processes at most; settings: benchmark.auto_repeats)"
+            )
         return None
     where = "embedded default matrix" if matrix is None else str(matrix_path)
     print(
@@ -284,10 +289,14 @@ def _print_plan(cells: list[Cell]) -> None:
     if same:
         console.print(
             "same for every cell: "
-            + " · ".join(f"{f.name} {getattr(cells[0].params, f.name)}" for f in same
-                         if getattr(cells[0].params, f.name) is not None),
-            highlight=False, markup=False,
-        )  # fmt: skip
+            + " · ".join(
+                f"{f.name} {getattr(cells[0].params, f.name)}"
+                for f in same
+                if getattr(cells[0].params, f.name) is not None
+            ),
+            highlight=False,
+            markup=False,
+        )
     table = Table(title=f"mxbench plan: {len(cells)} cell(s)", title_justify="left")
     for col in ("host", "engine", "image"):
         table.add_column(col)

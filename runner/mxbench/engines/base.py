@@ -176,15 +176,23 @@ def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
         facts = None
     if not isinstance(facts, dict):
         why = tail(stderr or stdout) or "no output"
-        return Check("devices", "fail", f"the probe printed no result: {why}",
-                     "run `python -m mxbench.bench.probe` there and read its error")  # fmt: skip
+        return Check(
+            "devices",
+            "fail",
+            f"the probe printed no result: {why}",
+            "run `python -m mxbench.bench.probe` there and read its error",
+        )
     cpu = facts.get("cpu") or {}
     where = f"{cpu.get('model') or 'unknown CPU'}, {cpu.get('cores')} cores"
     gpus = facts.get("gpus") or []
     if not gpus:
         if want_gpus:
-            return Check("devices", "fail", f"GPUs requested, none visible ({where})",
-                         "check the driver (nvidia-smi) and the container runtime")  # fmt: skip
+            return Check(
+                "devices",
+                "fail",
+                f"GPUs requested, none visible ({where})",
+                "check the driver (nvidia-smi) and the container runtime",
+            )
         return Check("devices", "ok", f"CPU only: {where}")
     shown = "; ".join(
         f"{g.get('name')} ({int(g.get('memory_bytes') or 0) / 2**30:.0f} GiB, "
@@ -207,13 +215,21 @@ def to_records(cell: Cell, outcome: Outcome) -> list[tuple[Cell, Record]]:
     for i, arm in enumerate(cell.arms):
         found: tuple[Record | None, str | None] = (None, None)  # none: its exit code says why
         if printed and len(printed) < len(cell.arms):
-            found = (None, f"the process printed {len(printed)} record(s) for "
-                           f"{len(cell.arms)} policies")  # fmt: skip
+            found = (
+                None,
+                f"the process printed {len(printed)} record(s) for {len(cell.arms)} policies",
+            )
         elif printed:
             rec = printed[i]
-            found = (rec, None) if rec.params.policy == arm.params.policy else (
-                None, f"record {i + 1} of the process is {rec.params.policy}'s, not "
-                f"{arm.params.policy}'s")  # fmt: skip
+            found = (
+                (rec, None)
+                if rec.params.policy == arm.params.policy
+                else (
+                    None,
+                    f"record {i + 1} of the process is {rec.params.policy}'s, not "
+                    f"{arm.params.policy}'s",
+                )
+            )
         out.append((arm, to_record(arm, outcome, found)))
     return out
 
@@ -240,15 +256,28 @@ def to_record(
             parsed, why = None, problem
     if parsed is not None:
         record = msgspec.structs.replace(
-            parsed, cell=cell.key, host=cell.host, engine=cell.engine, image=image,
-            params=cell.params, time=now_iso(), label=None, source=None, run={},
-        )  # fmt: skip
+            parsed,
+            cell=cell.key,
+            host=cell.host,
+            engine=cell.engine,
+            image=image,
+            params=cell.params,
+            time=now_iso(),
+            label=None,
+            source=None,
+            run={},
+        )
     else:
         status, error = _failure(cell, outcome, why)
         record = new_record(
-            params=cell.params, status=status, error=error, cell=cell.key, host=cell.host,
-            engine=cell.engine, image=image,
-        )  # fmt: skip
+            params=cell.params,
+            status=status,
+            error=error,
+            cell=cell.key,
+            host=cell.host,
+            engine=cell.engine,
+            image=image,
+        )
     record.search = cell.search
     record.cost_per_hour = cell.cost_per_hour
     record.started_at = _iso(outcome.started_at)

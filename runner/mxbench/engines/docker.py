@@ -289,9 +289,13 @@ class DockerEngine(Engine):
             yield (
                 Check("nvidia runtime", "ok", f"runtimes: {runtimes}")
                 if has_nvidia_runtime(info)
-                else Check("nvidia runtime", "fail", f"GPUs requested; runtimes: {runtimes}",
-                           "install nvidia-container-toolkit on the host and restart dockerd")
-            )  # fmt: skip
+                else Check(
+                    "nvidia runtime",
+                    "fail",
+                    f"GPUs requested; runtimes: {runtimes}",
+                    "install nvidia-container-toolkit on the host and restart dockerd",
+                )
+            )
         from mxbench import images
 
         probed = False
@@ -309,11 +313,18 @@ class DockerEngine(Engine):
         repo = tag.split(":")[0]
         others = [t for i in self._client.images.list(name=repo) for t in i.tags if t != tag]
         if others:
-            return Check(f"image {name}", "fail",
-                         f"stale: {', '.join(others[:2])} was built from other sources, not {tag}",
-                         self._build_command(name))  # fmt: skip
-        return Check(f"image {name}", "fail", f"{tag} not built on {address(self.host)}",
-                     self._build_command(name))  # fmt: skip
+            return Check(
+                f"image {name}",
+                "fail",
+                f"stale: {', '.join(others[:2])} was built from other sources, not {tag}",
+                self._build_command(name),
+            )
+        return Check(
+            f"image {name}",
+            "fail",
+            f"{tag} not built on {address(self.host)}",
+            self._build_command(name),
+        )
 
     def _probe(self, tag: str) -> Check:
         try:
@@ -338,8 +349,12 @@ class DockerEngine(Engine):
                 _quietly(lambda: container.remove(force=True))
         except Exception as exc:
             reason = " ".join(str(exc).split())[:300]
-            return Check("devices", "fail", f"the probe container failed: {reason}",
-                         "see `docker info` on the host")  # fmt: skip
+            return Check(
+                "devices",
+                "fail",
+                f"the probe container failed: {reason}",
+                "see `docker info` on the host",
+            )
         return probe_check(out, err, self.host.gpus != "none")
 
     # ------------------------------------------------------------------ run

@@ -58,8 +58,9 @@ def build(winners: list[Record]) -> list[Capacity]:
     for slots in group(trials(winners), by_device=False):
         cap = Capacity(make(slots))
         for policy in cap.table.policies:
-            cap.fits[policy] = _replay(policy, {b: recs for (p, b), recs in slots.items()
-                                                if p == policy})  # fmt: skip
+            cap.fits[policy] = _replay(
+                policy, {b: recs for (p, b), recs in slots.items() if p == policy}
+            )
         out.append(cap)
     return out
 
@@ -74,9 +75,12 @@ def _replay(policy: str, by_batch: dict[int, list[Record]]) -> Fit:
         return (rec.status, rec.error) if rec is not None else None
 
     step = walk(config, outcome)
-    fit = Fit(policy, step if isinstance(step, Found) else None,
-              None if isinstance(step, Found) else step,
-              [last[b] for b in sorted(last)])  # fmt: skip
+    fit = Fit(
+        policy,
+        step if isinstance(step, Found) else None,
+        None if isinstance(step, Found) else step,
+        [last[b] for b in sorted(last)],
+    )
     if fit.batch is not None:
         fit.peak_bytes, fit.peak_kind = peak_bytes(last[fit.batch])
     return fit
@@ -101,8 +105,15 @@ def _size(n: int | None) -> str:
 
 
 def rows(c: Capacity) -> tuple[list[str], list[list[str]]]:
-    headers = ["policy", "largest batch", f"vs {BASELINE}", "peak memory there",
-               "smallest OOM", "trials", "search"]  # fmt: skip
+    headers = [
+        "policy",
+        "largest batch",
+        f"vs {BASELINE}",
+        "peak memory there",
+        "smallest OOM",
+        "trials",
+        "search",
+    ]
     out = []
     for policy, fit in c.fits.items():
         found = fit.found
@@ -113,15 +124,17 @@ def rows(c: Capacity) -> tuple[list[str], list[list[str]]]:
             if found is None
             else found.sentence()
         )
-        out.append([
-            policy,
-            str(fit.batch) if fit.batch is not None else "-",
-            f"{stats.figure(ratio)}x" if ratio is not None and policy != BASELINE else "",
-            _size(fit.peak_bytes) + (kind if fit.peak_bytes else ""),
-            str(found.oom_at) if found is not None and found.oom_at else "-",
-            str(len(fit.trials)),
-            state,
-        ])  # fmt: skip
+        out.append(
+            [
+                policy,
+                str(fit.batch) if fit.batch is not None else "-",
+                f"{stats.figure(ratio)}x" if ratio is not None and policy != BASELINE else "",
+                _size(fit.peak_bytes) + (kind if fit.peak_bytes else ""),
+                str(found.oom_at) if found is not None and found.oom_at else "-",
+                str(len(fit.trials)),
+                state,
+            ]
+        )
     return headers, out
 
 

@@ -67,9 +67,10 @@ def check(e: Entry | None) -> Check | None:
 def policies(t: Table) -> list[str]:
     """The table's policies whose cells were checked (in the table's order)."""
     return [
-        p for p in t.policies
+        p
+        for p in t.policies
         if p != BASELINE and any(check(e) for (q, _), e in t.entries.items() if q == p)
-    ]  # fmt: skip
+    ]
 
 
 def header(policy: str) -> str:

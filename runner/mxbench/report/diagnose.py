@@ -53,9 +53,12 @@ def _fmt_range(values: list[float]) -> str:
 
 def _speedups(t: Table, policies: frozenset[str]) -> list[float]:
     return [
-        s for p in t.policies if p in policies for b in t.batches
+        s
+        for p in t.policies
+        if p in policies
+        for b in t.batches
         if (s := t.speedup(p, b)) is not None
-    ]  # fmt: skip
+    ]
 
 
 def _observed(t: Table, policies: frozenset[str]) -> str:
@@ -64,8 +67,11 @@ def _observed(t: Table, policies: frozenset[str]) -> str:
     speedups = _speedups(t, policies)
     if not speedups:
         return ""
-    verdicts = {r.verdict for slot, r in t.ratios.items()
-                if slot[0] in policies and r.judged and t.trusted(slot)}  # fmt: skip
+    verdicts = {
+        r.verdict
+        for slot, r in t.ratios.items()
+        if slot[0] in policies and r.judged and t.trusted(slot)
+    }
     said = ""
     if len(verdicts) == 1:
         said = f", {verdicts.pop()}"
@@ -175,9 +181,10 @@ def overhead_bound(t: Table) -> str | None:
     if _profiles(t):
         return None  # measured instead (launch_bound)
     short = sorted(
-        (b, e.median) for (_, b), e in t.entries.items()
+        (b, e.median)
+        for (_, b), e in t.entries.items()
         if e.median is not None and e.median < OVERHEAD_MS
-    )  # fmt: skip
+    )
     if not short:
         return None
     batches = sorted({b for b, _ in short})
@@ -222,12 +229,16 @@ def dims_not_multiple_of_8(t: Table) -> str | None:
 
 def float16_output(t: Table) -> str | None:
     """A mixed policy whose model output stayed 16-bit: the loss is computed in 16 bits."""
-    bad = sorted({
-        f"{policy} ({r.model.output_dtype})"
-        for (policy, _), e in t.entries.items() for r in e.records
-        if policy.startswith("mixed") and r.model is not None
-        and r.model.output_dtype in ("float16", "bfloat16")
-    })  # fmt: skip
+    bad = sorted(
+        {
+            f"{policy} ({r.model.output_dtype})"
+            for (policy, _), e in t.entries.items()
+            for r in e.records
+            if policy.startswith("mixed")
+            and r.model is not None
+            and r.model.output_dtype in ("float16", "bfloat16")
+        }
+    )
     if not bad:
         return None
     return (
@@ -255,10 +266,15 @@ def memory_bound(t: Table) -> str | None:
 
 def model_warnings(t: Table) -> str | None:
     """What the bench noticed about a model that mixed precision cares about."""
-    said = list(dict.fromkeys(
-        w for e in t.entries.values() for r in e.records if r.model is not None
-        for w in r.model.warnings
-    ))  # fmt: skip
+    said = list(
+        dict.fromkeys(
+            w
+            for e in t.entries.values()
+            for r in e.records
+            if r.model is not None
+            for w in r.model.warnings
+        )
+    )
     return ("The model: " + "; ".join(said) + ".") if said else None
 
 
@@ -310,11 +326,15 @@ def silent_cpu_fallback(t: Table) -> str | None:
         )
     if dev.used_gpu is not False and not (_is_cpu(t) and gpus):
         return None
-    names = ", ".join(
-        f"{g.name or 'GPU'} (CC {g.compute_capability})" if g.compute_capability
-        else g.name or "GPU"
-        for g in gpus
-    ) or "a GPU"  # fmt: skip
+    names = (
+        ", ".join(
+            f"{g.name or 'GPU'} (CC {g.compute_capability})"
+            if g.compute_capability
+            else g.name or "GPU"
+            for g in gpus
+        )
+        or "a GPU"
+    )
     text = f"Silent CPU fallback: {names} present, but {framework} ran on the CPU."
     ccs = [cc_pair(g.compute_capability) for g in gpus]
     if framework == "TensorFlow" and any(cc is not None and cc < (6, 0) for cc in ccs):

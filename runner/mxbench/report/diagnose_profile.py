@@ -20,8 +20,10 @@ HOST_GAP_SHARE = 0.30  # nothing ran: launches, Python, waits
 NO_TENSOR_CORES = 0.05  # Tensor Core share of conv/matmul time below this: none
 # What AMX is, in the sentences that name it (the bench measured mixed_bfloat16 2.26x float32
 # on AMX, blog-cnn at 128 px, batch 16)
-AMX = ("tile matrix units: each instruction multiplies whole blocks of 16-bit numbers, the "
-       "reason bf16 can be 2x or more faster than float32")  # fmt: skip
+AMX = (
+    "tile matrix units: each instruction multiplies whole blocks of 16-bit numbers, the "
+    "reason bf16 can be 2x or more faster than float32"
+)
 NATIVE_16 = 0.5  # share of 16-bit conv/matmul work on native kernels to call it native
 
 
@@ -73,8 +75,9 @@ def cpu_kernels(t: Table) -> str | None:
             )
         elif d.native16_share >= NATIVE_16:
             dtype = "bf16" if policy in BFLOAT16 else "f16"
-            isa = next((i for i in d.gemm_isas if onednn.native16(i, dtype)),
-                       next(iter(d.gemm_isas)))  # fmt: skip
+            isa = next(
+                (i for i in d.gemm_isas if onednn.native16(i, dtype)), next(iter(d.gemm_isas))
+            )
             tiles = f"AMX {AMX}; " if onednn.amx(isa) else ""
             parts.append(
                 f"{policy} at batch {b}: {what} convolutions/matmuls ran on {isa} kernels "
@@ -103,8 +106,11 @@ def tensor_core_kernels(t: Table) -> str | None:
     cap, _ = gpu_cc(t)
     if not _is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
         return None
-    found = [(pol, b, p.tensor_core_share) for pol, b, p in _profiles(t, FLOAT16 | BFLOAT16)
-             if p.tensor_core_share is not None]  # fmt: skip
+    found = [
+        (pol, b, p.tensor_core_share)
+        for pol, b, p in _profiles(t, FLOAT16 | BFLOAT16)
+        if p.tensor_core_share is not None
+    ]
     if not found:
         return None
     none = [f"{pol} at batch {b}" for pol, b, s in found if s < NO_TENSOR_CORES]
@@ -116,8 +122,10 @@ def tensor_core_kernels(t: Table) -> str | None:
             "multiples of 8, the layout and the library versions."
         )
     shown = "; ".join(f"{pol} at batch {b}: {s:.0%}" for pol, b, s in found)
-    return (f"Tensor Core kernels ran most of the convolution/matmul time ({shown}; judged "
-            "from kernel names, a heuristic).")  # fmt: skip
+    return (
+        f"Tensor Core kernels ran most of the convolution/matmul time ({shown}; judged "
+        "from kernel names, a heuristic)."
+    )
 
 
 def cast_overhead(t: Table) -> str | None:

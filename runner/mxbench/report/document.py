@@ -33,9 +33,17 @@ R = TypeVar("R")
 # interval (direction only); diverged: the policy's loss was not finite (not a speedup);
 # oom: a side ran out of memory; failed: a side errored, timed out or was unsupported.
 Verdict = Literal[
-    "faster", "same", "slower", "point-faster", "point-slower", "point-same", "diverged",
-    "oom", "failed", "none",
-]  # fmt: skip
+    "faster",
+    "same",
+    "slower",
+    "point-faster",
+    "point-slower",
+    "point-same",
+    "diverged",
+    "oom",
+    "failed",
+    "none",
+]
 VERDICT_WORDS: dict[str, str] = {
     "faster": "faster",
     "same": "no clear difference",
@@ -62,8 +70,12 @@ COLOURS: dict[str, tuple[str, str]] = {
     "none": ("#ffffff", "#777777"),
 }
 # the word a grid cell shows after its value (the colour says it too, where there is colour)
-SHORT_WORDS: dict[str, str] = {"faster": "faster", "same": "≈ same", "slower": "slower",
-                               "diverged": "loss diverged"}  # fmt: skip
+SHORT_WORDS: dict[str, str] = {
+    "faster": "faster",
+    "same": "≈ same",
+    "slower": "slower",
+    "diverged": "loss diverged",
+}
 _FROM_STATS = {"faster": "faster", "slower": "slower", "no clear difference": "same"}
 
 
@@ -217,8 +229,11 @@ def failures(t: Table) -> list[str]:
             continue
         cells = t.cells.get((p, b), ())
         if len(cells) > len(e.records):  # more cells than its ok records: some failed
-            out += [_failure(f"batch {b} {p} {_which(r)}", r.status, r.error)
-                    for r in cells if r.status != "ok"]  # fmt: skip
+            out += [
+                _failure(f"batch {b} {p} {_which(r)}", r.status, r.error)
+                for r in cells
+                if r.status != "ok"
+            ]
     return out
 
 
@@ -238,18 +253,33 @@ def section(t: Table, anchor: str, texts: Texts | None = None) -> Section:
     headers, rows = text.table_rows(t, texts[id(t)] if texts is not None else None)
     why.add_columns(t, headers, rows)
     return Section(
-        "speed", t.title, anchor, annotate.lines(t), headers, rows, t,
-        note=text.interval_note(t), failures=failures(t),
-        diagnosis_rules=[(n.rule, n.text) for n in diagnose(t)], breakdown=why.bars(t),
-    )  # fmt: skip
+        "speed",
+        t.title,
+        anchor,
+        annotate.lines(t),
+        headers,
+        rows,
+        t,
+        note=text.interval_note(t),
+        failures=failures(t),
+        diagnosis_rules=[(n.rule, n.text) for n in diagnose(t)],
+        breakdown=why.bars(t),
+    )
 
 
 def largest(c: capacity.Capacity, anchor: str) -> Section:
     headers, rows = capacity.rows(c)
     return Section(
-        "largest", f"Largest batch: {c.table.title}", anchor, annotate.lines(c.table), headers,
-        rows, c.table, note=capacity.diagnosis(c), capacity=c,
-    )  # fmt: skip
+        "largest",
+        f"Largest batch: {c.table.title}",
+        anchor,
+        annotate.lines(c.table),
+        headers,
+        rows,
+        c.table,
+        note=capacity.diagnosis(c),
+        capacity=c,
+    )
 
 
 def build(loaded: Loaded, tables: Sequence[Table]) -> Document:

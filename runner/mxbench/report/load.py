@@ -112,18 +112,29 @@ class Reader:
         if step is not None:
             step = StepStats(median=step.median, p25=step.p25, p75=step.p75, n=step.n)
         return Read(
-            cell=rec.cell, time=self._one(rec.time), host=self._one(rec.host),
-            engine=self._one(rec.engine), params=self._one(rec.params), status=rec.status,
+            cell=rec.cell,
+            time=self._one(rec.time),
+            host=self._one(rec.host),
+            engine=self._one(rec.engine),
+            params=self._one(rec.params),
+            status=rec.status,
             image=self._one((Image, i.name, i.id), lambda: Image(name=i.name, id=i.id)),
-            device=self._one((Device, d.kind, d.name, d.compute_capability),
-                             lambda: Device(kind=d.kind, name=d.name,
-                                            compute_capability=d.compute_capability)),
-            settings=self._one((Settings, s.tf32, s.pure_float16),
-                               lambda: Settings(tf32=s.tf32, pure_float16=s.pure_float16)),
+            device=self._one(
+                (Device, d.kind, d.name, d.compute_capability),
+                lambda: Device(kind=d.kind, name=d.name, compute_capability=d.compute_capability),
+            ),
+            settings=self._one(
+                (Settings, s.tf32, s.pure_float16),
+                lambda: Settings(tf32=s.tf32, pure_float16=s.pure_float16),
+            ),
             metrics=Metrics(step_ms=step, images_per_s=m.images_per_s),
-            label=self._one(rec.label), error=rec.error, source=rec.source, search=rec.search,
-            loss=rec.loss, pairing=_lean_pairing(rec.pairing),
-        )  # fmt: skip
+            label=self._one(rec.label),
+            error=rec.error,
+            source=rec.source,
+            search=rec.search,
+            loss=rec.loss,
+            pairing=_lean_pairing(rec.pairing),
+        )
 
     def _one(self, key: Any, make: Callable[[], Any] | None = None) -> Any:
         """One object for every equal ``key`` (made by ``make``, else the key itself)."""
@@ -314,9 +325,11 @@ def pick(attempts: list[Record]) -> Record:
 
 
 def load(
-    sources: Iterable[Path | str], label: str | None = None, keep_all: bool = False,
+    sources: Iterable[Path | str],
+    label: str | None = None,
+    keep_all: bool = False,
     lean: bool = False,
-) -> Loaded:  # fmt: skip
+) -> Loaded:
     """Read and merge; ``label``: only the records of ``mxbench run --label LABEL``;
     ``keep_all``: keep every attempt in :attr:`Loaded.everything` too; ``lean``: keep only
     what the tables' numbers and ``compare`` read (:meth:`Reader._lean`)."""

@@ -89,8 +89,11 @@ class Entry:
         """Sustained throughput: the median over the ok records of their images/s over the
         timed window; from the median step time for records without it (None: nothing
         timed)."""
-        rates = [r.metrics.images_per_s for r in self.records
-                 if r.status == "ok" and r.metrics.images_per_s]  # fmt: skip
+        rates = [
+            r.metrics.images_per_s
+            for r in self.records
+            if r.status == "ok" and r.metrics.images_per_s
+        ]
         if rates:
             return statistics.median(rates)
         return batch * 1000 / self.median if self.median else None
@@ -389,8 +392,10 @@ def build(winners: list[Record]) -> list[Table]:
                 else:
                     where.append((t, (policy, batch)))
                     pairs.append((base.processes(), other.processes()))
-    judged = [*zip(where, stats.judge(pairs), strict=True),
-              *zip(paired_where, stats.judge_paired(groups), strict=True)]  # fmt: skip
+    judged = [
+        *zip(where, stats.judge(pairs), strict=True),
+        *zip(paired_where, stats.judge_paired(groups), strict=True),
+    ]
     for (t, slot), ratio in judged:
         if ratio is not None:
             t.ratios[slot] = ratio

@@ -253,15 +253,18 @@ def input_shares(records: Iterable[Record]) -> list[str]:
     out = []
     for folder, real, synth in _ab(records, "data", SYNTHETIC):
         r, ms = _ratio(real, synth)
-        where = (f"{Path(folder).name or folder} at {_where(real[0].params, real[0].host)}: "
-                 f"{ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic")  # fmt: skip
+        where = (
+            f"{Path(folder).name or folder} at {_where(real[0].params, real[0].host)}: "
+            f"{ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic"
+        )
         if r is None:
             out.append(f"the input pipeline: no comparison ({where})")
         elif r.verdict in (stats.FASTER, stats.TOO_FEW):  # real data's step is longer
             out.append(f"the input pipeline costs {_span(r)} of the step ({where})")
         elif r.verdict == stats.SLOWER:
-            out.append(f"real data ran faster than synthetic, {_span(r)} ({where}): something "
-                       "else varied")  # fmt: skip
+            out.append(
+                f"real data ran faster than synthetic, {_span(r)} ({where}): something else varied"
+            )
         else:
             out.append(f"no clear input-pipeline cost: {_span(r)} of the step ({where})")
     return out
@@ -277,13 +280,16 @@ def overhead_shares(records: Iterable[Record]) -> list[str]:
     out = []
     for k, many, one in _ab(records, "steps_per_execution", 1):
         r, ms = _ratio(one, many)
-        where = (f"{_where(one[0].params, one[0].host)}: {ms[0]:.2f} ms/step at 1 vs "
-                 f"{ms[1]:.2f} at {k}")  # fmt: skip
+        where = (
+            f"{_where(one[0].params, one[0].host)}: {ms[0]:.2f} ms/step at 1 vs {ms[1]:.2f} at {k}"
+        )
         if r is None:
             out.append(f"steps_per_execution {k}: no comparison ({where})")
         elif r.verdict in (stats.FASTER, stats.TOO_FEW):
-            out.append(f"steps_per_execution {k} saves {_span(r)} of the step: per-call host "
-                       f"overhead ({where})")  # fmt: skip
+            out.append(
+                f"steps_per_execution {k} saves {_span(r)} of the step: per-call host "
+                f"overhead ({where})"
+            )
         elif r.verdict == stats.SLOWER:
             out.append(f"steps_per_execution {k} is slower ({where})")
         else:
@@ -293,5 +299,9 @@ def overhead_shares(records: Iterable[Record]) -> list[str]:
 
 def as_dict(s: Section) -> dict[str, Any]:
     """A section for the JSON report: the table as rows of named cells, and the verdicts."""
-    return {"title": s.title, "target": s.target, "sentences": s.sentences,
-            "rows": [dict(zip(s.headers, row, strict=True)) for row in s.rows]}  # fmt: skip
+    return {
+        "title": s.title,
+        "target": s.target,
+        "sentences": s.sentences,
+        "rows": [dict(zip(s.headers, row, strict=True)) for row in s.rows],
+    }
