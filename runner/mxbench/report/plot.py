@@ -49,13 +49,18 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(plt: Any, fig: Any) -> bytes:
+def _save(plt: Any, fig: Any) -> bytes | None:
+    """The figure as PNG; None when matplotlib cannot lay it out (values near a double's
+    limit, which a record admits, leave its ticks no finite spacing): the plot is left out,
+    its table still says every number."""
     try:
         with warnings.catch_warnings():  # a name's character no font has (an emoji): a box
             warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
             fig.tight_layout()
             buf = io.BytesIO()
             fig.savefig(buf, format="png")
+    except (ValueError, OverflowError):
+        return None
     finally:
         plt.close(fig)
     return buf.getvalue()

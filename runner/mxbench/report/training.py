@@ -111,7 +111,7 @@ def band_verdict(run: Run, band: dict[int, tuple[float, float]]) -> str:
                 at.setdefault(pt.epoch, []).append(pt.val_metric)
     if not at:
         return "no evaluation"
-    mean = {e: statistics.fmean(v) for e, v in at.items()}
+    mean = {e: stats.mean(v) for e, v in at.items()}
     below = [e for e, m in mean.items() if m < band[e][0]]
     last = max(mean)
     if mean[last] < band[last][0]:
