@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from mxbench import models
-from mxbench.engines import retry, stale
+from mxbench.engines import docker_ssh, retry, stale
 from mxbench.engines.base import (
     PROBE,
     STDERR_LIMIT,
@@ -85,8 +85,11 @@ def connect(
     def once() -> Any:
         try:
             if base_url:
-                # ssh:// through the system ssh client (~/.ssh/config: ProxyJump, keys)
+                # ssh:// through the system ssh client (~/.ssh/config: ProxyJump, keys),
+                # bounded: a host that stops answering ends the call (docker_ssh)
                 system_ssh = base_url.startswith("ssh://") and shutil.which("ssh") is not None
+                if system_ssh:
+                    docker_ssh.install()
                 client = docker.DockerClient(
                     base_url=base_url, tls=tls, timeout=int(timeout), use_ssh_client=system_ssh
                 )
