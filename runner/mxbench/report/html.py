@@ -20,7 +20,7 @@ from collections.abc import Callable, Container, Sequence
 
 from mxbench import params
 from mxbench.report import training, why
-from mxbench.report.document import COLOURS, VERDICT_WORDS, Document, Grid, Section
+from mxbench.report.document import LOOK, Document, Grid, Section, Verdict
 from mxbench.report.plot import curves_png, memory_png, pngs_base64
 from mxbench.report.tables import Table
 from mxbench.results import CATEGORY_NAMES
@@ -79,8 +79,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def _style(verdict: str) -> str:
-    bg, fg = COLOURS[verdict]
+def _style(verdict: Verdict) -> str:
+    bg, fg = LOOK[verdict].background, LOOK[verdict].text
     return f"background:{bg};color:{fg}"
 
 
@@ -96,7 +96,7 @@ def grid(g: Grid) -> str:
         cells = []
         for c in row.cells:
             word = c.word
-            said = VERDICT_WORDS[c.verdict]
+            said = LOOK[c.verdict].words
             tip = f"{c.detail} ({said})" if c.detail else said
             cells.append(
                 f'<td class="v-{c.verdict}" style="{_style(c.verdict)}" title="{esc(tip)}">'
@@ -111,8 +111,8 @@ def grid(g: Grid) -> str:
 def legend(shown: Container[str]) -> str:
     """The colours the grids use, each with its meaning."""
     chips = "".join(
-        f'<span style="{_style(v)}">{escape(VERDICT_WORDS[v])}</span>'
-        for v in COLOURS
+        f'<span style="{_style(v)}">{escape(LOOK[v].words)}</span>'
+        for v in LOOK
         if v in shown and v != "none"
     )
     return (

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from mxbench.progress import plain
 from mxbench.report import training, why
-from mxbench.report.document import COLOURS, VERDICT_WORDS, Document, Grid, Section
+from mxbench.report.document import LOOK, Document, Grid, Section
 
 _NUMERIC = frozenset("0123456789.")
 # wider than any table: its cells from records are bounded (tables.MAX_RECORD_TEXT)
@@ -38,8 +38,8 @@ def grid(g: Grid) -> RichTable:
     for row in g.rows:
         cells = []
         for c in row.cells:
-            bg, fg = COLOURS[c.verdict]
-            style = f"{fg} on {bg}" if c.verdict != "none" else ""
+            look = LOOK[c.verdict]
+            style = f"{look.text} on {look.background}" if c.verdict != "none" else ""
             cells.append(plain(f" {c.text} ", style=style) if c.value else plain(""))
         out.add_row(plain(row.title), *cells)
     return out
@@ -48,9 +48,9 @@ def grid(g: Grid) -> RichTable:
 def legend(shown: Container[str]) -> Text:
     """The colours the grids use, each with its meaning."""
     out = Text()
-    for verdict, (bg, fg) in COLOURS.items():
+    for verdict, look in LOOK.items():
         if verdict in shown and verdict != "none":
-            out.append(f" {VERDICT_WORDS[verdict]} ", style=f"{fg} on {bg}")
+            out.append(f" {look.words} ", style=f"{look.text} on {look.background}")
             out.append(" ")
     return out
 
