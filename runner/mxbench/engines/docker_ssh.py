@@ -8,8 +8,8 @@ gets a connect timeout and keep-alives (``-o ConnectTimeout``, ``-o ServerAliveI
 ``-o ServerAliveCountMax``, as ``docker -H ssh://`` users put in ~/.ssh/config), and whose
 reads end when ssh does, with ssh's own reason (``Connection to HOST port 22 timed out``)
 instead of an empty read. ~/.ssh/config still applies to everything else (ProxyJump, keys,
-known hosts); an option given there first wins, as ssh takes the first value it reads
-(command-line options are read before the file).
+known hosts); for these three options the values here win (ssh keeps the first value it
+reads, and reads its command line before the file).
 """
 
 from __future__ import annotations
