@@ -1,15 +1,15 @@
 """Read result records from any number of sources and pick one record per cell.
 
-Records are streamed line by line and decoded as :class:`Read`, a :class:`Record` whose
-bulky parts (a record's raw step samples and per-step losses) are validated as the record
-type validates them and then summarised, a batch of records at a time, into what the
-tables need: the process's median and its uncertainty (:func:`mxbench.stats.summarise`) and
-the sum and count of its losses. A reader's memory grows with the cells, never with the
-steps; the winning record of a cell is chosen as records arrive. A line that is not a
-record, and a path that cannot be read (a directory named ``*.jsonl``, a FIFO, a device, a
-symlink loop, no permission), is skipped with one ``file:line: reason`` warning: the same
-lines as :func:`mxbench.codec.decode` refuses, with its reasons (a line the fast path
-cannot vouch for is decoded by it).
+Records are streamed line by line and decoded as :class:`~mxbench.summary.Read`, a
+:class:`Record` whose bulky parts (a record's raw step samples and per-step losses) are
+validated as the record type validates them and then summarised, a batch of records at a
+time, into what the tables need: the process's median and its uncertainty
+(:func:`mxbench.stats.summarise`) and the sum and count of its losses. A reader's memory
+grows with the cells, never with the steps; the winning record of a cell is chosen as
+records arrive. A line that is not a record, and a path that cannot be read (a directory
+named ``*.jsonl``, a FIFO, a device, a symlink loop, no permission), is skipped with one
+``file:line: reason`` warning: the same lines as :func:`mxbench.codec.decode` refuses, with
+its reasons (a line the fast path cannot vouch for is decoded by it).
 
 Several attempts of one cell (a retry after an OOM, a resumed run, the same directory
 copied twice): the latest ``ok`` wins; a cell that never succeeded keeps its latest
