@@ -41,7 +41,7 @@ os.environ["KERAS_BACKEND"] = sys.argv[1]
 from mxbench.bench.cell import run_cell
 from mxbench.bench.params import validate
 from mxbench.params import Params
-from mxbench.results import encode
+from mxbench.codec import encode
 out = []
 for spec in json.loads(sys.argv[2]):
     out.append(encode(run_cell(validate(Params(**spec)))).decode())
