@@ -192,7 +192,10 @@ def searches(matrix: Matrix, hosts: list[str] | None = None) -> list[Search]:
     out: list[Search] = []
     for host, image, spec, combo, source in _placements(matrix, hosts):
         if combo["batch_size"] == SEARCH and not combo["repeat"]:
-            params = Params(**{**combo, "batch_size": config.start, "repeat": None})
+            # a trial answers "does it fit": no profiled window, no one-step check (either
+            # would add memory of its own, and time)
+            params = Params(**{**combo, "batch_size": config.start, "repeat": None,
+                               "profile": "off", "check": "off"})  # fmt: skip
             template = _cell(matrix, host, image, spec, params, source)
             out.append(Search(replace(template, search=config), config, host.limits()))
     return out

@@ -122,8 +122,19 @@ class Metrics(_Part):
     loss_scale: Annotated[
         float | None, Doc("final dynamic loss scale (mixed_float16), else null")
     ] = None
-    peak_memory_bytes: Count | None = None
-    peak_memory_kind: Literal["gpu", "rss"] | None = None
+    peak_memory_bytes: Annotated[
+        Count | None,
+        Doc("the most memory the training held, read right after the timed steps (the "
+            "profiled window and the one-step check come later and are not in it); see "
+            "peak_memory_kind for what it counts"),
+    ] = None  # fmt: skip
+    peak_memory_kind: Annotated[
+        Literal["gpu", "cgroup", "rss"] | None,
+        Doc("gpu: the framework's peak on the device; cgroup: the memory cgroup's peak (a "
+            "memory limit: what the limit counts, page cache included); rss: the process's "
+            "peak resident set (the framework's libraries included, about 0.5-1 GB for "
+            "TensorFlow)"),
+    ] = None  # fmt: skip
     gpu_util_pct: Annotated[
         Annotated[float, Meta(ge=0, le=100)] | None, Doc("NVML median, timed steps")
     ] = None
@@ -314,6 +325,11 @@ class Convergence(_Part):
             "for mixed precision)"),
     ] = None  # fmt: skip
     norm_ratio: Annotated[float | None, Doc("its norm / float32's gradient norm")] = None
+    batch: Annotated[
+        Count | None,
+        Doc("examples the checked gradient was taken on: the first of the cell's batch, at "
+            "most 32 (the check's memory stays small beside the training's)"),
+    ] = None  # fmt: skip
     float32_rounded_input_cosine: Annotated[
         float | None,
         Doc("where the cosine is low: float32's own gradient with only its input rounded to "
@@ -589,6 +605,13 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
         Doc("the paired design (arms interleaved in one process) that measured the step "
             "times; null: one policy per process (pairing: process, or an older record)"),
     ] = None  # fmt: skip
+    pending: Annotated[
+        list[str],
+        Doc("what had not run yet when the bench printed this record (profile, check): the "
+            "bench prints the measured record before its extra phases and again after each; "
+            "non-empty only where the process died in one of them (the engine says which "
+            "in convergence.note / profile.error); the timed figures stand"),
+    ] = []  # fmt: skip
 
     def problem(self) -> str | None:
         """Why this record cannot stand for a cell in a table, or None when it can."""
@@ -935,9 +958,16 @@ def bench_records(stdout: str | bytes) -> list[Record]:
 
 
 def tail(text: str, lines: int = 20, chars: int = 4000) -> str:
-    """The last lines of a log, for error fields: enough to see why, small enough to store."""
-    out = "\n".join(text.rstrip().splitlines()[-lines:])
-    return out[-chars:]
+    """The first line (the reason: an exception's type and message, the engine's account of
+    a kill) and the last lines of a log, for error fields: enough to see why, small enough
+    to store. What is left out between them is marked."""
+    every = text.strip().splitlines()
+    if len(every) <= lines and len(text.strip()) <= chars:
+        return text.strip()
+    head = every[0][: chars // 4] if every else ""
+    room = chars - len(head) - 2
+    rest = "\n".join(every[1:][-(lines - 2) :])[-room:] if lines > 2 and room > 0 else ""
+    return f"{head}\n…\n{rest}" if rest else head
 
 
 @contextlib.contextmanager

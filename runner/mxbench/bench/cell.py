@@ -56,12 +56,20 @@ def is_oom(exc: BaseException) -> bool:
     return any(t in text for t in _OOM_TEXT)
 
 
+Emit = Callable[[Record], None]
+
+
 def run_cell(
     p: Params,
     started_at: float | None = None,
     on_step: Callable[[int], None] | None = None,
+    emit: Emit | None = None,
 ) -> Record:
-    """Measure the cell described by ``p`` (already validated) into a result record."""
+    """Measure the cell described by ``p`` (already validated) into a result record.
+
+    ``emit``: called with the record as measured before each extra phase (the profiled
+    window, the one-step check) with ``pending`` naming what is still to run, so that a
+    process killed in one of them (out of memory under a limit) leaves its timed figures."""
     started_at = started_at or probe.process_start_time() or time.time()
     phases = Phases(started_at)
     rec = new_record(params=p, status="ok")
@@ -71,22 +79,24 @@ def run_cell(
     state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
     phases.mark("probe")
     # the profiled window answers "where does the time go": once per cell, not per repeat
-    profiled = p if first_process(p) else msgspec.structs.replace(p, profile="off")
+    profiled = p if runs_profile(p) else msgspec.structs.replace(p, profile="off")
     try:
-        profiler.around(profiled, rec, lambda: _measure(p, rec, state, started_at, on_step))
+        profiler.around(profiled, rec, lambda: _measure(p, rec, state, started_at, on_step, emit))
     except UsageError:
         raise
     except Exception as exc:  # failure is data
         traceback.print_exc(file=sys.stderr)
         rec.status = "oom" if is_oom(exc) else "error"
         rec.error = tail(f"{type(exc).__name__}: {exc}")
-    phases.mark("fit_other")  # after a failure: the rest of the attempt
-    _probe_device(rec, state)
-    phases.mark("probe")
-    if "convergence" in state:  # after the timed steps and the memory probe
+    if not state.get("probed"):  # a failure before the timed steps ended
+        phases.mark("fit_other")
+        _probe_device(rec, state)
+        phases.mark("probe")
+    if "convergence" in state:  # after the timed steps, the memory probe and the profile
         found, *rest = state["convergence"]
         # the one-step check against float32: once per cell, not per repeat
-        rec.convergence = convergence.check(p, found, *rest) if first_process(p) else found
+        rec.convergence = convergence.check(p, found, *rest) if runs_check(p) else found
+    _drop_initial(state)
     phases.mark("check")
     rec.metrics.phases_s = phases.done()
     rec.time = now_iso()
@@ -167,6 +177,7 @@ def _measure(
     state: dict[str, Any],
     started_at: float,
     on_step: Callable[[int], None] | None,
+    emit: Emit | None = None,
 ) -> None:
     import_s = _load(p, rec, state)
     arm = _build(p, rec, state)
@@ -178,8 +189,8 @@ def _measure(
         train.run(p, arm.prepared, rec)
         return
 
-    check = p.policy != BASELINE and first_process(p)
-    initial = model.get_weights() if check else []  # for the one-step check
+    initial = convergence.Initial(model) if runs_check(p) else None  # for the one-step check
+    state["initial"] = [initial]
     phases.mark("check")
     log_ = StepLog()
     total = p.warmup_steps + p.steps
@@ -218,8 +229,27 @@ def _measure(
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
     energy.fill(rec.metrics, joules, state["timed_window"], p.steps, p.batch_size)
-    if p.profile == "on" and first_process(p):  # after the timed window, never inside it
+    # the device and the peak memory now: the training's, before anything else runs
+    phases.mark("fit_other")
+    _probe_device(rec, state)
+    state["probed"] = True
+    phases.mark("probe")
+    pending = [name for name, on in (("profile", runs_profile(p)), ("check", runs_check(p)))
+               if on]  # fmt: skip
+    _emit(emit, rec, pending, phases)
+    if runs_profile(p):  # after the timed window, never inside it
         rec.profile = profiler.run(p.backend, model, ds, gpu=state["backend"].model_on_gpu(model))
+        phases.mark("profile")
+        _emit(emit, rec, pending[1:], phases)
+
+
+def _emit(emit: Emit | None, rec: Record, pending: list[str], phases: Phases) -> None:
+    """Print the record as measured so far, naming the phases still to run (none: nothing
+    to print, the final record follows)."""
+    if emit is None or not pending:
+        return
+    metrics = msgspec.structs.replace(rec.metrics, phases_s=phases.done())
+    emit(msgspec.structs.replace(rec, pending=list(pending), metrics=metrics, time=now_iso()))
 
 
 def set_policy(policy: str) -> None:
@@ -327,13 +357,24 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
         _gpu_util(rec, state)
         rec.device.framework = rec.params.backend
         peak = backend.peak_gpu_memory_bytes() if used and backend is not None else None
+        limited = probe.cgroup_peak_bytes()
         if peak is not None:
             rec.metrics.peak_memory_bytes, rec.metrics.peak_memory_kind = peak, "gpu"
+        elif limited is not None:
+            rec.metrics.peak_memory_bytes, rec.metrics.peak_memory_kind = limited, "cgroup"
         else:
             rec.metrics.peak_memory_bytes = probe.peak_rss_bytes()
             rec.metrics.peak_memory_kind = "rss"
     except Exception as exc:
         print(f"mxbench bench: device probe failed: {exc!r}", file=sys.stderr)
+
+
+def _drop_initial(state: dict[str, Any]) -> None:
+    """The one-step check's initial weights on disk are not needed past the check (or a
+    failure)."""
+    for initial in state.get("initial", []):
+        if initial is not None:
+            initial.drop()
 
 
 def first_process(p: Params) -> bool:
@@ -343,7 +384,20 @@ def first_process(p: Params) -> bool:
     return not p.repeat
 
 
-def run_paired(p: Params, others: list[str], started_at: float | None = None) -> list[Record]:
+def runs_profile(p: Params) -> bool:
+    """Whether this process runs the profiled window (``profile: on``, first process)."""
+    return p.profile == "on" and first_process(p)
+
+
+def runs_check(p: Params) -> bool:
+    """Whether this process runs the one-step check (``check: on``, a policy other than
+    float32, first process)."""
+    return p.check == "on" and p.policy != BASELINE and first_process(p)
+
+
+def run_paired(
+    p: Params, others: list[str], started_at: float | None = None, emit: Emit | None = None
+) -> list[Record]:
     """Measure ``p`` (the base arm, float32) and the policies ``others`` in this process,
     in interleaved windows (:mod:`mxbench.bench.paired`): one record per arm, base first.
     Failure is data as in :func:`run_cell`: every arm's record says it."""
@@ -359,16 +413,16 @@ def run_paired(p: Params, others: list[str], started_at: float | None = None) ->
         rec.settings = msgspec.convert({**probe.number_settings(), "policy": q.policy}, Settings)
     state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
     phases.mark("probe")
-    profiled = p.profile == "on" and first_process(p)
+    profiled = runs_profile(p)
     try:
         if profiled:
             profiler.prepare(p.backend)
             with profiler.whole_run(p.backend, True) as lines:
-                _measure_paired(ps, recs, state, started_at, profiled)
+                _measure_paired(ps, recs, state, started_at, profiled, emit)
             for rec in recs:
                 profiler.add_log(rec.profile, lines)
         else:
-            _measure_paired(ps, recs, state, started_at, profiled)
+            _measure_paired(ps, recs, state, started_at, profiled, emit)
     except UsageError:
         raise
     except Exception as exc:  # failure is data: every arm's record says it
@@ -376,18 +430,12 @@ def run_paired(p: Params, others: list[str], started_at: float | None = None) ->
         for rec in recs:
             rec.status = "oom" if is_oom(exc) else "error"
             rec.error = tail(f"{type(exc).__name__}: {exc}")
-    phases.mark("fit_other")
-    for rec in recs:
-        _probe_device(rec, state)
-        _gpu_windows(rec, state)
-        # one process held every arm: its peak is theirs together, not one policy's (the
-        # memory answer comes from a process of one policy: pairing: process, the search)
-        rec.metrics.peak_memory_bytes = rec.metrics.peak_memory_kind = None
-    _mark_rounds(recs)
-    phases.mark("probe")
+    if not state.get("probed"):  # a failure before the windows ended
+        _settle_paired(recs, state)
     for rec, arm_state in zip(recs, state.get("convergence", []), strict=False):
         if arm_state is not None:
             rec.convergence = convergence.check(rec.params, *arm_state)
+    _drop_initial(state)
     phases.mark("check")
     done = phases.done()
     for rec in recs:
@@ -398,7 +446,7 @@ def run_paired(p: Params, others: list[str], started_at: float | None = None) ->
 
 def _measure_paired(
     ps: list[Params], recs: list[Record], state: dict[str, Any], started_at: float,
-    profiled: bool,
+    profiled: bool, emit: Emit | None = None,
 ) -> None:  # fmt: skip
     import random
 
@@ -412,8 +460,8 @@ def _measure_paired(
         rec.settings.tf32 = recs[0].settings.tf32
         rec.settings.matmul_precision = recs[0].settings.matmul_precision
     phases = state["phases"]
-    check = first_process(p)
-    initial = [a.model.get_weights() if check and a.p.policy != BASELINE else None for a in arms]
+    initial = state["initial"] = [convergence.Initial(a.model) if runs_check(a.p) else None
+                                  for a in arms]  # fmt: skip
     phases.mark("check")
 
     def fitter(arm: Arm) -> Callable[[Any, int], None]:
@@ -512,11 +560,33 @@ def _measure_paired(
     phases.out.update(first_step=first_total, warmup=warm_total, timed=timed_total)
     phases.out["fit_other"] = max(0.0, fit_s - first_total - warm_total - timed_total)
     phases.last = time.perf_counter()
+    _settle_paired(recs, state)
+    checked = any(x is not None for x in convergence_states)
+    pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
+    for rec in recs:
+        _emit(emit, rec, pending, phases)
     if profiled:  # after every timed window, never inside one
         for arm, rec in zip(arms, recs, strict=True):
             gpu = state["backend"].model_on_gpu(arm.model)
             rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu)
         phases.mark("profile")
+        for rec in recs:
+            _emit(emit, rec, pending[1:], phases)
+
+
+def _settle_paired(recs: list[Record], state: dict[str, Any]) -> None:
+    """Device, GPU windows and clean rounds of a paired process, once its windows are over
+    (or it failed)."""
+    state["phases"].mark("fit_other")
+    for rec in recs:
+        _probe_device(rec, state)
+        _gpu_windows(rec, state)
+        # one process held every arm: its peak is theirs together, not one policy's (the
+        # memory answer comes from a process of one policy: pairing: process, the search)
+        rec.metrics.peak_memory_bytes = rec.metrics.peak_memory_kind = None
+    _mark_rounds(recs)
+    state["probed"] = True
+    state["phases"].mark("probe")
 
 
 def _mark_rounds(recs: list[Record]) -> None:

@@ -12,6 +12,7 @@ import os
 import platform
 import resource
 import sys
+from pathlib import Path
 from typing import Any
 
 NUMBER_SETTINGS = ("TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS", "NVIDIA_TF32_OVERRIDE")
@@ -168,6 +169,33 @@ def peak_rss_bytes() -> int:
     """Peak resident set size of this process (Linux reports KiB, macOS bytes)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def cgroup_peak_bytes(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The peak of the memory cgroup this process runs in, when that cgroup has a memory
+    limit of its own (a host's memory_limit, a container's --memory); None otherwise."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            where = root / path.lstrip("/")
+            peak, limit = where / "memory.peak", where / "memory.max"
+        elif "memory" in controllers.split(","):  # cgroup v1
+            where = root / "memory" / path.lstrip("/")
+            peak, limit = where / "memory.max_usage_in_bytes", where / "memory.limit_in_bytes"
+        else:
+            continue
+        try:
+            bound = limit.read_text().strip()
+            if bound == "max" or int(bound) >= 2**60:
+                return None  # no limit of its own: not the cell's memory
+            return int(peak.read_text())
+        except (OSError, ValueError):
+            return None
+    return None
 
 
 def process_start_time() -> float | None:

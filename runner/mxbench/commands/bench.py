@@ -22,7 +22,7 @@ from mxbench import params
 from mxbench.bench.params import validate
 from mxbench.bench.stdio import stdout_to_stderr, write_line
 from mxbench.params import Params
-from mxbench.results import encode
+from mxbench.results import Record, encode
 
 _IMPORTED_AT = time.time()
 
@@ -38,12 +38,16 @@ def bench(pair_with: str = "", **options: Any) -> None:
 
     started = process_start_time() or _IMPORTED_AT
     with stdout_to_stderr() as real_stdout, _progress(params) as on_step:
-        if others:
-            records = run_paired(params, others, started_at=started)
-        else:
-            records = [run_cell(params, started_at=started, on_step=on_step)]
-        for record in records:
+
+        def emit(record: Record) -> None:  # the last record printed is the one that counts
             write_line(real_stdout, encode(record).decode().rstrip("\n"))
+
+        if others:
+            records = run_paired(params, others, started_at=started, emit=emit)
+        else:
+            records = [run_cell(params, started_at=started, on_step=on_step, emit=emit)]
+        for record in records:
+            emit(record)
     for record in records:
         step = record.step
         summary = (f"{record.params.policy} bs={params.batch_size} {params.image_size}px: "
