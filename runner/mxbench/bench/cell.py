@@ -197,7 +197,8 @@ def _measure(
     timer = step_timer(log_, on_step, p.warmup_steps)
     sampler = state["util"] = HealthSampler()
     sampler.start()
-    joules = energy.start()
+    state["gpu"] = _used_gpu(state)  # whose energy the timed steps are charged
+    joules = energy.start(gpu=_on_gpu(state), uuid=(state["gpu"] or {}).get("uuid"))
     try:
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
@@ -343,6 +344,7 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
         if backend is not None:
             fw_gpus = backend.accepted_gpus()
             used = backend.model_on_gpu(model) if model is not None else bool(fw_gpus)
+        gpu = state["gpu"] if "gpu" in state else _used_gpu(state) if used else None
         rec.device = msgspec.convert(
             probe.device_record(
                 nvml=nvml,
@@ -351,6 +353,7 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
                 used_gpu=used,
                 cpu_model=rec.cpu.model,
                 framework=rec.params.backend,
+                gpu=gpu,
             ),
             Device,
         )
@@ -367,6 +370,19 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
             rec.metrics.peak_memory_kind = "rss"
     except Exception as exc:
         print(f"mxbench bench: device probe failed: {exc!r}", file=sys.stderr)
+
+
+def _used_gpu(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The NVML GPU the model trains on (None: on the CPU, or not to be told apart)."""
+    if not _on_gpu(state):
+        return None
+    nvml, _ = probe.nvml_gpus()
+    return probe.used_gpu(nvml, probe.framework_gpu(state["backend"].name))
+
+
+def _on_gpu(state: dict[str, Any]) -> bool:
+    backend, model = state["backend"], state["model"]
+    return bool(backend is not None and model is not None and backend.model_on_gpu(model))
 
 
 def _drop_initial(state: dict[str, Any]) -> None:

@@ -114,8 +114,10 @@ def _beyond(c: Check) -> str:
     if c.control is None or c.control >= THRESHOLD or c.cosine is None:
         return ""
     turn, own = angle(c.cosine), angle(c.control)
-    return (f" (a turn of {turn:.0f} degrees; float32 with only its input rounded turns "
-            f"{own:.0f}: more than {GAP_FACTOR:g}x, so not the model's sensitivity alone)")  # fmt: skip
+    return (
+        f" (a turn of {turn:.0f} degrees; float32 with only its input rounded turns "
+        f"{own:.0f}: more than {GAP_FACTOR:g}x, so not the model's sensitivity alone)"
+    )
 
 
 def _scale(c: Check) -> str:
