@@ -16,7 +16,9 @@ judges it as it judges step times. The sentence says it as a share of float32's 
 a folder) at the same batch size: the real data's extra time per step as a share of its
 step, ``1 - synthetic / real``, with the interval of the same ratio ("the input pipeline
 costs 41% [35–47%] of the step"). **Host overhead**, the same way: ``steps_per_execution``
-k against 1 ("steps_per_execution 10 saves 12% [5–18%] of the step").
+k against 1 ("steps_per_execution 10 saves 12% [5–18%] of the step"). **Loss scaling's
+cost**, the same way: each ``loss_scale`` value against ``none`` (else ``auto``)
+("loss_scale dynamic costs 6% [3–9%] of the step against none").
 """
 
 from __future__ import annotations
@@ -270,8 +272,35 @@ def input_shares(records: Iterable[Record]) -> list[str]:
 
 
 def shares(records: Sequence[Record]) -> list[str]:
-    """Every one-parameter A/B the records hold: input pipeline, then host overhead."""
-    return input_shares(records) + overhead_shares(records)
+    """Every one-parameter A/B the records hold: input pipeline, host overhead, loss
+    scaling."""
+    return input_shares(records) + overhead_shares(records) + loss_scale_costs(records)
+
+
+def loss_scale_costs(records: Sequence[Record]) -> list[str]:
+    """Loss scaling's cost: per setup, each ``loss_scale`` value against ``none`` (else
+    ``auto``): the step-time change with its interval."""
+    values = {r.params.loss_scale for r in records if r.step is not None}
+    if len(values) < 2:
+        return []
+    base = next((v for v in ("none", "auto") if v in values), min(values))
+    out = []
+    for value, other, at_base in _ab(records, "loss_scale", base):
+        r, ms = _ratio(other, at_base)
+        where = (f"{_where(other[0].params, other[0].host)}: {ms[0]:.2f} ms/step with "
+                 f"{value} vs {ms[1]:.2f} with {base}")  # fmt: skip
+        if r is None:
+            out.append(f"loss_scale {value}: no comparison with {base} ({where})")
+        elif r.verdict in (stats.FASTER, stats.TOO_FEW):  # its step is the longer one
+            out.append(f"loss_scale {value} costs {_span(r)} of the step against {base} "
+                       f"({where})")  # fmt: skip
+        elif r.verdict == stats.SLOWER:
+            out.append(f"loss_scale {value} ran faster than {base}, {_span(r)} ({where}): "
+                       "scaling itself saves nothing, something else varied")  # fmt: skip
+        else:
+            out.append(f"loss_scale {value}: no clear cost against {base}, {_span(r)} of the "
+                       f"step ({where})")  # fmt: skip
+    return out
 
 
 def overhead_shares(records: Iterable[Record]) -> list[str]:
