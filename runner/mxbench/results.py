@@ -540,9 +540,21 @@ class Training(_Part):
     points: Annotated[list[TrainPoint], Doc("one per evaluation, in order")] = []
     time_to_target_s: Annotated[
         float | None,
-        Doc("train_s of the first evaluation at or above the target (null: not reached)"),
+        Doc("training time at which the validation metric crossed the target, interpolated "
+            "between the last evaluation below it and the first at or above it (null: not "
+            "reached)"),
+    ] = None  # fmt: skip
+    target_resolution_s: Annotated[
+        float | None,
+        Doc("the training time between those two evaluations: how finely time_to_target_s "
+            "is known (eval_every epochs)"),
+    ] = None  # fmt: skip
+    epochs_to_target: Annotated[
+        Count | None, Doc("the epoch of the first evaluation at or above the target")
     ] = None
-    epochs_to_target: Count | None = None
+    classes: Annotated[
+        Count | None, Doc("the dataset's classes: chance accuracy is 1 / classes")
+    ] = None
 
 
 class Record(msgspec.Struct, kw_only=True, gc=False):

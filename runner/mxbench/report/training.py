@@ -201,7 +201,72 @@ def _section(title: str, target: float | None, runs: list[Run]) -> Section:
         if run is not base and band:
             sentences.append(f"{run.policy}: {band_verdict(run, band)}")
         rows.append(row)
+    if goal:
+        sentences += _resolution(runs, goal)
+    sentences += [x for run in runs if (x := stuck_at_chance(run))]
     return Section(title, target, runs, headers, rows, sentences)
+
+
+def _resolution(runs: list[Run], goal: str) -> list[str]:
+    """How finely the times to target are known."""
+    res = [r.train.target_resolution_s for run in runs for r in run.records
+           if r.train and r.train.target_resolution_s is not None]  # fmt: skip
+    if not res:
+        return []
+    return [f"Times to {goal} are interpolated between the two evaluations around the crossing "
+            f"(linear in training time); the time between them, the resolution, is "
+            f"{_spread(res, '.1f')} s: a difference smaller than that is not measured"]  # fmt: skip
+
+
+# Validation accuracy within this of chance (1 / classes, at least 0.05) counts as at chance;
+# training accuracy at least this high (and 3x chance) while it is, counts as learning.
+CHANCE_MARGIN = 0.5
+LEARNING = 0.6
+
+
+def stuck_at_chance(run: Run) -> str | None:
+    """A validation curve at chance while training accuracy is high, named: the usual
+    suspect is batch normalization's moving statistics (what validation uses) lagging the
+    trained weights, so the time to target then mostly times that lag closing."""
+    seen: list[str] = []
+    train_acc: list[float] = []
+    bn = 0
+    for r in run.records:
+        t = r.train
+        if t is None or not t.classes:
+            continue
+        chance = 1.0 / t.classes
+        near = chance + max(0.05, CHANCE_MARGIN * chance)
+        epochs = [pt.epoch for pt in t.points
+                  if pt.val_metric is not None and pt.val_metric <= near
+                  and (pt.train_metric or 0.0) >= max(LEARNING, 3 * chance)]  # fmt: skip
+        if epochs:
+            seen.append(f"epochs {_epochs(epochs)} of seed {t.seed if t.seed is not None else 0}")
+            train_acc += [pt.train_metric or 0.0 for pt in t.points if pt.epoch in epochs]
+            layers = r.model.layers if r.model else {}
+            bn = max(bn, sum(n for k, n in layers.items() if "Normalization" in k and "Batch" in k))
+    if not seen:
+        return None
+    first = next(r.train for r in run.records if r.train and r.train.classes)
+    assert first is not None and first.classes
+    why = (
+        f"the model has {bn} batch normalization layer(s), which validate with moving "
+        "statistics that lag the trained weights for the first hundreds of steps (a lower "
+        "momentum, more steps per epoch or a longer run closes the gap)"
+        if bn
+        else "the model has no batch normalization: check the validation split's labels "
+        "and preprocessing against the training split's"
+    )
+    return (
+        f"{run.policy}: validation accuracy at chance ({1 / first.classes:.2f}, "
+        f"{first.classes} classes) at {'; '.join(seen)} while training accuracy was "
+        f"{_spread(train_acc, '.2f')}: {why}. A time to target that starts there mostly "
+        "times that gap closing, not learning"
+    )
+
+
+def _epochs(epochs: list[int]) -> str:
+    return str(epochs[0]) if len(epochs) == 1 else f"{epochs[0]}{DASH}{epochs[-1]}"
 
 
 # --------------------------------------------------------------------------- one-parameter A/Bs
