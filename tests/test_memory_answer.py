@@ -95,6 +95,7 @@ def test_search_trials_train_only_and_the_report_says_so() -> None:
     for search in found:
         trial = search.trial(16)
         assert (trial.params.profile, trial.params.check) == ("off", "off")
+        assert trial.params.steps <= cells.TRIAL_STEPS and trial.params.warmup_steps <= 1
     trials = []
     for search in found:
         for batch, status in ((8, "ok"), (16, "ok"), (32, "oom")):

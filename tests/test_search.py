@@ -111,6 +111,7 @@ BASE = "version: 1\nhosts: [{name: l, engine: local}]\n"
 
 
 def test_matrix_axis_takes_max_alone_or_among_numbers() -> None:
+    from mxbench import cells
     from mxbench.cells import expand, searches
 
     m = parse_matrix(BASE + "axes: {batch_size: max, policy: [float32, mixed_bfloat16]}\n")
@@ -127,7 +128,8 @@ def test_matrix_axis_takes_max_alone_or_among_numbers() -> None:
     # its batch size, whose extras once decided OOMs (issue 34)
     trial = hunt.trial(16)
     assert trial.key != cell.key
-    assert trial.params == msgspec.structs.replace(cell.params, profile="off", check="off")
+    bare = {"profile": "off", "check": "off", "warmup_steps": 1, "steps": cells.TRIAL_STEPS}
+    assert trial.params == msgspec.structs.replace(cell.params, **bare)
     assert trial.search == hunt.config and cell.search is None
 
 
