@@ -201,8 +201,8 @@ def searches(matrix: Matrix, hosts: list[str] | None = None) -> list[Search]:
             # gradients and the optimizer's slots; the next ones reuse them)
             params = Params(**{**combo, "batch_size": config.start, "repeat": None,
                                "profile": "off", "check": "off",
-                               "warmup_steps": min(combo.get("warmup_steps", 1), 1),
-                               "steps": min(combo.get("steps", TRIAL_STEPS), TRIAL_STEPS)})  # fmt: skip
+                               "warmup_steps": min(combo["warmup_steps"], 1),
+                               "steps": min(combo["steps"], TRIAL_STEPS)})  # fmt: skip
             template = _cell(matrix, host, image, spec, params, source)
             out.append(Search(replace(template, search=config), config, host.limits()))
     return out

@@ -228,8 +228,9 @@ def stuck_at_chance(run: Run) -> str | None:
     """A validation curve at chance while training accuracy is high, named: the usual
     suspect is batch normalization's moving statistics (what validation uses) lagging the
     trained weights, so the time to target then mostly times that lag closing."""
-    seen: list[str] = []
+    seen: dict[str, list[str]] = {}  # the epochs at chance -> the seeds
     train_acc: list[float] = []
+    lost: list[float] = []  # share of each seed's time to target spent at chance
     bn = 0
     for r in run.records:
         t = r.train
@@ -241,7 +242,10 @@ def stuck_at_chance(run: Run) -> str | None:
                   if pt.val_metric is not None and pt.val_metric <= near
                   and (pt.train_metric or 0.0) >= max(LEARNING, 3 * chance)]  # fmt: skip
         if epochs:
-            seen.append(f"epochs {_epochs(epochs)} of seed {t.seed if t.seed is not None else 0}")
+            seen.setdefault(_epochs(epochs), []).append(str(t.seed or 0))
+            at = next(pt.train_s for pt in t.points if pt.epoch == epochs[-1])
+            if t.time_to_target_s and at is not None:
+                lost.append(min(1.0, at / t.time_to_target_s))
             train_acc += [pt.train_metric or 0.0 for pt in t.points if pt.epoch in epochs]
             layers = r.model.layers if r.model else {}
             bn = max(bn, sum(n for k, n in layers.items() if "Normalization" in k and "Batch" in k))
@@ -257,16 +261,28 @@ def stuck_at_chance(run: Run) -> str | None:
         else "the model has no batch normalization: check the validation split's labels "
         "and preprocessing against the training split's"
     )
+    where = "; ".join(
+        f"{e} of seed{'s' if len(k) > 1 else ''} {', '.join(k)}" for e, k in seen.items()
+    )
+    share = statistics.median(lost) if lost else None
+    cost = (
+        ""
+        if share is None
+        else ". The time to target mostly times that gap closing, not learning: "
+        if share >= 0.5
+        else ". "
+    ) + (f"{share:.0%} of it passes at chance" if share is not None else "")
     return (
         f"{run.policy}: validation accuracy at chance ({1 / first.classes:.2f}, "
-        f"{first.classes} classes) at {'; '.join(seen)} while training accuracy was "
-        f"{_spread(train_acc, '.2f')}: {why}. A time to target that starts there mostly "
-        "times that gap closing, not learning"
+        f"{first.classes} classes) at {where} while training accuracy was "
+        f"{_spread(train_acc, '.2f')}: {why}{cost}"
     )
 
 
 def _epochs(epochs: list[int]) -> str:
-    return str(epochs[0]) if len(epochs) == 1 else f"{epochs[0]}{DASH}{epochs[-1]}"
+    if len(epochs) == 1:
+        return f"epoch {epochs[0]}"
+    return f"epochs {epochs[0]}{DASH}{epochs[-1]}"
 
 
 # --------------------------------------------------------------------------- one-parameter A/Bs
