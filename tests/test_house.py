@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OVER_LIMIT = {
     # bench/cell.py is being reworked in parallel; its grab-bag `state` dict and this
     # function's length go with that work
-    "mxbench/bench/cell.py _measure_paired",
+    "mxbench/bench/cell_paired.py _measure_paired",
 }
 
 

@@ -190,13 +190,30 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
     ]
 
 
+TRIAL_STEPS = 2  # timed steps of a batch-size search's trial, at most
+
+
 def searches(matrix: Matrix, hosts: list[str] | None = None) -> list[Search]:
     """One search per ``max`` batch size, repeats aside (a search is its own repetition)."""
     config = matrix.benchmark.batch_search
     out: list[Search] = []
     for host, image, spec, combo, source in _placements(matrix, hosts):
         if combo["batch_size"] == SEARCH and not combo["repeat"]:
-            params = Params(**{**combo, "batch_size": config.start, "repeat": None})
+            # a trial answers "does it fit": no profiled window, no one-step check (either
+            # would add memory of its own, and time), and no more steps than reach the
+            # training's steady memory (the first step allocates the activations, the
+            # gradients and the optimizer's slots; the next ones reuse them)
+            params = Params(
+                **{
+                    **combo,
+                    "batch_size": config.start,
+                    "repeat": None,
+                    "profile": "off",
+                    "check": "off",
+                    "warmup_steps": min(combo["warmup_steps"], 1),
+                    "steps": min(combo["steps"], TRIAL_STEPS),
+                }
+            )
             template = _cell(matrix, host, image, spec, params, source)
             out.append(Search(replace(template, search=config), config, host.limits()))
     return out

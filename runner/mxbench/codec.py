@@ -349,6 +349,13 @@ def bench_records(stdout: str | bytes) -> list[Record]:
 
 
 def tail(text: str, lines: int = 20, chars: int = 4000) -> str:
-    """The last lines of a log, for error fields: enough to see why, small enough to store."""
-    out = "\n".join(text.rstrip().splitlines()[-lines:])
-    return out[-chars:]
+    """The first line (the reason: an exception's type and message, the engine's account of
+    a kill) and the last lines of a log, for error fields: enough to see why, small enough
+    to store. What is left out between them is marked."""
+    every = text.strip().splitlines()
+    if len(every) <= lines and len(text.strip()) <= chars:
+        return text.strip()
+    head = every[0][: chars // 4] if every else ""
+    room = chars - len(head) - 2
+    rest = "\n".join(every[1:][-(lines - 2) :])[-room:] if lines > 2 and room > 0 else ""
+    return f"{head}\n…\n{rest}" if rest else head

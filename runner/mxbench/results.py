@@ -15,8 +15,12 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from mxbench.params import MAX_INT, Params
+from mxbench.pairing_record import Interference, Pairing, Window
+from mxbench.params import Params
+from mxbench.record_part import Count, Doc, Positive, _Part
 from mxbench.search import BatchSearch
+
+__all__ = ["Count", "Doc", "Interference", "Pairing", "Positive", "Window", "_Part"]
 
 SCHEMA = "mxbench.result/2"  # the version this mxbench writes (HISTORY: every version)
 Status = Literal["ok", "oom", "error", "timeout", "unsupported"]
@@ -24,24 +28,6 @@ STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout", "unsupported")
 # A cell whose latest record has one of these is done: --resume skips it.
 # An OOM is a real, final answer about that device and batch size.
 FINAL_STATUSES = frozenset({"ok", "oom"})
-
-# A measured time or rate: positive and finite (JSON has no NaN; 1e999 decodes as inf).
-Positive = Annotated[float, Meta(gt=0, lt=1e15)]
-Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
-
-
-def Doc(text: str) -> Meta:
-    """A field's description: it goes into docs/record.md (:mod:`mxbench.record_doc`)."""
-    return Meta(description=text)
-
-
-class _Part(msgspec.Struct, kw_only=True, gc=False):
-    """A sub-object of the record. Every field is written (null when unknown); a line that
-    lacks one (an older mxbench, a hand-made record) reads it back as its default.
-
-    ``gc=False`` (here and on :class:`Record`): a record is a tree, never a cycle, so the
-    garbage collector need not track its structs; a report holding 100,000 of them otherwise
-    spends much of its time in collections that find nothing (msgspec's documented option)."""
 
 
 class StepStats(_Part):
@@ -93,8 +79,19 @@ class Metrics(_Part):
     loss_scale: Annotated[
         float | None, Doc("final dynamic loss scale (mixed_float16), else null")
     ] = None
-    peak_memory_bytes: Count | None = None
-    peak_memory_kind: Literal["gpu", "rss"] | None = None
+    peak_memory_bytes: Annotated[
+        Count | None,
+        Doc("the most memory the training held, read right after the timed steps (the "
+            "profiled window and the one-step check come later and are not in it); see "
+            "peak_memory_kind for what it counts"),
+    ] = None  # fmt: skip
+    peak_memory_kind: Annotated[
+        Literal["gpu", "cgroup", "rss"] | None,
+        Doc("gpu: the framework's peak on the device; cgroup: the memory cgroup's peak (a "
+            "memory limit: what the limit counts, page cache included); rss: the process's "
+            "peak resident set (the framework's libraries included, about 0.5-1 GB for "
+            "TensorFlow)"),
+    ] = None  # fmt: skip
     gpu_util_pct: Annotated[
         Annotated[float, Meta(ge=0, le=100)] | None, Doc("NVML median, timed steps")
     ] = None
@@ -120,61 +117,6 @@ class Metrics(_Part):
             "import), import (framework), build, data, facts, first_step, warmup, timed, "
             "fit_other, probe, check (mxbench.bench.timing.PHASES)"),
     ] = {}  # fmt: skip
-
-
-class Interference(_Part):
-    """What else the machine did during a timed window, per second of its wall time
-    (mxbench.bench.interference): cores' worth of CPU."""
-
-    own_cores: Annotated[float | None, Doc("CPU this process got (1.0: one core busy)")] = None
-    waited_cores: Annotated[
-        float | None, Doc("time its threads were runnable but waited for a CPU (run delay)")
-    ] = None
-    others_cores: Annotated[float | None, Doc("CPU every other process used")] = None
-    steal_cores: Annotated[float | None, Doc("CPU time the hypervisor stole")] = None
-    pressure: Annotated[
-        float | None, Doc("share of the time some task waited for a CPU (PSI cpu some)")
-    ] = None
-    gpu_others: Annotated[int | None, Doc("other processes on the GPU (NVML)")] = None
-    throttle_reasons: Annotated[list[str], Doc("NVML clock-throttle reasons seen")] = []
-    disturbed: Annotated[
-        bool, Doc("past a threshold: another process, steal, run delay, throttling")
-    ] = False
-
-
-class Window(_Part):
-    """One timed window of a paired process: ``steps`` steps of one arm, alone on the
-    process, between two device syncs."""
-
-    round: Annotated[int, Meta(ge=0)]
-    position: Annotated[int, Meta(ge=0), Doc("its place in the round's (random) order")]
-    steps: Annotated[int, Meta(ge=1)]
-    ms: Annotated[Positive, Doc("the window's wall time per step (ms)")]
-    start_s: Annotated[float, Doc("when it began, seconds after the first window began")]
-    interference: Interference = msgspec.field(default_factory=Interference)
-
-
-class Pairing(_Part):
-    """How a paired process measured this arm: the arms of one comparison in one process,
-    in short windows in a randomised balanced order (mxbench.bench.paired)."""
-
-    design: Literal["paired"] = "paired"
-    group: Annotated[str, Doc("the process's id: the records of its arms share it")] = ""
-    arms: Annotated[list[str], Doc("the policies measured in the process, base first")] = []
-    base: str = "float32"
-    window_steps: Annotated[int, Doc("timed steps per window")] = 0
-    order: Annotated[str, Doc("the windows' order, one letter an arm (A: arms[0])")] = ""
-    ratios: Annotated[
-        list[Positive],
-        Doc("per round: the base's time per step / this arm's in the same round (its speedup); "
-            "empty for the base"),
-    ] = []  # fmt: skip
-    clean: Annotated[list[bool], Doc("per round: no window of the round was disturbed")] = []
-    windows: Annotated[list[Window], Doc("this arm's timed windows, in order")] = []
-    interference: Annotated[
-        Interference | None, Doc("over every window of the process: medians; disturbed share")
-    ] = None
-    disturbed_share: Annotated[float | None, Doc("share of the process's windows disturbed")] = None
 
 
 # The profiled window's categories (record.profile.breakdown_ms keys), with their headings.
@@ -285,6 +227,11 @@ class Convergence(_Part):
             "for mixed precision)"),
     ] = None  # fmt: skip
     norm_ratio: Annotated[float | None, Doc("its norm / float32's gradient norm")] = None
+    batch: Annotated[
+        Count | None,
+        Doc("examples the checked gradient was taken on: the first of the cell's batch, at "
+            "most 32 (the check's memory stays small beside the training's)"),
+    ] = None  # fmt: skip
     float32_rounded_input_cosine: Annotated[
         float | None,
         Doc("where the cosine is low: float32's own gradient with only its input rounded to "
@@ -495,9 +442,21 @@ class Training(_Part):
     points: Annotated[list[TrainPoint], Doc("one per evaluation, in order")] = []
     time_to_target_s: Annotated[
         float | None,
-        Doc("train_s of the first evaluation at or above the target (null: not reached)"),
+        Doc("training time at which the validation metric crossed the target, interpolated "
+            "between the last evaluation below it and the first at or above it (null: not "
+            "reached)"),
+    ] = None  # fmt: skip
+    target_resolution_s: Annotated[
+        float | None,
+        Doc("the training time between those two evaluations: how finely time_to_target_s "
+            "is known (eval_every epochs)"),
+    ] = None  # fmt: skip
+    epochs_to_target: Annotated[
+        Count | None, Doc("the epoch of the first evaluation at or above the target")
     ] = None
-    epochs_to_target: Count | None = None
+    classes: Annotated[
+        Count | None, Doc("the dataset's classes: chance accuracy is 1 / classes")
+    ] = None
 
 
 class Record(msgspec.Struct, kw_only=True, gc=False):
@@ -560,6 +519,13 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
         Doc("the paired design (arms interleaved in one process) that measured the step "
             "times; null: one policy per process (pairing: process, or an older record)"),
     ] = None  # fmt: skip
+    pending: Annotated[
+        list[str],
+        Doc("what had not run yet when the bench printed this record (profile, check): the "
+            "bench prints the measured record before its extra phases and again after each; "
+            "non-empty only where the process died in one of them (the engine says which "
+            "in convergence.note / profile.error); the timed figures stand"),
+    ] = []  # fmt: skip
 
     def problem(self) -> str | None:
         """Why this record cannot stand for a cell in a table, or None when it can."""

@@ -23,6 +23,7 @@ from mxbench.bench.params import validate
 from mxbench.bench.stdio import stdout_to_stderr, write_line
 from mxbench.codec import encode
 from mxbench.params import Params
+from mxbench.results import Record
 
 _IMPORTED_AT = time.time()
 
@@ -33,17 +34,22 @@ def bench(pair_with: str = "", **options: Any) -> None:
     each, this cell's first)."""
     params = validate(Params(**options))
     others = _pair_with(pair_with, params)
-    from mxbench.bench.cell import run_cell, run_paired
+    from mxbench.bench.cell import run_cell
+    from mxbench.bench.cell_paired import run_paired
     from mxbench.bench.probe import process_start_time
 
     started = process_start_time() or _IMPORTED_AT
     with stdout_to_stderr() as real_stdout, _progress(params) as on_step:
-        if others:
-            records = run_paired(params, others, started_at=started)
-        else:
-            records = [run_cell(params, started_at=started, on_step=on_step)]
-        for record in records:
+
+        def emit(record: Record) -> None:  # the last record printed is the one that counts
             write_line(real_stdout, encode(record).decode().rstrip("\n"))
+
+        if others:
+            records = run_paired(params, others, started_at=started, emit=emit)
+        else:
+            records = [run_cell(params, started_at=started, on_step=on_step, emit=emit)]
+        for record in records:
+            emit(record)
     for record in records:
         step = record.step
         summary = (

@@ -94,11 +94,12 @@ def run(
     unsupported, 1 when any errored or timed out, 2 for a bad matrix or bad options, 130
     when interrupted (Ctrl-C or SIGTERM).
 
-    With `benchmark.repeats: auto` (the default) each comparison starts with 3
-    processes per policy and gets one more per policy while its speedup's interval is wider
-    than ±3% or the processes disagree (settings: `benchmark.auto_repeats`); the run ends
-    with where each comparison stopped and why, the verdicts, and how much of the run's
-    time was timed steps.
+    Each comparison is paired by default (`benchmark.pairing: paired`): float32 and the
+    policy share each process and take turns in short windows, so a busy machine's drift
+    falls on both. With `benchmark.repeats: auto` (the default) a comparison starts with 2
+    processes and gets one more while its verdict is not clear at 99% and the budget lasts
+    (settings: `benchmark.auto_repeats`); the run ends with where each comparison stopped
+    and why, the verdicts, and how much of the run's time was timed steps.
 
     Examples:
 

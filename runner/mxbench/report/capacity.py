@@ -88,11 +88,12 @@ def _replay(policy: str, by_batch: dict[int, list[Record]]) -> Fit:
 
 def peak_bytes(rec: Record) -> tuple[int | None, str | None]:
     """The peak memory that counts against the limit: the framework's GPU peak, else the
-    memory cgroup's (a local memory_limit), else the process's peak RSS."""
+    memory cgroup's (a memory limit) as the bench read it right after the training (an
+    older record: the engine's, over the whole process), else the process's peak RSS."""
     m = rec.metrics
     cgroup = rec.run.get("cgroup_peak_bytes")
-    if m.peak_memory_kind == "gpu" and m.peak_memory_bytes:
-        return m.peak_memory_bytes, "gpu"
+    if m.peak_memory_kind in ("gpu", "cgroup") and m.peak_memory_bytes:
+        return m.peak_memory_bytes, m.peak_memory_kind
     if isinstance(cgroup, int):
         return cgroup, "cgroup"
     if m.peak_memory_bytes:
@@ -169,4 +170,36 @@ def diagnosis(c: Capacity) -> str | None:
             f"mixed precision does not fit a larger batch on this {where}: the 16-bit "
             "activations are offset by float32 copies and conversion buffers"
         )
-    return f"Largest batch: {BASELINE} {base.batch}, " + ", ".join(said) + f": {verdict}."
+    return (
+        f"Largest batch: {BASELINE} {base.batch}, "
+        + ", ".join(said)
+        + f": {verdict}. "
+        + counted(c)
+    )
+
+
+# What "peak memory there" counts, by the kind of peak (Metrics.peak_memory_kind).
+PEAK_WORDS = {
+    "gpu": "the framework's peak on the GPU",
+    "cgroup": "the memory cgroup's peak, what the memory limit counts (page cache included)",
+    "rss": "the process's peak resident memory, the framework's own libraries included "
+    "(about 0.5-1 GB for TensorFlow)",
+}
+
+
+def counted(c: Capacity) -> str:
+    """What the search's trials ran and what their peak memory counts, in words."""
+    kinds = sorted({f.peak_kind for f in c.fits.values() if f.peak_kind})
+    trials = [r for f in c.fits.values() for r in f.trials]
+    bare = trials and all(r.params.profile == "off" and r.params.check == "off" for r in trials)
+    ran = (
+        "Each trial trained only (no profiled window, no one-step check: neither may decide "
+        "what fits)"
+        if bare
+        else "Some trials also ran the profiled window or the one-step check (older "
+        "records): their memory, not the training's, may have decided an OOM"
+    )
+    peaks = "; ".join(f"{k}: {PEAK_WORDS[k]}" for k in kinds if k in PEAK_WORDS)
+    return f"{ran}. Peak memory is read right after the training" + (
+        f" ({peaks})." if peaks else "."
+    )

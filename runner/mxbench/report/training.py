@@ -16,7 +16,9 @@ judges it as it judges step times. The sentence says it as a share of float32's 
 a folder) at the same batch size: the real data's extra time per step as a share of its
 step, ``1 - synthetic / real``, with the interval of the same ratio ("the input pipeline
 costs 41% [35–47%] of the step"). **Host overhead**, the same way: ``steps_per_execution``
-k against 1 ("steps_per_execution 10 saves 12% [5–18%] of the step").
+k against 1 ("steps_per_execution 10 saves 12% [5–18%] of the step"). **Loss scaling's
+cost**, the same way: each ``loss_scale`` value against ``none`` (else ``auto``)
+("loss_scale dynamic costs 6% [3–9%] of the step against none").
 """
 
 from __future__ import annotations
@@ -197,7 +199,98 @@ def _section(title: str, target: float | None, runs: list[Run]) -> Section:
         if run is not base and band:
             sentences.append(f"{run.policy}: {band_verdict(run, band)}")
         rows.append(row)
+    if goal:
+        sentences += _resolution(runs, goal)
+    sentences += [x for run in runs if (x := stuck_at_chance(run))]
     return Section(title, target, runs, headers, rows, sentences)
+
+
+def _resolution(runs: list[Run], goal: str) -> list[str]:
+    """How finely the times to target are known."""
+    res = [
+        r.train.target_resolution_s
+        for run in runs
+        for r in run.records
+        if r.train and r.train.target_resolution_s is not None
+    ]
+    if not res:
+        return []
+    return [
+        f"Times to {goal} are interpolated between the two evaluations around the crossing "
+        f"(linear in training time); the time between them, the resolution, is "
+        f"{_spread(res, '.1f')} s: a difference smaller than that is not measured"
+    ]
+
+
+# Validation accuracy within this of chance (1 / classes, at least 0.05) counts as at chance;
+# training accuracy at least this high (and 3x chance) while it is, counts as learning.
+CHANCE_MARGIN = 0.5
+LEARNING = 0.6
+
+
+def stuck_at_chance(run: Run) -> str | None:
+    """A validation curve at chance while training accuracy is high, named: the usual
+    suspect is batch normalization's moving statistics (what validation uses) lagging the
+    trained weights, so the time to target then mostly times that lag closing."""
+    seen: dict[str, list[str]] = {}  # the epochs at chance -> the seeds
+    train_acc: list[float] = []
+    lost: list[float] = []  # share of each seed's time to target spent at chance
+    bn = 0
+    for r in run.records:
+        t = r.train
+        if t is None or not t.classes:
+            continue
+        chance = 1.0 / t.classes
+        near = chance + max(0.05, CHANCE_MARGIN * chance)
+        epochs = [
+            pt.epoch
+            for pt in t.points
+            if pt.val_metric is not None
+            and pt.val_metric <= near
+            and (pt.train_metric or 0.0) >= max(LEARNING, 3 * chance)
+        ]
+        if epochs:
+            seen.setdefault(_epochs(epochs), []).append(str(t.seed or 0))
+            at = next(pt.train_s for pt in t.points if pt.epoch == epochs[-1])
+            if t.time_to_target_s and at is not None:
+                lost.append(min(1.0, at / t.time_to_target_s))
+            train_acc += [pt.train_metric or 0.0 for pt in t.points if pt.epoch in epochs]
+            layers = r.model.layers if r.model else {}
+            bn = max(bn, sum(n for k, n in layers.items() if "Normalization" in k and "Batch" in k))
+    if not seen:
+        return None
+    first = next(r.train for r in run.records if r.train and r.train.classes)
+    assert first is not None and first.classes
+    why = (
+        f"the model has {bn} batch normalization layer(s), which validate with moving "
+        "statistics that lag the trained weights for the first hundreds of steps (a lower "
+        "momentum, more steps per epoch or a longer run closes the gap)"
+        if bn
+        else "the model has no batch normalization: check the validation split's labels "
+        "and preprocessing against the training split's"
+    )
+    where = "; ".join(
+        f"{e} of seed{'s' if len(k) > 1 else ''} {', '.join(k)}" for e, k in seen.items()
+    )
+    share = statistics.median(lost) if lost else None
+    cost = (
+        ""
+        if share is None
+        else ". The time to target mostly times that gap closing, not learning: "
+        if share >= 0.5
+        else ". "
+    ) + (f"{share:.0%} of it passes at chance" if share is not None else "")
+    return (
+        f"{run.policy}: validation accuracy at chance ({1 / first.classes:.2f}, "
+        f"{first.classes} classes) at {where} while training accuracy was "
+        f"{_spread(train_acc, '.2f')}: {why}{cost}"
+    )
+
+
+def _epochs(epochs: list[int]) -> str:
+    if len(epochs) == 1:
+        return f"epoch {epochs[0]}"
+    return f"epochs {epochs[0]}{DASH}{epochs[-1]}"
 
 
 # --------------------------------------------------------------------------- one-parameter A/Bs
@@ -271,8 +364,40 @@ def input_shares(records: Iterable[Record]) -> list[str]:
 
 
 def shares(records: Sequence[Record]) -> list[str]:
-    """Every one-parameter A/B the records hold: input pipeline, then host overhead."""
-    return input_shares(records) + overhead_shares(records)
+    """Every one-parameter A/B the records hold: input pipeline, host overhead, loss
+    scaling."""
+    return input_shares(records) + overhead_shares(records) + loss_scale_costs(records)
+
+
+def loss_scale_costs(records: Sequence[Record]) -> list[str]:
+    """Loss scaling's cost: per setup, each ``loss_scale`` value against ``none`` (else
+    ``auto``): the step-time change with its interval."""
+    values = {r.params.loss_scale for r in records if r.step is not None}
+    if len(values) < 2:
+        return []
+    base = next((v for v in ("none", "auto") if v in values), min(values))
+    out = []
+    for value, other, at_base in _ab(records, "loss_scale", base):
+        r, ms = _ratio(other, at_base)
+        where = (
+            f"{_where(other[0].params, other[0].host)}: {ms[0]:.2f} ms/step with "
+            f"{value} vs {ms[1]:.2f} with {base}"
+        )
+        if r is None:
+            out.append(f"loss_scale {value}: no comparison with {base} ({where})")
+        elif r.verdict in (stats.FASTER, stats.TOO_FEW):  # its step is the longer one
+            out.append(f"loss_scale {value} costs {_span(r)} of the step against {base} ({where})")
+        elif r.verdict == stats.SLOWER:
+            out.append(
+                f"loss_scale {value} ran faster than {base}, {_span(r)} ({where}): "
+                "scaling itself saves nothing, something else varied"
+            )
+        else:
+            out.append(
+                f"loss_scale {value}: no clear cost against {base}, {_span(r)} of the "
+                f"step ({where})"
+            )
+    return out
 
 
 def overhead_shares(records: Iterable[Record]) -> list[str]:
