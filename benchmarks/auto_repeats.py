@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from calibration import process
 from mxbench import repeats, stats
 from mxbench.params import Params
-from mxbench.report.tables import processes
 from mxbench.results import Metrics, Record, StepStats
+from mxbench.summary import processes
 
 
 def record(policy: str, steps: np.ndarray) -> Record:

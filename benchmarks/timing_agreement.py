@@ -81,8 +81,8 @@ def bare_loop_ms(p: Params, times: int = 3) -> float:
     steps' own stamps) does not (``--fits`` shows it)."""
     import keras
 
-    from mxbench.bench import model as harness
-    from mxbench.bench.cell import set_policy
+    from mxbench.bench import harness
+    from mxbench.bench.harness import set_policy
 
     prepared = harness.prepare(p, set_policy)  # the cell's model, weights and loss
     harness.compile_model(prepared, p.jit_compile)
@@ -112,8 +112,8 @@ def fit_ab(p: Params, fits: int) -> None:
     ``p.steps`` steps each): no callback (the fit's wall clock), mxbench's own timer (its
     window clock and the fit's wall clock), and the per-step-synced timer of Step 12. Every
     fit's ms per step, then medians over all fits and over the faster mode's fits."""
-    from mxbench.bench import model as harness
-    from mxbench.bench.cell import set_policy
+    from mxbench.bench import harness
+    from mxbench.bench.harness import set_policy
 
     prepared = harness.prepare(p, set_policy)
     harness.compile_model(prepared, p.jit_compile)

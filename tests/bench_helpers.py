@@ -47,9 +47,14 @@ class BenchRun:
 
     @property
     def record(self) -> dict[str, Any]:
-        lines = self.stdout.splitlines()
-        assert len(lines) == 1, f"expected one stdout line, got {len(lines)}:\n{self.stdout}"
-        return json.loads(lines[0])
+        """The final record. Stdout holds records only: the measured record once before each
+        extra phase it names in ``pending`` (profile, check), then the final one."""
+        records = [json.loads(line) for line in self.stdout.splitlines()]
+        assert records, f"expected a record on stdout, got:\n{self.stdout}"
+        *early, final = records
+        assert final.get("pending", []) == [], final.get("pending")
+        assert all(r["pending"] for r in early), [r.get("pending") for r in early]
+        return final
 
 
 def run_bench(

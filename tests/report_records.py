@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from mxbench.cells import cell_key
+from mxbench.codec import decode
 from mxbench.params import Params
-from mxbench.results import SCHEMA, Record, decode
+from mxbench.results import SCHEMA, Record
 
 
 def rec(

@@ -156,7 +156,7 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str) -> Non
 
 
 def test_record_is_json_serialisable_roundtrip(f32: BenchRun) -> None:
-    from mxbench.results import encode, parse_bench_output
+    from mxbench.codec import encode, parse_bench_output
 
     parsed = parse_bench_output(f32.stdout)
     assert parsed is not None

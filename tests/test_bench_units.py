@@ -20,10 +20,11 @@ from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
 from mxbench.bench.probe_tf import parse_not_compiled_for
 from mxbench.bench.timing import StepLog, split, summarize
+from mxbench.codec import new_record
 from mxbench.errors import UsageError
 from mxbench.models import blog_cnn
 from mxbench.params import Params
-from mxbench.results import Device, new_record
+from mxbench.results import Device
 
 
 @pytest.mark.parametrize(
@@ -196,6 +197,9 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: int) -> str:
         return "GPU-1234"
 
+    def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(busId=b"00000000:3B:00.0")
+
 
 class BusyNvml(FakeNvml):
     """``gpus`` GPUs whose utilisation readings come from a script, then stay at the last."""
@@ -223,7 +227,7 @@ def test_nvml_probe_reads_every_field() -> None:
     assert driver == "535.104.05" and fake.shutdown
     assert gpus == [
         {"index": 0, "name": "Quadro M2200", "compute_capability": "5.2",
-         "memory_bytes": 4 * 2**30, "uuid": "GPU-1234"}
+         "memory_bytes": 4 * 2**30, "uuid": "GPU-1234", "bus_id": "0:3b:00.0"}
     ]  # fmt: skip
 
 

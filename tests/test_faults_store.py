@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from mxbench.results import BadLine, ResultStore, StoreError, decode, read_records
+from mxbench.codec import decode
+from mxbench.store import BadLine, ResultStore, StoreError, read_records
 from test_faults import GOOD, fake_python, matrix, records, run, start, wait_for
 
 
@@ -92,10 +93,10 @@ def test_a_fifo_or_a_link_to_a_device_never_blocks_a_reader(tmp_path: Path) -> N
 
 
 def test_an_over_long_line_is_one_bad_line_and_reading_goes_on(tmp_path: Path) -> None:
-    from mxbench import results
+    from mxbench import store
 
     path = tmp_path / "h.jsonl"
-    path.write_bytes(b"x" * (results.MAX_LINE_BYTES + 10) + b"\n" + _record_line())
+    path.write_bytes(b"x" * (store.MAX_LINE_BYTES + 10) + b"\n" + _record_line())
     bad: list[BadLine] = []
     got = list(read_records(path, bad))
     assert [n for n, _ in got] == [2] and bad[0].lineno == 1 and "longer than" in bad[0].reason
@@ -110,10 +111,10 @@ def test_lines_read_a_chunk_at_a_time_are_the_files_lines(
     ``split(b"\\n")`` says, numbered as the file's lines."""
     import random
 
-    from mxbench import results
+    from mxbench import store
 
-    monkeypatch.setattr(results, "READ_CHUNK", chunk)
-    monkeypatch.setattr(results, "MAX_LINE_BYTES", 10)
+    monkeypatch.setattr(store, "READ_CHUNK", chunk)
+    monkeypatch.setattr(store, "MAX_LINE_BYTES", 10)
     rng = random.Random(chunk)
     path = tmp_path / "h.jsonl"
     for _ in range(200):
@@ -126,7 +127,7 @@ def test_lines_read_a_chunk_at_a_time_are_the_files_lines(
         want = [(i, p) for i, p in enumerate(parts, 1) if p.strip() and len(p) <= 10]
         too_long = [i for i, p in enumerate(parts, 1) if len(p) > 10]
         bad: list[BadLine] = []
-        assert list(results.read_lines(path, bad)) == want, data
+        assert list(store.read_lines(path, bad)) == want, data
         assert [b.lineno for b in bad] == too_long, data
 
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mxbench.errors import UsageError
-from mxbench.matrix import MAX_MATRIX_BYTES, load_matrix, parse_matrix
+from mxbench.matrix import load_matrix, parse_matrix
+from mxbench.matrix_yaml import MAX_MATRIX_BYTES
 
 HOST = "hosts: [{name: a, engine: local}]\n"
 

@@ -15,9 +15,8 @@ keras = pytest.importorskip("keras")
 
 import user_models  # noqa: E402
 from mxbench import models  # noqa: E402
-from mxbench.bench import facts  # noqa: E402
-from mxbench.bench import model as harness  # noqa: E402
-from mxbench.bench.cell import set_policy  # noqa: E402
+from mxbench.bench import facts, harness  # noqa: E402
+from mxbench.bench.harness import set_policy  # noqa: E402
 from mxbench.params import Params  # noqa: E402
 
 TINY = {"image_size": 32, "seq_len": 16, "vocab_size": 256, "batch_size": 2}

@@ -32,7 +32,10 @@ PAIR = ["--image-size", "32", "--batch-size", "8", "--steps", "400", "--warmup-s
 
 
 def lines(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
+    """The final records a paired process printed (each arm's measured record printed before
+    an extra phase names it in ``pending``)."""
+    every = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
+    return [r for r in every if not r.get("pending")]
 
 
 def check_paired(recs: list[dict[str, Any]], steps: int) -> None:
@@ -327,7 +330,7 @@ def test_a_paired_run_end_to_end_resumes_and_measures_its_noise_floor(tmp_path: 
 def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
     """NVML cannot exist here: its readings are given to the sampler (the thinnest seam),
     and the windows of a paired record are marked from them, the rounds' cleanliness too."""
-    from mxbench.bench.cell import _gpu_windows, _mark_rounds
+    from mxbench.bench.cell_paired import _gpu_windows, _mark_rounds
     from mxbench.bench.gpu_health import HealthSampler
     from mxbench.params import Params
     from mxbench.results import Device, Interference, Pairing, Record, Window
@@ -366,9 +369,10 @@ def test_a_paired_process_output_is_taken_arm_by_arm_in_order() -> None:
     """Each arm's record is the one printed in its place; the orchestrator stamps params as
     always. A record missing, or records out of order, fail the arms with why; a process
     that printed nothing fails them with its exit code."""
+    from mxbench.codec import encode
     from mxbench.engines import Outcome, to_records
     from mxbench.params import Params
-    from mxbench.results import Metrics, Record, StepStats, encode
+    from mxbench.results import Metrics, Record, StepStats
 
     proc = pair_up(expand(parse_matrix(MATRIX.format(extra=""))))[0]
 

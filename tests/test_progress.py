@@ -7,9 +7,10 @@ import threading
 
 from rich.console import Console
 
+from mxbench.codec import new_record
 from mxbench.params import Params
 from mxbench.progress import CellProgress
-from mxbench.results import StepStats, new_record
+from mxbench.results import StepStats
 
 
 def _record(status: str, median: float | None = None):  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mxbench import summary
 from mxbench.report import load as loading
 from mxbench.report import tables, text
 from mxbench.report.load import load, pick
@@ -212,11 +213,11 @@ def _summary_records(rng: random.Random) -> list[dict]:
 
 
 def test_the_reader_summarises_records_as_the_record_type_reads_them(tmp_path: Path) -> None:
-    """Known truth: each record decoded whole by results.decode (samples and losses kept);
+    """Known truth: each record decoded whole by codec.decode (samples and losses kept);
     the report's reader keeps per record only the process summary stats.summarise makes of
     its samples and the sum / count of its losses, and picks the same winners."""
     from mxbench import stats
-    from mxbench.results import read_records
+    from mxbench.store import read_records
 
     records = _summary_records(random.Random(3))
     path = write(tmp_path / "h1.jsonl", records)
@@ -230,11 +231,11 @@ def test_the_reader_summarises_records_as_the_record_type_reads_them(tmp_path: P
         by_cell.setdefault(str(full.cell), []).append(full)
     for full, got in zip(sorted(whole, key=lambda r: (r.cell, r.time)),
                          sorted(read, key=lambda r: (r.cell, r.time)), strict=True):  # fmt: skip
-        assert loading.process(got) == loading.process(full)
+        assert summary.process(got) == summary.process(full)
         step = full.step
         if step is not None:
             med, var = stats.summarise([list(step.samples) or [step.median]])
-            assert loading.process(got) == (med[0], var[0])
+            assert summary.process(got) == (med[0], var[0])
         losses = full.metrics.losses or (
             [full.metrics.loss_first, full.metrics.loss_last]
             if full.metrics.loss_first is not None else []
@@ -242,7 +243,7 @@ def test_the_reader_summarises_records_as_the_record_type_reads_them(tmp_path: P
         want = None if not losses else (
             (math.nan if None in losses else sum(losses), len(losses))  # type: ignore[arg-type]
         )  # fmt: skip
-        got_loss = loading.loss(got)
+        got_loss = summary.loss(got)
         assert (got_loss is None) == (want is None)
         if want is not None and got_loss is not None:
             assert got_loss[1] == want[1]
@@ -263,7 +264,7 @@ def test_the_reader_summarises_records_as_the_record_type_reads_them(tmp_path: P
 def test_the_fast_reader_refuses_what_the_record_type_refuses(tmp_path: Path) -> None:
     """Lines the fast path must not vouch for: bad samples or losses, a deep ``run``, an
     injected summary field, an older schema (upgraded). Same records, same reasons."""
-    from mxbench.results import read_records
+    from mxbench.store import read_records
 
     deep: dict = {}
     inner = deep
@@ -293,7 +294,7 @@ def test_the_fast_reader_refuses_what_the_record_type_refuses(tmp_path: Path) ->
     assert len(want_bad) == 5  # negative, text, nan text, deep run, too large a sample
     assert sorted(str(w.cell) for w in loaded.winners) == sorted(str(c) for c in kept)
     injected = [w for w in loaded.winners if w.params.batch_size in (40, 48)]
-    assert [loading.process(w) for w in injected] == [(100.0, 0.0), (100.0, 0.0)]
+    assert [summary.process(w) for w in injected] == [(100.0, 0.0), (100.0, 0.0)]
 
 
 def test_reading_holds_memory_per_cell_not_per_step(tmp_path: Path) -> None:
@@ -316,5 +317,5 @@ def test_reading_holds_memory_per_cell_not_per_step(tmp_path: Path) -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(loaded.winners) == 40 and all(loading.process(w) for w in loaded.winners)
+    assert len(loaded.winners) == 40 and all(summary.process(w) for w in loaded.winners)
     assert peak < 30 * 2**20, f"peak {peak / 2**20:.0f} MiB while reading"

@@ -92,15 +92,18 @@ def test_energy_and_cost_columns_only_where_recorded(tmp_path: Path) -> None:
     recs = [
         rec("h", "float32", 10, median=10.0, device=A100, cost_per_hour=3.6,
             metrics={"step_ms": {"median": 10.0, "n": 5}, "images_per_s": 1000.0,
-                     "energy_j_per_image": 0.25, "energy_j_per_step": 2.5}),
+                     "energy_j_per_image": 0.25, "energy_j_per_step": 2.5,
+                     "energy_source": "nvml"}),
         rec("h", "mixed_float16", 10, median=5.0, device=A100, cost_per_hour=3.6,
             metrics={"step_ms": {"median": 5.0, "n": 5}, "images_per_s": 2000.0}),
     ]  # fmt: skip
     t = table(recs)
     s = document.section(t, "t")
     row = dict(zip(s.headers, s.rows[0], strict=True))
-    assert row["float32 cost/M images"] == "1" and row["mixed_float16 cost/M images"] == "0.5"
-    assert row["float32 J/image"] == "0.25" and row["mixed_float16 J/image"] == ""
+    # each figure's source in its header: the device's counter, the host's price
+    cost, joules = "cost/M images (at $3.6/h)", "J/image (GPU board, NVML)"
+    assert row[f"float32 {cost}"] == "1" and row[f"mixed_float16 {cost}"] == "0.5"
+    assert row[f"float32 {joules}"] == "0.25" and row[f"mixed_float16 {joules}"] == ""
     plain = document.section(table([rec("h", "float32", 8, device=A100)]), "t")
     assert not any("J/image" in h or "cost" in h for h in plain.headers)
 

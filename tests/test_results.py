@@ -14,21 +14,12 @@ from pathlib import Path
 import pytest
 
 from mxbench.cells import expand
+from mxbench.codec import decode, encode, new_record, parse_bench_output
 from mxbench.engines.base import Outcome, to_record
 from mxbench.matrix import parse_matrix
 from mxbench.params import Params
-from mxbench.results import (
-    SCHEMA,
-    BadLine,
-    Metrics,
-    ResultStore,
-    StepStats,
-    decode,
-    encode,
-    new_record,
-    parse_bench_output,
-    read_records,
-)
+from mxbench.results import SCHEMA, Metrics, StepStats
+from mxbench.store import BadLine, ResultStore, read_records
 
 MATRIX = parse_matrix(
     "benchmark:\n  repeats: 1\nhosts:\n  - name: box\n    engine: local\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -110,6 +111,7 @@ BASE = "version: 1\nhosts: [{name: l, engine: local}]\n"
 
 
 def test_matrix_axis_takes_max_alone_or_among_numbers() -> None:
+    from mxbench import cells
     from mxbench.cells import expand, searches
 
     m = parse_matrix(BASE + "axes: {batch_size: max, policy: [float32, mixed_bfloat16]}\n")
@@ -122,8 +124,13 @@ def test_matrix_axis_takes_max_alone_or_among_numbers() -> None:
     (hunt,) = searches(m)
     (cell,) = expand(m)
     assert hunt.config == BatchSearch(start=4, cap=256, max_trials=9)
-    assert hunt.trial(16).key == cell.key  # a trial is the ordinary cell of its batch size
-    assert hunt.trial(16).search == hunt.config and cell.search is None
+    # a trial trains only (no profiled window, no one-step check): not the ordinary cell of
+    # its batch size, whose extras once decided OOMs (issue 34)
+    trial = hunt.trial(16)
+    assert trial.key != cell.key
+    bare = {"profile": "off", "check": "off", "warmup_steps": 1, "steps": cells.TRIAL_STEPS}
+    assert trial.params == msgspec.structs.replace(cell.params, **bare)
+    assert trial.search == hunt.config and cell.search is None
 
 
 @pytest.mark.parametrize(

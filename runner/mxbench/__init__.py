@@ -6,8 +6,9 @@ Data flow (one direction):
 
 Modules follow it: ``params`` (the cell parameters, declared once), ``matrix`` (schema,
 loading), ``cells`` (expansion, stable keys), ``engines`` (how a bench command reaches a
-machine), ``results`` (the record type, JSONL store, resume), ``report`` (merge, tables,
-diagnosis, rendering), ``stats`` (intervals and verdicts). ``bench`` is what runs inside an
+machine), ``results`` (the record type), ``codec`` (records as JSON lines, upgrades),
+``store`` (the JSONL store, resume), ``report`` (merge, tables, diagnosis, rendering),
+``stats`` (intervals and verdicts). ``bench`` is what runs inside an
 image: one cell, one process, one JSON record on stdout.
 
 The public Python API is :func:`load_results` (pandas; imported on first use).
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mxbench.version import __version__
+
 __all__ = ["__version__", "load_results"]
 
 if TYPE_CHECKING:

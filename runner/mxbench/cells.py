@@ -81,8 +81,12 @@ def cell_key(
     """A hash of what the cell measures. Params that are not set (``repeat`` of a matrix
     without repeats), host limits that are absent and the source of a built-in model are
     left out, so keys stay stable when a parameter, a limit or a zoo model is added."""
-    ident: dict[str, Any] = {"host": host, "image": image, "image_spec": image_spec,
-                             "params": params.key_fields()}  # fmt: skip
+    ident: dict[str, Any] = {
+        "host": host,
+        "image": image,
+        "image_spec": image_spec,
+        "params": params.key_fields(),
+    }
     if limits:
         ident["limits"] = limits
     if model_source:
@@ -186,13 +190,30 @@ def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
     ]
 
 
+TRIAL_STEPS = 2  # timed steps of a batch-size search's trial, at most
+
+
 def searches(matrix: Matrix, hosts: list[str] | None = None) -> list[Search]:
     """One search per ``max`` batch size, repeats aside (a search is its own repetition)."""
     config = matrix.benchmark.batch_search
     out: list[Search] = []
     for host, image, spec, combo, source in _placements(matrix, hosts):
         if combo["batch_size"] == SEARCH and not combo["repeat"]:
-            params = Params(**{**combo, "batch_size": config.start, "repeat": None})
+            # a trial answers "does it fit": no profiled window, no one-step check (either
+            # would add memory of its own, and time), and no more steps than reach the
+            # training's steady memory (the first step allocates the activations, the
+            # gradients and the optimizer's slots; the next ones reuse them)
+            params = Params(
+                **{
+                    **combo,
+                    "batch_size": config.start,
+                    "repeat": None,
+                    "profile": "off",
+                    "check": "off",
+                    "warmup_steps": min(combo["warmup_steps"], 1),
+                    "steps": min(combo["steps"], TRIAL_STEPS),
+                }
+            )
             template = _cell(matrix, host, image, spec, params, source)
             out.append(Search(replace(template, search=config), config, host.limits()))
     return out
@@ -227,8 +248,12 @@ def pairable(cell: Cell) -> bool:
     paired design, for timing cells (a training run, a batch-size trial and several steps
     per execution stay one policy per process, as their memory and OOM answers need)."""
     p = cell.params
-    return (p.pairing == "paired" and cell.search is None and not p.epochs
-            and p.steps_per_execution == 1)  # fmt: skip
+    return (
+        p.pairing == "paired"
+        and cell.search is None
+        and not p.epochs
+        and p.steps_per_execution == 1
+    )
 
 
 def _comparison(c: Cell) -> tuple[object, ...]:

@@ -12,9 +12,9 @@ from typing import Any
 
 import typer
 
-from mxbench import __version__
 from mxbench.commands import bench, build, compare, data, doctor, report, run
 from mxbench.errors import MxbenchError
+from mxbench.version import __version__
 
 app = typer.Typer(
     name="mxbench",

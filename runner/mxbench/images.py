@@ -32,10 +32,10 @@ from typing import IO, Any
 
 import msgspec
 
-from mxbench import __version__
 from mxbench.errors import MxbenchError, UsageError
 from mxbench.matrix import Image, Matrix
-from mxbench.results import LOCK_NAME, write_atomic
+from mxbench.store import LOCK_NAME, write_atomic
+from mxbench.version import __version__
 
 LABEL = "io.mxbench."
 CA_BUNDLE_PATH = "docker/ca-bundle.pem"  # where the Dockerfiles look for it (docker/venv.sh)

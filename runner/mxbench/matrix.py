@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import stat
 from collections import Counter
 from importlib import resources
 from pathlib import Path
@@ -31,6 +30,7 @@ from pydantic import (
 from mxbench import models, params
 from mxbench.errors import UsageError
 from mxbench.hosts import HOSTS
+from mxbench.matrix_yaml import Loader, check_nodes, line_of, read_matrix_file
 from mxbench.repeats import AUTO, AutoRepeats, check_auto
 from mxbench.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
 from mxbench.search import LIMITS, SEARCH, BatchSearch
@@ -394,8 +394,10 @@ class Matrix(Strict):
             for name in ("warmup_steps", "steps"):
                 off = [v for v in sweep[name] if v % spe]
                 if off:
-                    raise _PathError(self._where("steps_per_execution"),
-                                     f"{spe}: {name} {off[0]} is not a multiple of it")  # fmt: skip
+                    raise _PathError(
+                        self._where("steps_per_execution"),
+                        f"{spe}: {name} {off[0]} is not a multiple of it",
+                    )
         return self
 
     def sweep_source(self, name: str) -> str:
@@ -446,62 +448,23 @@ def default_matrix_path() -> Path:
     return Path(str(resources.files("mxbench") / "defaults" / "local.yaml"))
 
 
-# A matrix is a page of YAML; anything much larger is a mistake (or an attack).
-MAX_MATRIX_BYTES = 1 << 20
-# YAML nodes after alias expansion: far beyond a real matrix, refused before building it.
-MAX_YAML_NODES = 200_000
 MAX_PROBLEMS_SHOWN = 20
-
-
-# libyaml's parser when PyYAML was built with it (seven times faster on a long axis).
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_matrix(path: Path | str) -> Matrix:
     path = Path(path)
-    text = _read_matrix_file(path)
+    text = read_matrix_file(path)
     matrix = parse_matrix(text, str(path))
     matrix._source = path.resolve()
     return matrix
 
 
-def _read_matrix_file(path: Path) -> str:
-    """The file's text; any failure to read it is one line (exit 2). A FIFO, a device or a
-    socket is never opened (that could block), and a huge file is not read."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: matrix file not found") from None
-    except OSError as exc:  # a symlink loop, a name too long, no permission on a directory
-        raise UsageError(f"{path}: cannot read matrix file ({exc.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{path}: is a directory, not a matrix file")
-    if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{path}: not a regular file (a FIFO, device or socket)")
-    if st.st_size > MAX_MATRIX_BYTES:
-        raise UsageError(
-            f"{path}: {st.st_size:,} bytes is too large for a matrix file "
-            f"(at most {MAX_MATRIX_BYTES:,})"
-        )
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_MATRIX_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read matrix file ({exc.strerror})") from None
-    if len(data) > MAX_MATRIX_BYTES:
-        raise UsageError(f"{path}: too large for a matrix file (at most {MAX_MATRIX_BYTES:,})")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-
-
 def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
-    loader = _Loader(text)
+    loader = Loader(text)
     try:
         node = loader.get_single_node()
         if node is not None:
-            _check_nodes(node, source)
+            check_nodes(node, source)
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -520,61 +483,6 @@ def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
         return Matrix.model_validate(data)
     except ValidationError as exc:
         raise UsageError(_format_errors(exc, node, source)) from None
-
-
-def _check_nodes(root: yaml.Node, source: str) -> None:
-    """Refuse, before anything is built: duplicate keys in a mapping (YAML would silently
-    keep the last), and aliases that expand to more than MAX_YAML_NODES nodes or refer to
-    themselves (a "billion laughs" document). Linear in the document's distinct nodes."""
-    size: dict[int, int] = {}  # id(node) -> nodes it expands to (aliases counted each time)
-    active: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        children = _children(node)
-        if done:
-            active.discard(key)
-            size[key] = 1 + sum(size[id(c)] for c in children)
-            if size[key] > MAX_YAML_NODES:
-                raise UsageError(
-                    f"{source}:{node.start_mark.line + 1}: YAML aliases expand to more than "
-                    f"{MAX_YAML_NODES:,} nodes (an alias bomb?); refused"
-                )
-            continue
-        if key in size:
-            continue
-        if key in active:
-            raise UsageError(
-                f"{source}:{node.start_mark.line + 1}: a YAML alias refers to itself; refused"
-            )
-        active.add(key)
-        if isinstance(node, yaml.MappingNode):
-            _no_duplicate_keys(node, source)
-        stack.append((node, True))
-        stack.extend((c, False) for c in children if id(c) not in size)
-
-
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
-
-
-def _no_duplicate_keys(node: yaml.MappingNode, source: str) -> None:
-    first: dict[str, int] = {}
-    for key, _ in node.value:
-        if not isinstance(key, yaml.ScalarNode):
-            continue
-        line = key.start_mark.line + 1
-        if key.value in first and key.value != "<<":
-            raise UsageError(
-                f"{source}:{line}: duplicate key {echo(key.value)} (first on line "
-                f"{first[key.value]}); YAML would silently keep only the last"
-            )
-        first.setdefault(key.value, line)
 
 
 def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
@@ -638,28 +546,6 @@ def format_path(loc: tuple[Any, ...]) -> str:
 
 
 def _format_one(loc: tuple[Any, ...], msg: str, node: yaml.Node | None, source: str) -> str:
-    line = _line_of(node, loc)
+    line = line_of(node, loc)
     where = f"{source}:{line}" if line else source
     return f"{where}: {format_path(loc)}: {msg}"
-
-
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the deepest YAML node on the key path (pydantic knows no lines)."""
-    best = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                if key.value == str(part):
-                    best = key.start_mark.line + 1
-                    node = value
-                    break
-            else:
-                return best
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            if part >= len(node.value):
-                return best
-            node = node.value[part]
-            best = node.start_mark.line + 1
-        else:
-            return best
-    return best

@@ -57,10 +57,16 @@ def _spread(logs: Sequence[float]) -> float | None:
 def floor(host: str, records: Sequence[Record]) -> Floor:
     """The floor from the second arms of A/A processes (each carries its rounds' ratios)."""
     arms = [r for r in records if r.pairing is not None and r.pairing.ratios]
-    window = [s for r in arms if r.pairing and (s := _spread([math.log(x)
-              for x in r.pairing.ratios])) is not None]  # fmt: skip
-    procs = [p for r in arms if r.pairing and (p := stats.paired_process(
-             r.pairing.ratios, r.pairing.clean)) is not None]  # fmt: skip
+    window = [
+        s
+        for r in arms
+        if r.pairing and (s := _spread([math.log(x) for x in r.pairing.ratios])) is not None
+    ]
+    procs = [
+        p
+        for r in arms
+        if r.pairing and (p := stats.paired_process(r.pairing.ratios, r.pairing.clean)) is not None
+    ]
     if len(procs) >= 2:
         process: float | None = math.expm1(statistics.stdev(math.log(p[0]) for p in procs))
     else:
@@ -68,8 +74,11 @@ def floor(host: str, records: Sequence[Record]) -> Floor:
     ratio = stats.judge_paired([procs])[0] if procs else None
     parts = [r.pairing.interference for r in arms if r.pairing and r.pairing.interference]
     others = [x.others_cores for x in parts if x.others_cores is not None]
-    disturbed = [r.pairing.disturbed_share for r in arms
-                 if r.pairing and r.pairing.disturbed_share is not None]  # fmt: skip
+    disturbed = [
+        r.pairing.disturbed_share
+        for r in arms
+        if r.pairing and r.pairing.disturbed_share is not None
+    ]
     return Floor(
         host=host,
         processes=len(procs),
@@ -111,8 +120,11 @@ def text(found: Floor) -> str:
     def pct(x: float | None) -> str:
         return f"±{x:.1%}" if x is not None else "n/a"
 
-    busy = (f"; other processes held {found.others_cores:.0%} of a CPU"
-            if found.others_cores is not None else "")  # fmt: skip
+    busy = (
+        f"; other processes held {found.others_cores:.0%} of a CPU"
+        if found.others_cores is not None
+        else ""
+    )
     return (
         f"{found.host}: noise floor from {found.processes} A/A process(es): "
         f"window {pct(found.window)}, "

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench import repeats
+from mxbench import repeat_plan, repeats
 from mxbench.cells import Cell, Search, pair_up, to_run
 from mxbench.engines import (
     Engine,
@@ -38,8 +38,9 @@ from mxbench.engines import (
 )
 from mxbench.matrix import Matrix
 from mxbench.progress import CellProgress
-from mxbench.results import FINAL_STATUSES, Record, ResultStore, Status, StoreError
+from mxbench.results import FINAL_STATUSES, Record, Status
 from mxbench.search import Found, walk
+from mxbench.store import ResultStore, StoreError
 
 FAILED_STATUSES = frozenset({"error", "timeout"})
 CANCEL_GRACE_S = 60.0  # after Ctrl-C, how long hosts get to stop their cells
@@ -104,7 +105,7 @@ def plan_hosts(
     matrix: Matrix,
     cells: Sequence[Cell],
     searches: Sequence[Search] = (),
-    auto: repeats.Plan | None = None,
+    auto: repeat_plan.Plan | None = None,
 ) -> list[HostWork]:
     """Each host's engine and work, checked (exit 2 for what only the user can fix) before
     any cell of any host runs (a host whose cells are done may still have ``repeats: auto``
@@ -175,7 +176,7 @@ class _Fleet:
         progress: CellProgress,
         known: dict[str, Record],
         max_parallel: int,
-        auto: repeats.Plan | None = None,
+        auto: repeat_plan.Plan | None = None,
     ) -> None:
         self.auto = auto  # repeats: auto (None: a fixed number of repeats)
         self.store = store
@@ -278,8 +279,9 @@ class _Fleet:
             raise  # the disk, not the host: the whole run stops (run_machine)
         except Exception as exc:
             rest = [c for c in cells if c.key not in finished]
-            self.give_up(work, rest + [s.template for s in work.searches], "error",
-                         _unexpected(work, exc))  # fmt: skip
+            self.give_up(
+                work, rest + [s.template for s in work.searches], "error", _unexpected(work, exc)
+            )
             return False
         finally:
             close = getattr(outcomes, "close", None)
@@ -288,7 +290,7 @@ class _Fleet:
                     close()  # a batch engine's generator cancels what it still has queued
         return True
 
-    def run_auto(self, work: HostWork, plan: repeats.Plan, began: float) -> bool:
+    def run_auto(self, work: HostWork, plan: repeat_plan.Plan, began: float) -> bool:
         """``repeats: auto``: rounds of one more process per policy for every comparison
         group of the host that needs one, until none does (or the budget is spent). A
         process ``--resume`` kept is reused, not measured again."""
@@ -301,10 +303,11 @@ class _Fleet:
                 decision = repeats.decide(cfg, g.by_policy(), g.attempts)
                 spent = time.monotonic() - began
                 if decision.more and spent + g.round_s() > cfg.budget_s:
-                    doing = repeats.noise(g.records.values())
+                    doing = repeat_plan.noise(g.records.values())
                     detail = f"{spent:.0f} s spent of auto_repeats.budget_s {cfg.budget_s:g}"
-                    decision = replace(decision, why="budget",
-                                       detail=detail + (f"; {doing}" if doing else ""))  # fmt: skip
+                    decision = replace(
+                        decision, why="budget", detail=detail + (f"; {doing}" if doing else "")
+                    )
                 if not decision.more:
                     g.decision = decision
                     groups.remove(g)
@@ -312,11 +315,15 @@ class _Fleet:
                     continue
                 repeat = g.attempts
                 why = f"process {repeat + 1}: {decision.text()}"
-                progress.message(f"{g.label}: adding process {repeat + 1} per policy "
-                                 f"({decision.text()})")  # fmt: skip
+                progress.message(
+                    f"{g.label}: adding process {repeat + 1} per policy ({decision.text()})"
+                )
                 cells = plan.extend(g, repeat)
-                done = {c.key for c in cells if (rec := self.known.get(c.key)) is not None
-                        and rec.status in FINAL_STATUSES}  # fmt: skip
+                done = {
+                    c.key
+                    for c in cells
+                    if (rec := self.known.get(c.key)) is not None and rec.status in FINAL_STATUSES
+                }
                 for cell in cells:
                     if cell.key in done:
                         plan.note(self.known[cell.key])  # measured by the run --resume continues
@@ -355,7 +362,7 @@ def run_cells(
     searches: Sequence[Search] = (),
     known: dict[str, Record] | None = None,
     max_parallel: int | None = None,
-    auto: repeats.Plan | None = None,
+    auto: repeat_plan.Plan | None = None,
 ) -> RunSummary:
     """Every cell, then every search, of every host; hosts in parallel as their machines
     allow (``known``: the records a search may reuse, the store's latest per cell under

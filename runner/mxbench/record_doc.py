@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from mxbench import params, results
+from mxbench import codec, params, results
 
 _INTRO = f"""\
 # The result record (`{results.SCHEMA}`)
@@ -112,26 +112,28 @@ def _default(field: msgspec.structs.FieldInfo) -> str:
 
 
 def _versions() -> str:
-    """The version history (:data:`mxbench.results.HISTORY`), newest last."""
+    """The version history (:data:`mxbench.codec.HISTORY`), newest last."""
     rows = [
         f"| `{v}`{' (this one)' if v == results.SCHEMA else ''} | "
         + " ".join(what.split()).replace("|", "\\|")
         + " |"
-        for v, what in results.HISTORY.items()
+        for v, what in codec.HISTORY.items()
     ]
-    return "\n".join([
-        "## Versions\n",
-        "`schema` names the version a line was written in. Within a version fields are only "
-        "added; any other change makes a new version, and a line of an earlier one is rewritten "
-        "as this one before it is read (the steps of `mxbench.results.UPGRADES`), so that every "
-        "line any mxbench wrote loads (`tests/records/` holds one file per shape ever written). "
-        "A line of a version this mxbench does not know (a newer one) is skipped with a warning "
-        "naming it.\n",
-        "| version | what it was |",
-        "|---|---|",
-        *rows,
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "## Versions\n",
+            "`schema` names the version a line was written in. Within a version fields are "
+            "only added; any other change makes a new version, and a line of an earlier one is "
+            "rewritten as this one before it is read (the steps of `mxbench.codec.UPGRADES`), "
+            "so that every line any mxbench wrote loads (`tests/records/` holds one file per "
+            "shape ever written). A line of a version this mxbench does not know (a newer one) "
+            "is skipped with a warning naming it.\n",
+            "| version | what it was |",
+            "|---|---|",
+            *rows,
+            "",
+        ]
+    )
 
 
 def render() -> str:

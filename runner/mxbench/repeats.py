@@ -17,7 +17,8 @@ up to ``max`` processes per policy and a time budget per host (no round starts t
 end after ``budget_s`` of the host's run). A group also stops early as *too noisy* when the
 spread seen so far says the target would take more than twice ``max`` processes.
 
-The decision is a pure function of the group's records (:func:`decide`); the budget is the
+The decision is a pure function of the group's records (:func:`decide`); the groups and
+their rounds of cells are planned by :mod:`mxbench.repeat_plan`, and the budget is the
 orchestrator's (:mod:`mxbench.orchestrate` runs the rounds). So ``--resume`` replays it over
 the stored records, reusing every finished process and adding only what is still needed.
 Each added process's record says why it was added (``run.repeats``); ``mxbench run`` says
@@ -27,16 +28,15 @@ where each group stopped and why.
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import msgspec
 
 from mxbench import stats
 from mxbench.params import BASELINE
-from mxbench.results import FINAL_STATUSES, Record
+from mxbench.results import Record
+from mxbench.summary import paired, processes
 
 AUTO = "auto"  # the benchmark.repeats value that asks for this
 
@@ -120,8 +120,11 @@ def decide(cfg: AutoRepeats, by_policy: dict[str, list[Record]], attempts: int) 
     widths = [width(r) if r is not None and r.judged else math.inf for r in ratios]
     wide = max(widths, default=math.inf)
     shown = wide if math.isfinite(wide) else None
-    spread = {p: stats.repeats_disagree([m for r in v if r.step and (m := r.step.median)])
-              for p, v in ok.items() if not _paired(v)}  # fmt: skip
+    spread = {
+        p: stats.repeats_disagree([m for r in v if r.step and (m := r.step.median)])
+        for p, v in ok.items()
+        if not _paired(v)
+    }
     split = {p: s for p, s in spread.items() if s is not None}
     if firm and all(r is not None and r.judged and r.verdict in CLEAR for r in firm):
         said = ", ".join(f"{r.verdict} ({r.text()})" for r in ratios if r is not None)
@@ -154,21 +157,10 @@ def speedup(
 ) -> stats.Ratio | None:
     """The speedup the report gives these records (at ``level``): paired processes' own
     ratios when every one of ``other`` was paired, else the processes of the two sides."""
-    from mxbench.report.tables import paired, processes
-
     together = paired(other)
     if together is not None:
         return stats.judge_paired([together], level)[0]
     return stats.judge([(processes(base), processes(other))], level)[0]
-
-
-def noise(records: Iterable[Record]) -> str:
-    """What the machine was doing during these records' timed windows, in words (paired
-    records measure it): '' when nothing was measured."""
-    from mxbench.report.busy import busy
-
-    found = busy(records)
-    return f"{found.text()} during the timed windows" if found is not None else ""
 
 
 def stopped(by_policy: dict[str, list[Record]]) -> Decision | None:
@@ -184,110 +176,9 @@ def stopped(by_policy: dict[str, list[Record]]) -> Decision | None:
     attempts = max((len(recs) for recs in by_policy.values()), default=0)
     decision = decide(cfg, by_policy, attempts)
     if decision.more:
-        return replace(decision, why="budget", detail="the run's time budget or an interruption "
-                       f"ended it; {decision.detail}")  # fmt: skip
+        return replace(
+            decision,
+            why="budget",
+            detail=f"the run's time budget or an interruption ended it; {decision.detail}",
+        )
     return decision
-
-
-@dataclass
-class Group:
-    """The cells of one comparison: one per (policy, repeat), the same otherwise."""
-
-    label: str
-    template: Any  # a mxbench.cells.Cell of the group (any policy, any repeat)
-    policies: list[str]
-    limits: dict[str, Any] | None
-    keys: dict[tuple[str, int], str] = field(default_factory=dict)  # (policy, repeat) -> key
-    records: dict[str, Record] = field(default_factory=dict)  # cell key -> latest record
-    wall_s: list[float] = field(default_factory=list)  # wall time of the processes run
-    decision: Decision | None = None  # set when the group stopped
-
-    @property
-    def attempts(self) -> int:
-        return 1 + max(r for _, r in self.keys) if self.keys else 0
-
-    def by_policy(self) -> dict[str, list[Record]]:
-        out: dict[str, list[Record]] = {p: [] for p in self.policies}
-        for (policy, _), key in sorted(self.keys.items(), key=lambda kv: kv[0][1]):
-            rec = self.records.get(key)
-            if rec is not None:
-                out[policy].append(rec)
-        return out
-
-    def cell(self, policy: str, repeat: int) -> Any:
-        """The group's cell for one policy and repeat (key as :func:`cells.expand` makes it)."""
-        from mxbench.cells import cell_key
-
-        t = self.template
-        params = msgspec.structs.replace(t.params, policy=policy, repeat=repeat)
-        key = cell_key(t.host, t.image, t.image_spec, params, self.limits, t.model_source)
-        self.keys[policy, repeat] = key
-        return replace(t, params=params, key=key)
-
-    def round_s(self) -> float:
-        """About how long one more process per policy takes (0 before any ran)."""
-        if not self.wall_s:
-            return 0.0
-        paired = any(r.pairing is not None for r in self.records.values())
-        return statistics.fmean(self.wall_s) * (1 if paired else len(self.policies))
-
-
-@dataclass
-class Plan:
-    """Every comparison group of a run, and where each stands."""
-
-    cfg: AutoRepeats
-    groups: list[Group]
-    by_key: dict[str, Group] = field(default_factory=dict)
-
-    def note(self, record: Record) -> None:
-        """File a record of this run (or one ``--resume`` keeps) under its group."""
-        group = self.by_key.get(record.cell or "")
-        if group is not None:
-            group.records[record.cell or ""] = record
-            wall = record.run.get("wall_s")
-            if isinstance(wall, int | float):
-                group.wall_s.append(float(wall))
-
-    def host(self, name: str) -> list[Group]:
-        return [g for g in self.groups if g.template.host == name]
-
-    def extend(self, group: Group, repeat: int) -> list[Any]:
-        """The group's cells of one more round (policies in plan order)."""
-        cells = [group.cell(p, repeat) for p in group.policies]
-        for c in cells:
-            self.by_key[c.key] = group
-        return cells
-
-    def summary(self) -> list[str]:
-        """Where each group stopped, one line each (for the end of ``mxbench run``)."""
-        return [f"{g.label}: {g.decision.text()}" for g in self.groups if g.decision is not None]
-
-
-def plan(cfg: AutoRepeats, cells: Iterable[Any], limits: dict[str, Any]) -> Plan:
-    """The groups of the planned cells (all of them, done ones too: ``--resume`` needs
-    their records); ``limits``: each host's limits, as the cell keys hash them."""
-    groups: dict[tuple[Any, ...], Group] = {}
-    out = Plan(cfg, [])
-    for c in cells:
-        p = c.params
-        if p.epochs:  # a training run: its repeats are seeds (start of them), not grown
-            continue
-        ident = msgspec.structs.replace(p, policy=BASELINE, repeat=None)
-        gkey = (c.host, c.image, ident, c.model_source)
-        g = groups.get(gkey)
-        if g is None:
-            g = groups[gkey] = Group(c.label(group=True), c, [], limits.get(c.host))
-            out.groups.append(g)
-        if p.policy not in g.policies:
-            g.policies.append(p.policy)
-        g.keys[p.policy, p.repeat or 0] = c.key
-        out.by_key[c.key] = g
-    return out
-
-
-def known(plan: Plan, records: dict[str, Record]) -> None:
-    """File the stored records (``--resume``) of the planned cells under their groups."""
-    for key, rec in records.items():
-        if key in plan.by_key and rec.status in FINAL_STATUSES:
-            plan.note(rec)

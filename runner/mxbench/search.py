@@ -14,7 +14,6 @@ report derives the answer from the records alone, with the very same code.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -103,7 +102,9 @@ def walk(cfg: BatchSearch, outcome: Outcome) -> int | Found:
             lo = None
             nxt = hi // 2
         else:
-            if hi - lo <= max(1, math.floor(lo * cfg.precision)):
+            # within precision of each other: hi - lo <= floor(lo * precision), said without
+            # floor, which raises on the product of a legal precision overflowing to inf
+            if hi - lo <= 1 or hi - lo <= lo * cfg.precision:
                 return Found("found", lo, hi, trials)
             nxt = (lo + hi) // 2
         if trials >= cfg.max_trials:

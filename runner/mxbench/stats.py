@@ -54,6 +54,16 @@ SHORT: dict[str, str] = {FASTER: "faster", SLOWER: "slower", SAME: "≈ same", T
 HINT = "set benchmark.repeats to auto, or 3 or more"  # what gives a TOO_FEW reader a verdict
 
 
+def mean(values: Sequence[float]) -> float:
+    """The arithmetic mean of finite values, any a record admits: where their sum would
+    overflow (two of 1e308), each is divided first."""
+    try:
+        return statistics.fmean(values)
+    except OverflowError:
+        largest = max(abs(v) for v in values)
+        return largest * statistics.fmean([v / largest for v in values])
+
+
 def figure(value: float, places: int = 2, sign: bool = False) -> str:
     """``value`` with ``places`` decimals (``sign``: a ``+`` before a gain), as every figure
     a report writes; from 1e9 on in scientific notation (``1.2e+302``): a rate or ratio made
@@ -163,8 +173,7 @@ def judge(
     for (kb, ko), members in groups.items():
         b = np.array([pairs[i][0] for i in members], dtype=float)
         o = np.array([pairs[i][1] for i in members], dtype=float)
-        value, low, high, judged = _intervals(b[:, :, 0], b[:, :, 1], o[:, :, 0], o[:, :, 1],
-                                              level)  # fmt: skip
+        value, low, high, judged = _intervals(b[:, :, 0], b[:, :, 1], o[:, :, 0], o[:, :, 1], level)
         over: Over = "processes" if judged else "steps"
         for row, i in enumerate(members):
             out[i] = Ratio(value[row], low[row], high[row], over, min(kb, ko))

@@ -7,10 +7,7 @@ arguments (:class:`mxbench.errors.UsageError`) escape.
 
 from __future__ import annotations
 
-import itertools
 import math
-import os
-import statistics
 import sys
 import time
 import traceback
@@ -20,29 +17,24 @@ from typing import Any
 
 import msgspec
 
-from mxbench import __version__
 from mxbench.bench import backends, convergence, energy, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
+from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError, pip_install
 from mxbench.params import BASELINE, Params
 from mxbench.results import (
     Cpu,
     Device,
-    Interference,
     Metrics,
     ModelInfo,
-    Pairing,
     Record,
     Settings,
     Software,
     StepStats,
-    Window,
-    new_record,
-    now_iso,
-    tail,
 )
+from mxbench.version import __version__
 
 _OOM_NAMES = ("ResourceExhaustedError", "OutOfMemoryError", "MemoryError")
 _OOM_TEXT = ("resource_exhausted", "out of memory", "oom when allocating", "failed to allocate")
@@ -56,12 +48,20 @@ def is_oom(exc: BaseException) -> bool:
     return any(t in text for t in _OOM_TEXT)
 
 
+Emit = Callable[[Record], None]
+
+
 def run_cell(
     p: Params,
     started_at: float | None = None,
     on_step: Callable[[int], None] | None = None,
+    emit: Emit | None = None,
 ) -> Record:
-    """Measure the cell described by ``p`` (already validated) into a result record."""
+    """Measure the cell described by ``p`` (already validated) into a result record.
+
+    ``emit``: called with the record as measured before each extra phase (the profiled
+    window, the one-step check) with ``pending`` naming what is still to run, so that a
+    process killed in one of them (out of memory under a limit) leaves its timed figures."""
     started_at = started_at or probe.process_start_time() or time.time()
     phases = Phases(started_at)
     rec = new_record(params=p, status="ok")
@@ -71,22 +71,24 @@ def run_cell(
     state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
     phases.mark("probe")
     # the profiled window answers "where does the time go": once per cell, not per repeat
-    profiled = p if first_process(p) else msgspec.structs.replace(p, profile="off")
+    profiled = p if runs_profile(p) else msgspec.structs.replace(p, profile="off")
     try:
-        profiler.around(profiled, rec, lambda: _measure(p, rec, state, started_at, on_step))
+        profiler.around(profiled, rec, lambda: _measure(p, rec, state, started_at, on_step, emit))
     except UsageError:
         raise
     except Exception as exc:  # failure is data
         traceback.print_exc(file=sys.stderr)
         rec.status = "oom" if is_oom(exc) else "error"
         rec.error = tail(f"{type(exc).__name__}: {exc}")
-    phases.mark("fit_other")  # after a failure: the rest of the attempt
-    _probe_device(rec, state)
-    phases.mark("probe")
-    if "convergence" in state:  # after the timed steps and the memory probe
+    if not state.get("probed"):  # a failure before the timed steps ended
+        phases.mark("fit_other")
+        _probe_device(rec, state)
+        phases.mark("probe")
+    if "convergence" in state:  # after the timed steps, the memory probe and the profile
         found, *rest = state["convergence"]
         # the one-step check against float32: once per cell, not per repeat
-        rec.convergence = convergence.check(p, found, *rest) if first_process(p) else found
+        rec.convergence = convergence.check(p, found, *rest) if runs_check(p) else found
+    _drop_initial(state)
     phases.mark("check")
     rec.metrics.phases_s = phases.done()
     rec.time = now_iso()
@@ -130,12 +132,11 @@ class Arm:
 
 def _build(p: Params, rec: Record, state: dict[str, Any]) -> Arm:
     """Build, compile and feed the model of ``p`` (its policy); the record's model facts."""
-    from mxbench.bench import data, facts
-    from mxbench.bench import model as harness
+    from mxbench.bench import data, facts, harness
 
     phases = state["phases"]
     rec.model = ModelInfo(name=p.model)
-    prepared = harness.prepare(p, set_policy, p.seed)
+    prepared = harness.prepare(p, harness.set_policy, p.seed)
     model = state["model"] = prepared.model
     harness.compile_model(prepared, p.jit_compile, p.loss_scale, p.steps_per_execution)
     _dtype_settings(rec.settings, model, p.policy)
@@ -167,6 +168,7 @@ def _measure(
     state: dict[str, Any],
     started_at: float,
     on_step: Callable[[int], None] | None,
+    emit: Emit | None = None,
 ) -> None:
     import_s = _load(p, rec, state)
     arm = _build(p, rec, state)
@@ -178,15 +180,16 @@ def _measure(
         train.run(p, arm.prepared, rec)
         return
 
-    check = p.policy != BASELINE and first_process(p)
-    initial = model.get_weights() if check else []  # for the one-step check
+    initial = convergence.Initial(model) if runs_check(p) else None  # for the one-step check
+    state["initial"] = [initial]
     phases.mark("check")
     log_ = StepLog()
     total = p.warmup_steps + p.steps
     timer = step_timer(log_, on_step, p.warmup_steps)
     sampler = state["util"] = HealthSampler()
     sampler.start()
-    joules = energy.start()
+    state["gpu"] = _used_gpu(state)  # whose energy the timed steps are charged
+    joules = energy.start(gpu=_on_gpu(state), uuid=(state["gpu"] or {}).get("uuid"))
     try:
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
@@ -218,19 +221,30 @@ def _measure(
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
     energy.fill(rec.metrics, joules, state["timed_window"], p.steps, p.batch_size)
-    if p.profile == "on" and first_process(p):  # after the timed window, never inside it
+    # the device and the peak memory now: the training's, before anything else runs
+    phases.mark("fit_other")
+    _probe_device(rec, state)
+    state["probed"] = True
+    phases.mark("probe")
+    pending = [name for name, on in (("profile", runs_profile(p)), ("check", runs_check(p))) if on]
+    _emit(emit, rec, pending, phases)
+    if runs_profile(p):  # after the timed window, never inside it
         rec.profile = profiler.run(p.backend, model, ds, gpu=state["backend"].model_on_gpu(model))
+        phases.mark("profile")
+        _emit(emit, rec, pending[1:], phases)
 
 
-def set_policy(policy: str) -> None:
-    """Global dtype policy. ``float16`` is the pure case: float16 variables, no loss scaling."""
-    import keras
-
-    keras.config.set_dtype_policy(policy)
+def _emit(emit: Emit | None, rec: Record, pending: list[str], phases: Phases) -> None:
+    """Print the record as measured so far, naming the phases still to run (none: nothing
+    to print, the final record follows)."""
+    if emit is None or not pending:
+        return
+    metrics = msgspec.structs.replace(rec.metrics, phases_s=phases.done())
+    emit(msgspec.structs.replace(rec, pending=list(pending), metrics=metrics, time=now_iso()))
 
 
 def _user_dataset(prepared: Any, p: Params) -> Any:
-    from mxbench.bench.model import ModelError
+    from mxbench.bench.harness import ModelError
 
     assert prepared.dataset is not None
     try:
@@ -313,6 +327,7 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
         if backend is not None:
             fw_gpus = backend.accepted_gpus()
             used = backend.model_on_gpu(model) if model is not None else bool(fw_gpus)
+        gpu = state["gpu"] if "gpu" in state else _used_gpu(state) if used else None
         rec.device = msgspec.convert(
             probe.device_record(
                 nvml=nvml,
@@ -321,19 +336,44 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
                 used_gpu=used,
                 cpu_model=rec.cpu.model,
                 framework=rec.params.backend,
+                gpu=gpu,
             ),
             Device,
         )
         _gpu_util(rec, state)
         rec.device.framework = rec.params.backend
         peak = backend.peak_gpu_memory_bytes() if used and backend is not None else None
+        limited = probe.cgroup_peak_bytes()
         if peak is not None:
             rec.metrics.peak_memory_bytes, rec.metrics.peak_memory_kind = peak, "gpu"
+        elif limited is not None:
+            rec.metrics.peak_memory_bytes, rec.metrics.peak_memory_kind = limited, "cgroup"
         else:
             rec.metrics.peak_memory_bytes = probe.peak_rss_bytes()
             rec.metrics.peak_memory_kind = "rss"
     except Exception as exc:
         print(f"mxbench bench: device probe failed: {exc!r}", file=sys.stderr)
+
+
+def _used_gpu(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The NVML GPU the model trains on (None: on the CPU, or not to be told apart)."""
+    if not _on_gpu(state):
+        return None
+    nvml, _ = probe.nvml_gpus()
+    return probe.used_gpu(nvml, probe.framework_gpu(state["backend"].name))
+
+
+def _on_gpu(state: dict[str, Any]) -> bool:
+    backend, model = state["backend"], state["model"]
+    return bool(backend is not None and model is not None and backend.model_on_gpu(model))
+
+
+def _drop_initial(state: dict[str, Any]) -> None:
+    """The one-step check's initial weights on disk are not needed past the check (or a
+    failure)."""
+    for initial in state.get("initial", []):
+        if initial is not None:
+            initial.drop()
 
 
 def first_process(p: Params) -> bool:
@@ -343,223 +383,12 @@ def first_process(p: Params) -> bool:
     return not p.repeat
 
 
-def run_paired(p: Params, others: list[str], started_at: float | None = None) -> list[Record]:
-    """Measure ``p`` (the base arm, float32) and the policies ``others`` in this process,
-    in interleaved windows (:mod:`mxbench.bench.paired`): one record per arm, base first.
-    Failure is data as in :func:`run_cell`: every arm's record says it."""
-    started_at = started_at or probe.process_start_time() or time.time()
-    phases = Phases(started_at)
-    ps = [p, *(msgspec.structs.replace(p, policy=x) for x in others)]
-    recs = [new_record(params=q, status="ok") for q in ps]
-    cpu = msgspec.convert(probe.cpu_info(), Cpu)
-    for q, rec in zip(ps, recs, strict=True):
-        rec.cpu = cpu
-        rec.software = Software(python=sys.version.split()[0], backend=p.backend,
-                                mxbench=__version__)  # fmt: skip
-        rec.settings = msgspec.convert({**probe.number_settings(), "policy": q.policy}, Settings)
-    state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
-    phases.mark("probe")
-    profiled = p.profile == "on" and first_process(p)
-    try:
-        if profiled:
-            profiler.prepare(p.backend)
-            with profiler.whole_run(p.backend, True) as lines:
-                _measure_paired(ps, recs, state, started_at, profiled)
-            for rec in recs:
-                profiler.add_log(rec.profile, lines)
-        else:
-            _measure_paired(ps, recs, state, started_at, profiled)
-    except UsageError:
-        raise
-    except Exception as exc:  # failure is data: every arm's record says it
-        traceback.print_exc(file=sys.stderr)
-        for rec in recs:
-            rec.status = "oom" if is_oom(exc) else "error"
-            rec.error = tail(f"{type(exc).__name__}: {exc}")
-    phases.mark("fit_other")
-    for rec in recs:
-        _probe_device(rec, state)
-        _gpu_windows(rec, state)
-        # one process held every arm: its peak is theirs together, not one policy's (the
-        # memory answer comes from a process of one policy: pairing: process, the search)
-        rec.metrics.peak_memory_bytes = rec.metrics.peak_memory_kind = None
-    _mark_rounds(recs)
-    phases.mark("probe")
-    for rec, arm_state in zip(recs, state.get("convergence", []), strict=False):
-        if arm_state is not None:
-            rec.convergence = convergence.check(rec.params, *arm_state)
-    phases.mark("check")
-    done = phases.done()
-    for rec in recs:
-        rec.metrics.phases_s = done
-        rec.time = now_iso()
-    return recs
+def runs_profile(p: Params) -> bool:
+    """Whether this process runs the profiled window (``profile: on``, first process)."""
+    return p.profile == "on" and first_process(p)
 
 
-def _measure_paired(
-    ps: list[Params], recs: list[Record], state: dict[str, Any], started_at: float,
-    profiled: bool,
-) -> None:  # fmt: skip
-    import random
-
-    from mxbench.bench import paired
-
-    p = ps[0]
-    import_s = _load(p, recs[0], state)
-    arms = [_build(q, rec, state) for q, rec in zip(ps, recs, strict=True)]
-    for rec in recs[1:]:  # what loading the framework found holds for every arm
-        rec.software = msgspec.structs.replace(recs[0].software)
-        rec.settings.tf32 = recs[0].settings.tf32
-        rec.settings.matmul_precision = recs[0].settings.matmul_precision
-    phases = state["phases"]
-    check = first_process(p)
-    initial = [a.model.get_weights() if check and a.p.policy != BASELINE else None for a in arms]
-    phases.mark("check")
-
-    def fitter(arm: Arm) -> Callable[[Any, int], None]:
-        def fit(callback: Any, steps: int) -> None:
-            arm.model.fit(arm.ds, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False,
-                          callbacks=[callback])  # fmt: skip
-
-        return fit
-
-    plan = paired.Plan(warmup=max(1, p.warmup_steps), max_steps=p.steps, timed_s=p.timed_s)
-    sampler = state["util"] = HealthSampler()
-    sampler.start()
-    began = time.perf_counter()
-    try:
-        out = paired.run([fitter(a) for a in arms], plan, random.Random())
-    finally:
-        sampler.stop()
-    fit_s = time.perf_counter() - began
-    wall_minus_perf = time.time() - time.perf_counter()
-    group = f"{os.getpid()}-{time.time_ns():x}"
-    base_ms = {w.round: (w.end - w.start) / w.steps for w in out.logs[0].windows}
-    first_window = min(w.start for log_ in out.logs for w in log_.windows)
-    every = [w.interference for log_ in out.logs for w in log_.windows]
-    overall = _overall(every)
-    timed_total = first_total = warm_total = 0.0
-    convergence_states: list[Any] = []
-    for i, (arm, rec, log_, init) in enumerate(zip(arms, recs, out.logs, initial, strict=True)):
-        q, model = arm.p, arm.model
-        windows = log_.windows
-        durations = []
-        for w in windows:
-            marks = [w.start, *w.ends]
-            durations += [b - a for a, b in itertools.pairwise(marks)]
-        window_s = sum(w.end - w.start for w in windows)
-        steps = sum(w.steps for w in windows)
-        assert log_.begin is not None
-        warm = [log_.begin, *log_.warm_ends]
-        first_s = warm[1] - warm[0]
-        timed_total += window_s
-        first_total += first_s
-        warm_total += warm[-1] - warm[0] - first_s
-        stats = summarize(durations)
-        images_per_s = q.batch_size * steps / window_s
-        flops = rec.model.flops_per_example if rec.model else None
-        # the arm's timed steps follow its warm-up back to back (windows of k steps each)
-        means = StepLog(mean_losses=[log_.losses[k] for k in sorted(log_.losses)])
-        losses = [_finite(means.step_loss(k)) for k in range(plan.warmup, plan.warmup + steps)]
-        rec.settings.jit_compile = bool(model.jit_compile)
-        rec.metrics = Metrics(
-            step_ms=msgspec.convert(stats, StepStats),
-            images_per_s=round(images_per_s, 3),
-            first_step_ms=round(first_s * 1000.0, 3),
-            warmup_ms=round((warm[-1] - warm[0]) * 1000.0, 3),
-            startup_s=round(windows[0].start + wall_minus_perf - started_at, 3),
-            import_s=round(import_s, 3),
-            loss_first=losses[0] if losses else None,
-            loss_last=losses[-1] if losses else None,
-            losses=losses,
-            loss_scale=_loss_scale(model),
-            train_flops_per_image=flops,
-            achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
-        )
-        own = {w.round: (w.end - w.start) / w.steps for w in windows}
-        is_base = i == 0  # an A/A check's second arm has the base's policy
-        rounds = sorted(r for r in own if r in base_ms)
-        rec.pairing = Pairing(
-            group=group,
-            arms=[a.p.policy for a in arms],
-            base=ps[0].policy,
-            window_steps=out.k,
-            order=out.order,
-            ratios=[] if is_base else [round(base_ms[r] / own[r], 6) for r in rounds],
-            clean=[],  # _mark_rounds: once every window's interference is known
-            windows=[
-                Window(
-                    round=w.round,
-                    position=w.position,
-                    steps=w.steps,
-                    ms=round((w.end - w.start) * 1000.0 / w.steps, 4),
-                    start_s=round(w.start - first_window, 4),
-                    interference=w.interference,
-                )
-                for w in windows
-            ],
-            interference=overall,
-        )
-        found = convergence.skipped(model, plan.warmup + steps)
-        convergence_states.append(
-            (found, model, init, (arm.x, arm.y) if arm.x is not None else arm.ds)
-            if init is not None else None
-        )  # fmt: skip
-    state["convergence"] = convergence_states
-    state["spans"] = {a.p.policy: [(w.start, w.end) for w in lg.windows]
-                      for a, lg in zip(arms, out.logs, strict=True)}  # fmt: skip
-    state["timed_window"] = (first_window, max(w.end for lg in out.logs for w in lg.windows))
-    phases.out.update(first_step=first_total, warmup=warm_total, timed=timed_total)
-    phases.out["fit_other"] = max(0.0, fit_s - first_total - warm_total - timed_total)
-    phases.last = time.perf_counter()
-    if profiled:  # after every timed window, never inside one
-        for arm, rec in zip(arms, recs, strict=True):
-            gpu = state["backend"].model_on_gpu(arm.model)
-            rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu)
-        phases.mark("profile")
-
-
-def _mark_rounds(recs: list[Record]) -> None:
-    """A round is clean when no window of it, of any arm, was disturbed: each arm's
-    ``pairing.clean`` and the process's share of disturbed rounds, from the windows."""
-    pairs = [r.pairing for r in recs if r.pairing is not None]
-    hit = {w.round for pair in pairs for w in pair.windows if w.interference.disturbed}
-    rounds = {w.round for pair in pairs for w in pair.windows}
-    for pair in pairs:
-        if pair.ratios:
-            pair.clean = [w.round not in hit for w in pair.windows]
-        pair.disturbed_share = round(len(hit) / max(1, len(rounds)), 4)
-        if pair.interference is not None:
-            pair.interference.disturbed = bool(hit)
-            pair.interference.throttle_reasons = sorted(
-                {x for p in pairs for w in p.windows for x in w.interference.throttle_reasons}
-            )
-
-
-def _gpu_windows(rec: Record, state: dict[str, Any]) -> None:
-    """On a GPU, each paired window's other processes on the device and throttle reasons
-    (NVML, from the sampler's polls); either marks the window disturbed."""
-    sampler, spans = state.get("util"), state.get("spans", {}).get(rec.params.policy)
-    if sampler is None or not spans or rec.pairing is None or rec.device.kind != "gpu":
-        return
-    for w, (start, end) in zip(rec.pairing.windows, spans, strict=False):
-        others, reasons = sampler.window(start, end, rec.device.uuid)
-        w.interference.gpu_others = others
-        w.interference.throttle_reasons = reasons
-        w.interference.disturbed = w.interference.disturbed or bool(others) or bool(reasons)
-
-
-def _overall(parts: list[Interference]) -> Interference:
-    """Medians over windows of each figure; disturbed when any window was; every throttle
-    reason seen."""
-
-    def med(name: str) -> float | None:
-        values = [v for x in parts if (v := getattr(x, name)) is not None]
-        return round(statistics.median(values), 4) if values else None
-
-    return Interference(
-        own_cores=med("own_cores"), waited_cores=med("waited_cores"),
-        others_cores=med("others_cores"), steal_cores=med("steal_cores"),
-        pressure=med("pressure"), disturbed=any(x.disturbed for x in parts),
-        throttle_reasons=sorted({r for x in parts for r in x.throttle_reasons}),
-    )  # fmt: skip
+def runs_check(p: Params) -> bool:
+    """Whether this process runs the one-step check (``check: on``, a policy other than
+    float32, first process)."""
+    return p.check == "on" and p.policy != BASELINE and first_process(p)

@@ -20,13 +20,18 @@ Two answers go into the record's ``convergence``:
   (ResNet-50 at 32 px: a relative change of 1e-4 in the input gives a cosine of 0.89).
 
 Cost: one more build of the model under float32 and two eager forward and backward passes
-at the cell's batch size; the record says how long (``check_s``). Whatever fails here is
-written in the record's note; it never turns a measured cell into an error.
+on the first :data:`CHECK_BATCH` examples of the cell's batch (``batch`` in the record: a
+float32 pass at a large batch would need more memory than the cell's own training); the
+record says how long (``check_s``). It runs after the peak memory was read and after the
+bench printed the measured record, so it can neither raise the cell's peak nor, killed,
+take the timed figures with it. Whatever fails here is written in the record's note; it
+never turns a measured cell into an error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -35,10 +40,32 @@ import msgspec
 import numpy as np
 
 from mxbench.bench import loss_scale
+from mxbench.codec import tail
 from mxbench.params import BASELINE, Params
-from mxbench.results import Convergence, tail
+from mxbench.results import Convergence
 
 THRESHOLD = 0.99
+CHECK_BATCH = 32  # examples the check's passes run on, at most
+
+
+class Initial:
+    """The weights a cell's model starts from, kept on disk for the check (a copy in memory
+    would be in the cell's peak: the check must not weigh on the memory answer)."""
+
+    def __init__(self, model: Any) -> None:
+        import tempfile
+
+        fd, self.path = tempfile.mkstemp(prefix="mxbench-initial-", suffix=".npz")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, *model.get_weights())
+
+    def load(self) -> list[Any]:
+        with np.load(self.path) as found:
+            return [found[f"arr_{i}"] for i in range(len(found.files))]
+
+    def drop(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
 
 
 def skipped(model: Any, steps: int) -> Convergence:
@@ -50,7 +77,7 @@ def check(
     p: Params,
     found: Convergence,
     model: Any,
-    initial: list[Any],
+    initial: Initial,
     source: Any,
 ) -> Convergence:
     """``found`` with the one-step check of ``model`` (the cell's, which started from the
@@ -61,10 +88,12 @@ def check(
     t0 = time.perf_counter()
     out = msgspec.structs.replace(found, check="error")
     try:
-        batch = source if isinstance(source, tuple) else first_batch(source)
-        out = _compare(p, out, model, initial, _numpy(batch))
+        batch = _head(_numpy(source if isinstance(source, tuple) else first_batch(source)))
+        out = _compare(p, out, model, initial.load(), batch)
     except Exception as exc:  # the check is a diagnosis: it never fails the cell
         out.note = tail(f"{type(exc).__name__}: {exc}")
+    finally:
+        initial.drop()
     out.check_s = round(time.perf_counter() - t0, 3)
     return out
 
@@ -74,6 +103,14 @@ def first_batch(ds: Any) -> tuple[Any, Any]:
     indexed = hasattr(ds, "__getitem__") and hasattr(ds, "__len__")  # a PyDataset
     item = ds[0] if indexed else next(iter(ds))
     return item[0], item[1]
+
+
+def _head(batch: tuple[Any, Any], n: int = CHECK_BATCH) -> tuple[Any, Any]:
+    """The first ``n`` examples of every array of the batch."""
+    import keras
+
+    x, y = keras.tree.map_structure(lambda a: a[:n] if getattr(a, "ndim", 0) else a, batch)
+    return x, y
 
 
 def _numpy(batch: Any) -> Any:
@@ -90,8 +127,8 @@ def _numpy(batch: Any) -> Any:
 def _compare(
     p: Params, out: Convergence, model: Any, initial: list[Any], batch: tuple[Any, Any]
 ) -> Convergence:
-    from mxbench.bench import model as harness
-    from mxbench.bench.cell import set_policy
+    from mxbench.bench import harness
+    from mxbench.bench.harness import set_policy
 
     model.set_weights(initial)
     scale = loss_scale.first_scale(model)
@@ -103,6 +140,7 @@ def _compare(
     grads = _gradients(model, batch, scale)
     ref = _gradients(ref_model, batch, 1.0)
     out.loss_scale = scale
+    out.batch = len(keras_first(batch[0]))
     if random:
         out.note = f"random layers left on (their noise is in the cosine): {sorted(random)}"
     if not all(np.isfinite(g).all() for g in grads):
@@ -124,6 +162,13 @@ def _compare(
             again = np.concatenate(_gradients(ref_model, (rounded, batch[1]), 1.0))
             out.float32_rounded_input_cosine = _cosine(again, base)
     return out
+
+
+def keras_first(x: Any) -> Any:
+    """The first array of an input structure (a dict or list of inputs: any one)."""
+    import keras
+
+    return keras.tree.flatten(x)[0]
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -21,6 +21,7 @@ training split's class folders (float 0/1 for a model with one sigmoid output).
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,12 @@ TRAIN = "train"
 # Where a folder keeps its validation images, in the order they are looked for: Imagenette's
 # val/, then the Stack Overflow question's test/.
 VALIDATION = ("val", "validation", "test")
-FLIPS = {"none": (False, False), "horizontal": (True, False), "vertical": (False, True),
-         "both": (True, True)}  # fmt: skip
+FLIPS = {
+    "none": (False, False),
+    "horizontal": (True, False),
+    "vertical": (False, True),
+    "both": (True, True),
+}
 # Threads decoding batches ahead of the model (keras.utils.PyDataset's workers).
 WORKERS = 4
 
@@ -210,11 +215,17 @@ def image_folder(
     return _folder_class()(spec)
 
 
-def write_digits(root: str | Path, validation: str = "val", fraction: float = 0.2,
-                 seed: int = 0) -> dict[str, int]:  # fmt: skip
+def write_digits(
+    root: str | Path,
+    validation: str = "val",
+    fraction: float = 0.2,
+    seed: int = 0,
+    classes: Sequence[int] = range(10),
+) -> dict[str, int]:
     """scikit-learn's handwritten digits (1,797 real 8x8 images, 10 classes) as an image
     folder: ``root/train/<digit>/*.png`` and ``root/<validation>/<digit>/*.png``, a split
-    stratified by class (``fraction`` of each class to validation). Returns images per split."""
+    stratified by class (``fraction`` of each class to validation); only the digits in
+    ``classes`` (two: a binary task). Returns images per split."""
     try:
         from sklearn.datasets import load_digits
     except ImportError:
@@ -227,7 +238,7 @@ def write_digits(root: str | Path, validation: str = "val", fraction: float = 0.
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)  # 0..16 -> 0..255
     rng = np.random.default_rng(seed)
     counts = {TRAIN: 0, validation: 0}
-    for label in range(10):
+    for label in classes:
         index = rng.permutation(np.flatnonzero(digits.target == label))
         held = round(len(index) * fraction)
         for split, part in ((validation, index[:held]), (TRAIN, index[held:])):

@@ -1,4 +1,6 @@
-"""Energy over the timed window, from a cumulative counter: NVML's on a GPU, RAPL's on a CPU.
+"""Energy over the timed window, from a cumulative counter of the device that ran the cell:
+NVML's for the GPU the framework trained on (matched by UUID or PCI bus id, see
+:func:`mxbench.bench.probe.used_gpu`), RAPL's for a cell on the CPU.
 
 - **NVML** (Volta and newer): ``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the
   driver loaded, for the whole board.
@@ -115,8 +117,8 @@ class Counter:
         return b - a if a is not None and b is not None and b >= a else None
 
 
-def cpu_counter(root: Path = POWERCAP) -> Counter | None:
-    rapl = Rapl(root)
+def cpu_counter(root: Path | None = None) -> Counter | None:
+    rapl = Rapl(root or POWERCAP)
     return Counter(rapl.read, "rapl") if rapl else None
 
 
@@ -145,9 +147,11 @@ def _uuid(nvml: Any, handle: Any) -> str:
     return u.decode() if isinstance(u, bytes) else str(u)
 
 
-def start() -> Counter | None:
-    """A running counter: the GPU's when NVML counts one, else the CPU packages' (RAPL)."""
-    counter = gpu_counter() or cpu_counter()
+def start(gpu: bool, uuid: str | None) -> Counter | None:
+    """A running counter of the device that runs the cell: the GPU ``uuid``'s (NVML) for a
+    cell on a GPU, the CPU packages' (RAPL) for a cell on the CPU. A GPU cell whose GPU is not
+    known (``uuid`` None) counts nothing: another device's joules would be charged to it."""
+    counter = (gpu_counter(uuid) if uuid is not None else None) if gpu else cpu_counter()
     if counter is not None:
         try:
             counter.start()

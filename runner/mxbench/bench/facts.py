@@ -18,16 +18,47 @@ from typing import Any
 
 OFF8_LIMIT = 64  # the record lists at most this many; the count says how many in all
 # Layer classes whose cost is moving memory, not arithmetic.
-MEMORY_BOUND = frozenset({
-    "BatchNormalization", "LayerNormalization", "GroupNormalization", "UnitNormalization",
-    "RMSNormalization", "Normalization", "Rescaling", "Activation", "ReLU", "ELU",
-    "LeakyReLU", "PReLU", "Softmax", "DepthwiseConv1D", "DepthwiseConv2D", "Add",
-    "Subtract", "Multiply", "Average", "Maximum", "Minimum", "Concatenate", "Dropout",
-    "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D", "AveragePooling2D",
-    "AveragePooling3D", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
-    "GlobalMaxPooling1D", "GlobalMaxPooling2D", "ZeroPadding2D", "PositionEmbedding",
-    "LayerScale", "StochasticDepth",
-})  # fmt: skip
+MEMORY_BOUND = frozenset(
+    {
+        "BatchNormalization",
+        "LayerNormalization",
+        "GroupNormalization",
+        "UnitNormalization",
+        "RMSNormalization",
+        "Normalization",
+        "Rescaling",
+        "Activation",
+        "ReLU",
+        "ELU",
+        "LeakyReLU",
+        "PReLU",
+        "Softmax",
+        "DepthwiseConv1D",
+        "DepthwiseConv2D",
+        "Add",
+        "Subtract",
+        "Multiply",
+        "Average",
+        "Maximum",
+        "Minimum",
+        "Concatenate",
+        "Dropout",
+        "MaxPooling1D",
+        "MaxPooling2D",
+        "MaxPooling3D",
+        "AveragePooling1D",
+        "AveragePooling2D",
+        "AveragePooling3D",
+        "GlobalAveragePooling1D",
+        "GlobalAveragePooling2D",
+        "GlobalMaxPooling1D",
+        "GlobalMaxPooling2D",
+        "ZeroPadding2D",
+        "PositionEmbedding",
+        "LayerScale",
+        "StochasticDepth",
+    }
+)
 # Leaf layers that move no data worth counting (views, inputs).
 FREE = frozenset({"InputLayer", "Flatten", "Reshape", "Permute", "Identity"})
 

@@ -144,6 +144,9 @@ def disturbed(
 ) -> bool:
     """Whether the other processes or the hypervisor took CPU this process could have used."""
     ncpu = ncpu or cores()
-    contended = (others is not None and others >= OTHERS_CORES
-                 and (own or 0.0) + others >= ncpu - SPARE_CORES)  # fmt: skip
+    contended = (
+        others is not None
+        and others >= OTHERS_CORES
+        and (own or 0.0) + others >= ncpu - SPARE_CORES
+    )
     return bool(contended or (steal is not None and steal >= STEAL_SHARE))

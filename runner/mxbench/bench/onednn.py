@@ -132,8 +132,9 @@ def shape_macs(kind: str, shape: str) -> float:
     if kind in ("convolution", "deconvolution"):
         out = math.prod(d.get(k, 1) for k in ("od", "oh", "ow"))
         kernel = math.prod(d.get(k, 1) for k in ("kd", "kh", "kw"))
-        return float(d.get("mb", 1) * d.get("ic", 0) * d.get("oc", 0) * out * kernel
-                     / max(d.get("g", 1), 1))  # fmt: skip
+        return float(
+            d.get("mb", 1) * d.get("ic", 0) * d.get("oc", 0) * out * kernel / max(d.get("g", 1), 1)
+        )
     return 0.0
 
 
@@ -163,9 +164,17 @@ def parse(lines: Iterable[str]) -> list[Primitive]:
         time_ms: float | None = None
         with contextlib.suppress(ValueError):
             time_ms = float(f[-1])
-        out.append(Primitive(stage, f[2], f[3], f[4], src.group(1) if src else None,
-                             f[-2] if time_ms is not None else f[-1],
-                             time_ms if stage == "exec" else None))  # fmt: skip
+        out.append(
+            Primitive(
+                stage,
+                f[2],
+                f[3],
+                f[4],
+                src.group(1) if src else None,
+                f[-2] if time_ms is not None else f[-1],
+                time_ms if stage == "exec" else None,
+            )
+        )
     return out
 
 

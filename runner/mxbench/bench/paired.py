@@ -212,8 +212,9 @@ def run(
     for i, fit in enumerate(fits):
         callback = gate(i, logs[i], turns, plan, where)
 
-        def target(fit: Callable[[Any, int], None] = fit, cb: Any = callback,
-                   log: ArmLog = logs[i]) -> None:  # fmt: skip
+        def target(
+            fit: Callable[[Any, int], None] = fit, cb: Any = callback, log: ArmLog = logs[i]
+        ) -> None:
             try:
                 fit(cb, plan.warmup + plan.max_steps + 1)
             except BaseException as exc:  # the coordinator re-raises it

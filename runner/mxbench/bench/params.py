@@ -47,11 +47,15 @@ def validate(p: Params) -> Params:
             f"{p.steps} must be multiples of it"
         )
     if spe > 1 and p.backend == "torch":
-        raise UsageError(f"--steps-per-execution {spe}: Keras runs one step per call on the "
-                         "torch backend (only 1)")  # fmt: skip
+        raise UsageError(
+            f"--steps-per-execution {spe}: Keras runs one step per call on the "
+            "torch backend (only 1)"
+        )
     if p.epochs and p.synthetic:
-        raise UsageError(f"--epochs {p.epochs}: a training run needs --data, a folder with "
-                         "train/ and val/ (mxbench data digits DIR writes one)")  # fmt: skip
+        raise UsageError(
+            f"--epochs {p.epochs}: a training run needs --data, a folder with "
+            "train/ and val/ (mxbench data digits DIR writes one)"
+        )
     if not p.synthetic:
         train = Path(p.data) / "train"
         if not Path(p.data).is_dir():
@@ -64,8 +68,10 @@ def validate(p: Params) -> Params:
 
         classes = list_images(p.data)[2]
         if p.epochs and validation_split(p.data) is None:
-            raise UsageError(f"--data {p.data!r}: a training run needs a validation split "
-                             "(val/<class>/ or test/<class>/)")  # fmt: skip
+            raise UsageError(
+                f"--data {p.data!r}: a training run needs a validation split "
+                "(val/<class>/ or test/<class>/)"
+            )
         limit = builtin.classes if builtin is not None else None
         if limit is not None and len(classes) > limit:
             raise UsageError(

@@ -12,6 +12,7 @@ import os
 import platform
 import resource
 import sys
+from pathlib import Path
 from typing import Any
 
 NUMBER_SETTINGS = ("TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS", "NVIDIA_TF32_OVERRIDE")
@@ -23,16 +24,42 @@ NUMBER_SETTINGS = ("TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS", "NVIDIA_TF32_OVERRIDE")
 ISA_FLAGS = frozenset(
     {
         # x86: SIMD and FMA
-        "sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c",
+        "sse2",
+        "ssse3",
+        "sse4_1",
+        "sse4_2",
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
         # x86: AVX-512, VNNI, native half precision and bfloat16
-        "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16",
-        "avx512_fp16", "avx_vnni", "avx_vnni_int8", "avx_ne_convert",
+        "avx512f",
+        "avx512bw",
+        "avx512dq",
+        "avx512vl",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "avx_vnni",
+        "avx_vnni_int8",
+        "avx_ne_convert",
         # x86: AMX tile matrix units
-        "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+        "amx_fp16",
         # Arm: NEON, half precision, dot product, bfloat16, int8 matmul, SVE, SME
-        "asimd", "asimdhp", "asimddp", "fphp", "bf16", "i8mm", "sve", "sve2", "sme",
+        "asimd",
+        "asimdhp",
+        "asimddp",
+        "fphp",
+        "bf16",
+        "i8mm",
+        "sve",
+        "sve2",
+        "sme",
     }
-)  # fmt: skip
+)
 
 
 def cpu_info(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
@@ -91,6 +118,7 @@ def nvml_gpus(nvml: Any = None) -> tuple[list[dict[str, Any]], str | None]:
                     "compute_capability": f"{major}.{minor}",
                     "memory_bytes": int(nvml.nvmlDeviceGetMemoryInfo(h).total),
                     "uuid": _text(nvml.nvmlDeviceGetUUID(h)),
+                    "bus_id": _bus_id(nvml, h),
                 }
             )
         return gpus, driver
@@ -101,6 +129,91 @@ def nvml_gpus(nvml: Any = None) -> tuple[list[dict[str, Any]], str | None]:
             nvml.nvmlShutdown()
 
 
+def _bus_id(nvml: Any, handle: Any) -> str | None:
+    try:
+        return bus_id(_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+    except Exception:
+        return None
+
+
+def bus_id(text: str) -> str | None:
+    """A PCI address in one spelling (``0:3b:00.0``) from NVML's ``00000000:3B:00.0`` or a
+    framework's ``0000:3b:00.0``; None when it is not one."""
+    parts = text.strip().lower().split(":")
+    if len(parts) not in (2, 3) or "." not in parts[-1]:
+        return None
+    try:
+        domain = int(parts[0], 16) if len(parts) == 3 else 0
+    except ValueError:
+        return None
+    return f"{domain:x}:{parts[-2]}:{parts[-1]}"
+
+
+def used_gpu(
+    nvml: list[dict[str, Any]],
+    identity: dict[str, str | None] | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any] | None:
+    """The NVML GPU that the framework's first device is: by the UUID or PCI bus id the
+    framework tells (``identity``), else by the first entry of ``CUDA_VISIBLE_DEVICES`` (a
+    UUID or its prefix; an index, counted in NVML's PCI order: CUDA's own order is the same
+    for identical GPUs, or with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), else the only GPU there
+    is. None when it cannot be told: a guess would charge another device's energy."""
+    env = dict(os.environ) if env is None else env
+    identity = identity or {}
+    uuid, bus = identity.get("uuid"), identity.get("bus_id")
+    for g in nvml:
+        if uuid and g.get("uuid") and g["uuid"].removeprefix("GPU-") == uuid.removeprefix("GPU-"):
+            return g
+        if bus and g.get("bus_id") and g["bus_id"] == bus_id(bus):
+            return g
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        first = visible.split(",")[0].strip()
+        if first.isdigit():
+            by_order = (
+                env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+                or len({g.get("name") for g in nvml}) == 1
+            )
+            index = int(first)
+            return nvml[index] if by_order and index < len(nvml) else None
+        if first.startswith("GPU-"):
+            found = [g for g in nvml if str(g.get("uuid", "")).startswith(first)]
+            return found[0] if len(found) == 1 else None
+        return None  # MIG-..., or nothing visible
+    return nvml[0] if len(nvml) == 1 else None
+
+
+def framework_gpu(backend: str) -> dict[str, str | None]:
+    """The UUID or PCI bus id of the framework's current GPU, where the framework tells it
+    (PyTorch: both; TensorFlow: the bus id of GPU:0; JAX: neither)."""
+    try:
+        if backend == "torch":
+            import torch
+
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            uuid = str(getattr(props, "uuid", "") or "") or None
+            bus = None
+            if getattr(props, "pci_bus_id", None) is not None:
+                bus = (
+                    f"{getattr(props, 'pci_domain_id', 0):x}:{props.pci_bus_id:02x}:"
+                    f"{getattr(props, 'pci_device_id', 0):02x}.0"
+                )
+            return {"uuid": uuid, "bus_id": bus}
+        if backend == "tensorflow":
+            import re
+
+            from tensorflow.python.client import device_lib
+
+            for d in device_lib.list_local_devices():
+                if d.device_type == "GPU":
+                    found = re.search(r"pci bus id: ([0-9a-fA-F:.]+)", d.physical_device_desc)
+                    return {"uuid": None, "bus_id": found.group(1) if found else None}
+    except Exception:
+        pass
+    return {"uuid": None, "bus_id": None}
+
+
 def device_record(
     *,
     nvml: list[dict[str, Any]],
@@ -109,6 +222,7 @@ def device_record(
     used_gpu: bool,
     cpu_model: str | None,
     framework: str = "tensorflow",
+    gpu: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the run was measured on.
 
@@ -135,7 +249,7 @@ def device_record(
             "cc_source": None,
         }
     fw = framework_gpus[0] if framework_gpus else {}
-    hw = nvml[0] if nvml else {}
+    hw = gpu if gpu is not None else nvml[0] if nvml else {}
     cc = hw.get("compute_capability") or fw.get("compute_capability")
     source = "nvml" if hw.get("compute_capability") else (framework if cc else None)
     rec = {
@@ -170,6 +284,33 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
+def cgroup_peak_bytes(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The peak of the memory cgroup this process runs in, when that cgroup has a memory
+    limit of its own (a host's memory_limit, a container's --memory); None otherwise."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            where = root / path.lstrip("/")
+            peak, limit = where / "memory.peak", where / "memory.max"
+        elif "memory" in controllers.split(","):  # cgroup v1
+            where = root / "memory" / path.lstrip("/")
+            peak, limit = where / "memory.max_usage_in_bytes", where / "memory.limit_in_bytes"
+        else:
+            continue
+        try:
+            bound = limit.read_text().strip()
+            if bound == "max" or int(bound) >= 2**60:
+                return None  # no limit of its own: not the cell's memory
+            return int(peak.read_text())
+        except (OSError, ValueError):
+            return None
+    return None
+
+
 def process_start_time() -> float | None:
     """Wall-clock time this process started (for startup_s), when psutil is there."""
     try:
@@ -187,8 +328,16 @@ def main() -> None:
 
     gpus, driver = nvml_gpus()
     cpu = cpu_info()
-    print(json.dumps({"gpus": gpus, "driver": driver, "python": platform.python_version(),
-                      "cpu": {k: cpu.get(k) for k in ("model", "cores", "flags")}}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "gpus": gpus,
+                "driver": driver,
+                "python": platform.python_version(),
+                "cpu": {k: cpu.get(k) for k in ("model", "cores", "flags")},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

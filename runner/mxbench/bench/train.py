@@ -7,8 +7,10 @@ validation loss and metric (accuracy), the training time so far and the wall tim
 time counts the epochs' steps only (from an epoch's start to the end of its last step,
 synchronised by Keras' epoch logs), not the evaluations, whose frequency is the user's choice
 of measuring resolution; the first epoch includes tracing and compilation, as it does in a
-real run. The time to target is the training time of the first evaluation at or above the
-target (so its resolution is ``eval_every`` epochs, as MLPerf's time-to-train is).
+real run. The time to target is interpolated between the last evaluation below the target
+and the first at or above it (linear in training time), and the record keeps the time between
+those two evaluations as its resolution (``eval_every`` epochs: MLPerf's time-to-train takes
+the later one; that is the upper end here).
 
 Repeat k of a training run trains from seed k (initial weights, data order, flips), and every
 policy of one seed starts from the same weights (float32's, copied). The step statistics of
@@ -76,35 +78,66 @@ def _number(value: Any) -> float | None:
     return round(x, 6) if math.isfinite(x) else None
 
 
+def crossing(points: list[TrainPoint], target: float | None) -> tuple[float, float, int] | None:
+    """When the validation metric crossed ``target``: the training time interpolated between
+    the last evaluation below it and the first at or above it, the time between those two
+    (the resolution), and the epoch of the latter. None: never reached. Reached at the first
+    evaluation: from the start of training (time 0, metric 0)."""
+    if target is None:
+        return None
+    before = TrainPoint(epoch=0, train_s=0.0, val_metric=0.0)
+    for x in points:
+        value, t = x.val_metric, x.train_s
+        if value is None or t is None:
+            continue
+        if value >= target:
+            t0, v0 = before.train_s or 0.0, before.val_metric or 0.0
+            share = (target - v0) / (value - v0) if value > v0 else 1.0
+            return round(t0 + share * (t - t0), 4), round(t - t0, 4), x.epoch
+        before = x
+    return None
+
+
 def run(p: Params, prepared: Any, rec: Record) -> None:
     """Train ``prepared.model`` (compiled) as ``p`` says; fill ``rec.train`` and the step
     statistics of ``rec.metrics``."""
-    from mxbench.bench import data
-    from mxbench.bench import model as harness
+    from mxbench.bench import data, harness
 
     assert p.epochs is not None
     model = prepared.model
     size = (p.image_size, p.image_width or p.image_size)
     binary = harness.label_kind(model, prepared.labels) == "binary"
     val_split = data.validation_split(p.data) or "val"
-    train_ds = data.image_folder(p.data, p.batch_size, size, seed=p.seed, flip=p.flip,
-                                 binary=binary, endless=False)  # fmt: skip
-    val_ds = data.image_folder(p.data, p.batch_size, size, split=val_split, binary=binary,
-                               endless=False, shuffle=False)  # fmt: skip
+    train_ds = data.image_folder(
+        p.data, p.batch_size, size, seed=p.seed, flip=p.flip, binary=binary, endless=False
+    )
+    val_ds = data.image_folder(
+        p.data, p.batch_size, size, split=val_split, binary=binary, endless=False, shuffle=False
+    )
     points: list[TrainPoint] = []
     epoch_s: list[float] = []
-    model.fit(train_ds, epochs=p.epochs, validation_data=val_ds, validation_freq=p.eval_every,
-              verbose=0, callbacks=[_curve_callback(points, epoch_s)])  # fmt: skip
-    reached = next(
-        (x for x in points if p.target is not None and (x.val_metric or 0.0) >= p.target), None
+    model.fit(
+        train_ds,
+        epochs=p.epochs,
+        validation_data=val_ds,
+        validation_freq=p.eval_every,
+        verbose=0,
+        callbacks=[_curve_callback(points, epoch_s)],
     )
+    crossed = crossing(points, p.target)
     rec.train = Training(
-        seed=p.seed, target=p.target, train_images=len(train_ds.spec.files),
-        val_images=len(val_ds.spec.files), val_split=val_split,
-        steps_per_epoch=len(train_ds), points=points,
-        time_to_target_s=reached.train_s if reached else None,
-        epochs_to_target=reached.epoch if reached else None,
-    )  # fmt: skip
+        seed=p.seed,
+        target=p.target,
+        train_images=len(train_ds.spec.files),
+        val_images=len(val_ds.spec.files),
+        val_split=val_split,
+        steps_per_epoch=len(train_ds),
+        points=points,
+        time_to_target_s=crossed[0] if crossed else None,
+        target_resolution_s=crossed[1] if crossed else None,
+        epochs_to_target=crossed[2] if crossed else None,
+        classes=2 if binary else len(data.list_images(p.data)[2]),
+    )
     steps = len(train_ds)
     later = epoch_s[1:] or epoch_s  # the first epoch includes tracing and compilation
     rec.metrics = Metrics(

@@ -21,8 +21,9 @@ import typer
 from mxbench import params
 from mxbench.bench.params import validate
 from mxbench.bench.stdio import stdout_to_stderr, write_line
+from mxbench.codec import encode
 from mxbench.params import Params
-from mxbench.results import encode
+from mxbench.results import Record
 
 _IMPORTED_AT = time.time()
 
@@ -33,21 +34,27 @@ def bench(pair_with: str = "", **options: Any) -> None:
     each, this cell's first)."""
     params = validate(Params(**options))
     others = _pair_with(pair_with, params)
-    from mxbench.bench.cell import run_cell, run_paired
+    from mxbench.bench.cell import run_cell
+    from mxbench.bench.cell_paired import run_paired
     from mxbench.bench.probe import process_start_time
 
     started = process_start_time() or _IMPORTED_AT
     with stdout_to_stderr() as real_stdout, _progress(params) as on_step:
-        if others:
-            records = run_paired(params, others, started_at=started)
-        else:
-            records = [run_cell(params, started_at=started, on_step=on_step)]
-        for record in records:
+
+        def emit(record: Record) -> None:  # the last record printed is the one that counts
             write_line(real_stdout, encode(record).decode().rstrip("\n"))
+
+        if others:
+            records = run_paired(params, others, started_at=started, emit=emit)
+        else:
+            records = [run_cell(params, started_at=started, on_step=on_step, emit=emit)]
+        for record in records:
+            emit(record)
     for record in records:
         step = record.step
-        summary = (f"{record.params.policy} bs={params.batch_size} {params.image_size}px: "
-                   f"{record.status}")  # fmt: skip
+        summary = (
+            f"{record.params.policy} bs={params.batch_size} {params.image_size}px: {record.status}"
+        )
         typer.echo(summary + (f", median {step.median:.2f} ms/step" if step else ""), err=True)
     # The record is out: skip the interpreter's teardown (the framework's threads and
     # destructors), seconds per process that a run's time to answer paid for nothing
@@ -65,25 +72,34 @@ def _pair_with(text: str, p: Params) -> list[str]:
     others = [x.strip() for x in text.split(",") if x.strip()]
     for x in others:
         if x not in params.POLICIES:
-            raise UsageError(f"--pair-with {x!r}: expected policies among "
-                             f"{', '.join(params.POLICIES)}")  # fmt: skip
+            raise UsageError(
+                f"--pair-with {x!r}: expected policies among {', '.join(params.POLICIES)}"
+            )
     aa = others == [p.policy]  # an A/A check: the same policy as both arms (doctor --noise)
     if (p.policy in others and not aa) or len(set(others)) != len(others):
-        raise UsageError(f"--pair-with {text!r}: each policy once, not --policy {p.policy} "
-                         "(except alone: an A/A check)")  # fmt: skip
+        raise UsageError(
+            f"--pair-with {text!r}: each policy once, not --policy {p.policy} "
+            "(except alone: an A/A check)"
+        )
     if others and (p.epochs or p.steps_per_execution > 1):
-        raise UsageError("--pair-with: training runs and --steps-per-execution > 1 run one "
-                         "policy per process")  # fmt: skip
+        raise UsageError(
+            "--pair-with: training runs and --steps-per-execution > 1 run one policy per process"
+        )
     return others
 
 
 PAIR_WITH = inspect.Parameter(
-    "pair_with", inspect.Parameter.KEYWORD_ONLY,
-    default=typer.Option("", "--pair-with", help="Comma-separated policies measured in this "
-                         "process with --policy, in interleaved windows (paired design): one "
-                         "record per policy, --policy's first."),
+    "pair_with",
+    inspect.Parameter.KEYWORD_ONLY,
+    default=typer.Option(
+        "",
+        "--pair-with",
+        help="Comma-separated policies measured in this "
+        "process with --policy, in interleaved windows (paired design): one "
+        "record per policy, --policy's first.",
+    ),
     annotation=str,
-)  # fmt: skip
+)
 
 
 def _option(f: params.Field) -> inspect.Parameter:

@@ -52,27 +52,10 @@ def compare(
     labels.
     """
 
-    from mxbench.report import load
     from mxbench.report.compare import compare as diff
     from mxbench.report.compare import floors, speedups
-    from mxbench.report.markdown import escape, table
-    from mxbench.results import bad_line_warnings
-    from mxbench.stats import HINT, TOO_FEW
 
-    for name, path in (("BASE", base), ("NEW", new)):
-        if not os.path.lexists(path):  # not the report's "--results PATH" wording
-            raise UsageError(f"{name} {path}: no such file or directory")
-    loaded = [load.load([base], label=base_label, lean=True),
-              load.load([new], label=new_label, lean=True)]  # fmt: skip
-    for warning in bad_line_warnings([*loaded[0].bad, *loaded[1].bad]):
-        typer.echo(warning, err=True)
-    for side, path, label in ((loaded[0], base, base_label), (loaded[1], new, new_label)):
-        if label is not None and not side.winners and side.read:
-            known = ", ".join(sorted(repr(x) for x in side.labels if x is not None)) or "none"
-            raise UsageError(
-                f"{path}: label {label!r} matches none of the {side.read} records read "
-                f"(their labels: {known})"
-            )
+    loaded = _load(base, new, base_label, new_label)
     found = diff(loaded[0], loaded[1], threshold / 100)
     changes = found.changes
     dirs = [p if p.is_dir() else p.parent for p in (new, base)]
@@ -86,47 +69,8 @@ def compare(
     if as_json:
         _json(shown, speedups(loaded[0], loaded[1]), only_changed, found)
     else:
-        more = _varying(shown)
-        headers = ["host", "image", *more, "policy", "batch", "base ms", "new ms",
-                   "change [95% CI]", "verdict"]  # fmt: skip
-        rows = [
-            [c.host, c.image or "-", *(str(c.params.get(n)) for n in more),
-             str(c.params["policy"]), str(c.params["batch_size"]),
-             f"{c.base_ms:.2f}", f"{c.new_ms:.2f}",
-             f"{c.change:+.1%}" + ("" if c.low is None or c.high is None
-                                   else f" [{c.low:+.1%} – {c.high:+.1%}]"),
-             ("REGRESSION" if c.regressed else c.verdict)
-             + (" (below the noise floor)" if c.below_floor else "")]
-            for c in shown
-        ]  # fmt: skip
-        typer.echo((table(headers, rows) if rows else "No cell changed.") + "\n")
-        _failures("Ran in base, failed in new (a regression):", found.broke, ("base ms", "new"))
-        _failures("Failed in base, ran in new:", found.fixed, ("new ms", "base"))
-        _alone("Only in base (not in new at all):", found.only_base)
-        _alone("Only in new (not in base at all):", found.only_new)
-        _alone("Failed in both (timed on neither side; status in new):", found.failed_both)
-        few = sum(1 for c in changes if c.verdict == TOO_FEW)
-        typer.echo(
-            escape(
-                f"{len(changes)} cell(s) compared, {len(regressed)} regression(s) "
-                f"(slower by more than {threshold:g}%, interval excluding no change); "
-                f"{len(found.broke)} ran in base and failed in new, {len(found.fixed)} failed "
-                f"in base and ran in new; {len(found.only_base)} only in base, "
-                f"{len(found.only_new)} only in new, {len(found.failed_both)} failed in both."
-                + (
-                    f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
-                    if few
-                    else ""
-                ),
-                limit=None,  # the tool's own sentence: never cut
-            )
-        )
-        if measured:
-            below = sum(1 for c in changes if c.below_floor)
-            said = ", ".join(f"{h} ±{f:.1%}" for h, f in measured.items())
-            typer.echo(escape(f"Measured noise floor per process (mxbench doctor --noise): "
-                              f"{said}; {below} change(s) are below it.", limit=None))  # fmt: skip
-        _speedups(speedups(loaded[0], loaded[1]), only_changed)
+        ups = speedups(loaded[0], loaded[1])
+        _markdown(shown, found, regressed, measured, threshold, ups, only_changed)
     why = []
     if regressed:
         why.append(f"{len(regressed)} cell(s) regressed by more than {threshold:g}%")
@@ -134,6 +78,108 @@ def compare(
         why.append(f"{len(found.broke)} cell(s) ran in base and failed in new")
     if why:
         raise MxbenchError("; ".join(why))
+
+
+def _load(base: Path, new: Path, base_label: str | None, new_label: str | None) -> list[Any]:
+    """BASE's and NEW's records (lean), saying which lines were unreadable; UsageError when a
+    side is missing or its label matches none of its records."""
+    from mxbench.report import load
+    from mxbench.store import bad_line_warnings
+
+    for name, path in (("BASE", base), ("NEW", new)):
+        if not os.path.lexists(path):  # not the report's "--results PATH" wording
+            raise UsageError(f"{name} {path}: no such file or directory")
+    loaded = [
+        load.load([base], label=base_label, lean=True),
+        load.load([new], label=new_label, lean=True),
+    ]
+    for warning in bad_line_warnings([*loaded[0].bad, *loaded[1].bad]):
+        typer.echo(warning, err=True)
+    for side, path, label in ((loaded[0], base, base_label), (loaded[1], new, new_label)):
+        if label is not None and not side.winners and side.read:
+            known = ", ".join(sorted(repr(x) for x in side.labels if x is not None)) or "none"
+            raise UsageError(
+                f"{path}: label {label!r} matches none of the {side.read} records read "
+                f"(their labels: {known})"
+            )
+    return loaded
+
+
+def _markdown(
+    shown: list[Any],
+    found: Any,
+    regressed: list[Any],
+    measured: dict[str, float],
+    threshold: float,
+    ups: Any,
+    only_changed: bool,
+) -> None:
+    """The comparison as markdown on stdout: the changed cells, the failures, the counts,
+    the noise floor, and the speedups over float32 in both runs."""
+    from mxbench.report.markdown import escape, table
+    from mxbench.stats import HINT, TOO_FEW
+
+    more = _varying(shown)
+    headers = [
+        "host",
+        "image",
+        *more,
+        "policy",
+        "batch",
+        "base ms",
+        "new ms",
+        "change [95% CI]",
+        "verdict",
+    ]
+    rows = [
+        [
+            c.host,
+            c.image or "-",
+            *(str(c.params.get(n)) for n in more),
+            str(c.params["policy"]),
+            str(c.params["batch_size"]),
+            f"{c.base_ms:.2f}",
+            f"{c.new_ms:.2f}",
+            f"{c.change:+.1%}"
+            + ("" if c.low is None or c.high is None else f" [{c.low:+.1%} – {c.high:+.1%}]"),
+            ("REGRESSION" if c.regressed else c.verdict)
+            + (" (below the noise floor)" if c.below_floor else ""),
+        ]
+        for c in shown
+    ]
+    typer.echo((table(headers, rows) if rows else "No cell changed.") + "\n")
+    _failures("Ran in base, failed in new (a regression):", found.broke, ("base ms", "new"))
+    _failures("Failed in base, ran in new:", found.fixed, ("new ms", "base"))
+    _alone("Only in base (not in new at all):", found.only_base)
+    _alone("Only in new (not in base at all):", found.only_new)
+    _alone("Failed in both (timed on neither side; status in new):", found.failed_both)
+    few = sum(1 for c in found.changes if c.verdict == TOO_FEW)
+    typer.echo(
+        escape(
+            f"{len(found.changes)} cell(s) compared, {len(regressed)} regression(s) "
+            f"(slower by more than {threshold:g}%, interval excluding no change); "
+            f"{len(found.broke)} ran in base and failed in new, {len(found.fixed)} failed "
+            f"in base and ran in new; {len(found.only_base)} only in base, "
+            f"{len(found.only_new)} only in new, {len(found.failed_both)} failed in both."
+            + (
+                f" {few} cell(s) with one process on a side: {TOO_FEW} for a verdict ({HINT})."
+                if few
+                else ""
+            ),
+            limit=None,  # the tool's own sentence: never cut
+        )
+    )
+    if measured:
+        below = sum(1 for c in found.changes if c.below_floor)
+        said = ", ".join(f"{h} ±{f:.1%}" for h, f in measured.items())
+        typer.echo(
+            escape(
+                f"Measured noise floor per process (mxbench doctor --noise): "
+                f"{said}; {below} change(s) are below it.",
+                limit=None,
+            )
+        )
+    _speedups(ups, only_changed)
 
 
 def _failures(title: str, cells: list[Any], columns: tuple[str, str]) -> None:
@@ -146,11 +192,18 @@ def _failures(title: str, cells: list[Any], columns: tuple[str, str]) -> None:
     more = _varying(cells)
     headers = ["host", "image", *more, "policy", "batch", *columns, "error"]
     rows = [
-        [c.host, c.image or "-", *(str(c.params.get(n)) for n in more),
-         str(c.params["policy"]), str(c.params["batch_size"]), f"{c.timed_ms:.2f}",
-         STATUS_TEXT.get(c.status, c.status), c.error or ""]
+        [
+            c.host,
+            c.image or "-",
+            *(str(c.params.get(n)) for n in more),
+            str(c.params["policy"]),
+            str(c.params["batch_size"]),
+            f"{c.timed_ms:.2f}",
+            STATUS_TEXT.get(c.status, c.status),
+            c.error or "",
+        ]
         for c in cells
-    ]  # fmt: skip
+    ]
     typer.echo(f"{title}\n\n{table(headers, rows)}\n")
 
 
@@ -164,10 +217,16 @@ def _alone(title: str, cells: list[Any], limit: int = 20) -> None:
     more = _varying(cells)
     headers = ["host", "image", *more, "policy", "batch", "status"]
     rows = [
-        [c.host, c.image or "-", *(str(c.params.get(n)) for n in more),
-         str(c.params["policy"]), str(c.params["batch_size"]), STATUS_TEXT.get(c.status, c.status)]
+        [
+            c.host,
+            c.image or "-",
+            *(str(c.params.get(n)) for n in more),
+            str(c.params["policy"]),
+            str(c.params["batch_size"]),
+            STATUS_TEXT.get(c.status, c.status),
+        ]
         for c in cells[:limit]
-    ]  # fmt: skip
+    ]
     rest = len(cells) - limit
     after = f"\n… and {rest} more (compare --json lists every one)\n" if rest > 0 else ""
     typer.echo(f"{title}\n\n{table(headers, rows)}\n{after}")
@@ -225,16 +284,20 @@ def _speedups(found: list[Any], only_changed: bool) -> None:
         return text if verdict is None else f"{text} [{stats.figure(low)}–{stats.figure(high)}]"
 
     more = _varying(found)
-    headers = ["host", "image", *more, "policy", "batch", "speedup base", "speedup new",
-               "gained"]  # fmt: skip
+    headers = ["host", "image", *more, "policy", "batch", "speedup base", "speedup new", "gained"]
     rows = [
-        [s.host, s.image or "-", *(str(s.params.get(n)) for n in more),
-         str(s.params["policy"]), str(s.params["batch_size"]),
-         ratio(s.base, s.base_low, s.base_high, s.base_verdict),
-         ratio(s.new, s.new_low, s.new_high, s.new_verdict),
-         f"{stats.figure(s.gained, sign=True)}x" + (" (intervals apart)" if s.clear else "")]
+        [
+            s.host,
+            s.image or "-",
+            *(str(s.params.get(n)) for n in more),
+            str(s.params["policy"]),
+            str(s.params["batch_size"]),
+            ratio(s.base, s.base_low, s.base_high, s.base_verdict),
+            ratio(s.new, s.new_low, s.new_high, s.new_verdict),
+            f"{stats.figure(s.gained, sign=True)}x" + (" (intervals apart)" if s.clear else ""),
+        ]
         for s in found
-    ]  # fmt: skip
+    ]
     typer.echo("\nSpeedup over float32 in each run:\n")
     typer.echo(table(headers, rows))
     by_policy: dict[str, list[float]] = {}
@@ -243,7 +306,11 @@ def _speedups(found: list[Any], only_changed: bool) -> None:
     for policy, gains in by_policy.items():  # each a paragraph (a line right after a table
         said = (statistics.median(gains), min(gains), max(gains))  # is one more row of it)
         moved, low, high = (stats.figure(g, sign=True) for g in said)
-        typer.echo("\n" + escape(
-            f"{policy}: the speedup over float32 moved by {moved}x "
-            f"(median of {len(gains)} slot(s), {low}x to {high}x).", limit=None
-        ))  # fmt: skip
+        typer.echo(
+            "\n"
+            + escape(
+                f"{policy}: the speedup over float32 moved by {moved}x "
+                f"(median of {len(gains)} slot(s), {low}x to {high}x).",
+                limit=None,
+            )
+        )

@@ -28,14 +28,22 @@ app = typer.Typer(
 def digits(
     directory: Path = typer.Argument(..., help="Folder to write (created; must be empty)."),
     split: str = typer.Option(
-        "val", "--split", help="Name of the validation folder: val (Imagenette) or test "
-        "(the Stack Overflow question)."
+        "val",
+        "--split",
+        help="Name of the validation folder: val (Imagenette) or test "
+        "(the Stack Overflow question).",
     ),
     fraction: float = typer.Option(
         0.2, "--fraction", help="Share of each class held out for validation (0 to 1)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the stratified split."),
-) -> None:  # fmt: skip
+    classes: str = typer.Option(
+        "0,1,2,3,4,5,6,7,8,9",
+        "--classes",
+        help="The digits to write, comma-separated: two "
+        "make a binary task (the Stack Overflow network's sigmoid), e.g. --classes 3,8.",
+    ),
+) -> None:
     """scikit-learn's handwritten digits (1,797 real 8x8 grey images, 10 classes) as PNGs,
     split by class into train/ and a validation folder; needs scikit-learn and Pillow
     (`pip install 'mxbench[data]'`).
@@ -51,7 +59,13 @@ def digits(
         raise UsageError(f"--fraction {fraction}: expected a share between 0 and 1")
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise UsageError(f"{directory}: exists and is not an empty folder")
-    counts = write_digits(directory, split, fraction, seed)
+    try:
+        picked = sorted({int(x) for x in classes.split(",")})
+    except ValueError:
+        raise UsageError(f"--classes {classes!r}: expected digits 0-9, comma-separated") from None
+    if len(picked) < 2 or not all(0 <= x <= 9 for x in picked):
+        raise UsageError(f"--classes {classes!r}: expected two or more digits from 0 to 9")
+    counts = write_digits(directory, split, fraction, seed, picked)
     total = sum(counts.values())
     typer.echo(
         f"wrote {total:,} digit images to {directory}: "

@@ -23,7 +23,10 @@ STYLE = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
 def doctor(
     matrix: Path | None = typer.Option(
-        None, "--matrix", "-m", help="Matrix file. Default: the embedded local matrix.",
+        None,
+        "--matrix",
+        "-m",
+        help="Matrix file. Default: the embedded local matrix.",
         show_default=False,
     ),
     host: list[str] = typer.Option(
@@ -33,12 +36,16 @@ def doctor(
         Path("results"), "--results", "-r", help="Where `mxbench run` will write (free disk)."
     ),
     noise: int = typer.Option(
-        0, "--noise", help="Also measure each host's noise floor: this many A/A processes "
+        0,
+        "--noise",
+        help="Also measure each host's noise floor: this many A/A processes "
         "(float32 against itself, paired, at the matrix's first batch size), the floor at "
         "window, process and run level, saved under RESULTS/noise/ for `mxbench compare`.",
-        show_default=False, min=0, max=50,
+        show_default=False,
+        min=0,
+        max=50,
     ),
-) -> None:  # fmt: skip
+) -> None:
     """Check every host of a matrix in seconds, one line per check with the fix.
 
     Per host: reachable (Docker daemon, Slurm controller, the local interpreter); Docker's
@@ -56,13 +63,9 @@ def doctor(
     mxbench doctor --noise 3              # the local machine's noise floor, 3 A/A processes
     ```
     """
-    from rich.console import Console
-    from rich.table import Table
-
     from mxbench.cells import expand, searches
     from mxbench.engines import engine_class
     from mxbench.matrix import default_matrix_path, load_matrix
-    from mxbench.progress import plain
 
     mx = load_matrix(matrix or default_matrix_path())
     cells = expand(mx, host or None) + [s.template for s in searches(mx, host or None)]
@@ -80,6 +83,30 @@ def doctor(
     disk = _disk(results)
     wall = time.monotonic() - t0
 
+    failed = _show(checked, cells, disk)
+    ready = len(names) - len(failed)
+    summary = f"{ready}/{len(names)} host(s) ready, checked in {wall:.1f} s"
+    if failed:
+        summary += f"; not ready: {', '.join(failed)}"
+    if disk.state == "fail":
+        summary += "; not enough disk for results"
+    typer.echo(summary, err=True)
+    if failed or disk.state == "fail":
+        raise typer.Exit(1)
+    if noise:
+        for name in names:
+            _noise_floor(engines[name], [c for c in cells if c.host == name], noise, results)
+
+
+def _show(
+    checked: dict[str, tuple[list[Check], float]], cells: list[Cell], disk: Check
+) -> list[str]:
+    """The checks as one table (host, check, state, detail, fix); the hosts that failed."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from mxbench.progress import plain
+
     console = Console()
     if not console.is_terminal:  # logs and pipes: no wrapping of paths and commands
         console = Console(width=200)
@@ -95,26 +122,19 @@ def doctor(
             table.add_row(*map(plain, shown), style=STYLE[c.state])
         if any(c.state == "fail" for c in checks):
             failed.append(name)
-    for model, source in sorted({(c.params.model, c.model_source) for c in cells
-                                 if c.model_source}):  # fmt: skip
+    for model, source in sorted(
+        {(c.params.model, c.model_source) for c in cells if c.model_source}
+    ):
         detail = f"{model}: found, function defined (source {source}); not run here"
-        table.add_row(*map(plain, ("(model)", "user model", MARK["ok"], detail, "")),
-                      style=STYLE["ok"])  # fmt: skip
-    table.add_row(*map(plain, ("(results)", disk.name, MARK[disk.state], disk.detail, disk.fix)),
-                  style=STYLE[disk.state])  # fmt: skip
+        table.add_row(
+            *map(plain, ("(model)", "user model", MARK["ok"], detail, "")), style=STYLE["ok"]
+        )
+    table.add_row(
+        *map(plain, ("(results)", disk.name, MARK[disk.state], disk.detail, disk.fix)),
+        style=STYLE[disk.state],
+    )
     console.print(table)
-    ready = len(names) - len(failed)
-    summary = f"{ready}/{len(names)} host(s) ready, checked in {wall:.1f} s"
-    if failed:
-        summary += f"; not ready: {', '.join(failed)}"
-    if disk.state == "fail":
-        summary += "; not enough disk for results"
-    typer.echo(summary, err=True)
-    if failed or disk.state == "fail":
-        raise typer.Exit(1)
-    if noise:
-        for name in names:
-            _noise_floor(engines[name], [c for c in cells if c.host == name], noise, results)
+    return failed
 
 
 def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results: Path) -> None:
@@ -125,17 +145,18 @@ def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results:
     import msgspec
 
     from mxbench import noise
+    from mxbench.codec import bench_records
     from mxbench.engines import to_record
     from mxbench.params import BASELINE
-    from mxbench.results import bench_records
 
     timing = [c for c in cells if c.search is None and not c.params.epochs]
     if not timing:
         typer.echo(f"{engine.host.name}: no timing cell to measure a noise floor with", err=True)
         return
     first = timing[0]
-    params = msgspec.structs.replace(first.params, policy=BASELINE, pairing="paired",
-                                     steps_per_execution=1, repeat=1)  # fmt: skip
+    params = msgspec.structs.replace(
+        first.params, policy=BASELINE, pairing="paired", steps_per_execution=1, repeat=1
+    )
     base = replace(first, params=params)
     cell = replace(base, partners=(base,))  # the same policy as its own partner: A/A
     try:

@@ -17,56 +17,72 @@ if TYPE_CHECKING:
     from mxbench.cells import Cell, Search
     from mxbench.matrix import Matrix
     from mxbench.orchestrate import RunSummary
-    from mxbench.results import ResultStore
+    from mxbench.store import ResultStore
+
+
+# The options of `mxbench run` (typer reads each from its parameter's default).
+_MATRIX = typer.Option(
+    None,
+    "--matrix",
+    "-m",
+    help="Matrix file (schema v1). Default: the embedded local matrix "
+    "(this machine's CPU, small image size, a few minutes on 2 cores).",
+    show_default=False,
+)
+
+_RESULTS = typer.Option(
+    Path("results"),
+    "--results",
+    "-r",
+    help="Directory of JSONL result files (one per host); records are appended.",
+)
+
+_RESUME = typer.Option(
+    False, "--resume", help="Skip cells whose latest record is ok (or oom: a final answer)."
+)
+
+_DRY_RUN = typer.Option(
+    False,
+    "--dry-run",
+    "-n",
+    help="Print the plan (one row per cell) and exit; with --resume, only the cells "
+    "that would run.",
+)
+
+_HOST = typer.Option(
+    [], "--host", "-H", help="Run only this host (repeatable).", show_default=False
+)
+
+_MAX_PARALLEL = typer.Option(
+    None,
+    "--max-parallel",
+    "-j",
+    min=1,
+    help="Run at most N hosts at once (default: every machine at once). Hosts of one "
+    "machine (the host's `machine:`, else: local, the Docker daemon, the Slurm cluster) "
+    "always run one at a time.",
+    show_default=False,
+)
+
+_LABEL = typer.Option(
+    None,
+    "--label",
+    "-l",
+    help="Name this run (e.g. driver-550): stored in every record, selectable in "
+    "`mxbench report --label` and `mxbench compare`. With --resume, only cells done "
+    "under this label are skipped.",
+    show_default=False,
+)
 
 
 def run(
-    matrix: Path | None = typer.Option(
-        None,
-        "--matrix",
-        "-m",
-        help="Matrix file (schema v1). Default: the embedded local matrix "
-        "(this machine's CPU, small image size, a few minutes on 2 cores).",
-        show_default=False,
-    ),
-    results: Path = typer.Option(
-        Path("results"),
-        "--results",
-        "-r",
-        help="Directory of JSONL result files (one per host); records are appended.",
-    ),
-    resume: bool = typer.Option(
-        False, "--resume", help="Skip cells whose latest record is ok (or oom: a final answer)."
-    ),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        "-n",
-        help="Print the plan (one row per cell) and exit; with --resume, only the cells "
-        "that would run.",
-    ),
-    host: list[str] = typer.Option(
-        [], "--host", "-H", help="Run only this host (repeatable).", show_default=False
-    ),
-    max_parallel: int | None = typer.Option(
-        None,
-        "--max-parallel",
-        "-j",
-        min=1,
-        help="Run at most N hosts at once (default: every machine at once). Hosts of one "
-        "machine (the host's `machine:`, else: local, the Docker daemon, the Slurm cluster) "
-        "always run one at a time.",
-        show_default=False,
-    ),
-    label: str | None = typer.Option(
-        None,
-        "--label",
-        "-l",
-        help="Name this run (e.g. driver-550): stored in every record, selectable in "
-        "`mxbench report --label` and `mxbench compare`. With --resume, only cells done "
-        "under this label are skipped.",
-        show_default=False,
-    ),
+    matrix: Path | None = _MATRIX,
+    results: Path = _RESULTS,
+    resume: bool = _RESUME,
+    dry_run: bool = _DRY_RUN,
+    host: list[str] = _HOST,
+    max_parallel: int | None = _MAX_PARALLEL,
+    label: str | None = _LABEL,
 ) -> None:
     """Measure every cell (host x image x parameters) of a matrix.
 
@@ -78,11 +94,12 @@ def run(
     unsupported, 1 when any errored or timed out, 2 for a bad matrix or bad options, 130
     when interrupted (Ctrl-C or SIGTERM).
 
-    With `benchmark.repeats: auto` (the default) each comparison starts with 3
-    processes per policy and gets one more per policy while its speedup's interval is wider
-    than ±3% or the processes disagree (settings: `benchmark.auto_repeats`); the run ends
-    with where each comparison stopped and why, the verdicts, and how much of the run's
-    time was timed steps.
+    Each comparison is paired by default (`benchmark.pairing: paired`): float32 and the
+    policy share each process and take turns in short windows, so a busy machine's drift
+    falls on both. With `benchmark.repeats: auto` (the default) a comparison starts with 2
+    processes and gets one more while its verdict is not clear at 99% and the budget lasts
+    (settings: `benchmark.auto_repeats`); the run ends with where each comparison stopped
+    and why, the verdicts, and how much of the run's time was timed steps.
 
     Examples:
 
@@ -95,7 +112,7 @@ def run(
 
     from mxbench.cells import expand, searches
     from mxbench.matrix import default_matrix_path, load_matrix
-    from mxbench.results import ResultStore
+    from mxbench.store import ResultStore
 
     matrix_path = matrix or default_matrix_path()
     mx = load_matrix(matrix_path)
@@ -112,24 +129,14 @@ def run(
         if not dry_run:  # one run at a time per results directory (exit 2 if another holds it)
             store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
             held.enter_context(store.lock())
-        summary = _measure(mx, cells, hunts, store, matrix, matrix_path, resume, dry_run,
-                           max_parallel)  # fmt: skip
+        summary = _measure(
+            mx, cells, hunts, store, matrix, matrix_path, resume, dry_run, max_parallel
+        )
     if summary is None:
         return
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
     if summary.interrupted:
-        again = ["mxbench", "run"]
-        if matrix is not None:
-            again += ["--matrix", str(matrix)]
-        if str(results) != "results":
-            again += ["--results", str(results)]
-        for h in host:
-            again += ["--host", h]
-        if max_parallel is not None:
-            again += ["--max-parallel", str(max_parallel)]
-        if label is not None:
-            again += ["--label", label]
-        again.append("--resume")
+        again = _resume_command(matrix, results, host, max_parallel, label)
         print(
             f"\nmxbench: interrupted. {summary.done} finished cell(s) are saved in "
             f"{results}/ ({counts}).\nResume with: {shlex.join(again)}",
@@ -149,6 +156,29 @@ def run(
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
 
 
+def _resume_command(
+    matrix: Path | None,
+    results: Path,
+    host: list[str],
+    max_parallel: int | None,
+    label: str | None,
+) -> list[str]:
+    """The command that resumes an interrupted run with its options."""
+    again = ["mxbench", "run"]
+    if matrix is not None:
+        again += ["--matrix", str(matrix)]
+    if str(results) != "results":
+        again += ["--results", str(results)]
+    for h in host:
+        again += ["--host", h]
+    if max_parallel is not None:
+        again += ["--max-parallel", str(max_parallel)]
+    if label is not None:
+        again += ["--label", label]
+    again.append("--resume")
+    return again
+
+
 def _measure(
     mx: Matrix,
     cells: list[Cell],
@@ -162,11 +192,12 @@ def _measure(
 ) -> RunSummary | None:
     """The plan (``--dry-run``) or the run, under the results directory's lock; None when
     nothing ran."""
-    from mxbench import repeats
+    from mxbench import repeat_plan
     from mxbench.cells import pair_up, to_run
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
-    from mxbench.results import FINAL_STATUSES, BadLine, bad_line_warnings
+    from mxbench.results import FINAL_STATUSES
+    from mxbench.store import BadLine, bad_line_warnings
 
     results = store.root
     skipped = 0
@@ -178,8 +209,8 @@ def _measure(
     plan = None
     if auto is not None:  # the groups of every planned cell, done ones too (their records)
         limits = {h.name: h.limits() for h in mx.hosts}
-        plan = repeats.plan(auto, cells, limits)
-        repeats.known(plan, known)
+        plan = repeat_plan.plan(auto, cells, limits)
+        repeat_plan.known(plan, known)
     if resume:
         done = {k for k, r in known.items() if r.status in FINAL_STATUSES}
         left = to_run(cells, done)
@@ -189,10 +220,12 @@ def _measure(
         processes = pair_up(cells)
         paired = [p for p in processes if p.partners]
         if paired:
-            print(f"pairing: paired: {sum(len(p.arms) for p in paired)} of the cells below are "
-                  f"measured {len(paired[0].arms)} at a time in {len(paired)} process(es), "
-                  f"float32 and its policies in interleaved windows; {len(processes)} "
-                  "process(es) in all (docs/measuring.md)")  # fmt: skip
+            print(
+                f"pairing: paired: {sum(len(p.arms) for p in paired)} of the cells below are "
+                f"measured {len(paired[0].arms)} at a time in {len(paired)} process(es), "
+                f"float32 and its policies in interleaved windows; {len(processes)} "
+                "process(es) in all (docs/measuring.md)"
+            )
         if cells or not hunts:
             _print_plan(cells)
         if skipped:
@@ -200,10 +233,12 @@ def _measure(
         for hunt in hunts:
             print(f"batch-size search: {hunt.label()}: {hunt.config.describe()}")
         if auto is not None and plan is not None:
-            print(f"repeats: auto: {auto.describe()}. The plan above is the first round; "
-                  f"{len(plan.groups)} comparison group(s) may grow to {auto.max} processes "
-                  f"per policy ({sum(len(g.policies) for g in plan.groups) * auto.max} "
-                  "processes at most; settings: benchmark.auto_repeats)")  # fmt: skip
+            print(
+                f"repeats: auto: {auto.describe()}. The plan above is the first round; "
+                f"{len(plan.groups)} comparison group(s) may grow to {auto.max} processes "
+                f"per policy ({sum(len(g.policies) for g in plan.groups) * auto.max} "
+                "processes at most; settings: benchmark.auto_repeats)"
+            )
         return None
     where = "embedded default matrix" if matrix is None else str(matrix_path)
     print(
@@ -255,10 +290,14 @@ def _print_plan(cells: list[Cell]) -> None:
     if same:
         console.print(
             "same for every cell: "
-            + " · ".join(f"{f.name} {getattr(cells[0].params, f.name)}" for f in same
-                         if getattr(cells[0].params, f.name) is not None),
-            highlight=False, markup=False,
-        )  # fmt: skip
+            + " · ".join(
+                f"{f.name} {getattr(cells[0].params, f.name)}"
+                for f in same
+                if getattr(cells[0].params, f.name) is not None
+            ),
+            highlight=False,
+            markup=False,
+        )
     table = Table(title=f"mxbench plan: {len(cells)} cell(s)", title_justify="left")
     for col in ("host", "engine", "image"):
         table.add_column(col)

@@ -30,17 +30,8 @@ from mxbench.schema import HostBase, format_bytes
 if TYPE_CHECKING:
     from mxbench.cells import Cell
     from mxbench.matrix import Matrix
-from mxbench.results import (
-    MAX_LINE_BYTES,
-    Image,
-    Record,
-    Status,
-    bench_output,
-    bench_records,
-    new_record,
-    now_iso,
-    tail,
-)
+from mxbench.codec import MAX_LINE_BYTES, bench_output, bench_records, new_record, now_iso, tail
+from mxbench.results import Convergence, Image, Profile, Record, Status
 
 
 class EngineUnavailable(Exception):
@@ -185,15 +176,23 @@ def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
         facts = None
     if not isinstance(facts, dict):
         why = tail(stderr or stdout) or "no output"
-        return Check("devices", "fail", f"the probe printed no result: {why}",
-                     "run `python -m mxbench.bench.probe` there and read its error")  # fmt: skip
+        return Check(
+            "devices",
+            "fail",
+            f"the probe printed no result: {why}",
+            "run `python -m mxbench.bench.probe` there and read its error",
+        )
     cpu = facts.get("cpu") or {}
     where = f"{cpu.get('model') or 'unknown CPU'}, {cpu.get('cores')} cores"
     gpus = facts.get("gpus") or []
     if not gpus:
         if want_gpus:
-            return Check("devices", "fail", f"GPUs requested, none visible ({where})",
-                         "check the driver (nvidia-smi) and the container runtime")  # fmt: skip
+            return Check(
+                "devices",
+                "fail",
+                f"GPUs requested, none visible ({where})",
+                "check the driver (nvidia-smi) and the container runtime",
+            )
         return Check("devices", "ok", f"CPU only: {where}")
     shown = "; ".join(
         f"{g.get('name')} ({int(g.get('memory_bytes') or 0) / 2**30:.0f} GiB, "
@@ -210,19 +209,27 @@ def to_records(cell: Cell, outcome: Outcome) -> list[tuple[Cell, Record]]:
     must carry its arm's policy); a missing one is that arm's failure."""
     if not cell.partners:
         return [(cell, to_record(cell, outcome))]
-    printed = bench_records(outcome.stdout) if outcome.stdout and not outcome.timed_out else []
+    printed = bench_records(outcome.stdout) if outcome.stdout else []
     printed = printed[-len(cell.arms) :]
     out = []
     for i, arm in enumerate(cell.arms):
         found: tuple[Record | None, str | None] = (None, None)  # none: its exit code says why
         if printed and len(printed) < len(cell.arms):
-            found = (None, f"the process printed {len(printed)} record(s) for "
-                           f"{len(cell.arms)} policies")  # fmt: skip
+            found = (
+                None,
+                f"the process printed {len(printed)} record(s) for {len(cell.arms)} policies",
+            )
         elif printed:
             rec = printed[i]
-            found = (rec, None) if rec.params.policy == arm.params.policy else (
-                None, f"record {i + 1} of the process is {rec.params.policy}'s, not "
-                f"{arm.params.policy}'s")  # fmt: skip
+            found = (
+                (rec, None)
+                if rec.params.policy == arm.params.policy
+                else (
+                    None,
+                    f"record {i + 1} of the process is {rec.params.policy}'s, not "
+                    f"{arm.params.policy}'s",
+                )
+            )
         out.append((arm, to_record(arm, outcome, found)))
     return out
 
@@ -242,22 +249,40 @@ def to_record(
     if outcome.image:
         image = msgspec.convert({"name": cell.image, **outcome.image}, Image)
     parsed, why = None, None
-    if outcome.stdout and not outcome.timed_out and outcome.status is None:
+    if outcome.stdout:
         parsed, why = printed if printed is not None else bench_output(outcome.stdout)
+        ended = not outcome.timed_out and outcome.status is None
+        if parsed is not None and not ended and not parsed.pending:
+            parsed, why = None, None  # the process's end says what happened
         problem = implausible(cell, outcome, parsed) if parsed is not None else None
         if problem is not None:
             parsed, why = None, problem
+    if parsed is not None and parsed.pending:  # it died after its timed steps
+        parsed = interrupted(cell, outcome, parsed)
     if parsed is not None:
         record = msgspec.structs.replace(
-            parsed, cell=cell.key, host=cell.host, engine=cell.engine, image=image,
-            params=cell.params, time=now_iso(), label=None, source=None, run={},
-        )  # fmt: skip
+            parsed,
+            cell=cell.key,
+            host=cell.host,
+            engine=cell.engine,
+            image=image,
+            params=cell.params,
+            time=now_iso(),
+            label=None,
+            source=None,
+            run={},
+        )
     else:
         status, error = _failure(cell, outcome, why)
         record = new_record(
-            params=cell.params, status=status, error=error, cell=cell.key, host=cell.host,
-            engine=cell.engine, image=image,
-        )  # fmt: skip
+            params=cell.params,
+            status=status,
+            error=error,
+            cell=cell.key,
+            host=cell.host,
+            engine=cell.engine,
+            image=image,
+        )
     record.search = cell.search
     record.cost_per_hour = cell.cost_per_hour
     record.started_at = _iso(outcome.started_at)
@@ -283,7 +308,7 @@ def implausible(cell: Cell, outcome: Outcome, rec: Record) -> str | None:
     if rec.status != "ok":
         return None  # the bench's own account of a failure: kept as it said it
     code = outcome.returncode
-    if code is not None and code != 0:
+    if code is not None and code != 0 and not rec.pending:
         return f"the bench printed an ok record but exited with code {code}"
     step = rec.metrics.step_ms
     if step is None or step.median is None:
@@ -313,6 +338,33 @@ def implausible(cell: Cell, outcome: Outcome, rec: Record) -> str | None:
             f"ran for {outcome.wall_s:.3g} s"
         )
     return None
+
+
+_PHASES = {"profile": "the profiled window", "check": "the one-step check"}
+
+
+def interrupted(cell: Cell, outcome: Outcome, rec: Record) -> Record:
+    """A record the bench printed after its timed steps, before the phases it names in
+    ``pending`` (:func:`mxbench.bench.cell.run_cell`'s ``emit``), from a process that never
+    printed a later one: the timed figures stand; the first pending phase is where the
+    process ended (the reason: how it ended), the others never ran."""
+    if outcome.returncode == 0 and not outcome.timed_out and outcome.status is None:
+        why = "the bench ended without finishing it"
+    else:
+        why = _failure(cell, outcome)[1].splitlines()[0]
+    first = rec.pending[0]
+    notes = {
+        name: f"{_PHASES.get(first, first)} did not finish: {why} (the timed steps had)"
+        if name == first
+        else f"did not run: the process ended in {_PHASES.get(first, first)} ({why})"
+        for name in rec.pending
+    }
+    if "profile" in notes:
+        rec.profile = msgspec.structs.replace(rec.profile or Profile(), error=notes["profile"])
+    if "check" in notes:
+        found = rec.convergence or Convergence()
+        rec.convergence = msgspec.structs.replace(found, check="error", note=notes["check"])
+    return rec
 
 
 def _iso(epoch: float | None) -> str | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from mxbench import models
-from mxbench.engines import retry, stale
+from mxbench.engines import docker_ssh, retry, stale
 from mxbench.engines.base import (
     PROBE,
     STDERR_LIMIT,
@@ -85,8 +85,11 @@ def connect(
     def once() -> Any:
         try:
             if base_url:
-                # ssh:// through the system ssh client (~/.ssh/config: ProxyJump, keys)
+                # ssh:// through the system ssh client (~/.ssh/config: ProxyJump, keys),
+                # bounded: a host that stops answering ends the call (docker_ssh)
                 system_ssh = base_url.startswith("ssh://") and shutil.which("ssh") is not None
+                if system_ssh:
+                    docker_ssh.install()
                 client = docker.DockerClient(
                     base_url=base_url, tls=tls, timeout=int(timeout), use_ssh_client=system_ssh
                 )
@@ -289,9 +292,13 @@ class DockerEngine(Engine):
             yield (
                 Check("nvidia runtime", "ok", f"runtimes: {runtimes}")
                 if has_nvidia_runtime(info)
-                else Check("nvidia runtime", "fail", f"GPUs requested; runtimes: {runtimes}",
-                           "install nvidia-container-toolkit on the host and restart dockerd")
-            )  # fmt: skip
+                else Check(
+                    "nvidia runtime",
+                    "fail",
+                    f"GPUs requested; runtimes: {runtimes}",
+                    "install nvidia-container-toolkit on the host and restart dockerd",
+                )
+            )
         from mxbench import images
 
         probed = False
@@ -309,11 +316,18 @@ class DockerEngine(Engine):
         repo = tag.split(":")[0]
         others = [t for i in self._client.images.list(name=repo) for t in i.tags if t != tag]
         if others:
-            return Check(f"image {name}", "fail",
-                         f"stale: {', '.join(others[:2])} was built from other sources, not {tag}",
-                         self._build_command(name))  # fmt: skip
-        return Check(f"image {name}", "fail", f"{tag} not built on {address(self.host)}",
-                     self._build_command(name))  # fmt: skip
+            return Check(
+                f"image {name}",
+                "fail",
+                f"stale: {', '.join(others[:2])} was built from other sources, not {tag}",
+                self._build_command(name),
+            )
+        return Check(
+            f"image {name}",
+            "fail",
+            f"{tag} not built on {address(self.host)}",
+            self._build_command(name),
+        )
 
     def _probe(self, tag: str) -> Check:
         try:
@@ -338,8 +352,12 @@ class DockerEngine(Engine):
                 _quietly(lambda: container.remove(force=True))
         except Exception as exc:
             reason = " ".join(str(exc).split())[:300]
-            return Check("devices", "fail", f"the probe container failed: {reason}",
-                         "see `docker info` on the host")  # fmt: skip
+            return Check(
+                "devices",
+                "fail",
+                f"the probe container failed: {reason}",
+                "see `docker info` on the host",
+            )
         return probe_check(out, err, self.host.gpus != "none")
 
     # ------------------------------------------------------------------ run

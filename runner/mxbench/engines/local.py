@@ -108,8 +108,12 @@ class LocalEngine(Engine):
                 MemoryCgroup(self.host.memory_limit, "doctor").remove()
                 yield Check("memory_limit", "ok", f"a cgroup v2 limit of {self.host.memory_limit}")
             except CgroupUnavailable as exc:
-                yield Check("memory_limit", "fail", str(exc),
-                            "run where cgroup v2 is writable, or drop memory_limit")  # fmt: skip
+                yield Check(
+                    "memory_limit",
+                    "fail",
+                    str(exc),
+                    "run where cgroup v2 is writable, or drop memory_limit",
+                )
         try:
             probe = subprocess.run(
                 [self.python, *PROBE], capture_output=True, text=True, timeout=60, check=False

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mxbench.codec import parse_bench_output, tail
 from mxbench.engines import retry, stale
 from mxbench.engines.base import STDOUT_LIMIT, Check, Engine, EngineUnavailable, Outcome, register
 from mxbench.engines.slurm_script import job_script, runtime
@@ -50,7 +51,6 @@ from mxbench.engines.slurm_states import (
 )
 from mxbench.errors import UsageError
 from mxbench.hosts import SlurmHost
-from mxbench.results import parse_bench_output, tail
 
 if TYPE_CHECKING:
     from mxbench.cells import Cell
@@ -148,14 +148,22 @@ class SlurmEngine(Engine):
 
     def doctor(self, cells: Sequence[Cell]) -> Iterator[Check]:
         if shutil.which("sbatch") is None:
-            yield Check("reachable", "fail", "sbatch not found on PATH",
-                        "run mxbench on a Slurm submit (login) node")  # fmt: skip
+            yield Check(
+                "reachable",
+                "fail",
+                "sbatch not found on PATH",
+                "run mxbench on a Slurm submit (login) node",
+            )
             return
         version = _call(["sinfo", "--version"]).stdout.strip()
         info = _call(["sinfo", "-h", "-o", "%P %a %D %G"])
         if info.returncode != 0:
-            yield Check("reachable", "fail", f"controller: {_last_line(info)}",
-                        "check slurmctld and munge (`scontrol ping`)")  # fmt: skip
+            yield Check(
+                "reachable",
+                "fail",
+                f"controller: {_last_line(info)}",
+                "check slurmctld and munge (`scontrol ping`)",
+            )
             return
         yield Check("reachable", "ok", f"{version}; {self.machine().removeprefix('slurm:')}")
         work = self._workdir()
@@ -163,23 +171,35 @@ class SlurmEngine(Engine):
             work.mkdir(parents=True, exist_ok=True)
             tempfile.TemporaryFile(dir=work).close()
         except OSError as exc:
-            yield Check("workdir", "fail", f"{work}: {exc.strerror}",
-                        "set workdir: to a writable directory the nodes share")  # fmt: skip
+            yield Check(
+                "workdir",
+                "fail",
+                f"{work}: {exc.strerror}",
+                "set workdir: to a writable directory the nodes share",
+            )
             return
         yield Check("workdir", "ok", str(work))
         if cells:
             script = job_script(self.host, cells, work, "doctor", self.host.array)
             test = _call(["sbatch", "--test-only"], script)
-            asked = ", ".join(
-                f"{k} {v}" for k in ("partition", "gres", "account", "constraint")
-                if (v := getattr(self.host, k))
-            ) or "the default partition"  # fmt: skip
+            asked = (
+                ", ".join(
+                    f"{k} {v}"
+                    for k in ("partition", "gres", "account", "constraint")
+                    if (v := getattr(self.host, k))
+                )
+                or "the default partition"
+            )
             yield (
                 Check("job accepted", "ok", f"{asked}: {_last_line(test)}")
                 if test.returncode == 0
-                else Check("job accepted", "fail", f"{asked}: {_last_line(test)}",
-                           "fix partition / gres / account / constraint (see `sinfo`)")
-            )  # fmt: skip
+                else Check(
+                    "job accepted",
+                    "fail",
+                    f"{asked}: {_last_line(test)}",
+                    "fix partition / gres / account / constraint (see `sinfo`)",
+                )
+            )
 
     def run(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, Outcome]]:
         if not cells:

@@ -48,8 +48,11 @@ def gone(tag: str) -> bool:
 
 def say(host: str, what: str, n: int) -> None:
     if n:
-        print(f"mxbench: host {host}: {what} ({n}) left by an earlier run that was killed",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"mxbench: host {host}: {what} ({n}) left by an earlier run that was killed",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def sweep_processes(host: str) -> int:

@@ -7,7 +7,7 @@ AVX2/FMA ("compiled in" only when TF's own probe said so, never guessed).
 
 from __future__ import annotations
 
-from mxbench import params
+from mxbench import params, repeats
 from mxbench.report import devices
 from mxbench.report.tables import Table, bounded
 from mxbench.results import Record
@@ -26,11 +26,16 @@ def software_line(rec: Record) -> str:
     sw = rec.software
     parts = [
         f"{label} {bounded(value)}"
-        for label, value in (("TF", sw.tensorflow), ("JAX", sw.jax), ("PyTorch", sw.torch),
-                             ("Keras", sw.keras), ("CUDA", devices.cuda_text(sw.cuda)),
-                             ("cuDNN", devices.cudnn_text(sw.cudnn)))
+        for label, value in (
+            ("TF", sw.tensorflow),
+            ("JAX", sw.jax),
+            ("PyTorch", sw.torch),
+            ("Keras", sw.keras),
+            ("CUDA", devices.cuda_text(sw.cuda)),
+            ("cuDNN", devices.cudnn_text(sw.cudnn)),
+        )
         if value
-    ]  # fmt: skip
+    ]
     if sw.backend and sw.backend != "tensorflow":
         parts.append(f"backend {bounded(sw.backend)}")
     return " · ".join(parts)
@@ -146,8 +151,10 @@ def lines(table: Table) -> list[str]:
         out.append(f"label: {next(iter(labels))}")
     elif labels:
         runs = ", ".join(f"{name} ({n} cell{'s' if n != 1 else ''})" for name, n in labels.items())
-        out.append(f"labels: {runs}; each cell shows its latest run, marked (run …) where "
-                   f"not {next(iter(labels))} (--label picks one run)")  # fmt: skip
+        out.append(
+            f"labels: {runs}; each cell shows its latest run, marked (run …) where "
+            f"not {next(iter(labels))} (--label picks one run)"
+        )
     if rec.source:
         out.append(f"source: {bounded(rec.source)}")
     out += auto_stops(table)
@@ -156,8 +163,6 @@ def lines(table: Table) -> list[str]:
 
 def auto_stops(table: Table) -> list[str]:
     """Where each comparison of a ``repeats: auto`` run stopped and why, per batch size."""
-    from mxbench import repeats
-
     by_batch: dict[int, dict[str, list[Record]]] = {}
     for (policy, batch), e in table.entries.items():
         by_batch.setdefault(batch, {})[policy] = e.records

@@ -74,8 +74,9 @@ def time_to_answer(records: Iterable[Record], label: str | None = None) -> str |
     biggest = sorted(phases.items(), key=lambda kv: -kv[1])
     share = ", ".join(f"{k} {v / staged:.0%}" for k, v in biggest if v / staged >= 0.02)
     of = "" if stamped == n else f" of the {stamped} that stamp their phases"
-    return (f"{head}; timed steps {timed:.1f} s ({timed / staged:.1%}{of})"
-            + (f"; {share}" if share else ""))  # fmt: skip
+    return f"{head}; timed steps {timed:.1f} s ({timed / staged:.1%}{of})" + (
+        f"; {share}" if share else ""
+    )
 
 
 def time_per_run(records: Iterable[Record]) -> list[str]:

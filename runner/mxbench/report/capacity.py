@@ -58,8 +58,9 @@ def build(winners: list[Record]) -> list[Capacity]:
     for slots in group(trials(winners), by_device=False):
         cap = Capacity(make(slots))
         for policy in cap.table.policies:
-            cap.fits[policy] = _replay(policy, {b: recs for (p, b), recs in slots.items()
-                                                if p == policy})  # fmt: skip
+            cap.fits[policy] = _replay(
+                policy, {b: recs for (p, b), recs in slots.items() if p == policy}
+            )
         out.append(cap)
     return out
 
@@ -74,9 +75,12 @@ def _replay(policy: str, by_batch: dict[int, list[Record]]) -> Fit:
         return (rec.status, rec.error) if rec is not None else None
 
     step = walk(config, outcome)
-    fit = Fit(policy, step if isinstance(step, Found) else None,
-              None if isinstance(step, Found) else step,
-              [last[b] for b in sorted(last)])  # fmt: skip
+    fit = Fit(
+        policy,
+        step if isinstance(step, Found) else None,
+        None if isinstance(step, Found) else step,
+        [last[b] for b in sorted(last)],
+    )
     if fit.batch is not None:
         fit.peak_bytes, fit.peak_kind = peak_bytes(last[fit.batch])
     return fit
@@ -84,11 +88,12 @@ def _replay(policy: str, by_batch: dict[int, list[Record]]) -> Fit:
 
 def peak_bytes(rec: Record) -> tuple[int | None, str | None]:
     """The peak memory that counts against the limit: the framework's GPU peak, else the
-    memory cgroup's (a local memory_limit), else the process's peak RSS."""
+    memory cgroup's (a memory limit) as the bench read it right after the training (an
+    older record: the engine's, over the whole process), else the process's peak RSS."""
     m = rec.metrics
     cgroup = rec.run.get("cgroup_peak_bytes")
-    if m.peak_memory_kind == "gpu" and m.peak_memory_bytes:
-        return m.peak_memory_bytes, "gpu"
+    if m.peak_memory_kind in ("gpu", "cgroup") and m.peak_memory_bytes:
+        return m.peak_memory_bytes, m.peak_memory_kind
     if isinstance(cgroup, int):
         return cgroup, "cgroup"
     if m.peak_memory_bytes:
@@ -101,8 +106,15 @@ def _size(n: int | None) -> str:
 
 
 def rows(c: Capacity) -> tuple[list[str], list[list[str]]]:
-    headers = ["policy", "largest batch", f"vs {BASELINE}", "peak memory there",
-               "smallest OOM", "trials", "search"]  # fmt: skip
+    headers = [
+        "policy",
+        "largest batch",
+        f"vs {BASELINE}",
+        "peak memory there",
+        "smallest OOM",
+        "trials",
+        "search",
+    ]
     out = []
     for policy, fit in c.fits.items():
         found = fit.found
@@ -113,15 +125,17 @@ def rows(c: Capacity) -> tuple[list[str], list[list[str]]]:
             if found is None
             else found.sentence()
         )
-        out.append([
-            policy,
-            str(fit.batch) if fit.batch is not None else "-",
-            f"{stats.figure(ratio)}x" if ratio is not None and policy != BASELINE else "",
-            _size(fit.peak_bytes) + (kind if fit.peak_bytes else ""),
-            str(found.oom_at) if found is not None and found.oom_at else "-",
-            str(len(fit.trials)),
-            state,
-        ])  # fmt: skip
+        out.append(
+            [
+                policy,
+                str(fit.batch) if fit.batch is not None else "-",
+                f"{stats.figure(ratio)}x" if ratio is not None and policy != BASELINE else "",
+                _size(fit.peak_bytes) + (kind if fit.peak_bytes else ""),
+                str(found.oom_at) if found is not None and found.oom_at else "-",
+                str(len(fit.trials)),
+                state,
+            ]
+        )
     return headers, out
 
 
@@ -156,4 +170,36 @@ def diagnosis(c: Capacity) -> str | None:
             f"mixed precision does not fit a larger batch on this {where}: the 16-bit "
             "activations are offset by float32 copies and conversion buffers"
         )
-    return f"Largest batch: {BASELINE} {base.batch}, " + ", ".join(said) + f": {verdict}."
+    return (
+        f"Largest batch: {BASELINE} {base.batch}, "
+        + ", ".join(said)
+        + f": {verdict}. "
+        + counted(c)
+    )
+
+
+# What "peak memory there" counts, by the kind of peak (Metrics.peak_memory_kind).
+PEAK_WORDS = {
+    "gpu": "the framework's peak on the GPU",
+    "cgroup": "the memory cgroup's peak, what the memory limit counts (page cache included)",
+    "rss": "the process's peak resident memory, the framework's own libraries included "
+    "(about 0.5-1 GB for TensorFlow)",
+}
+
+
+def counted(c: Capacity) -> str:
+    """What the search's trials ran and what their peak memory counts, in words."""
+    kinds = sorted({f.peak_kind for f in c.fits.values() if f.peak_kind})
+    trials = [r for f in c.fits.values() for r in f.trials]
+    bare = trials and all(r.params.profile == "off" and r.params.check == "off" for r in trials)
+    ran = (
+        "Each trial trained only (no profiled window, no one-step check: neither may decide "
+        "what fits)"
+        if bare
+        else "Some trials also ran the profiled window or the one-step check (older "
+        "records): their memory, not the training's, may have decided an OOM"
+    )
+    peaks = "; ".join(f"{k}: {PEAK_WORDS[k]}" for k in kinds if k in PEAK_WORDS)
+    return f"{ran}. Peak memory is read right after the training" + (
+        f" ({peaks})." if peaks else "."
+    )

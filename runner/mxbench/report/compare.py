@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from mxbench import params, stats
+from mxbench import params, stats, summary
 from mxbench.params import Params
-from mxbench.report import load, tables
+from mxbench.report import tables
 from mxbench.report.load import Loaded
 from mxbench.results import Record
 
@@ -121,7 +121,7 @@ def order(c: Change | SpeedupChange | Failed | Alone) -> tuple[Any, ...]:
 def _processes(loaded: Loaded) -> dict[Key, tuple[Record, list[stats.Process]]]:
     out: dict[Key, tuple[Record, list[stats.Process]]] = {}
     for rec in loaded.winners:
-        proc = load.process(rec)
+        proc = summary.process(rec)
         if proc is not None:
             out.setdefault(_key(rec), (rec, []))[1].append(proc)
     return out
@@ -132,16 +132,20 @@ def _failed(loaded: Loaded, timed: dict[Key, Any]) -> dict[Key, Record]:
     return {k: r for r in loaded.winners if r.status != "ok" and (k := _key(r)) not in timed}
 
 
-def _broken(timed: dict[Key, tuple[Record, list[stats.Process]]],
-            failed: dict[Key, Record]) -> list[Failed]:  # fmt: skip
+def _broken(
+    timed: dict[Key, tuple[Record, list[stats.Process]]], failed: dict[Key, Record]
+) -> list[Failed]:
     out = [
-        Failed(**_where(rec),
-               params=_identity(rec.params)[1], timed_ms=_median(timed[key][1]),
-               status=failed[key].status,
-               error=_last_line(failed[key].error))
+        Failed(
+            **_where(rec),
+            params=_identity(rec.params)[1],
+            timed_ms=_median(timed[key][1]),
+            status=failed[key].status,
+            error=_last_line(failed[key].error),
+        )
         for key in timed.keys() & failed.keys()
         for rec in [timed[key][0]]
-    ]  # fmt: skip
+    ]
     out.sort(key=order)
     return out
 
@@ -179,9 +183,14 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> Comparison:
         )
     out.sort(key=order)
     base_keys, new_keys = b.keys() | fb.keys(), n.keys() | fn.keys()
-    return Comparison(out, _alone(base_keys - new_keys, b, fb),
-                      _alone(new_keys - base_keys, n, fn), broke, fixed,
-                      _alone(fb.keys() & fn.keys(), {}, fn))  # fmt: skip
+    return Comparison(
+        out,
+        _alone(base_keys - new_keys, b, fb),
+        _alone(new_keys - base_keys, n, fn),
+        broke,
+        fixed,
+        _alone(fb.keys() & fn.keys(), {}, fn),
+    )
 
 
 def floors(changes: list[Change], dirs: list[Path]) -> dict[str, float]:
@@ -203,14 +212,14 @@ def floors(changes: list[Change], dirs: list[Path]) -> dict[str, float]:
     return found
 
 
-def _alone(keys: set[Key], timed: dict[Key, tuple[Record, list[stats.Process]]],
-           failed: dict[Key, Record]) -> list[Alone]:  # fmt: skip
+def _alone(
+    keys: set[Key], timed: dict[Key, tuple[Record, list[stats.Process]]], failed: dict[Key, Record]
+) -> list[Alone]:
     """The cells of ``keys`` (one side's only, or failed on both), sorted like the others."""
     out = []
     for key in keys:
         rec = timed[key][0] if key in timed else failed[key]
-        out.append(Alone(**_where(rec),
-                         params=_identity(rec.params)[1], status=rec.status))  # fmt: skip
+        out.append(Alone(**_where(rec), params=_identity(rec.params)[1], status=rec.status))
     out.sort(key=order)
     return out
 
@@ -254,15 +263,22 @@ def speedups(base: Loaded, new: Loaded) -> list[SpeedupChange]:
                 continue
             r0, r1 = old_t.ratios[slot], new_t.ratios[slot]
             both = r0.n >= 2 and r1.n >= 2
-            out.append(SpeedupChange(
-                host=new_t.host, image=new_t.image_name,
-                params={**new_t.setup, "policy": slot[0], "batch_size": slot[1]},
-                base=r0.value, base_low=r0.low, base_high=r0.high,
-                new=r1.value, new_low=r1.low, new_high=r1.high,
-                base_verdict=r0.verdict if r0.n >= 2 else None,
-                new_verdict=r1.verdict if r1.n >= 2 else None,
-                clear=both and (r1.low > r0.high or r1.high < r0.low),
-            ))  # fmt: skip
+            out.append(
+                SpeedupChange(
+                    host=new_t.host,
+                    image=new_t.image_name,
+                    params={**new_t.setup, "policy": slot[0], "batch_size": slot[1]},
+                    base=r0.value,
+                    base_low=r0.low,
+                    base_high=r0.high,
+                    new=r1.value,
+                    new_low=r1.low,
+                    new_high=r1.high,
+                    base_verdict=r0.verdict if r0.n >= 2 else None,
+                    new_verdict=r1.verdict if r1.n >= 2 else None,
+                    clear=both and (r1.low > r0.high or r1.high < r0.low),
+                )
+            )
     out.sort(key=order)
     return out
 

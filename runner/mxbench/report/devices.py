@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mxbench.results import cc_pair
+from mxbench.codec import cc_pair
 
 
 @dataclass(frozen=True)

@@ -11,32 +11,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mxbench import stats
-from mxbench.bench import onednn
+from mxbench.codec import cc_pair
 from mxbench.params import BASELINE
 from mxbench.report import convergence, devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
+from mxbench.report.diagnose_profile import (
+    AMX,
+    BFLOAT16,
+    FLOAT16,
+    _is_cpu,
+    _is_gpu,
+    _profiles,
+    cast_overhead,
+    cpu_kernels,
+    launch_bound,
+    measured_memory_bound,
+    tensor_core_kernels,
+)
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
-from mxbench.report.why import profile_of
-from mxbench.results import ModelInfo, OffMultipleOf8, Profile, cc_pair
+from mxbench.results import ModelInfo, OffMultipleOf8
 
-FLOAT16 = frozenset({"mixed_float16", "float16"})
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
-BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})
 OVERHEAD_MS = 10.0
 LOW_UTIL_PCT = 80.0
 FAR_BELOW_PEAK = 0.25
 # A model whose memory-bound layers write at least this share of its activations.
 MEMORY_BOUND_SHARE = 0.75
-# Measured (the profiled window): shares of a step that the diagnosis calls out.
-MEASURED_MEMORY_BOUND = 0.40  # elementwise + normalization
-CAST_SHARE = 0.05  # casts under a 16-bit policy
-HOST_GAP_SHARE = 0.30  # nothing ran: launches, Python, waits
-NO_TENSOR_CORES = 0.05  # Tensor Core share of conv/matmul time below this: none
-# What AMX is, in the sentences that name it (the bench measured mixed_bfloat16 2.26x float32
-# on AMX, blog-cnn at 128 px, batch 16)
-AMX = ("tile matrix units: each instruction multiplies whole blocks of 16-bit numbers, the "
-       "reason bf16 can be 2x or more faster than float32")  # fmt: skip
-NATIVE_16 = 0.5  # share of 16-bit conv/matmul work on native kernels to call it native
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,12 @@ def _fmt_range(values: list[float]) -> str:
 
 def _speedups(t: Table, policies: frozenset[str]) -> list[float]:
     return [
-        s for p in t.policies if p in policies for b in t.batches
+        s
+        for p in t.policies
+        if p in policies
+        for b in t.batches
         if (s := t.speedup(p, b)) is not None
-    ]  # fmt: skip
+    ]
 
 
 def _observed(t: Table, policies: frozenset[str]) -> str:
@@ -64,22 +67,17 @@ def _observed(t: Table, policies: frozenset[str]) -> str:
     speedups = _speedups(t, policies)
     if not speedups:
         return ""
-    verdicts = {r.verdict for slot, r in t.ratios.items()
-                if slot[0] in policies and r.judged and t.trusted(slot)}  # fmt: skip
+    verdicts = {
+        r.verdict
+        for slot, r in t.ratios.items()
+        if slot[0] in policies and r.judged and t.trusted(slot)
+    }
     said = ""
     if len(verdicts) == 1:
         said = f", {verdicts.pop()}"
     elif verdicts:
         said = ", the verdict varies with batch size"
     return f" (observed speedup {_fmt_range(speedups)}{said})"
-
-
-def _is_gpu(t: Table) -> bool:
-    return t.device.kind == "gpu"
-
-
-def _is_cpu(t: Table) -> bool:
-    return t.device.kind == "cpu"
 
 
 def no_fp16_tensor_cores(t: Table) -> str | None:
@@ -183,9 +181,10 @@ def overhead_bound(t: Table) -> str | None:
     if _profiles(t):
         return None  # measured instead (launch_bound)
     short = sorted(
-        (b, e.median) for (_, b), e in t.entries.items()
+        (b, e.median)
+        for (_, b), e in t.entries.items()
         if e.median is not None and e.median < OVERHEAD_MS
-    )  # fmt: skip
+    )
     if not short:
         return None
     batches = sorted({b for b, _ in short})
@@ -230,12 +229,16 @@ def dims_not_multiple_of_8(t: Table) -> str | None:
 
 def float16_output(t: Table) -> str | None:
     """A mixed policy whose model output stayed 16-bit: the loss is computed in 16 bits."""
-    bad = sorted({
-        f"{policy} ({r.model.output_dtype})"
-        for (policy, _), e in t.entries.items() for r in e.records
-        if policy.startswith("mixed") and r.model is not None
-        and r.model.output_dtype in ("float16", "bfloat16")
-    })  # fmt: skip
+    bad = sorted(
+        {
+            f"{policy} ({r.model.output_dtype})"
+            for (policy, _), e in t.entries.items()
+            for r in e.records
+            if policy.startswith("mixed")
+            and r.model is not None
+            and r.model.output_dtype in ("float16", "bfloat16")
+        }
+    )
     if not bad:
         return None
     return (
@@ -263,10 +266,15 @@ def memory_bound(t: Table) -> str | None:
 
 def model_warnings(t: Table) -> str | None:
     """What the bench noticed about a model that mixed precision cares about."""
-    said = list(dict.fromkeys(
-        w for e in t.entries.values() for r in e.records if r.model is not None
-        for w in r.model.warnings
-    ))  # fmt: skip
+    said = list(
+        dict.fromkeys(
+            w
+            for e in t.entries.values()
+            for r in e.records
+            if r.model is not None
+            for w in r.model.warnings
+        )
+    )
     return ("The model: " + "; ".join(said) + ".") if said else None
 
 
@@ -318,11 +326,15 @@ def silent_cpu_fallback(t: Table) -> str | None:
         )
     if dev.used_gpu is not False and not (_is_cpu(t) and gpus):
         return None
-    names = ", ".join(
-        f"{g.name or 'GPU'} (CC {g.compute_capability})" if g.compute_capability
-        else g.name or "GPU"
-        for g in gpus
-    ) or "a GPU"  # fmt: skip
+    names = (
+        ", ".join(
+            f"{g.name or 'GPU'} (CC {g.compute_capability})"
+            if g.compute_capability
+            else g.name or "GPU"
+            for g in gpus
+        )
+        or "a GPU"
+    )
     text = f"Silent CPU fallback: {names} present, but {framework} ran on the CPU."
     ccs = [cc_pair(g.compute_capability) for g in gpus]
     if framework == "TensorFlow" and any(cc is not None and cc < (6, 0) for cc in ccs):
@@ -457,133 +469,6 @@ def isa_claim_mismatch(t: Table) -> str | None:
         f"Image claims {'/'.join(sorted(claimed)).upper()} (io.mxbench.isa-claim={claim}) but "
         f"TensorFlow's probe says it was not compiled for {'/'.join(absent).upper()}: the "
         "image does not contain the build it claims."
-    )
-
-
-# ---- Evidence: the profiled window (record.profile) -------------------------------------
-
-
-def _profiles(t: Table, policies: frozenset[str] | None = None) -> list[tuple[str, int, Profile]]:
-    """(policy, batch, profile) of every slot with a usable profiled window."""
-    out = []
-    for (policy, b), e in t.by_batch:
-        if policies is not None and policy not in policies:
-            continue
-        p = profile_of(e.records)
-        if p is not None:
-            out.append((policy, b, p))
-    return out
-
-
-def _share(p: Profile, *categories: str) -> float:
-    total = sum(p.breakdown_ms.values())
-    return sum(p.breakdown_ms.get(c, 0.0) for c in categories) / total if total else 0.0
-
-
-def cpu_kernels(t: Table) -> str | None:
-    """Which oneDNN kernels ran the 16-bit convolutions/matmuls (its verbose log)."""
-    if not _is_cpu(t):
-        return None
-    parts, created = [], False
-    for policy, b, p in _profiles(t, FLOAT16 | BFLOAT16):
-        d = p.onednn
-        if d is None or not d.gemm_isas:
-            continue
-        what = "bf16" if policy in BFLOAT16 else "float16"
-        of = "time" if d.weight == "time" else "arithmetic"
-        created = created or d.weight == "flops"
-        isas = ", ".join(f"{isa} {share:.0%}" for isa, share in list(d.gemm_isas.items())[:3])
-        if d.native16_share is None:
-            parts.append(
-                f"{policy} at batch {b}: the convolutions/matmuls ran in float32 ({isas} of "
-                f"their {of}): no {what} kernel"
-            )
-        elif d.native16_share >= NATIVE_16:
-            dtype = "bf16" if policy in BFLOAT16 else "f16"
-            isa = next((i for i in d.gemm_isas if onednn.native16(i, dtype)),
-                       next(iter(d.gemm_isas)))  # fmt: skip
-            tiles = f"AMX {AMX}; " if onednn.amx(isa) else ""
-            parts.append(
-                f"{policy} at batch {b}: {what} convolutions/matmuls ran on {isa} kernels "
-                f"({tiles}{d.native16_share:.0%} of their {of} in 16 bits natively)"
-            )
-        else:
-            parts.append(
-                f"{policy} at batch {b}: the {what} convolutions/matmuls were converted to "
-                f"float32: no native {what} kernel for {1 - d.native16_share:.0%} of their "
-                f"{of} ({isas})"
-            )
-    if not parts:
-        if t.info.params.backend == "jax" and _profiles(t, BFLOAT16):
-            return (
-                "Kernels (JAX on a CPU): XLA compiles its own kernels (Eigen, XNNPACK), which "
-                "oneDNN's log does not see; whether bf16 ran natively cannot be read from it. "
-                "The breakdown below still shows the convolutions' and casts' share."
-            )
-        return None
-    how = ": kernels logged at creation, weighed by their arithmetic" if created else ""
-    return f"Kernels that ran (oneDNN's verbose log{how}): " + "; ".join(parts) + "."
-
-
-def tensor_core_kernels(t: Table) -> str | None:
-    """From kernel names: did the 16-bit convolutions/matmuls run on Tensor Cores?"""
-    cap, _ = gpu_cc(t)
-    if not _is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
-        return None
-    found = [(pol, b, p.tensor_core_share) for pol, b, p in _profiles(t, FLOAT16 | BFLOAT16)
-             if p.tensor_core_share is not None]  # fmt: skip
-    if not found:
-        return None
-    none = [f"{pol} at batch {b}" for pol, b, s in found if s < NO_TENSOR_CORES]
-    if none:
-        return (
-            f"No Tensor Core kernels ran ({', '.join(none)}) despite compute capability "
-            f"{cap.label} >= 7.0 (judged from kernel names, a heuristic): the convolutions "
-            "and matmuls took kernels without Tensor Cores; check dimensions that are not "
-            "multiples of 8, the layout and the library versions."
-        )
-    shown = "; ".join(f"{pol} at batch {b}: {s:.0%}" for pol, b, s in found)
-    return (f"Tensor Core kernels ran most of the convolution/matmul time ({shown}; judged "
-            "from kernel names, a heuristic).")  # fmt: skip
-
-
-def cast_overhead(t: Table) -> str | None:
-    found = [(pol, b, _share(p, "cast"), p) for pol, b, p in _profiles(t, FLOAT16 | BFLOAT16)]
-    big = [(pol, b, s) for pol, b, s, _ in found if s >= CAST_SHARE]
-    if not big:
-        return None
-    shown = "; ".join(f"{pol} {s:.0%} at batch {b}" for pol, b, s in big)
-    return (
-        f"Cast overhead (measured): dtype conversions take {shown} of the step. Mixed "
-        "precision converts float32 variables to 16 bits at every use, and the float32 "
-        "output back: a cost the faster arithmetic must first repay."
-    )
-
-
-def measured_memory_bound(t: Table) -> str | None:
-    found = [(pol, b, _share(p, "elementwise_norm")) for pol, b, p in _profiles(t)]
-    big = [(pol, b, s) for pol, b, s in found if s >= MEASURED_MEMORY_BOUND]
-    if not big or not (FLOAT16 | BFLOAT16) & set(t.policies):
-        return None
-    shown = "; ".join(f"{pol} {s:.0%} at batch {b}" for pol, b, s in big[:6])
-    return (
-        f"Memory-bound (measured): elementwise, normalization and reduction operations take "
-        f"{shown} of the step. That work gains at most the bandwidth ratio from 16-bit types "
-        "(2x fewer bytes), never the arithmetic speedup of Tensor Cores / AMX."
-    )
-
-
-def launch_bound(t: Table) -> str | None:
-    found = [(pol, b, _share(p, "host_gap")) for pol, b, p in _profiles(t)]
-    big = [(pol, b, s) for pol, b, s in found if s >= HOST_GAP_SHARE]
-    if not big:
-        return None
-    shown = "; ".join(f"{pol} {s:.0%} at batch {b}" for pol, b, s in big[:6])
-    where = "kernel launches" if _is_gpu(t) else "dispatching operations"
-    return (
-        f"Launch/overhead-bound (measured): nothing ran for {shown} of the step (Python, "
-        f"{where}, synchronisation). No precision change speeds that up; larger batches, "
-        "jit_compile or fewer, larger operations do."
     )
 
 

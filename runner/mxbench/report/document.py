@@ -33,25 +33,48 @@ R = TypeVar("R")
 # interval (direction only); diverged: the policy's loss was not finite (not a speedup);
 # oom: a side ran out of memory; failed: a side errored, timed out or was unsupported.
 Verdict = Literal[
-    "faster", "same", "slower", "point-faster", "point-slower", "point-same", "diverged",
-    "oom", "failed", "none",
-]  # fmt: skip
-VERDICT_WORDS: dict[str, str] = {
-    "faster": "faster",
-    "same": "no clear difference",
-    "slower": "slower",
-    "point-faster": "faster (one number, no interval)",
-    "point-slower": "slower (one number, no interval)",
-    "point-same": "equal (one number, no interval)",
-    "diverged": "loss diverged: not a speedup",
-    "oom": "out of memory",
-    "failed": "failed (error, timeout or unsupported)",
-    "none": "not measured",
+    "faster",
+    "same",
+    "slower",
+    "point-faster",
+    "point-slower",
+    "point-same",
+    "diverged",
+    "oom",
+    "failed",
+    "none",
+]
+
+
+@dataclass(frozen=True)
+class Look:
+    """How a grid verdict reads and looks, the same in every format."""
+
+    words: str  # the legend's words for it, and a cell's tooltip
+    short: str  # the word a grid cell shows after its value ("": none; the colour says it)
+    background: str
+    text: str  # the colour of text on that background
+
+
+# The interval's verdicts are stats' words (defined there once, for every report); the rest
+# are the grid's own.
+LOOK: dict[Verdict, Look] = {
+    "faster":       Look(stats.FASTER, stats.SHORT[stats.FASTER], "#1b7837", "#ffffff"),
+    "same":         Look(stats.SAME, stats.SHORT[stats.SAME], "#e0e0e0", "#222222"),
+    "slower":       Look(stats.SLOWER, stats.SHORT[stats.SLOWER], "#b2182b", "#ffffff"),
+    "point-faster": Look("faster (one number, no interval)", "", "#d9f0d3", "#1b4d23"),
+    "point-slower": Look("slower (one number, no interval)", "", "#fddbc7", "#6b1020"),
+    "point-same":   Look("equal (one number, no interval)", "", "#f2f2f2", "#222222"),
+    "diverged":     Look("loss diverged: not a speedup", "loss diverged", "#762a83", "#ffffff"),
+    "oom":          Look("out of memory", "", "#2166ac", "#ffffff"),
+    "failed":       Look("failed (error, timeout or unsupported)", "", "#f1a340", "#222222"),
+    "none":         Look("not measured", "", "#ffffff", "#777777"),
+}  # fmt: skip
+_FROM_STATS: dict[str, Verdict] = {
+    stats.FASTER: "faster",
+    stats.SLOWER: "slower",
+    stats.SAME: "same",
 }
-# the word a grid cell shows after its value (the colour says it too, where there is colour)
-SHORT_WORDS: dict[str, str] = {"faster": "faster", "same": "≈ same", "slower": "slower",
-                               "diverged": "loss diverged"}  # fmt: skip
-_FROM_STATS = {"faster": "faster", "slower": "slower", "no clear difference": "same"}
 
 
 @dataclass(frozen=True)
@@ -62,7 +85,7 @@ class GridCell:
 
     @property
     def word(self) -> str:
-        return SHORT_WORDS.get(self.verdict, "")
+        return LOOK[self.verdict].short
 
     @property
     def text(self) -> str:
@@ -164,7 +187,7 @@ def verdict(t: Table, policy: str, batch: int, texts: Texts | None = None) -> Gr
         if not t.trusted(slot):
             return GridCell(stats.figure(r.value), "diverged", detail)
         if r.n >= 2:
-            return GridCell(stats.figure(r.value), _FROM_STATS[r.verdict], detail)  # type: ignore[arg-type]
+            return GridCell(stats.figure(r.value), _FROM_STATS[r.verdict], detail)
         direction = "faster" if r.value > 1 else "slower" if r.value < 1 else "same"
         return GridCell(stats.figure(r.value), f"point-{direction}", detail)  # type: ignore[arg-type]
     sides = [(p, e) for p in (BASELINE, policy) if (e := t.entries.get((p, batch))) is not None]
@@ -204,8 +227,11 @@ def failures(t: Table) -> list[str]:
             continue
         cells = t.cells.get((p, b), ())
         if len(cells) > len(e.records):  # more cells than its ok records: some failed
-            out += [_failure(f"batch {b} {p} {_which(r)}", r.status, r.error)
-                    for r in cells if r.status != "ok"]  # fmt: skip
+            out += [
+                _failure(f"batch {b} {p} {_which(r)}", r.status, r.error)
+                for r in cells
+                if r.status != "ok"
+            ]
     return out
 
 
@@ -225,18 +251,33 @@ def section(t: Table, anchor: str, texts: Texts | None = None) -> Section:
     headers, rows = text.table_rows(t, texts[id(t)] if texts is not None else None)
     why.add_columns(t, headers, rows)
     return Section(
-        "speed", t.title, anchor, annotate.lines(t), headers, rows, t,
-        note=text.interval_note(t), failures=failures(t) + why.failures(t),
-        diagnosis_rules=[(n.rule, n.text) for n in diagnose(t)], breakdown=why.bars(t),
-    )  # fmt: skip
+        "speed",
+        t.title,
+        anchor,
+        annotate.lines(t),
+        headers,
+        rows,
+        t,
+        note=text.interval_note(t),
+        failures=failures(t) + why.failures(t),
+        diagnosis_rules=[(n.rule, n.text) for n in diagnose(t)],
+        breakdown=why.bars(t),
+    )
 
 
 def largest(c: capacity.Capacity, anchor: str) -> Section:
     headers, rows = capacity.rows(c)
     return Section(
-        "largest", f"Largest batch: {c.table.title}", anchor, annotate.lines(c.table), headers,
-        rows, c.table, note=capacity.diagnosis(c), capacity=c,
-    )  # fmt: skip
+        "largest",
+        f"Largest batch: {c.table.title}",
+        anchor,
+        annotate.lines(c.table),
+        headers,
+        rows,
+        c.table,
+        note=capacity.diagnosis(c),
+        capacity=c,
+    )
 
 
 def build(loaded: Loaded, tables: Sequence[Table]) -> Document:

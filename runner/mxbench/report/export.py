@@ -39,22 +39,36 @@ def _rows(t: Table) -> list[dict[str, Any]]:
                     "batch_size": b,
                     "policy": p,
                     "status": e.status,
-                    "step_ms": {"median": _num(e.median), "p25": _num(e.p25),
-                                "p75": _num(e.p75), "n": e.n},
+                    "step_ms": {
+                        "median": _num(e.median),
+                        "p25": _num(e.p25),
+                        "p75": _num(e.p75),
+                        "n": e.n,
+                    },
                     "images_per_s": _num(e.images_per_s(b), 2),
                     "repeats": len(e.records) if e.status == "ok" else 0,
-                    "speedup": None if r is None else {
-                        "value": _num(r.value), "low": _num(r.low), "high": _num(r.high),
-                        "over": r.over, "n": r.n, "verdict": r.verdict,
+                    "speedup": None
+                    if r is None
+                    else {
+                        "value": _num(r.value),
+                        "low": _num(r.low),
+                        "high": _num(r.high),
+                        "over": r.over,
+                        "n": r.n,
+                        "verdict": r.verdict,
                         "trusted": t.trusted((p, b)),
                     },
-                    "loss": None if loss is None else {
-                        "state": loss.state, "mean": _num(loss.loss),
-                        "float32_mean": _num(loss.base), "relative_diff": _num(loss.diff),
+                    "loss": None
+                    if loss is None
+                    else {
+                        "state": loss.state,
+                        "mean": _num(loss.loss),
+                        "float32_mean": _num(loss.base),
+                        "relative_diff": _num(loss.diff),
                     },
                     "error": (e.records[-1].error or None) if e.status != "ok" else None,
                 }
-            )  # fmt: skip
+            )
     return out
 
 
@@ -65,10 +79,15 @@ def _table(s: Section) -> dict[str, Any]:
         "title": t.title,
         "host": t.host,
         "device": msgspec.to_builtins(t.device),
-        "capability": None if cap is None else {
-            "compute_capability": cap.label, "architecture": cap.arch,
-            "fp16_tensor_cores": cap.fp16_tensor_cores, "bf16_tensor_cores": cap.bf16_tensor_cores,
-            "tf32": cap.tf32, "inferred_from_name": inferred,
+        "capability": None
+        if cap is None
+        else {
+            "compute_capability": cap.label,
+            "architecture": cap.arch,
+            "fp16_tensor_cores": cap.fp16_tensor_cores,
+            "bf16_tensor_cores": cap.bf16_tensor_cores,
+            "tf32": cap.tf32,
+            "inferred_from_name": inferred,
         },
         "image": {"name": t.image.name, "id": t.image.id},
         "setup": t.setup,
@@ -78,23 +97,34 @@ def _table(s: Section) -> dict[str, Any]:
         "failures": s.failures,
         "diagnosis": [{"rule": rule, "text": text} for rule, text in s.diagnosis_rules],
         "where_the_time_goes": [
-            {"policy": b.policy, "batch_size": b.batch, "step_ms": _num(b.step_ms),
-             "ms": {c: _num(v) for c, v in b.parts.items()}, "kernels": b.kernels}
+            {
+                "policy": b.policy,
+                "batch_size": b.batch,
+                "step_ms": _num(b.step_ms),
+                "ms": {c: _num(v) for c, v in b.parts.items()},
+                "kernels": b.kernels,
+            }
             for b in s.breakdown
         ],
-    }  # fmt: skip
+    }
 
 
 def _grid(g: Grid) -> dict[str, Any]:
     return {
-        "policy": g.policy, "batch_sizes": g.batches,
+        "policy": g.policy,
+        "batch_sizes": g.batches,
         "devices": [
-            {"title": r.title, "table": r.anchor,
-             "cells": [{"value": c.value or None, "verdict": c.verdict,
-                        "detail": c.detail or None} for c in r.cells]}
+            {
+                "title": r.title,
+                "table": r.anchor,
+                "cells": [
+                    {"value": c.value or None, "verdict": c.verdict, "detail": c.detail or None}
+                    for c in r.cells
+                ],
+            }
             for r in g.rows
         ],
-    }  # fmt: skip
+    }
 
 
 def render(doc: Document) -> str:

@@ -33,16 +33,57 @@ if TYPE_CHECKING:
 
     from mxbench.report.document import Document
 
-_BEFORE = ("host", "engine", "image", "image_id", "device_kind", "device",
-           "compute_capability", "cpu_model")  # fmt: skip
-_AFTER = ("status", "step_ms_median", "step_ms_p25", "step_ms_p75", "step_ms_n",
-          "images_per_s", "speedup_vs_float32", "speedup_low", "speedup_high", "verdict",
-          "loss_mean", "loss_vs_float32", "loss_parity", "first_step_ms", "warmup_ms",
-          "peak_memory_bytes", "peak_memory_kind", "gpu_util_pct", "achieved_tflops",
-          "throttle_reasons", "input_device", "tf32", "matmul_precision", "tensorflow", "jax",
-          "torch", "keras", "cuda", "cudnn", "label", "attempts", "search_trial", "time",
-          "started_at",
-          "finished_at", "cell", "source", "error", "profile_error")  # fmt: skip
+_BEFORE = (
+    "host",
+    "engine",
+    "image",
+    "image_id",
+    "device_kind",
+    "device",
+    "compute_capability",
+    "cpu_model",
+)
+_AFTER = (
+    "status",
+    "step_ms_median",
+    "step_ms_p25",
+    "step_ms_p75",
+    "step_ms_n",
+    "images_per_s",
+    "speedup_vs_float32",
+    "speedup_low",
+    "speedup_high",
+    "verdict",
+    "loss_mean",
+    "loss_vs_float32",
+    "loss_parity",
+    "first_step_ms",
+    "warmup_ms",
+    "peak_memory_bytes",
+    "peak_memory_kind",
+    "gpu_util_pct",
+    "achieved_tflops",
+    "throttle_reasons",
+    "input_device",
+    "tf32",
+    "matmul_precision",
+    "tensorflow",
+    "jax",
+    "torch",
+    "keras",
+    "cuda",
+    "cudnn",
+    "label",
+    "attempts",
+    "search_trial",
+    "time",
+    "started_at",
+    "finished_at",
+    "cell",
+    "source",
+    "error",
+    "profile_error",
+)
 COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
 # The frame's types (everything else: text or float)
 TIMES = ("time", "started_at", "finished_at")
@@ -60,19 +101,52 @@ def _integer(tp: Any, kind: type = int) -> bool:
     return tp is kind
 
 
-INTEGERS = (*(f.name for f in params.fields() if _integer(f.type)),
-            "step_ms_n", "peak_memory_bytes", "attempts")  # fmt: skip
+INTEGERS = (
+    *(f.name for f in params.fields() if _integer(f.type)),
+    "step_ms_n",
+    "peak_memory_bytes",
+    "attempts",
+)
 # float64 even where every value is missing (a frame of failures), never object
-FLOATS = (*(f.name for f in params.fields() if _integer(f.type, float)),
-          "step_ms_median", "step_ms_p25", "step_ms_p75", "images_per_s",
-          "speedup_vs_float32", "speedup_low", "speedup_high", "loss_mean", "loss_vs_float32",
-          "first_step_ms", "warmup_ms", "gpu_util_pct", "achieved_tflops")  # fmt: skip
+FLOATS = (
+    *(f.name for f in params.fields() if _integer(f.type, float)),
+    "step_ms_median",
+    "step_ms_p25",
+    "step_ms_p75",
+    "images_per_s",
+    "speedup_vs_float32",
+    "speedup_low",
+    "speedup_high",
+    "loss_mean",
+    "loss_vs_float32",
+    "first_step_ms",
+    "warmup_ms",
+    "gpu_util_pct",
+    "achieved_tflops",
+)
 FLAGS = ("tf32", "search_trial")
 # text, missing as pd.NA like the integers and flags (and not object where every value is)
-TEXTS = (*_BEFORE, *(f.name for f in params.fields() if _integer(f.type, str)),
-         "status", "verdict", "loss_parity", "peak_memory_kind", "throttle_reasons",
-         "input_device", "matmul_precision", "tensorflow", "jax", "torch", "keras", "cuda",
-         "cudnn", "label", "cell", "source", "error")  # fmt: skip
+TEXTS = (
+    *_BEFORE,
+    *(f.name for f in params.fields() if _integer(f.type, str)),
+    "status",
+    "verdict",
+    "loss_parity",
+    "peak_memory_kind",
+    "throttle_reasons",
+    "input_device",
+    "matmul_precision",
+    "tensorflow",
+    "jax",
+    "torch",
+    "keras",
+    "cuda",
+    "cudnn",
+    "label",
+    "cell",
+    "source",
+    "error",
+)
 # OWASP: a cell a spreadsheet would read as a formula gets a leading apostrophe.
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 _CONTROL = params.control()
@@ -86,10 +160,15 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
     health = m.gpu_health
     error = _last_line(rec.error)
     out: dict[str, Any] = {
-        "host": rec.host, "engine": rec.engine, "image": rec.image.name, "image_id": rec.image.id,
-        "device_kind": rec.device.kind, "device": rec.device.name,
-        "compute_capability": rec.device.compute_capability, "cpu_model": rec.cpu.model,
-    }  # fmt: skip
+        "host": rec.host,
+        "engine": rec.engine,
+        "image": rec.image.name,
+        "image_id": rec.image.id,
+        "device_kind": rec.device.kind,
+        "device": rec.device.name,
+        "compute_capability": rec.device.compute_capability,
+        "cpu_model": rec.cpu.model,
+    }
     out.update({name: getattr(p, name) for name in params.names()})
     out.update(
         status=rec.status,
@@ -105,20 +184,33 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
         loss_mean=None if loss is None or loss.loss is None else loss.loss,
         loss_vs_float32=None if loss is None or loss.diff is None else round(loss.diff, 4),
         loss_parity=None if loss is None else loss.state,
-        first_step_ms=m.first_step_ms, warmup_ms=m.warmup_ms,
-        peak_memory_bytes=m.peak_memory_bytes, peak_memory_kind=m.peak_memory_kind,
-        gpu_util_pct=m.gpu_util_pct, achieved_tflops=m.achieved_tflops,
+        first_step_ms=m.first_step_ms,
+        warmup_ms=m.warmup_ms,
+        peak_memory_bytes=m.peak_memory_bytes,
+        peak_memory_kind=m.peak_memory_kind,
+        gpu_util_pct=m.gpu_util_pct,
+        achieved_tflops=m.achieved_tflops,
         throttle_reasons=",".join(health.throttle_reasons) if health is not None else None,
-        input_device=rec.settings.input_device, tf32=rec.settings.tf32,
+        input_device=rec.settings.input_device,
+        tf32=rec.settings.tf32,
         matmul_precision=rec.settings.matmul_precision,
-        tensorflow=rec.software.tensorflow, jax=rec.software.jax, torch=rec.software.torch,
-        keras=rec.software.keras, cuda=cuda_text(rec.software.cuda),
-        cudnn=cudnn_text(rec.software.cudnn), label=rec.label, attempts=attempts,
+        tensorflow=rec.software.tensorflow,
+        jax=rec.software.jax,
+        torch=rec.software.torch,
+        keras=rec.software.keras,
+        cuda=cuda_text(rec.software.cuda),
+        cudnn=cudnn_text(rec.software.cudnn),
+        label=rec.label,
+        attempts=attempts,
         search_trial=rec.search is not None,  # a trial of a largest-batch search
-        time=rec.time, started_at=rec.started_at, finished_at=rec.finished_at, cell=rec.cell,
-        source=rec.source, error=error,
+        time=rec.time,
+        started_at=rec.started_at,
+        finished_at=rec.finished_at,
+        cell=rec.cell,
+        source=rec.source,
+        error=error,
         profile_error=_last_line(rec.profile.error) if rec.profile is not None else None,
-    )  # fmt: skip
+    )
     return out
 
 
@@ -143,8 +235,11 @@ def rows(
                     where = t if id(rec) in counted else None
                     out.append(row(where, rec, loaded.attempts.get(str(rec.cell), 1)))
     # the trials of largest-batch searches: no table of their own here (report.capacity)
-    out += [row(None, rec, loaded.attempts.get(str(rec.cell), 1))
-            for rec in loaded.winners if rec.search is not None]  # fmt: skip
+    out += [
+        row(None, rec, loaded.attempts.get(str(rec.cell), 1))
+        for rec in loaded.winners
+        if rec.search is not None
+    ]
     if not latest:  # every attempt: the winners' tables give the speedups
         index = {(r["cell"]): r for r in out}
         out = []

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 
 from mxbench import params
-from mxbench.report import training, why_html
-from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
-from mxbench.report.plot import memory_png, pngs_base64
+from mxbench.report import training, why
+from mxbench.report.document import LOOK, Document, Grid, Section, Verdict
+from mxbench.report.plot import curves_png, memory_png, pngs_base64
 from mxbench.report.tables import Table
+from mxbench.results import CATEGORY_NAMES
 
 MAX_PLOTS = 200
 # Not allowed in an HTML page (NUL, ESC, C1 controls): a record's name loses them.
@@ -33,20 +34,6 @@ def escape(value: str, quote: bool = True) -> str:
     """``html.escape``, control characters replaced by spaces."""
     return html.escape(_CONTROL.sub(" ", value), quote)
 
-
-# verdict -> (background, text) colours; the same in the legend and in every grid
-COLOURS: dict[str, tuple[str, str]] = {
-    "faster": ("#1b7837", "#ffffff"),
-    "same": ("#e0e0e0", "#222222"),
-    "slower": ("#b2182b", "#ffffff"),
-    "point-faster": ("#d9f0d3", "#1b4d23"),
-    "point-slower": ("#fddbc7", "#6b1020"),
-    "point-same": ("#f2f2f2", "#222222"),
-    "diverged": ("#762a83", "#ffffff"),
-    "oom": ("#2166ac", "#ffffff"),
-    "failed": ("#f1a340", "#222222"),
-    "none": ("#ffffff", "#777777"),
-}
 
 _CSS = """
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
@@ -92,8 +79,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def _style(verdict: str) -> str:
-    bg, fg = COLOURS[verdict]
+def _style(verdict: Verdict) -> str:
+    bg, fg = LOOK[verdict].background, LOOK[verdict].text
     return f"background:{bg};color:{fg}"
 
 
@@ -109,7 +96,7 @@ def grid(g: Grid) -> str:
         cells = []
         for c in row.cells:
             word = c.word
-            said = VERDICT_WORDS[c.verdict]
+            said = LOOK[c.verdict].words
             tip = f"{c.detail} ({said})" if c.detail else said
             cells.append(
                 f'<td class="v-{c.verdict}" style="{_style(c.verdict)}" title="{esc(tip)}">'
@@ -124,8 +111,8 @@ def grid(g: Grid) -> str:
 def legend(shown: Container[str]) -> str:
     """The colours the grids use, each with its meaning."""
     chips = "".join(
-        f'<span style="{_style(v)}">{escape(VERDICT_WORDS[v])}</span>'
-        for v in COLOURS
+        f'<span style="{_style(v)}">{escape(LOOK[v].words)}</span>'
+        for v in LOOK
         if v in shown and v != "none"
     )
     return (
@@ -147,7 +134,7 @@ def section(s: Section, plots: list[tuple[str, str]]) -> str:
         out += [f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">' for alt, data in plots]
         out.append("</div>")
     if s.breakdown:
-        out.append(why_html.section(s.breakdown, s.breakdown_note))
+        out.append(why_section(s.breakdown, s.breakdown_note))
     if s.failures:
         out.append('<h3>Failures</h3><ul class="failures">')
         out += [f"<li>{esc(f)}</li>" for f in s.failures]
@@ -160,12 +147,89 @@ def section(s: Section, plots: list[tuple[str, str]]) -> str:
     return "\n".join(out)
 
 
+# category -> colour (compute dark, memory-bound and overheads lighter, idle grey)
+CATEGORY_COLOURS: dict[str, str] = {
+    "conv_matmul": "#2166ac",
+    "elementwise_norm": "#67a9cf",
+    "cast": "#ef8a62",
+    "layout": "#fddbc7",
+    "optimizer": "#762a83",
+    "input": "#5aae61",
+    "other": "#bababa",
+    "host_gap": "#f7f7f7",
+}
+
+
+def _why_bar(b: why.Bar, longest: float) -> str:
+    parts = []
+    for c in why.CATEGORIES:
+        ms = b.parts.get(c, 0.0)
+        if ms <= 0:
+            continue
+        tip = f"{CATEGORY_NAMES[c]}: {ms:.2f} ms ({b.share(c):.0%})"
+        style = f"width:{100 * ms / b.step_ms:.2f}%;background:{CATEGORY_COLOURS[c]}"
+        parts.append(f'<span style="{style}" title="{html.escape(tip)}"></span>')
+    width = 100 * b.step_ms / longest if longest else 100
+    return f'<div class="bar" style="width:{width:.1f}%">{"".join(parts)}</div>'
+
+
+def why_section(found: list[why.Bar], note: str) -> str:
+    """The "where the time goes" breakdown: a stacked bar per profiled slot, float32 and
+    each policy of a batch size one under the other, on one scale per table."""
+    esc = escape  # no control character from a record
+    longest = max(b.step_ms for b in found)
+    legend = "".join(
+        f'<span style="background:{CATEGORY_COLOURS[c]};color:#222;border:1px solid #999">'
+        f"{esc(CATEGORY_NAMES[c])}</span>"
+        for c in why.CATEGORIES
+    )
+    out = [
+        "<h3>Where the time goes</h3>",
+        f'<p class="legend">{legend}</p>',
+        '<div class="scroll"><table class="why"><thead><tr><th>batch</th><th>policy</th>'
+        "<th>step (ms), by category</th><th>ms/step</th><th>kernels</th></tr></thead><tbody>",
+    ]
+    for b in found:
+        out.append(
+            f"<tr><td>{b.batch}</td><td>{esc(b.policy)}</td><td>{_why_bar(b, longest)}</td>"
+            f"<td>{b.step_ms:.2f}</td><td>{esc(b.kernels)}</td></tr>"
+        )
+    out.append("</tbody></table></div>")
+    out.append(f'<p class="meta">{esc(note)}</p>')
+    return "\n".join(out)
+
+
 def _largest_plot(s: Section) -> list[tuple[str, str]]:
     png = memory_png(s.capacity) if s.capacity is not None else None
     if not png:
         return []
     alt = f"peak memory against batch size, {s.table.title}"
     return [(alt, base64.b64encode(png).decode("ascii"))]
+
+
+def training_section(
+    sections_: Sequence[training.Section], shares: Sequence[str], plots: bool = True
+) -> list[str]:
+    esc = escape
+    out: list[str] = []
+    if shares:
+        out.append(
+            '<section id="input"><h2>Input pipeline and host overhead: A/B at the same batch</h2>'
+        )
+        out += ['<ul class="notes">', *(f"<li>{esc(s)}</li>" for s in shares), "</ul></section>"]
+    for i, s in enumerate(sections_):
+        out.append(f'<section id="training-{i + 1}"><h2>Training run: {esc(s.title)}</h2>')
+        out.append(_table(s.headers, s.rows))
+        out += ['<ul class="notes">', *(f"<li>{esc(x)}</li>" for x in s.sentences), "</ul>"]
+        data = curves_png(s) if plots else None
+        if data:
+            alt = esc(f"validation accuracy against epoch and training time, {s.title}")
+            b64 = base64.b64encode(data).decode("ascii")
+            out.append(
+                f'<div class="plots"><img alt="{alt}" src="data:image/png;base64,{b64}"></div>'
+            )
+        out.append("</section>")
+    return out
 
 
 def render(
@@ -199,6 +263,6 @@ def render(
         out.append(section(s, plot(s.table) if i < MAX_PLOTS else []))
         on_table()
     out += [section(s, _largest_plot(s)) for s in doc.largest]
-    out += training.html(doc.training, doc.shares)
+    out += training_section(doc.training, doc.shares)
     out.append("</body></html>")
     return "\n".join(out)

@@ -1,15 +1,15 @@
 """Read result records from any number of sources and pick one record per cell.
 
-Records are streamed line by line and decoded as :class:`Read`, a :class:`Record` whose
-bulky parts (a record's raw step samples and per-step losses) are validated as the record
-type validates them and then summarised, a batch of records at a time, into what the
-tables need: the process's median and its uncertainty (:func:`mxbench.stats.summarise`) and
-the sum and count of its losses. A reader's memory grows with the cells, never with the
-steps; the winning record of a cell is chosen as records arrive. A line that is not a
-record, and a path that cannot be read (a directory named ``*.jsonl``, a FIFO, a device, a
-symlink loop, no permission), is skipped with one ``file:line: reason`` warning: the same
-lines as :func:`mxbench.results.decode` refuses, with its reasons (a line the fast path
-cannot vouch for is decoded by it).
+Records are streamed line by line and decoded as :class:`~mxbench.summary.Read`, a
+:class:`Record` whose bulky parts (a record's raw step samples and per-step losses) are
+validated as the record type validates them and then summarised, a batch of records at a
+time, into what the tables need: the process's median and its uncertainty
+(:func:`mxbench.stats.summarise`) and the sum and count of its losses. A reader's memory
+grows with the cells, never with the steps; the winning record of a cell is chosen as
+records arrive. A line that is not a record, and a path that cannot be read (a directory
+named ``*.jsonl``, a FIFO, a device, a symlink loop, no permission), is skipped with one
+``file:line: reason`` warning: the same lines as :func:`mxbench.codec.decode` refuses, with
+its reasons (a line the fast path cannot vouch for is decoded by it).
 
 Several attempts of one cell (a retry after an OOM, a resumed run, the same directory
 copied twice): the latest ``ok`` wins; a cell that never succeeded keeps its latest
@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import gc
-import math
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
@@ -32,60 +31,20 @@ from typing import Any
 
 import msgspec
 
-from mxbench import results, stats
+from mxbench import codec, results, stats, store
+from mxbench.codec import BadRecord
 from mxbench.errors import UsageError
-from mxbench.results import (
-    BadLine,
-    BadRecord,
-    Device,
-    Image,
-    Metrics,
-    Pairing,
-    Record,
-    Settings,
-    StepStats,
-)
+from mxbench.results import Device, Image, Metrics, Pairing, Record, Settings, StepStats
+from mxbench.store import BadLine
+from mxbench.summary import Read, _loss_total
 
 _EPOCH = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
-
-
-class Read(Record, kw_only=True, gc=False):
-    """A record as the report reads it (every field of :class:`Record`, new ones included):
-    its step samples and losses are left out (empty lists) once summarised into
-    ``process`` and ``loss``."""
-
-    # the timed steps as :func:`mxbench.stats.summarise` makes them: (median ms, the
-    # variance of its log); None: not an ok record with a median
-    process: stats.Process | None = msgspec.field(default=None, name="~process")
-    # (sum, count) of the losses of its timed steps (the sum NaN when one was not finite);
-    # None: no loss recorded
-    loss: tuple[float, int] | None = msgspec.field(default=None, name="~loss")
 
 
 _read = msgspec.json.Decoder(Read)
 # Records are summarised together once this many wait, or once their samples reach
 # SAMPLES (a few MB, however many steps a record has).
 BATCH, SAMPLES = 4096, 2**18
-
-
-def process(rec: Record) -> stats.Process | None:
-    """The process summary of an ok record with step times (None: none)."""
-    if isinstance(rec, Read):
-        return rec.process
-    step = rec.step
-    if step is None or step.median is None:
-        return None
-    med, var = stats.summarise([list(step.samples) or [step.median]])
-    return float(med[0]), float(var[0])
-
-
-def paired(rec: Record) -> stats.Process | None:
-    """The speedup summary of an ok record measured by the paired design, as an arm against
-    its process's base (:func:`mxbench.stats.paired_process`); None otherwise."""
-    pair = rec.pairing
-    if rec.status != "ok" or pair is None or not pair.ratios:
-        return None
-    return stats.paired_process(pair.ratios, pair.clean)
 
 
 def _lean_pairing(pair: Pairing | None) -> Pairing | None:
@@ -95,28 +54,10 @@ def _lean_pairing(pair: Pairing | None) -> Pairing | None:
     return Pairing(group=pair.group, arms=pair.arms, ratios=pair.ratios, clean=pair.clean)
 
 
-def loss(rec: Record) -> tuple[float, int] | None:
-    """(sum, count) of a record's training losses over its timed steps (the first and last
-    alone for records written before per-step losses); None: no loss recorded."""
-    if isinstance(rec, Read):
-        return rec.loss
-    return _loss_total(rec.metrics.losses, rec.metrics)
-
-
-def _loss_total(losses: list[float | None], m: Metrics) -> tuple[float, int] | None:
-    if not losses:
-        if m.loss_first is None and m.loss_last is None:
-            return None
-        losses = [m.loss_first, m.loss_last]
-    if None in losses:
-        return math.nan, len(losses)
-    return sum(losses), len(losses)  # type: ignore[arg-type]  # no None left
-
-
 def _nested(run: dict[str, Any]) -> bool:
     """Whether the free-form ``run`` part nests deeper than a record may (most are flat)."""
     flat = all(type(v) not in (dict, list) for v in run.values())
-    return not flat and results._depth(run) > results.MAX_DEPTH
+    return not flat and codec._depth(run) > codec.MAX_DEPTH
 
 
 class Reader:
@@ -132,13 +73,13 @@ class Reader:
 
     def decode(self, line: bytes) -> Read:
         """One line as a :class:`Read` record, or :class:`BadRecord` (the reason
-        :func:`mxbench.results.decode` gives)."""
+        :func:`mxbench.codec.decode` gives)."""
         try:
             rec = _read.decode(line)
             if rec.schema != results.SCHEMA or _nested(rec.run):
                 raise ValueError
         except (msgspec.MsgspecError, ValueError, RecursionError):
-            full = results.decode(line)  # an older version upgraded, or BadRecord saying why not
+            full = codec.decode(line)  # an older version upgraded, or BadRecord saying why not
             try:
                 rec = _read.decode(msgspec.json.encode(full))
             except msgspec.MsgspecError as exc:  # not expected: the record type took it
@@ -171,18 +112,29 @@ class Reader:
         if step is not None:
             step = StepStats(median=step.median, p25=step.p25, p75=step.p75, n=step.n)
         return Read(
-            cell=rec.cell, time=self._one(rec.time), host=self._one(rec.host),
-            engine=self._one(rec.engine), params=self._one(rec.params), status=rec.status,
+            cell=rec.cell,
+            time=self._one(rec.time),
+            host=self._one(rec.host),
+            engine=self._one(rec.engine),
+            params=self._one(rec.params),
+            status=rec.status,
             image=self._one((Image, i.name, i.id), lambda: Image(name=i.name, id=i.id)),
-            device=self._one((Device, d.kind, d.name, d.compute_capability),
-                             lambda: Device(kind=d.kind, name=d.name,
-                                            compute_capability=d.compute_capability)),
-            settings=self._one((Settings, s.tf32, s.pure_float16),
-                               lambda: Settings(tf32=s.tf32, pure_float16=s.pure_float16)),
+            device=self._one(
+                (Device, d.kind, d.name, d.compute_capability),
+                lambda: Device(kind=d.kind, name=d.name, compute_capability=d.compute_capability),
+            ),
+            settings=self._one(
+                (Settings, s.tf32, s.pure_float16),
+                lambda: Settings(tf32=s.tf32, pure_float16=s.pure_float16),
+            ),
             metrics=Metrics(step_ms=step, images_per_s=m.images_per_s),
-            label=self._one(rec.label), error=rec.error, source=rec.source, search=rec.search,
-            loss=rec.loss, pairing=_lean_pairing(rec.pairing),
-        )  # fmt: skip
+            label=self._one(rec.label),
+            error=rec.error,
+            source=rec.source,
+            search=rec.search,
+            loss=rec.loss,
+            pairing=_lean_pairing(rec.pairing),
+        )
 
     def _one(self, key: Any, make: Callable[[], Any] | None = None) -> Any:
         """One object for every equal ``key`` (made by ``make``, else the key itself)."""
@@ -373,9 +325,11 @@ def pick(attempts: list[Record]) -> Record:
 
 
 def load(
-    sources: Iterable[Path | str], label: str | None = None, keep_all: bool = False,
+    sources: Iterable[Path | str],
+    label: str | None = None,
+    keep_all: bool = False,
     lean: bool = False,
-) -> Loaded:  # fmt: skip
+) -> Loaded:
     """Read and merge; ``label``: only the records of ``mxbench run --label LABEL``;
     ``keep_all``: keep every attempt in :attr:`Loaded.everything` too; ``lean``: keep only
     what the tables' numbers and ``compare`` read (:meth:`Reader._lean`)."""
@@ -387,7 +341,7 @@ def load(
     tries: dict[str, int] = {}
     for path in files:
         try:
-            for lineno, line in results.read_lines(path, out.bad):
+            for lineno, line in store.read_lines(path, out.bad):
                 try:
                     rec = reader.decode(line)
                 except BadRecord as exc:

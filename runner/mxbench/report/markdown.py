@@ -10,6 +10,7 @@ link.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from mxbench.params import CONTROL_CHARS
 from mxbench.report import text, training, why
@@ -92,6 +93,17 @@ def grid(g: Grid) -> str:
     return "\n".join([*out, "", table(["device", *map(str, g.batches)], rows, limit=None), ""])
 
 
+def training_section(sections_: Sequence[training.Section], shares: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    if shares:
+        out += ["## Input pipeline and host overhead: A/B at the same batch", ""]
+        out += [f"- {escape(s, limit=None)}" for s in shares] + [""]
+    for s in sections_:
+        out += [f"## Training run: {escape(s.title)}", "", table(s.headers, s.rows), ""]
+        out += [f"- {escape(x, limit=None)}" for x in s.sentences] + [""]
+    return out
+
+
 LEGEND = (
     "Verdicts from the speedup's 95% interval (in each table below): faster, ≈ same (no "
     "clear difference), slower; a number alone is one measurement per side (direction only). "
@@ -107,5 +119,5 @@ def render(doc: Document) -> str:
         out += [LEGEND, ""]
     out += [escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""]
     out += doc.each(section)
-    out += training.markdown(doc.training, doc.shares)
+    out += training_section(doc.training, doc.shares)
     return "\n".join(out)

@@ -10,6 +10,7 @@ import warnings
 from typing import Any
 
 from mxbench.params import BASELINE, control
+from mxbench.report import training
 from mxbench.report.capacity import Capacity, peak_bytes
 from mxbench.report.tables import Table
 
@@ -48,13 +49,18 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(plt: Any, fig: Any) -> bytes:
+def _save(plt: Any, fig: Any) -> bytes | None:
+    """The figure as PNG; None when matplotlib cannot lay it out (values near a double's
+    limit, which a record admits, leave its ticks no finite spacing): the plot is left out,
+    its table still says every number."""
     try:
         with warnings.catch_warnings():  # a name's character no font has (an emoji): a box
             warnings.filterwarnings("ignore", "Glyph .* missing from font", UserWarning)
             fig.tight_layout()
             buf = io.BytesIO()
             fig.savefig(buf, format="png")
+    except (ValueError, OverflowError):
+        return None
     finally:
         plt.close(fig)
     return buf.getvalue()
@@ -66,9 +72,10 @@ def png(t: Table) -> bytes | None:
     series = {}
     for p in t.policies:
         points = [
-            (b, e.median) for b in t.batches
+            (b, e.median)
+            for b in t.batches
             if (e := t.entries.get((p, b))) is not None and e.median is not None
-        ]  # fmt: skip
+        ]
         if points:
             series[p] = points
     if not series:
@@ -103,8 +110,15 @@ def speedup_png(t: Table) -> bytes | None:
         for policy in t.reduced:
             _speedup_line(ax, t, policy)
         for b, who in _failed(t):
-            ax.annotate(f"OOM\n{who}", (b, 1.0), textcoords="offset points", xytext=(0, 8),
-                        ha="center", fontsize=7, color="crimson")  # fmt: skip
+            ax.annotate(
+                f"OOM\n{who}",
+                (b, 1.0),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+                fontsize=7,
+                color="crimson",
+            )
             ax.plot([b], [1.0], marker="x", color="crimson", linestyle="none")
         ax.set_xscale("log", base=2)
         ax.set_xticks(t.batches, [str(b) for b in t.batches])
@@ -124,8 +138,9 @@ def _speedup_line(ax: Any, t: Table, policy: str) -> None:
     if not points:
         return
     xs = [b for b, _ in points]
-    (line,) = ax.plot(xs, [r.value for _, r in points], marker="o", label=plain(policy),
-                      color=colour(policy))  # fmt: skip
+    (line,) = ax.plot(
+        xs, [r.value for _, r in points], marker="o", label=plain(policy), color=colour(policy)
+    )
     if any(r.judged for _, r in points):  # a band where there is an interval (processes)
         lows = [r.low if r.judged else r.value for _, r in points]
         highs = [r.high if r.judged else r.value for _, r in points]
@@ -133,16 +148,18 @@ def _speedup_line(ax: Any, t: Table, policy: str) -> None:
     bad = [(b, r.value) for b, r in points if not t.trusted((policy, b))]
     if bad:
         label = f"{plain(policy)}: loss diverged"
-        ax.scatter(*zip(*bad, strict=True), s=120, facecolors="none", edgecolors="red",
-                   label=label)  # fmt: skip
+        ax.scatter(*zip(*bad, strict=True), s=120, facecolors="none", edgecolors="red", label=label)
 
 
 def _failed(t: Table) -> list[tuple[int, str]]:
     """Batch sizes where float32 or a compared policy ran out of memory, and which."""
     out = []
     for b in t.batches:
-        who = [p for p in (BASELINE, *t.reduced)
-               if (e := t.entries.get((p, b))) is not None and e.status == "oom"]  # fmt: skip
+        who = [
+            p
+            for p in (BASELINE, *t.reduced)
+            if (e := t.entries.get((p, b))) is not None and e.status == "oom"
+        ]
         if who:
             out.append((b, ", ".join(plain(p) for p in who)))
     return out
@@ -153,8 +170,11 @@ def memory_png(c: Capacity) -> bytes | None:
     search), the limit's side marked by the smallest batch that ran out of memory."""
     series = {}
     for policy, fit in c.fits.items():
-        points = [(r.params.batch_size, peak) for r in fit.trials
-                  if r.status == "ok" and (peak := peak_bytes(r)[0])]  # fmt: skip
+        points = [
+            (r.params.batch_size, peak)
+            for r in fit.trials
+            if r.status == "ok" and (peak := peak_bytes(r)[0])
+        ]
         if points:
             series[policy] = (points, fit.found.oom_at if fit.found is not None else None)
     if not series:
@@ -164,11 +184,17 @@ def memory_png(c: Capacity) -> bytes | None:
     try:
         for policy, (points, oom_at) in series.items():
             xs, ys = zip(*sorted(points), strict=True)
-            (line,) = ax.plot(xs, [y / 2**30 for y in ys], marker="o", label=plain(policy),
-                              color=colour(policy))  # fmt: skip
+            (line,) = ax.plot(
+                xs, [y / 2**30 for y in ys], marker="o", label=plain(policy), color=colour(policy)
+            )
             if oom_at:
-                ax.axvline(oom_at, color=line.get_color(), linestyle=":", linewidth=1,
-                           label=f"{plain(policy)}: out of memory at {oom_at}")  # fmt: skip
+                ax.axvline(
+                    oom_at,
+                    color=line.get_color(),
+                    linestyle=":",
+                    linewidth=1,
+                    label=f"{plain(policy)}: out of memory at {oom_at}",
+                )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
         ax.set_ylabel("peak memory (GiB)")
@@ -184,9 +210,52 @@ def memory_png(c: Capacity) -> bytes | None:
 def pngs_base64(t: Table) -> list[tuple[str, str]]:
     """(alt text, base64 PNG) of each plot the table has."""
     out = []
-    for alt, draw in (("ms/step against batch size", png),
-                      ("speedup over float32 against batch size", speedup_png)):  # fmt: skip
+    for alt, draw in (
+        ("ms/step against batch size", png),
+        ("speedup over float32 against batch size", speedup_png),
+    ):
         data = draw(t)
         if data:
             out.append((f"{alt}, {t.title}", base64.b64encode(data).decode("ascii")))
     return out
+
+
+def curves_png(s: training.Section) -> bytes | None:
+    """Validation accuracy against epoch (float32's band shaded) and against training time,
+    one line per seed, coloured by policy; the target dashed."""
+    plt = _pyplot()
+    fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(10, 3.6))
+    base = next((r for r in s.runs if r.policy == BASELINE), None)
+    band = training.float32_band(base) if base else {}
+    if band:
+        epochs = sorted(band)
+        by_epoch.fill_between(
+            epochs,
+            [band[e][0] for e in epochs],
+            [band[e][1] for e in epochs],
+            color=colour(BASELINE),
+            alpha=0.2,
+            label="float32 band",
+        )
+    for run in s.runs:
+        for i, r in enumerate(run.records):
+            pts = [p for p in (r.train.points if r.train else []) if p.val_metric is not None]
+            label = plain(run.policy) if i == 0 else None
+            for ax, x in ((by_epoch, "epoch"), (by_time, "train_s")):
+                ax.plot(
+                    [getattr(p, x) for p in pts],
+                    [p.val_metric for p in pts],
+                    color=colour(run.policy),
+                    lw=1,
+                    label=label,
+                )
+    for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training time (s)")):
+        if s.target:
+            ax.axhline(s.target, color="#444444", ls="--", lw=0.8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("validation accuracy")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    by_epoch.legend(loc="lower right", fontsize=8)
+    fig.suptitle(plain(s.title), fontsize=9)
+    return _save(plt, fig)

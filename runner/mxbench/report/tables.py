@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -20,9 +19,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from mxbench import params, stats
+from mxbench import params, stats, summary
 from mxbench.params import BASELINE, POLICIES, Params
-from mxbench.report import load
 from mxbench.report.devices import Capability, capability, cc_from_name
 from mxbench.report.load import latest
 from mxbench.results import Device, Image, Record
@@ -80,10 +78,10 @@ class Entry:
 
     def loss(self) -> tuple[float, int] | None:
         """(sum, count) of the training losses of every timed step of every ok record (the
-        sum NaN when one was not finite; :func:`mxbench.report.load.loss`); None: none."""
+        sum NaN when one was not finite; :func:`mxbench.summary.loss`); None: none."""
         total, count = 0.0, 0
         for r in self.records:
-            if r.status == "ok" and (part := load.loss(r)) is not None:
+            if r.status == "ok" and (part := summary.loss(r)) is not None:
                 total, count = total + part[0], count + part[1]
         return (total, count) if count else None
 
@@ -91,35 +89,17 @@ class Entry:
         """Sustained throughput: the median over the ok records of their images/s over the
         timed window; from the median step time for records without it (None: nothing
         timed)."""
-        rates = [r.metrics.images_per_s for r in self.records
-                 if r.status == "ok" and r.metrics.images_per_s]  # fmt: skip
+        rates = [
+            r.metrics.images_per_s
+            for r in self.records
+            if r.status == "ok" and r.metrics.images_per_s
+        ]
         if rates:
             return statistics.median(rates)
         return batch * 1000 / self.median if self.median else None
 
     def processes(self) -> list[stats.Process]:
-        return processes(self.records)
-
-
-def processes(records: Iterable[Record]) -> list[stats.Process]:
-    """Each ok record's timed steps as a process summary (its raw samples, else its median
-    alone: :func:`mxbench.report.load.process`), what :func:`mxbench.stats.judge` takes."""
-    return [p for r in records if (p := load.process(r)) is not None]
-
-
-def paired(records: Iterable[Record]) -> list[stats.Process] | None:
-    """The paired processes of a slot's ok records (each one's speedup over the base of its
-    own process: :func:`mxbench.report.load.paired`), when every ok record was measured by
-    the paired design; None when any was not (the slot is judged as separate processes)."""
-    out = []
-    for r in records:
-        if r.status != "ok":
-            continue
-        p = load.paired(r)
-        if p is None:
-            return None
-        out.append(p)
-    return out or None
+        return summary.processes(self.records)
 
 
 # A policy's mean training loss over the timed steps may differ from float32's by this
@@ -406,14 +386,16 @@ def build(winners: list[Record]) -> list[Table]:
             if loss is not None:
                 t.parity[policy, batch] = loss
             if policy != BASELINE and base is not None and base.median and other.median:
-                if (together := paired(other.records)) is not None:
+                if (together := summary.paired(other.records)) is not None:
                     paired_where.append((t, (policy, batch)))
                     groups.append(together)
                 else:
                     where.append((t, (policy, batch)))
                     pairs.append((base.processes(), other.processes()))
-    judged = [*zip(where, stats.judge(pairs), strict=True),
-              *zip(paired_where, stats.judge_paired(groups), strict=True)]  # fmt: skip
+    judged = [
+        *zip(where, stats.judge(pairs), strict=True),
+        *zip(paired_where, stats.judge_paired(groups), strict=True),
+    ]
     for (t, slot), ratio in judged:
         if ratio is not None:
             t.ratios[slot] = ratio

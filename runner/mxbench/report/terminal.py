@@ -7,7 +7,7 @@ is a rich ``Text`` (never markup), so a record cannot restyle the output.
 from __future__ import annotations
 
 import io
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console, JustifyMethod
@@ -17,8 +17,7 @@ from rich.text import Text
 
 from mxbench.progress import plain
 from mxbench.report import training, why
-from mxbench.report.document import VERDICT_WORDS, Document, Grid, Section
-from mxbench.report.html import COLOURS
+from mxbench.report.document import LOOK, Document, Grid, Section
 
 _NUMERIC = frozenset("0123456789.")
 # wider than any table: its cells from records are bounded (tables.MAX_RECORD_TEXT)
@@ -39,8 +38,8 @@ def grid(g: Grid) -> RichTable:
     for row in g.rows:
         cells = []
         for c in row.cells:
-            bg, fg = COLOURS[c.verdict]
-            style = f"{fg} on {bg}" if c.verdict != "none" else ""
+            look = LOOK[c.verdict]
+            style = f"{look.text} on {look.background}" if c.verdict != "none" else ""
             cells.append(plain(f" {c.text} ", style=style) if c.value else plain(""))
         out.add_row(plain(row.title), *cells)
     return out
@@ -49,9 +48,9 @@ def grid(g: Grid) -> RichTable:
 def legend(shown: Container[str]) -> Text:
     """The colours the grids use, each with its meaning."""
     out = Text()
-    for verdict, (bg, fg) in COLOURS.items():
+    for verdict, look in LOOK.items():
         if verdict in shown and verdict != "none":
-            out.append(f" {VERDICT_WORDS[verdict]} ", style=f"{fg} on {bg}")
+            out.append(f" {look.words} ", style=f"{look.text} on {look.background}")
             out.append(" ")
     return out
 
@@ -86,6 +85,24 @@ def section(s: Section) -> Iterator[Any]:
     yield plain("")
 
 
+def training_renderables(
+    sections_: Sequence[training.Section], shares: Sequence[str]
+) -> Iterable[Any]:
+    """The training section's rendering (rich)."""
+    if shares:
+        yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
+        yield from (plain(f"- {s}") for s in shares)
+    for s in sections_:
+        yield Rule(plain(f"Training run: {s.title}"), align="left")
+        table = RichTable()
+        for h in s.headers:
+            column(table, h)
+        for row in s.rows:
+            table.add_row(*(plain(c) for c in row))
+        yield table
+        yield from (plain(f"- {x}") for x in s.sentences)
+
+
 def renderables(doc: Document) -> Iterator[Any]:
     yield plain("mxbench report", style="bold")
     yield plain(doc.counts)
@@ -97,7 +114,7 @@ def renderables(doc: Document) -> Iterator[Any]:
     yield plain("")
     for s in doc.sections:
         yield from section(s)
-    yield from training.renderables(doc.training, doc.shares)
+    yield from training_renderables(doc.training, doc.shares)
 
 
 def show(doc: Document, console: Console) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mxbench import stats
+from mxbench import stats, summary
 from mxbench.params import BASELINE
-from mxbench.report import convergence, tables
+from mxbench.report import convergence
 from mxbench.report.busy import busy
 from mxbench.report.load import Loaded, folders
 from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
@@ -77,8 +77,10 @@ def across(t: Table, slot: tuple[str, int]) -> str:
     base, other = t.entries.get((BASELINE, slot[1])), t.entries.get(slot)
     if base is None or other is None or base.run == other.run:
         return ""
-    return (f" (across runs: {BASELINE} of {base.run or 'unlabelled'}, {slot[0]} of "
-            f"{other.run or 'unlabelled'})")  # fmt: skip
+    return (
+        f" (across runs: {BASELINE} of {base.run or 'unlabelled'}, {slot[0]} of "
+        f"{other.run or 'unlabelled'})"
+    )
 
 
 def run_mark(t: Table, slot: tuple[str, int]) -> str:
@@ -121,24 +123,29 @@ def _with_loss(t: Table, policy: str, batch: int) -> str:
 def interval_note(t: Table) -> str | None:
     judged = {r.judged for r in t.ratios.values()}
     parts = []
-    paired = {slot for slot in t.ratios if tables.paired(t.entries[slot].records)}
+    paired = {slot for slot in t.ratios if summary.paired(t.entries[slot].records)}
     if paired:
-        parts.append("Paired: float32 and the policy timed in one process, in short windows "
-                     "in a random balanced order; a process's speedup is the median of its "
-                     "rounds' ratios (undisturbed rounds when enough), the interval 95% over "
-                     "processes.")  # fmt: skip
+        parts.append(
+            "Paired: float32 and the policy timed in one process, in short windows "
+            "in a random balanced order; a process's speedup is the median of its "
+            "rounds' ratios (undisturbed rounds when enough), the interval 95% over "
+            "processes."
+        )
     if True in judged and len(paired) < len(t.ratios):
-        parts.append("Speedup intervals: 95% over processes (Welch's t on the processes' "
-                     "median step times; steps within a process as autocorrelated).")  # fmt: skip
+        parts.append(
+            "Speedup intervals: 95% over processes (Welch's t on the processes' "
+            "median step times; steps within a process as autocorrelated)."
+        )
     for policy, batch in sorted(paired, key=lambda s: (s[1], s[0])):
         found = busy(t.entries[policy, batch].records)
         if found is not None and found.disturbed:
-            parts.append(f"During the timed windows of {policy} at batch {batch}, "
-                         f"{found.text()}.")  # fmt: skip
+            parts.append(f"During the timed windows of {policy} at batch {batch}, {found.text()}.")
     if False in judged:
-        parts.append(f"A speedup without an interval: a policy measured in one process, "
-                     f"{stats.TOO_FEW} to judge the variation between processes, so no "
-                     f"verdict ({stats.HINT}).")  # fmt: skip
+        parts.append(
+            f"A speedup without an interval: a policy measured in one process, "
+            f"{stats.TOO_FEW} to judge the variation between processes, so no "
+            f"verdict ({stats.HINT})."
+        )
     return " ".join(parts) or None
 
 

@@ -16,12 +16,13 @@ judges it as it judges step times. The sentence says it as a share of float32's 
 a folder) at the same batch size: the real data's extra time per step as a share of its
 step, ``1 - synthetic / real``, with the interval of the same ratio ("the input pipeline
 costs 41% [35–47%] of the step"). **Host overhead**, the same way: ``steps_per_execution``
-k against 1 ("steps_per_execution 10 saves 12% [5–18%] of the step").
+k against 1 ("steps_per_execution 10 saves 12% [5–18%] of the step"). **Loss scaling's
+cost**, the same way: each ``loss_scale`` value against ``none`` (else ``auto``)
+("loss_scale dynamic costs 6% [3–9%] of the step against none").
 """
 
 from __future__ import annotations
 
-import base64
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -31,9 +32,8 @@ from typing import Any
 
 import msgspec
 
-from mxbench import stats
+from mxbench import stats, summary
 from mxbench.params import BASELINE, SYNTHETIC, Params
-from mxbench.report import load
 from mxbench.results import Record
 
 DASH = "–"
@@ -87,7 +87,7 @@ def _title(r: Record) -> str:
     )
 
 
-def _band(base: Run) -> dict[int, tuple[float, float]]:
+def float32_band(base: Run) -> dict[int, tuple[float, float]]:
     """float32's lowest and highest validation accuracy at each evaluated epoch, each widened
     by one binomial standard error of an accuracy on the validation split (a few seeds can
     agree to the image by chance: the split's own sampling noise is the least a band is)."""
@@ -113,7 +113,7 @@ def band_verdict(run: Run, band: dict[int, tuple[float, float]]) -> str:
                 at.setdefault(pt.epoch, []).append(pt.val_metric)
     if not at:
         return "no evaluation"
-    mean = {e: statistics.fmean(v) for e, v in at.items()}
+    mean = {e: stats.mean(v) for e, v in at.items()}
     below = [e for e, m in mean.items() if m < band[e][0]]
     last = max(mean)
     if mean[last] < band[last][0]:
@@ -175,7 +175,7 @@ def sections(records: Iterable[Record]) -> list[Section]:
 
 def _section(title: str, target: float | None, runs: list[Run]) -> Section:
     base = next((r for r in runs if r.policy == BASELINE), None)
-    band = _band(base) if base else {}
+    band = float32_band(base) if base else {}
     goal = f"{target:.0%}" if target else None
     headers = ["policy", "seeds", "final val accuracy", "vs float32's band"]
     if goal:
@@ -199,7 +199,98 @@ def _section(title: str, target: float | None, runs: list[Run]) -> Section:
         if run is not base and band:
             sentences.append(f"{run.policy}: {band_verdict(run, band)}")
         rows.append(row)
+    if goal:
+        sentences += _resolution(runs, goal)
+    sentences += [x for run in runs if (x := stuck_at_chance(run))]
     return Section(title, target, runs, headers, rows, sentences)
+
+
+def _resolution(runs: list[Run], goal: str) -> list[str]:
+    """How finely the times to target are known."""
+    res = [
+        r.train.target_resolution_s
+        for run in runs
+        for r in run.records
+        if r.train and r.train.target_resolution_s is not None
+    ]
+    if not res:
+        return []
+    return [
+        f"Times to {goal} are interpolated between the two evaluations around the crossing "
+        f"(linear in training time); the time between them, the resolution, is "
+        f"{_spread(res, '.1f')} s: a difference smaller than that is not measured"
+    ]
+
+
+# Validation accuracy within this of chance (1 / classes, at least 0.05) counts as at chance;
+# training accuracy at least this high (and 3x chance) while it is, counts as learning.
+CHANCE_MARGIN = 0.5
+LEARNING = 0.6
+
+
+def stuck_at_chance(run: Run) -> str | None:
+    """A validation curve at chance while training accuracy is high, named: the usual
+    suspect is batch normalization's moving statistics (what validation uses) lagging the
+    trained weights, so the time to target then mostly times that lag closing."""
+    seen: dict[str, list[str]] = {}  # the epochs at chance -> the seeds
+    train_acc: list[float] = []
+    lost: list[float] = []  # share of each seed's time to target spent at chance
+    bn = 0
+    for r in run.records:
+        t = r.train
+        if t is None or not t.classes:
+            continue
+        chance = 1.0 / t.classes
+        near = chance + max(0.05, CHANCE_MARGIN * chance)
+        epochs = [
+            pt.epoch
+            for pt in t.points
+            if pt.val_metric is not None
+            and pt.val_metric <= near
+            and (pt.train_metric or 0.0) >= max(LEARNING, 3 * chance)
+        ]
+        if epochs:
+            seen.setdefault(_epochs(epochs), []).append(str(t.seed or 0))
+            at = next(pt.train_s for pt in t.points if pt.epoch == epochs[-1])
+            if t.time_to_target_s and at is not None:
+                lost.append(min(1.0, at / t.time_to_target_s))
+            train_acc += [pt.train_metric or 0.0 for pt in t.points if pt.epoch in epochs]
+            layers = r.model.layers if r.model else {}
+            bn = max(bn, sum(n for k, n in layers.items() if "Normalization" in k and "Batch" in k))
+    if not seen:
+        return None
+    first = next(r.train for r in run.records if r.train and r.train.classes)
+    assert first is not None and first.classes
+    why = (
+        f"the model has {bn} batch normalization layer(s), which validate with moving "
+        "statistics that lag the trained weights for the first hundreds of steps (a lower "
+        "momentum, more steps per epoch or a longer run closes the gap)"
+        if bn
+        else "the model has no batch normalization: check the validation split's labels "
+        "and preprocessing against the training split's"
+    )
+    where = "; ".join(
+        f"{e} of seed{'s' if len(k) > 1 else ''} {', '.join(k)}" for e, k in seen.items()
+    )
+    share = statistics.median(lost) if lost else None
+    cost = (
+        ""
+        if share is None
+        else ". The time to target mostly times that gap closing, not learning: "
+        if share >= 0.5
+        else ". "
+    ) + (f"{share:.0%} of it passes at chance" if share is not None else "")
+    return (
+        f"{run.policy}: validation accuracy at chance ({1 / first.classes:.2f}, "
+        f"{first.classes} classes) at {where} while training accuracy was "
+        f"{_spread(train_acc, '.2f')}: {why}{cost}"
+    )
+
+
+def _epochs(epochs: list[int]) -> str:
+    if len(epochs) == 1:
+        return f"epoch {epochs[0]}"
+    return f"epochs {epochs[0]}{DASH}{epochs[-1]}"
 
 
 # --------------------------------------------------------------------------- one-parameter A/Bs
@@ -231,7 +322,7 @@ def _ab(
 
 def _ratio(slow: list[Record], fast: list[Record]) -> tuple[stats.Ratio | None, list[float]]:
     """``slow``'s step time / ``fast``'s with its interval, and each side's median ms."""
-    sides = [[q for q in map(load.process, side) if q is not None] for side in (slow, fast)]
+    sides = [[q for q in map(summary.process, side) if q is not None] for side in (slow, fast)]
     r = stats.judge([(sides[0], sides[1])])[0]
     ms = [statistics.median(x.step.median or 0.0 for x in side if x.step) for side in (slow, fast)]
     return r, ms
@@ -255,23 +346,58 @@ def input_shares(records: Iterable[Record]) -> list[str]:
     out = []
     for folder, real, synth in _ab(records, "data", SYNTHETIC):
         r, ms = _ratio(real, synth)
-        where = (f"{Path(folder).name or folder} at {_where(real[0].params, real[0].host)}: "
-                 f"{ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic")  # fmt: skip
+        where = (
+            f"{Path(folder).name or folder} at {_where(real[0].params, real[0].host)}: "
+            f"{ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic"
+        )
         if r is None:
             out.append(f"the input pipeline: no comparison ({where})")
         elif r.verdict in (stats.FASTER, stats.TOO_FEW):  # real data's step is longer
             out.append(f"the input pipeline costs {_span(r)} of the step ({where})")
         elif r.verdict == stats.SLOWER:
-            out.append(f"real data ran faster than synthetic, {_span(r)} ({where}): something "
-                       "else varied")  # fmt: skip
+            out.append(
+                f"real data ran faster than synthetic, {_span(r)} ({where}): something else varied"
+            )
         else:
             out.append(f"no clear input-pipeline cost: {_span(r)} of the step ({where})")
     return out
 
 
 def shares(records: Sequence[Record]) -> list[str]:
-    """Every one-parameter A/B the records hold: input pipeline, then host overhead."""
-    return input_shares(records) + overhead_shares(records)
+    """Every one-parameter A/B the records hold: input pipeline, host overhead, loss
+    scaling."""
+    return input_shares(records) + overhead_shares(records) + loss_scale_costs(records)
+
+
+def loss_scale_costs(records: Sequence[Record]) -> list[str]:
+    """Loss scaling's cost: per setup, each ``loss_scale`` value against ``none`` (else
+    ``auto``): the step-time change with its interval."""
+    values = {r.params.loss_scale for r in records if r.step is not None}
+    if len(values) < 2:
+        return []
+    base = next((v for v in ("none", "auto") if v in values), min(values))
+    out = []
+    for value, other, at_base in _ab(records, "loss_scale", base):
+        r, ms = _ratio(other, at_base)
+        where = (
+            f"{_where(other[0].params, other[0].host)}: {ms[0]:.2f} ms/step with "
+            f"{value} vs {ms[1]:.2f} with {base}"
+        )
+        if r is None:
+            out.append(f"loss_scale {value}: no comparison with {base} ({where})")
+        elif r.verdict in (stats.FASTER, stats.TOO_FEW):  # its step is the longer one
+            out.append(f"loss_scale {value} costs {_span(r)} of the step against {base} ({where})")
+        elif r.verdict == stats.SLOWER:
+            out.append(
+                f"loss_scale {value} ran faster than {base}, {_span(r)} ({where}): "
+                "scaling itself saves nothing, something else varied"
+            )
+        else:
+            out.append(
+                f"loss_scale {value}: no clear cost against {base}, {_span(r)} of the "
+                f"step ({where})"
+            )
+    return out
 
 
 def overhead_shares(records: Iterable[Record]) -> list[str]:
@@ -279,13 +405,16 @@ def overhead_shares(records: Iterable[Record]) -> list[str]:
     out = []
     for k, many, one in _ab(records, "steps_per_execution", 1):
         r, ms = _ratio(one, many)
-        where = (f"{_where(one[0].params, one[0].host)}: {ms[0]:.2f} ms/step at 1 vs "
-                 f"{ms[1]:.2f} at {k}")  # fmt: skip
+        where = (
+            f"{_where(one[0].params, one[0].host)}: {ms[0]:.2f} ms/step at 1 vs {ms[1]:.2f} at {k}"
+        )
         if r is None:
             out.append(f"steps_per_execution {k}: no comparison ({where})")
         elif r.verdict in (stats.FASTER, stats.TOO_FEW):
-            out.append(f"steps_per_execution {k} saves {_span(r)} of the step: per-call host "
-                       f"overhead ({where})")  # fmt: skip
+            out.append(
+                f"steps_per_execution {k} saves {_span(r)} of the step: per-call host "
+                f"overhead ({where})"
+            )
         elif r.verdict == stats.SLOWER:
             out.append(f"steps_per_execution {k} is slower ({where})")
         else:
@@ -293,113 +422,11 @@ def overhead_shares(records: Iterable[Record]) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------- rendering
-
-
-def curves_png(s: Section) -> bytes | None:
-    """Validation accuracy against epoch (float32's band shaded) and against training time,
-    one line per seed, coloured by policy; the target dashed."""
-    from mxbench.report.plot import _pyplot, _save, colour, plain
-
-    plt = _pyplot()
-    fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(10, 3.6))
-    base = next((r for r in s.runs if r.policy == BASELINE), None)
-    band = _band(base) if base else {}
-    if band:
-        epochs = sorted(band)
-        by_epoch.fill_between(
-            epochs,
-            [band[e][0] for e in epochs],
-            [band[e][1] for e in epochs],
-            color=colour(BASELINE),
-            alpha=0.2,
-            label="float32 band",
-        )
-    for run in s.runs:
-        for i, r in enumerate(run.records):
-            pts = [p for p in (r.train.points if r.train else []) if p.val_metric is not None]
-            label = plain(run.policy) if i == 0 else None
-            for ax, x in ((by_epoch, "epoch"), (by_time, "train_s")):
-                ax.plot(
-                    [getattr(p, x) for p in pts],
-                    [p.val_metric for p in pts],
-                    color=colour(run.policy),
-                    lw=1,
-                    label=label,
-                )
-    for ax, xlabel in ((by_epoch, "epoch"), (by_time, "training time (s)")):
-        if s.target:
-            ax.axhline(s.target, color="#444444", ls="--", lw=0.8)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("validation accuracy")
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-    by_epoch.legend(loc="lower right", fontsize=8)
-    fig.suptitle(plain(s.title), fontsize=9)
-    return _save(plt, fig)
-
-
 def as_dict(s: Section) -> dict[str, Any]:
     """A section for the JSON report: the table as rows of named cells, and the verdicts."""
-    return {"title": s.title, "target": s.target, "sentences": s.sentences,
-            "rows": [dict(zip(s.headers, row, strict=True)) for row in s.rows]}  # fmt: skip
-
-
-def renderables(sections_: Sequence[Section], shares: Sequence[str]) -> Iterable[Any]:
-    """The terminal's rendering (rich)."""
-    from rich.rule import Rule
-    from rich.table import Table as RichTable
-
-    from mxbench.progress import plain  # no markup, no control sequence from records
-    from mxbench.report.terminal import column
-
-    if shares:
-        yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
-        yield from (plain(f"- {s}") for s in shares)
-    for s in sections_:
-        yield Rule(plain(f"Training run: {s.title}"), align="left")
-        table = RichTable()
-        for h in s.headers:
-            column(table, h)
-        for row in s.rows:
-            table.add_row(*(plain(c) for c in row))
-        yield table
-        yield from (plain(f"- {x}") for x in s.sentences)
-
-
-def markdown(sections_: Sequence[Section], shares: Sequence[str]) -> list[str]:
-    from mxbench.report.markdown import escape, table
-
-    out: list[str] = []
-    if shares:
-        out += ["## Input pipeline and host overhead: A/B at the same batch", ""]
-        out += [f"- {escape(s, limit=None)}" for s in shares] + [""]
-    for s in sections_:
-        out += [f"## Training run: {escape(s.title)}", "", table(s.headers, s.rows), ""]
-        out += [f"- {escape(x, limit=None)}" for x in s.sentences] + [""]
-    return out
-
-
-def html(sections_: Sequence[Section], shares: Sequence[str], plots: bool = True) -> list[str]:
-    from mxbench.report.html import _table
-    from mxbench.report.html import escape as esc
-
-    out: list[str] = []
-    if shares:
-        out.append(
-            '<section id="input"><h2>Input pipeline and host overhead: A/B at the same batch</h2>'
-        )
-        out += ['<ul class="notes">', *(f"<li>{esc(s)}</li>" for s in shares), "</ul></section>"]
-    for i, s in enumerate(sections_):
-        out.append(f'<section id="training-{i + 1}"><h2>Training run: {esc(s.title)}</h2>')
-        out.append(_table(s.headers, s.rows))
-        out += ['<ul class="notes">', *(f"<li>{esc(x)}</li>" for x in s.sentences), "</ul>"]
-        data = curves_png(s) if plots else None
-        if data:
-            alt = esc(f"validation accuracy against epoch and training time, {s.title}")
-            b64 = base64.b64encode(data).decode("ascii")
-            out.append(
-                f'<div class="plots"><img alt="{alt}" src="data:image/png;base64,{b64}"></div>'
-            )
-        out.append("</section>")
-    return out
+    return {
+        "title": s.title,
+        "target": s.target,
+        "sentences": s.sentences,
+        "rows": [dict(zip(s.headers, row, strict=True)) for row in s.rows],
+    }

@@ -145,6 +145,18 @@ def dollars_per_million(records: list[Record], images_per_s: float | None) -> fl
     return cost / 3600.0 / images_per_s * 1e6
 
 
+# What each energy source counts (Metrics.energy_source), for the J/image column's header.
+ENERGY_SOURCES = {"nvml": "GPU board, NVML", "rapl": "CPU package, RAPL"}
+
+
+def energy_sources(records: list[Record]) -> str:
+    """The sources of the J/image figures of ``records``, in words (``GPU board, NVML``)."""
+    found = sorted(
+        {r.metrics.energy_source or "?" for r in records if r.metrics.energy_j_per_image}
+    )
+    return "; ".join(ENERGY_SOURCES.get(x, x) for x in found)
+
+
 def add_columns(t: Table, headers: list[str], rows: list[list[str]]) -> None:
     """Per policy a J/image and a cost-per-million-images column, where any record of the
     table has them (tables without stay as they were)."""
@@ -153,11 +165,14 @@ def add_columns(t: Table, headers: list[str], rows: list[list[str]]) -> None:
     cost = any(r.cost_per_hour for r in every)
     if not energy and not cost:
         return
+    joules = f" ({energy_sources(every)})" if energy else ""
+    rates = sorted({r.cost_per_hour for r in every if r.cost_per_hour})
+    dollars = f" (at {', '.join(f'${x:g}' for x in rates)}/h)" if cost else ""
     for p in t.policies:
         if energy:
-            headers.append(f"{p} J/image")
+            headers.append(f"{p} J/image{joules}")
         if cost:
-            headers.append(f"{p} cost/M images")
+            headers.append(f"{p} cost/M images{dollars}")
     for row, b in zip(rows, t.batches, strict=True):
         for p in t.policies:
             e = t.entries.get((p, b))

@@ -132,6 +132,13 @@ def _call_build(build: Callable[[], Any], what: str) -> dict[str, Any]:
     return result
 
 
+def set_policy(policy: str) -> None:
+    """Global dtype policy. ``float16`` is the pure case: float16 variables, no loss scaling."""
+    import keras
+
+    keras.config.set_dtype_policy(policy)
+
+
 def prepare(p: Any, set_policy: Callable[[str], None], seed: int = 0) -> Prepared:
     """Build the cell's model under ``p.policy`` from the weights of a float32 build."""
     import keras
@@ -295,6 +302,10 @@ def compile_model(
     jit: bool | str = "auto" if jit_compile == "auto" else jit_compile == "on"
     optimizer, auto = scaling.optimizer(prepared.optimizer, loss_scale)
     prepared.model.compile(
-        loss=prepared.loss, optimizer=optimizer, metrics=["accuracy"], jit_compile=jit,
-        auto_scale_loss=auto, steps_per_execution=steps_per_execution,
-    )  # fmt: skip
+        loss=prepared.loss,
+        optimizer=optimizer,
+        metrics=["accuracy"],
+        jit_compile=jit,
+        auto_scale_loss=auto,
+        steps_per_execution=steps_per_execution,
+    )

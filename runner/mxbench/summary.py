@@ -1,0 +1,90 @@
+"""The per-process summary of a record, beside the record: what a comparison judges.
+
+A process's timed steps become its median and the variance of its log
+(:func:`mxbench.stats.summarise`); a paired record's rounds become its speedup over the base
+of its own process (:func:`mxbench.stats.paired_process`). The report's reader decodes
+records as :class:`Read`, with these summaries made once and the bulky samples dropped; the
+rule of ``repeats: auto`` (:mod:`mxbench.repeats`) judges the same summaries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import msgspec
+
+from mxbench import stats
+from mxbench.results import Metrics, Record
+
+
+class Read(Record, kw_only=True, gc=False):
+    """A record as the report reads it (every field of :class:`Record`, new ones included):
+    its step samples and losses are left out (empty lists) once summarised into
+    ``process`` and ``loss``."""
+
+    # the timed steps as :func:`mxbench.stats.summarise` makes them: (median ms, the
+    # variance of its log); None: not an ok record with a median
+    process: stats.Process | None = msgspec.field(default=None, name="~process")
+    # (sum, count) of the losses of its timed steps (the sum NaN when one was not finite);
+    # None: no loss recorded
+    loss: tuple[float, int] | None = msgspec.field(default=None, name="~loss")
+
+
+def process(rec: Record) -> stats.Process | None:
+    """The process summary of an ok record with step times (None: none)."""
+    if isinstance(rec, Read):
+        return rec.process
+    step = rec.step
+    if step is None or step.median is None:
+        return None
+    med, var = stats.summarise([list(step.samples) or [step.median]])
+    return float(med[0]), float(var[0])
+
+
+def arm(rec: Record) -> stats.Process | None:
+    """The speedup summary of an ok record measured by the paired design, as an arm against
+    its process's base (:func:`mxbench.stats.paired_process`); None otherwise."""
+    pair = rec.pairing
+    if rec.status != "ok" or pair is None or not pair.ratios:
+        return None
+    return stats.paired_process(pair.ratios, pair.clean)
+
+
+def loss(rec: Record) -> tuple[float, int] | None:
+    """(sum, count) of a record's training losses over its timed steps (the first and last
+    alone for records written before per-step losses); None: no loss recorded."""
+    if isinstance(rec, Read):
+        return rec.loss
+    return _loss_total(rec.metrics.losses, rec.metrics)
+
+
+def _loss_total(losses: list[float | None], m: Metrics) -> tuple[float, int] | None:
+    if not losses:
+        if m.loss_first is None and m.loss_last is None:
+            return None
+        losses = [m.loss_first, m.loss_last]
+    if None in losses:
+        return math.nan, len(losses)
+    return sum(losses), len(losses)  # type: ignore[arg-type]  # no None left
+
+
+def processes(records: Iterable[Record]) -> list[stats.Process]:
+    """Each ok record's timed steps as a process summary (its raw samples, else its median
+    alone: :func:`process`), what :func:`mxbench.stats.judge` takes."""
+    return [p for r in records if (p := process(r)) is not None]
+
+
+def paired(records: Iterable[Record]) -> list[stats.Process] | None:
+    """The paired processes of a slot's ok records (each one's speedup over the base of its
+    own process: :func:`arm`), when every ok record was measured by
+    the paired design; None when any was not (the slot is judged as separate processes)."""
+    out = []
+    for r in records:
+        if r.status != "ok":
+            continue
+        p = arm(r)
+        if p is None:
+            return None
+        out.append(p)
+    return out or None
