@@ -49,7 +49,8 @@ def test_params_echo_the_arguments(f32: BenchRun) -> None:
         "model": "blog-cnn", "policy": "float32", "batch_size": 8, "image_size": 32,
         "image_width": None, "seq_len": 128, "vocab_size": 8192,
         "data": "synthetic", "warmup_steps": 2, "steps": 6, "jit_compile": "off",
-        "backend": "tensorflow", "profile": "on", "loss_scale": "auto", "steps_per_execution": 1,
+        "backend": "tensorflow", "profile": "on", "check": "on", "loss_scale": "auto",
+        "steps_per_execution": 1,
         "flip": "none", "epochs": None, "eval_every": 1, "target": None, "pairing": "paired",
         "timed_s": 8.0, "repeat": None,
     }  # fmt: skip

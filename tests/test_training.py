@@ -197,9 +197,15 @@ def test_training_run_reaches_a_known_accuracy(digits: Path, linear_model: Path)
     assert all(a["train_s"] < b["train_s"] for a, b in itertools.pairwise(points))
     assert all(p["wall_s"] >= p["train_s"] for p in points)
     assert points[-1]["val_metric"] > 0.9 and points[-1]["train_loss"] < points[0]["train_loss"]
-    first = next(p for p in points if p["val_metric"] >= 0.9)
-    assert train["time_to_target_s"] == first["train_s"]
-    assert train["epochs_to_target"] == first["epoch"]
+    # the crossing, interpolated between the evaluations around it; the resolution between
+    i = next(i for i, p in enumerate(points) if p["val_metric"] >= 0.9)
+    first, before = points[i], points[i - 1] if i else {"train_s": 0.0, "val_metric": 0.0}
+    assert before["train_s"] < train["time_to_target_s"] <= first["train_s"]
+    assert train["target_resolution_s"] == pytest.approx(first["train_s"] - before["train_s"])
+    share = (0.9 - before["val_metric"]) / (first["val_metric"] - before["val_metric"])
+    gap = first["train_s"] - before["train_s"]
+    assert train["time_to_target_s"] == pytest.approx(before["train_s"] + share * gap, abs=1e-3)
+    assert train["epochs_to_target"] == first["epoch"] and train["classes"] == 10
     assert rec["metrics"]["step_ms"]["n"] == 5  # per-epoch means after the first epoch
 
 

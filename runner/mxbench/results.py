@@ -115,7 +115,7 @@ class Metrics(_Part):
         dict[str, float],
         Doc("where the process's time went (s), phase by phase: start (interpreter, mxbench "
             "import), import (framework), build, data, facts, first_step, warmup, timed, "
-            "fit_other, probe, check (mxbench.bench.timing.PHASES)"),
+            "fit_other, probe, profile, check (mxbench.bench.timing.PHASES)"),
     ] = {}  # fmt: skip
 
 

@@ -148,6 +148,7 @@ PHASES = {
     "timed": "the timed window",
     "fit_other": "the rest of fit (its setup, waiting on batch-end callbacks)",
     "probe": "probing CPU, device, GPU utilisation and memory",
+    "profile": "the profiled window after the timed steps (first process of a cell)",
     "check": "the one-step check against float32 (mxbench.bench.convergence; 16-bit policies)",
 }
 
