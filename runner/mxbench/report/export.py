@@ -2,8 +2,12 @@
 
 Same tables, numbers, intervals, verdicts, loss parity and diagnosis as the other formats,
 as data: one object per table with a row per (batch size, policy). Numbers are numbers
-(never formatted text); what was not measured is null. The document names its schema
-(``mxbench.report/1``) so a consumer can check what it reads.
+(never formatted text); what was not measured is null. Beside the data, each table as the
+other formats show it (``columns`` and ``cells``: the same headers and texts, the energy,
+cost and convergence columns included), and every other part of the document: the
+largest-batch searches, the training runs, the A/B sentences, the counts and definitions.
+The document names its schema (``mxbench.report/1``) so a consumer can check what it
+reads.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench.report import training
+from mxbench.report import capacity, training, why
 from mxbench.report.document import Document, Grid, Section
 from mxbench.report.load import folders
 from mxbench.report.tables import LOSS_TOLERANCE, Table
@@ -34,6 +38,7 @@ def _rows(t: Table) -> list[dict[str, Any]]:
                 continue
             r = t.ratios.get((p, b))
             loss = t.parity.get((p, b))
+            rate = e.images_per_s(b)
             out.append(
                 {
                     "batch_size": b,
@@ -45,7 +50,9 @@ def _rows(t: Table) -> list[dict[str, Any]]:
                         "p75": _num(e.p75),
                         "n": e.n,
                     },
-                    "images_per_s": _num(e.images_per_s(b), 2),
+                    "images_per_s": _num(rate, 2),
+                    "j_per_image": _num(why.joules_per_image(e.records)),
+                    "cost_per_million_images": _num(why.dollars_per_million(e.records, rate)),
                     "repeats": len(e.records) if e.status == "ok" else 0,
                     "speedup": None
                     if r is None
@@ -93,6 +100,8 @@ def _table(s: Section) -> dict[str, Any]:
         "setup": t.setup,
         "annotations": s.lines,
         "rows": _rows(t),
+        "columns": s.headers,  # the table as every format shows it
+        "cells": _cells(s),
         "interval_note": s.note,
         "failures": s.failures,
         "diagnosis": [{"rule": rule, "text": text} for rule, text in s.diagnosis_rules],
@@ -106,6 +115,29 @@ def _table(s: Section) -> dict[str, Any]:
             }
             for b in s.breakdown
         ],
+    }
+
+
+def _cells(s: Section) -> list[dict[str, str]]:
+    return [dict(zip(s.headers, row, strict=True)) for row in s.rows]
+
+
+def _largest(s: Section) -> dict[str, Any]:
+    """A largest-batch search: per policy the largest batch that fit, and the diagnosis."""
+    c = s.capacity
+    return {
+        "title": s.title,
+        "annotations": s.lines,
+        "columns": s.headers,
+        "cells": _cells(s),
+        "largest_batch": {}
+        if c is None
+        else {
+            p: {"batch_size": f.batch, "peak_memory_bytes": f.peak_bytes, "peak_kind": f.peak_kind}
+            for p, f in c.fits.items()
+        },
+        "diagnosis": s.note,
+        "counted": None if c is None else capacity.counted(c),
     }
 
 
@@ -131,6 +163,8 @@ def render(doc: Document) -> str:
     loaded = doc.loaded
     out = {
         "schema": SCHEMA,
+        "counts": doc.counts,
+        "definitions": doc.definitions,
         "records": loaded.read,
         "files": [str(f) for f in loaded.files],
         "folders": [str(d) for d in folders(loaded.files)],
@@ -142,6 +176,7 @@ def render(doc: Document) -> str:
         "summary": [_grid(g) for g in doc.grids],
         "notices": doc.notices,  # older attempts hidden, lines skipped, why no summary
         "tables": doc.each(_table, "speed"),
+        "largest_batch": doc.each(_largest, "largest"),  # the batch-size searches
         # training runs to an accuracy, and the input pipeline's share (report/training.py)
         "training": [training.as_dict(s) for s in doc.training],
         "shares": doc.shares,

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxbench import params
-from mxbench.report import load, tables
+from mxbench.report import capacity, load, tables, why
+from mxbench.report.busy import busy
 from mxbench.report.devices import cuda_text, cudnn_text
 from mxbench.results import Record
 
@@ -63,6 +64,22 @@ _AFTER = (
     "peak_memory_kind",
     "gpu_util_pct",
     "achieved_tflops",
+    "energy_j_per_image",
+    "energy_source",
+    "cost_per_hour",
+    "cost_per_million_images",
+    "convergence_check",
+    "gradient_cosine",
+    "skipped_steps",
+    "others_cores",
+    "rounds",
+    "rounds_disturbed",
+    "train_target",
+    "time_to_target_s",
+    "final_val_metric",
+    "largest_batch",
+    *(f"{c}_ms" for c in why.CATEGORIES),
+    "kernels",
     "throttle_reasons",
     "input_device",
     "tf32",
@@ -105,6 +122,10 @@ INTEGERS = (
     *(f.name for f in params.fields() if _integer(f.type)),
     "step_ms_n",
     "peak_memory_bytes",
+    "skipped_steps",
+    "rounds",
+    "rounds_disturbed",
+    "largest_batch",
     "attempts",
 )
 # float64 even where every value is missing (a frame of failures), never object
@@ -123,6 +144,15 @@ FLOATS = (
     "warmup_ms",
     "gpu_util_pct",
     "achieved_tflops",
+    "energy_j_per_image",
+    "cost_per_hour",
+    "cost_per_million_images",
+    "gradient_cosine",
+    "others_cores",
+    "train_target",
+    "time_to_target_s",
+    "final_val_metric",
+    *(f"{c}_ms" for c in why.CATEGORIES),
 )
 FLAGS = ("tf32", "search_trial")
 # text, missing as pd.NA like the integers and flags (and not object where every value is)
@@ -133,6 +163,9 @@ TEXTS = (
     "verdict",
     "loss_parity",
     "peak_memory_kind",
+    "energy_source",
+    "convergence_check",
+    "kernels",
     "throttle_reasons",
     "input_device",
     "matmul_precision",
@@ -152,13 +185,17 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 _CONTROL = params.control()
 
 
-def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
+def row(
+    t: tables.Table | None, rec: Record, attempts: int, largest: int | None = None
+) -> dict[str, Any]:
+    """``largest``: for a trial of a batch-size search, the largest batch its search found."""
     p, m, step = rec.params, rec.metrics, rec.metrics.step_ms
     slot = (p.policy, p.batch_size)
     ratio = t.ratios.get(slot) if t is not None and rec.status == "ok" else None
     loss = t.parity.get(slot) if t is not None and rec.status == "ok" else None
     health = m.gpu_health
     error = _last_line(rec.error)
+    peak, peak_kind = capacity.peak_bytes(rec)
     out: dict[str, Any] = {
         "host": rec.host,
         "engine": rec.engine,
@@ -186,10 +223,13 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
         loss_parity=None if loss is None else loss.state,
         first_step_ms=m.first_step_ms,
         warmup_ms=m.warmup_ms,
-        peak_memory_bytes=m.peak_memory_bytes,
-        peak_memory_kind=m.peak_memory_kind,
+        # what counts against the memory limit, as the largest-batch table reads it
+        peak_memory_bytes=peak,
+        peak_memory_kind=peak_kind,
         gpu_util_pct=m.gpu_util_pct,
         achieved_tflops=m.achieved_tflops,
+        **_beside(rec),
+        largest_batch=largest,
         throttle_reasons=",".join(health.throttle_reasons) if health is not None else None,
         input_device=rec.settings.input_device,
         tf32=rec.settings.tf32,
@@ -214,6 +254,40 @@ def row(t: tables.Table | None, rec: Record, attempts: int) -> dict[str, Any]:
     return out
 
 
+def _beside(rec: Record) -> dict[str, Any]:
+    """What the report shows beside the step times, per record: energy and cost, the
+    convergence check, the interference during paired windows, the training run."""
+    m, c, train = rec.metrics, rec.convergence, rec.train
+    found = busy([rec])
+    finals = [p.val_metric for p in train.points if p.val_metric is not None] if train else []
+    return {
+        "energy_j_per_image": m.energy_j_per_image,
+        "energy_source": m.energy_source if m.energy_j_per_image else None,
+        "cost_per_hour": rec.cost_per_hour,
+        "cost_per_million_images": why.dollars_per_million([rec], m.images_per_s),
+        "convergence_check": None if c is None else c.check,
+        "gradient_cosine": None if c is None else c.cosine,
+        "skipped_steps": None if c is None else c.skipped_steps,
+        "others_cores": None if found is None else found.others_cores,
+        "rounds": None if found is None else found.rounds,
+        "rounds_disturbed": None if found is None else found.disturbed,
+        "train_target": None if train is None else train.target,
+        "time_to_target_s": None if train is None else train.time_to_target_s,
+        "final_val_metric": finals[-1] if finals else None,
+        **_breakdown(rec),
+    }
+
+
+def _breakdown(rec: Record) -> dict[str, Any]:
+    """Where the time goes, as the report shows it: each category's share of the profiled
+    window applied to the timed median step (:mod:`mxbench.report.why`), and the kernels."""
+    p, step = why.profile_of([rec]), rec.metrics.step_ms
+    parts = why.split(step.median, p) if p is not None and step is not None else None
+    if p is None or parts is None:
+        return {f"{c}_ms": None for c in why.CATEGORIES} | {"kernels": None}
+    return {f"{c}_ms": ms for c, ms in parts.items()} | {"kernels": why.kernels_text(p) or None}
+
+
 def _last_line(error: str | None) -> str | None:
     """An error's last line, bounded with every text (:func:`typed`, :func:`_neutralise`)."""
     return error.strip().splitlines()[-1] if error and error.strip() else None
@@ -235,8 +309,14 @@ def rows(
                     where = t if id(rec) in counted else None
                     out.append(row(where, rec, loaded.attempts.get(str(rec.cell), 1)))
     # the trials of largest-batch searches: no table of their own here (report.capacity)
+    found = {
+        id(r): fit.batch
+        for c in capacity.build(loaded.winners)
+        for fit in c.fits.values()
+        for r in fit.trials
+    }
     out += [
-        row(None, rec, loaded.attempts.get(str(rec.cell), 1))
+        row(None, rec, loaded.attempts.get(str(rec.cell), 1), found.get(id(rec)))
         for rec in loaded.winners
         if rec.search is not None
     ]

@@ -83,14 +83,20 @@ def bars(t: Table) -> list[Bar]:
         for policy in t.policies:
             e = t.entries.get((policy, b))
             p = profile_of(e.records) if e is not None else None
-            if e is None or p is None or not e.median:
+            parts = split(e.median, p) if e is not None and p is not None else None
+            if e is None or e.median is None or p is None or parts is None:
                 continue
-            total = sum(p.breakdown_ms.values())
-            if total <= 0:
-                continue
-            parts = {c: e.median * p.breakdown_ms.get(c, 0.0) / total for c in CATEGORIES}
             out.append(Bar(policy, b, e.median, parts, kernels_text(p), p.cost_s))
     return out
+
+
+def split(step_ms: float | None, p: Profile) -> dict[str, float] | None:
+    """A timed step split by the profiled window's shares: category -> ms (None: nothing
+    to split)."""
+    total = sum(p.breakdown_ms.values())
+    if not step_ms or total <= 0:
+        return None
+    return {c: step_ms * p.breakdown_ms.get(c, 0.0) / total for c in CATEGORIES}
 
 
 NOTE = (
