@@ -13,11 +13,12 @@ reads.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 
 from mxbench.report import capacity, training, why
+from mxbench.report.compare_document import CompareDocument
 from mxbench.report.document import Document, Grid, Section
 from mxbench.report.load import folders
 from mxbench.report.tables import LOSS_TOLERANCE, Table
@@ -182,3 +183,24 @@ def render(doc: Document) -> str:
         "shares": doc.shares,
     }
     return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")
+
+
+COMPARE_SCHEMA = "mxbench.compare/1"
+
+
+def write_compare(doc: CompareDocument, out: TextIO, chunk: int = 10_000) -> None:
+    """``mxbench compare --json``: one object, the cells shown (encoded a chunk at a time:
+    a million cells never become one string), those that ran on one side only, the speedups
+    in both runs with what they gained, the cells one side has alone."""
+    cells = doc.changes.items
+    out.write('{"schema":"' + COMPARE_SCHEMA + '","cells":[')
+    for start in range(0, len(cells), chunk):
+        part = msgspec.json.encode(cells[start : start + chunk])[1:-1].decode()
+        out.write(("," if start else "") + part)
+    out.write('],"broke":' + msgspec.json.encode(doc.broke.items).decode())
+    out.write(',"fixed":' + msgspec.json.encode(doc.fixed.items).decode())
+    speed = [{**msgspec.structs.asdict(s), "gained": s.gained} for s in doc.speedups.items]
+    out.write(',"speedups":' + msgspec.json.encode(speed).decode())
+    out.write(',"only_in_base":' + msgspec.json.encode(doc.only_base.items).decode())
+    out.write(',"only_in_new":' + msgspec.json.encode(doc.only_new.items).decode())
+    out.write(',"failed_in_both":' + msgspec.json.encode(doc.failed_both.items).decode() + "}\n")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from mxbench.params import CONTROL_CHARS
 from mxbench.report import text, training, why
+from mxbench.report.compare_document import CompareDocument, Part
 from mxbench.report.document import Document, Grid, Section
 
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")
@@ -121,3 +122,27 @@ def render(doc: Document) -> str:
     out += doc.each(section)
     out += training_section(doc.training, doc.shares)
     return "\n".join(out)
+
+
+def _compare_table(part: Part) -> str:
+    """A titled table of a comparison, and how many rows it leaves to the JSON."""
+    after = f"\n… and {part.more} more (compare --json lists every one)\n" if part.more else ""
+    return f"{part.title}\n\n{table(part.headers, part.rows)}\n{after}\n"
+
+
+def render_compare(doc: CompareDocument) -> str:
+    """``mxbench compare``'s markdown: the changed cells, the failures, the counts, the
+    noise floor, and the speedups over float32 in both runs."""
+    changes = doc.changes
+    out = [(table(changes.headers, changes.rows) if changes.rows else "No cell changed.") + "\n\n"]
+    out += [_compare_table(p) for p in (doc.broke, doc.fixed) if p.rows]
+    out += [_compare_table(p) for p in (doc.only_base, doc.only_new, doc.failed_both) if p.rows]
+    out.append(escape(doc.counts, limit=None) + "\n")  # the tool's own sentences: never cut
+    if doc.floor:
+        out.append(escape(doc.floor, limit=None) + "\n")
+    ups = doc.speedups
+    if ups.rows:
+        out.append(f"\n{ups.title}\n\n{table(ups.headers, ups.rows)}\n")
+        # each a paragraph (a line right after a table is one more row of it)
+        out += [f"\n{escape(said, limit=None)}\n" for said in doc.moved]
+    return "".join(out)
