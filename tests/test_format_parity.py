@@ -420,3 +420,74 @@ def test_json_and_csv_carry_the_numbers_the_tables_show(doc: Document) -> None:
     }
     trained = [r for r in rows if r["train_target"]]
     assert len(trained) == 6 and {r["final_val_metric"] for r in trained} == {"0.95", "0.96"}
+
+
+def _side(path: Path, slow: float, layout: dict[tuple[str, int], str]) -> Path:
+    """One run of a comparison: per (policy, batch) its status in 3 processes."""
+    rng, records = random.Random(int(slow * 10)), []
+    for (policy, batch), status in layout.items():
+        for k in range(3):
+            level = batch * (1.0 if policy == "float32" else 0.8) * slow * rng.uniform(0.99, 1.01)
+            samples = sorted(round(level * rng.uniform(0.97, 1.03), 4) for _ in range(30))
+            ok = status == "ok"
+            r = rec("box", policy, batch, status=status, median=samples[15] if ok else None)
+            if ok:
+                r["metrics"]["step_ms"]["samples"] = samples
+            else:
+                r["error"] = "torch.OutOfMemoryError: CUDA out of memory"
+            r["params"]["repeat"] = k
+            records.append(_keyed(r))
+    return write(path / "box.jsonl", records)
+
+
+def test_every_part_of_compare_shows_in_markdown_and_json(tmp_path: Path) -> None:
+    """``mxbench compare``'s document, walked the same way: each table part's title and
+    cells in the markdown, its items in the JSON under its key; its sentences in the
+    markdown (the JSON, a fixed schema, carries their numbers, not the sentences)."""
+    from mxbench.report import compare_document, export, markdown
+    from mxbench.report.compare import compare, speedups
+
+    both = {
+        ("float32", 8): "ok",
+        ("mixed_bfloat16", 8): "ok",
+        ("float32", 32): "ok",
+        ("mixed_bfloat16", 32): "ok",
+        ("mixed_bfloat16", 512): "oom",
+    }
+    base = _side(
+        tmp_path / "a",
+        1.0,
+        both
+        | {("mixed_bfloat16", 16): "oom", ("mixed_bfloat16", 64): "ok", ("float32", 128): "ok"},
+    )
+    new = _side(
+        tmp_path / "b",
+        1.2,
+        both
+        | {("mixed_bfloat16", 16): "ok", ("mixed_bfloat16", 64): "oom", ("float32", 256): "ok"},
+    )
+    a, b = load([base]), load([new])
+    found = compare(a, b, 0.05)
+    doc = compare_document.build(found, speedups(a, b), {"box": 0.01}, 5.0, False)
+    md = _flat(re.sub(r"\\(.)", r"\1", markdown.render_compare(doc)))
+    out = io.StringIO()
+    export.write_compare(doc, out)
+    data = json.loads(out.getvalue())
+    keys = {"changes": "cells", **export.COMPARE_KEYS}
+    said: dict[str, str] = {}
+    for f in dataclasses.fields(compare_document.CompareDocument):
+        value = getattr(doc, f.name)
+        if isinstance(value, compare_document.Part):
+            assert value.items, f"the records leave {f.name} empty"
+            shown = [value.title, *needles(value.headers), *needles(value.rows)]
+            in_md = all(_flat(n) in md for n in shown)
+            in_json = len(data[keys[f.name]]) == len(value.items)
+        else:
+            assert needles(value), f"the records leave {f.name} empty"
+            in_md, in_json = all(_flat(n) in md for n in needles(value)), False
+        said[f.name] = f"{'yes' if in_md else 'NO':<10}{'yes' if in_json else 'prose: no'}"
+        assert in_md, f"{f.name} is not in compare's markdown"
+        assert in_json or not isinstance(value, compare_document.Part), f.name
+    print(f"\n{'compare part':<12}  markdown  json")
+    for name, row in said.items():
+        print(f"{name:<12}  {row}")

@@ -186,6 +186,15 @@ def render(doc: Document) -> str:
 
 
 COMPARE_SCHEMA = "mxbench.compare/1"
+# after "cells" (the changes shown), each table part of the comparison under its key
+COMPARE_KEYS = {
+    "broke": "broke",
+    "fixed": "fixed",
+    "speedups": "speedups",
+    "only_base": "only_in_base",
+    "only_new": "only_in_new",
+    "failed_both": "failed_in_both",
+}
 
 
 def write_compare(doc: CompareDocument, out: TextIO, chunk: int = 10_000) -> None:
@@ -197,10 +206,10 @@ def write_compare(doc: CompareDocument, out: TextIO, chunk: int = 10_000) -> Non
     for start in range(0, len(cells), chunk):
         part = msgspec.json.encode(cells[start : start + chunk])[1:-1].decode()
         out.write(("," if start else "") + part)
-    out.write('],"broke":' + msgspec.json.encode(doc.broke.items).decode())
-    out.write(',"fixed":' + msgspec.json.encode(doc.fixed.items).decode())
-    speed = [{**msgspec.structs.asdict(s), "gained": s.gained} for s in doc.speedups.items]
-    out.write(',"speedups":' + msgspec.json.encode(speed).decode())
-    out.write(',"only_in_base":' + msgspec.json.encode(doc.only_base.items).decode())
-    out.write(',"only_in_new":' + msgspec.json.encode(doc.only_new.items).decode())
-    out.write(',"failed_in_both":' + msgspec.json.encode(doc.failed_both.items).decode() + "}\n")
+    out.write("]")
+    for name, key in COMPARE_KEYS.items():
+        items: Any = getattr(doc, name).items
+        if name == "speedups":  # with what each gained
+            items = [{**msgspec.structs.asdict(s), "gained": s.gained} for s in items]
+        out.write(f',"{key}":' + msgspec.json.encode(items).decode())
+    out.write("}\n")
