@@ -10,16 +10,24 @@ losses each) to a temporary results directory, one JSONL file per host (or one f
   C. with --baseline DIR (the runner/ folder of an older checkout, put on PYTHONPATH): B
      with that code, for before / after figures under the same load;
 and prints medians with the spread, the ratio B / A, the peak memory of B (its process and
-its workers, summed PSS, Linux; sampled in one more, untimed run), and B's stages timed in
-one fresh process. The numbers in the records are synthetic: this measures the report, not a GPU.
+its workers, summed PSS, Linux; sampled in one more, untimed run; and the process's own
+ru_maxrss), the SHA-256 of every run's output (B's and C's must be one), and B's stages
+timed in one fresh process. The numbers in the records are synthetic: this measures the
+report, not a GPU.
+
+--minimal writes records of the contract minimum instead (schema, cell, host, status,
+params: no numbers), 10 a table and 2 tables a host: 100,000 of them are 10,000 tables,
+the fleet where the report's cost is per table, not per byte (goal: B / A <= 4; the full
+records' goal is <= 2).
 
     python benchmarks/report_speed.py [--records 100000] [--attempts 1] [--one-file]
-                                      [--baseline ../main/runner]
+                                      [--minimal] [--baseline ../main/runner]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -100,6 +108,35 @@ def record(
         "run": {"wall_s": 30.0, "container": "c" * 12},
         "error": None if status == "ok" else "synthetic failure",
     }  # fmt: skip
+
+
+MINIMAL_POLICIES, MINIMAL_SIZES = ("float32", "mixed_float16"), (128, 256)
+
+
+def minimal(host: int, policy: str, batch: int, image_size: int) -> dict:
+    """A record of the contract minimum (schema, cell, host, status, params): no numbers."""
+    params = {"model": "blog-cnn", "policy": policy, "batch_size": batch,
+              "image_size": image_size}  # fmt: skip
+    return {"schema": SCHEMA, "cell": cell_key(f"host{host}", None, None, Params(**params)),
+            "host": f"host{host}", "status": "ok", "params": params}  # fmt: skip
+
+
+def write_minimal(root: Path, records: int) -> int:
+    """Minimal records, 10 a table (2 policies x 5 batch sizes), 2 tables (image sizes) a
+    host, one file per host: 100,000 records are 10,000 tables."""
+    per_host = len(MINIMAL_POLICIES) * len(BATCHES) * len(MINIMAL_SIZES)
+    hosts = -(-records // per_host)
+    written = 0
+    for h in range(hosts):
+        lines = []
+        for size in MINIMAL_SIZES:
+            for p in MINIMAL_POLICIES:
+                for b in BATCHES:
+                    if written < records:
+                        lines.append(json.dumps(minimal(h, p, b, size)))
+                        written += 1
+        (root / f"host{h}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return hosts
 
 
 def write_fleet(
@@ -184,22 +221,44 @@ def _time(cmd: list[str], env: dict[str, str] | None = None) -> float:
     return wall
 
 
-def _peak_kib(cmd: list[str]) -> int:
-    """The peak PSS (KiB) of one more run with its children, sampled every 20 ms. Never a
-    timed run: reading smaps_rollup takes the process's memory-map lock, and sampling the
-    timed runs made them about a third slower (9.6 s against 6.9 s, 100,000 records)."""
+def _digest(path: Path) -> str:
+    """The first 16 hex digits of the SHA-256 of a report's output."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _peak_kib(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, int]:
+    """The peak PSS (KiB) of one more run with its children, sampled every 20 ms, and the
+    main process's own peak resident set (ru_maxrss, KiB). Never a timed run: reading
+    smaps_rollup takes the process's memory-map lock, and sampling the timed runs made
+    them about a third slower (9.6 s against 6.9 s, 100,000 records)."""
     peak = 0
-    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
-        while proc.poll() is None:
-            peak = max(peak, _pss_kib(proc.pid))
-            time.sleep(0.02)
-    return peak
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return peak, usage.ru_maxrss
+        peak = max(peak, _pss_kib(proc.pid))
+        time.sleep(0.02)
 
 
 def _spread(values: list[float]) -> str:
     return (
         f"median {statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f})"
     )
+
+
+def _ratios(name: str, walls: list[float], a: list[float], goal: str = "") -> None:
+    ratios = [y / x for x, y in zip(a, walls, strict=True)]
+    print(f"{name:32s}{_spread(walls)}")
+    print(f"{name[0]} / A: median {statistics.median(ratios):.2f} "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f}){goal}")  # fmt: skip
+
+
+def _memory(name: str, report: list[str], env: dict[str, str] | None) -> None:
+    pss, rss = _peak_kib(report, env)
+    print(f"{name} peak memory (one more run): PSS with its workers {pss / 2**10:.0f} MiB, "
+          f"ru_maxrss of the report's process {rss / 2**10:.0f} MiB")  # fmt: skip
 
 
 def main() -> None:
@@ -210,43 +269,50 @@ def main() -> None:
     ap.add_argument("--one-file", action="store_true", help="the whole fleet in one JSONL file")
     ap.add_argument("--steps", type=int, default=50,
                     help="raw step samples and losses per record (0: none, as before)")  # fmt: skip
+    minimal_help = "contract-minimum records, 10 a table (100,000: 10,000 tables)"
+    ap.add_argument("--minimal", action="store_true", help=minimal_help)
     ap.add_argument("--baseline", help="runner/ of an older checkout: its report timed too")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        hosts = write_fleet(root, args.records, args.attempts, args.one_file, args.steps)
+        if args.minimal:
+            hosts = write_minimal(root, args.records)
+            what = "minimal records, 10 a table, 2 tables a host"
+        else:
+            hosts = write_fleet(root, args.records, args.attempts, args.one_file, args.steps)
+            what = f"{args.attempts} attempt(s) per cell, {args.steps} samples + losses each"
         size = sum(f.stat().st_size for f in root.iterdir()) / 2**20
         layout = "one file, host by host" if args.one_file else "one file per host"
-        print(f"{args.records} records, {hosts} hosts, {args.attempts} attempt(s) per cell, "
-              f"{args.steps} samples + losses each, {size:.0f} MiB of JSONL, {layout}")  # fmt: skip
+        print(f"{args.records} records, {hosts} hosts, {what}, {size:.0f} MiB of JSONL, {layout}")
 
         subprocess.run([sys.executable, "-c", _STAGES, str(root)], check=True)
 
         loads = [sys.executable, "-c", _JSON_LOADS, str(root)]
+        out = root / "report.md"
         report = [sys.executable, "-m", "mxbench", "report", "--results", str(root),
-                  "--markdown", "--output", str(root / "report.md")]  # fmt: skip
+                  "--markdown", "--output", str(out)]  # fmt: skip
         old = {**os.environ, "PYTHONPATH": args.baseline} if args.baseline else None
         a: list[float] = []
         b: list[float] = []
         c: list[float] = []
+        digests: dict[str, set[str]] = {"B": set(), "C": set()}
         for _ in range(args.repeats):  # alternate, so drift on a shared machine hits all
             a.append(_time(loads))
             b.append(_time(report))
+            digests["B"].add(_digest(out))
             if old is not None:
                 c.append(_time(report, old))
-        ratios = [y / x for x, y in zip(a, b, strict=True)]
-        print(f"A json.loads of every line:     {_spread(a)}")
-        print(f"B mxbench report --markdown:    {_spread(b)}")
-        print(f"B / A: median {statistics.median(ratios):.2f} "
-              f"(min {min(ratios):.2f}, max {max(ratios):.2f}); goal <= 1")  # fmt: skip
-        peak = _peak_kib(report)
-        if peak:
-            print(f"B peak memory (PSS, with its workers; one more run): {peak / 2**10:.0f} MiB")
-        if c:
-            before = [z / x for x, z in zip(a, c, strict=True)]
-            print(f"C the same, --baseline code:    {_spread(c)}")
-            print(f"C / A: median {statistics.median(before):.2f} "
-                  f"(min {min(before):.2f}, max {max(before):.2f})")  # fmt: skip
+                digests["C"].add(_digest(out))
+        goal = " (goal <= 4)" if args.minimal else " (goal <= 2)"
+        print(f"{'A json.loads of every line':32s}{_spread(a)}")
+        _ratios("B mxbench report --markdown", b, a, goal)
+        _memory("B", report, None)
+        if old is not None:
+            _ratios("C the same, --baseline code", c, a)
+            _memory("C", report, old)
+        print("output sha256: " + "; ".join(f"{k} {sorted(v)}" for k, v in digests.items() if v))
+        if len(digests["B"] | digests["C"]) != 1:
+            sys.exit("the report's output differs between runs or from the baseline's")
         print(f"load average {os.getloadavg()[0]:.1f}")
 
 
