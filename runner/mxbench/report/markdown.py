@@ -39,12 +39,11 @@ def escape(value: str, limit: int | None = MAX_TEXT) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEXT) -> str:
-    """A GitHub pipe table (cells escaped), numbers right-aligned. tabulate writes it; its
-    guess of every cell's type is switched off (it was 40% of a large report's rendering,
-    benchmarks/report_speed.py): the cells are text already, and a column of numbers (or
-    gaps) is right-aligned from :func:`_numeric`."""
-    from tabulate import tabulate
-
+    """A GitHub pipe table (cells escaped), numbers right-aligned: a column of numbers (or
+    gaps) is right-aligned from :func:`_numeric`. :func:`_pipe` writes it, byte for byte
+    as tabulate's ``pipe`` format with ``disable_numparse`` did (tabulate's set-up was most
+    of a small table's time: 10,000 tables, benchmarks/report_speed.py --minimal);
+    tabulate still writes what :func:`_pipe` does not cover."""
     headers = [escape(h, limit) for h in headers]
     rows = [[escape(c, limit) for c in row] for row in rows]
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(headers)
@@ -55,7 +54,44 @@ def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEX
         else "left"
         for col in columns
     ]
+    if rows and headers and len(rows[0]) == len(headers) and not _wide(headers, rows):
+        return _pipe(headers, columns, align)
+    from tabulate import tabulate
+
     return str(tabulate(rows, headers, tablefmt="pipe", disable_numparse=True, colalign=align))
+
+
+def _wide(headers: list[str], rows: list[list[str]]) -> bool:
+    """Whether tabulate would measure a cell by its display width (wcwidth installed and a
+    cell not ASCII), which :func:`_pipe` does not."""
+    if all(h.isascii() for h in headers) and all(c.isascii() for row in rows for c in row):
+        return False
+    import tabulate
+
+    return tabulate.wcwidth is not None and bool(tabulate.WIDE_CHARS_MODE)
+
+
+def _pipe(headers: list[str], columns: list[tuple[str, ...]], align: list[str]) -> str:
+    """tabulate's pipe table of escaped one-line cells (no control characters), each column
+    aligned ``left`` or ``right``: cells stripped, a column as wide as its widest cell and
+    at least its header plus two, one space either side."""
+    cols: list[list[str]] = []
+    heads: list[str] = []
+    rules: list[str] = []
+    for head, column, how in zip(headers, columns, align, strict=True):
+        cells = [c.strip() for c in column]
+        width = max(len(head) + 2, *map(len, cells))
+        if how == "right":
+            cols.append([c.rjust(width) for c in cells])
+            heads.append(head.rjust(width))
+            rules.append("-" * (width + 1) + ":")
+        else:
+            cols.append([c.ljust(width) for c in cells])
+            heads.append(head.ljust(width))
+            rules.append(":" + "-" * (width + 1))
+    lines = ["| " + " | ".join(heads) + " |", "|" + "|".join(rules) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in zip(*cols, strict=True)]
+    return "\n".join(lines)
 
 
 # What stands in a numeric column where a slot has no number (a status, a dash).
