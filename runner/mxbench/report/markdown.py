@@ -9,6 +9,7 @@ link.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -44,8 +45,12 @@ def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEX
     as tabulate's ``pipe`` format with ``disable_numparse`` did (tabulate's set-up was most
     of a small table's time: 10,000 tables, benchmarks/report_speed.py --minimal);
     tabulate still writes what :func:`_pipe` does not cover."""
-    headers = [escape(h, limit) for h in headers]
-    rows = [[escape(c, limit) for c in row] for row in rows]
+    cells = [*headers, *(c for row in rows for c in row)]
+    every = " ".join(cells)
+    if not _plain(every, max(map(len, cells), default=0), limit):
+        headers = [escape(h, limit) for h in headers]
+        rows = [[escape(c, limit) for c in row] for row in rows]
+        every = " ".join([*headers, *(c for row in rows for c in row)])
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(headers)
     align = [
         "right"
@@ -54,17 +59,27 @@ def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEX
         else "left"
         for col in columns
     ]
-    if rows and headers and len(rows[0]) == len(headers) and not _wide(headers, rows):
+    if rows and headers and len(rows[0]) == len(headers) and not _wide(every):
         return _pipe(headers, columns, align)
     from tabulate import tabulate
 
     return str(tabulate(rows, headers, tablefmt="pipe", disable_numparse=True, colalign=align))
 
 
-def _wide(headers: list[str], rows: list[list[str]]) -> bool:
+def _plain(every: str, longest: int, limit: int | None) -> bool:
+    """Whether :func:`escape` leaves every cell as it is: none longer than ``limit``, and
+    nothing to escape in ``every``, the cells joined by spaces (a space neither makes nor
+    hides a match: "](" cannot span it, and an ``_`` beside it is at a word's edge as it
+    is at a cell's)."""
+    if limit is not None and longest > limit:
+        return False
+    return _ANY.search(every) is None and ("_" not in every or _EDGE.search(every) is None)
+
+
+def _wide(every: str) -> bool:
     """Whether tabulate would measure a cell by its display width (wcwidth installed and a
-    cell not ASCII), which :func:`_pipe` does not."""
-    if all(h.isascii() for h in headers) and all(c.isascii() for row in rows for c in row):
+    cell not ASCII; ``every``: the cells joined), which :func:`_pipe` does not."""
+    if every.isascii():
         return False
     import tabulate
 
@@ -98,6 +113,7 @@ def _pipe(headers: list[str], columns: list[tuple[str, ...]], align: list[str]) 
 _NOT_A_NUMBER = frozenset({*text.STATUS_TEXT.values(), text.DASH, "ok"})
 
 
+@functools.lru_cache(maxsize=4096)
 def _numeric(cell: str) -> bool:
     head = cell.split(" ", 1)[0]
     try:
