@@ -82,6 +82,8 @@ def check(e: Entry | None) -> Check | None:
 
 def policies(t: Table) -> list[str]:
     """The table's policies whose cells were checked (in the table's order)."""
+    if "convergence" not in t.carries:
+        return []
     return [
         p
         for p in t.policies
@@ -127,6 +129,8 @@ def _scale(c: Check) -> str:
 
 def one_step_check(t: Table) -> str | None:
     """Low cosines, unscored first steps and skipped steps, with what each means."""
+    if "convergence" not in t.carries:
+        return None
     low, unscored, skipping, sensitive, lost = [], [], [], [], []
     underflow = False
     for (policy, b), e in t.by_batch:

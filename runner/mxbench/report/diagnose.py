@@ -356,6 +356,8 @@ SLOWDOWNS = {
 
 
 def throttled(t: Table) -> str | None:
+    if not any(e.throttled for e in t.entries.values()):
+        return None
     where: dict[str, list[str]] = {}  # kind of slowdown -> slots
     hottest: float | None = None
     for (policy, b), e in t.by_batch:
@@ -477,6 +479,8 @@ def machine_in_use(t: Table) -> str | None:
     said, with the verdicts it may have blurred."""
     from mxbench.report.busy import busy
 
+    if "pairing" not in t.carries:
+        return None  # no paired windows measured anything
     said = []
     for (policy, batch), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         found = busy(e.records) if policy != BASELINE else None

@@ -40,6 +40,8 @@ def _is_cpu(t: Table) -> bool:
 
 def _profiles(t: Table, policies: frozenset[str] | None = None) -> list[tuple[str, int, Profile]]:
     """(policy, batch, profile) of every slot with a usable profiled window."""
+    if "profile" not in t.carries:
+        return []
     out = []
     for (policy, b), e in t.by_batch:
         if policies is not None and policy not in policies:

@@ -189,6 +189,22 @@ class Table:
         return self.device.name or self.device.kind or "unknown device"
 
     @cached_property
+    def carries(self) -> frozenset[str]:
+        """Which optional parts (``profile``, ``pairing``, ``convergence``) any record of
+        its entries has: a diagnosis rule whose evidence no record carries has nothing to
+        say, and is not walked (most tables carry none)."""
+        found = set()
+        for e in self.entries.values():
+            for r in e.records:
+                if r.profile is not None:
+                    found.add("profile")
+                if r.pairing is not None:
+                    found.add("pairing")
+                if r.convergence is not None:
+                    found.add("convergence")
+        return frozenset(found)
+
+    @cached_property
     def labels(self) -> dict[str, int]:
         """Run label (bounded) -> how many of the table's cells it measured, most first."""
         counts = Counter(
