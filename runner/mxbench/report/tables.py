@@ -344,7 +344,12 @@ def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
         if slots is None:
             slots = groups[key] = {}
         slots.setdefault((p.policy, p.batch_size), []).append(rec)
-    return [groups[k] for k in sorted(groups, key=lambda k: tuple(map(_natural, k)))]
+    natural: dict[str, tuple[int, float, str]] = {}  # hosts, names and setups repeat
+
+    def order(key: tuple[str, ...]) -> tuple[tuple[int, float, str], ...]:
+        return tuple(natural.get(v) or natural.setdefault(v, _natural(v)) for v in key)
+
+    return [groups[k] for k in sorted(groups, key=order)]
 
 
 def _natural(value: str) -> tuple[int, float, str]:
