@@ -163,6 +163,8 @@ def lines(table: Table) -> list[str]:
 
 def auto_stops(table: Table) -> list[str]:
     """Where each comparison of a ``repeats: auto`` run stopped and why, per batch size."""
+    if "auto_repeats" not in table.carries:
+        return []  # no record was measured under repeats: auto
     by_batch: dict[int, dict[str, list[Record]]] = {}
     for (policy, batch), e in table.entries.items():
         by_batch.setdefault(batch, {})[policy] = e.records

@@ -190,9 +190,10 @@ class Table:
 
     @cached_property
     def carries(self) -> frozenset[str]:
-        """Which optional parts (``profile``, ``pairing``, ``convergence``) any record of
-        its entries has: a diagnosis rule whose evidence no record carries has nothing to
-        say, and is not walked (most tables carry none)."""
+        """Which optional parts (``profile``, ``pairing``, ``convergence``, a ``repeats:
+        auto`` run's ``auto_repeats``) any record of its entries has: a diagnosis rule (or
+        a heading line) whose evidence no record carries has nothing to say, and is not
+        walked (most tables carry none)."""
         found = set()
         for e in self.entries.values():
             for r in e.records:
@@ -202,6 +203,8 @@ class Table:
                     found.add("pairing")
                 if r.convergence is not None:
                     found.add("convergence")
+                if r.run.get("auto_repeats"):
+                    found.add("auto_repeats")
         return frozenset(found)
 
     @cached_property
