@@ -51,7 +51,7 @@ def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEX
         headers = [escape(h, limit) for h in headers]
         rows = [[escape(c, limit) for c in row] for row in rows]
         every = " ".join([*headers, *(c for row in rows for c in row)])
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(headers)
+    columns: list[tuple[str, ...]] = list(zip(*rows, strict=True)) if rows else [()] * len(headers)
     align = [
         "right"
         if any(_numeric(c) for c in col)
