@@ -7,10 +7,11 @@ alternately and --repeats times each, in fresh processes:
   B. `mxbench report --markdown` as it is;
   S. the sharded probe: N forked workers (one per usable core) each run the whole report
      (load, tables, document, markdown) on their share of the files and send the text back;
-  P. S with a plain pipe-table writer in place of tabulate (whose guess of every cell's type
-     runs even with disable_numparse).
+  P. S with a plain pipe-table writer in place of markdown.table (which used tabulate, whose
+     guess of every cell's type runs even with disable_numparse; it now writes its pipe
+     tables itself, markdown._pipe, so S and P differ only by escaping and alignment).
 S and P are bounds, not reports: no shard merges cells or tables with another (true here:
-hosts are disjoint), each has its own summary grids, and P's tables are not tabulate's.
+hosts are disjoint), each has its own summary grids, and P's tables are not the report's.
 What a real sharded report would add: merging the shards' cells, tables and summaries.
 
     python benchmarks/report_shard_probe.py [--records 100000] [--repeats 3]
