@@ -337,6 +337,27 @@ def _span(r: stats.Ratio) -> str:
     return f"{share:.0%} [{1 - 1 / r.low:.0%}{DASH}{1 - 1 / r.high:.0%}]"
 
 
+def _said(
+    r: stats.Ratio | None,
+    none: str,
+    longer: str,
+    shorter: str,
+    same: str,
+) -> str:
+    """The A/B sentence for ``r``, the first side's step over the second's: ``none`` without
+    a comparison, else ``longer`` / ``shorter`` / ``same`` as the first side's step is the
+    longer one (or too few processes to tell), the shorter one, or neither clearly, with
+    ``{span}`` replaced by the share (:func:`_span`; replaced, not formatted: a folder's name
+    may hold braces)."""
+    if r is None:
+        return none
+    if r.verdict in (stats.FASTER, stats.TOO_FEW):
+        said = longer
+    else:
+        said = shorter if r.verdict == stats.SLOWER else same
+    return said.replace("{span}", _span(r))
+
+
 def _where(p: Params, host: str | None) -> str:
     return f"batch {p.batch_size}, {p.image_size} px, {p.policy}, {host}"
 
@@ -350,16 +371,15 @@ def input_shares(records: Iterable[Record]) -> list[str]:
             f"{Path(folder).name or folder} at {_where(real[0].params, real[0].host)}: "
             f"{ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic"
         )
-        if r is None:
-            out.append(f"the input pipeline: no comparison ({where})")
-        elif r.verdict in (stats.FASTER, stats.TOO_FEW):  # real data's step is longer
-            out.append(f"the input pipeline costs {_span(r)} of the step ({where})")
-        elif r.verdict == stats.SLOWER:
-            out.append(
-                f"real data ran faster than synthetic, {_span(r)} ({where}): something else varied"
+        out.append(
+            _said(
+                r,
+                f"the input pipeline: no comparison ({where})",
+                f"the input pipeline costs {{span}} of the step ({where})",
+                f"real data ran faster than synthetic, {{span}} ({where}): something else varied",
+                f"no clear input-pipeline cost: {{span}} of the step ({where})",
             )
-        else:
-            out.append(f"no clear input-pipeline cost: {_span(r)} of the step ({where})")
+        )
     return out
 
 
@@ -383,20 +403,18 @@ def loss_scale_costs(records: Sequence[Record]) -> list[str]:
             f"{_where(other[0].params, other[0].host)}: {ms[0]:.2f} ms/step with "
             f"{value} vs {ms[1]:.2f} with {base}"
         )
-        if r is None:
-            out.append(f"loss_scale {value}: no comparison with {base} ({where})")
-        elif r.verdict in (stats.FASTER, stats.TOO_FEW):  # its step is the longer one
-            out.append(f"loss_scale {value} costs {_span(r)} of the step against {base} ({where})")
-        elif r.verdict == stats.SLOWER:
-            out.append(
-                f"loss_scale {value} ran faster than {base}, {_span(r)} ({where}): "
-                "scaling itself saves nothing, something else varied"
+        out.append(
+            _said(
+                r,
+                f"loss_scale {value}: no comparison with {base} ({where})",
+                f"loss_scale {value} costs {{span}} of the step against {base} ({where})",
+                (
+                    f"loss_scale {value} ran faster than {base}, {{span}} ({where}): scaling "
+                    "itself saves nothing, something else varied"
+                ),
+                f"loss_scale {value}: no clear cost against {base}, {{span}} of the step ({where})",
             )
-        else:
-            out.append(
-                f"loss_scale {value}: no clear cost against {base}, {_span(r)} of the "
-                f"step ({where})"
-            )
+        )
     return out
 
 
@@ -408,17 +426,18 @@ def overhead_shares(records: Iterable[Record]) -> list[str]:
         where = (
             f"{_where(one[0].params, one[0].host)}: {ms[0]:.2f} ms/step at 1 vs {ms[1]:.2f} at {k}"
         )
-        if r is None:
-            out.append(f"steps_per_execution {k}: no comparison ({where})")
-        elif r.verdict in (stats.FASTER, stats.TOO_FEW):
-            out.append(
-                f"steps_per_execution {k} saves {_span(r)} of the step: per-call host "
-                f"overhead ({where})"
+        out.append(
+            _said(
+                r,
+                f"steps_per_execution {k}: no comparison ({where})",
+                (
+                    f"steps_per_execution {k} saves {{span}} of the step: per-call host "
+                    f"overhead ({where})"
+                ),
+                f"steps_per_execution {k} is slower ({where})",
+                f"steps_per_execution {k}: no clear change, {{span}} ({where})",
             )
-        elif r.verdict == stats.SLOWER:
-            out.append(f"steps_per_execution {k} is slower ({where})")
-        else:
-            out.append(f"steps_per_execution {k}: no clear change, {_span(r)} ({where})")
+        )
     return out
 
 
