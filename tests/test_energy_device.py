@@ -27,7 +27,7 @@ MIXED = [TWO[0], {**TWO[1], "name": "NVIDIA A100"}]
     ("gpus", "identity", "env", "expected"),
     [
         (TWO, {"uuid": "bbbb-1"}, {}, 1),  # PyTorch's uuid, without NVML's GPU- prefix
-        (TWO, {"bus_id": "0000:3b:00.0"}, {}, 1),  # TensorFlow's bus id, its own spelling
+        (TWO, {"bus_id": "0000:3b:00.0"}, {}, 1),  # a framework's bus id, its own spelling
         (TWO, {"bus_id": "0000:18:00.0"}, {"CUDA_VISIBLE_DEVICES": "1"}, 0),  # framework wins
         (TWO, {}, {"CUDA_VISIBLE_DEVICES": "1"}, 1),  # identical GPUs: NVML's order
         (TWO, {}, {"CUDA_VISIBLE_DEVICES": "1,0"}, 1),  # the framework's first device
@@ -35,7 +35,8 @@ MIXED = [TWO[0], {**TWO[1], "name": "NVIDIA A100"}]
         (MIXED, {}, {"CUDA_VISIBLE_DEVICES": "1"}, None),  # CUDA's fastest-first order
         (MIXED, {}, {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, 1),
         (TWO, {}, {"CUDA_VISIBLE_DEVICES": "MIG-1234"}, None),
-        (TWO, {}, {}, None),  # two GPUs, nothing says which: no guess
+        (TWO, {}, {}, 0),  # nothing set: the framework's device 0, identical GPUs
+        (MIXED, {}, {}, None),  # nothing set, CUDA's fastest-first order: no guess
         (TWO[:1], {}, {}, 0),  # the only GPU
     ],
 )

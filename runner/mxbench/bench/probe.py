@@ -155,10 +155,10 @@ def used_gpu(
     env: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """The NVML GPU that the framework's first device is: by the UUID or PCI bus id the
-    framework tells (``identity``), else by the first entry of ``CUDA_VISIBLE_DEVICES`` (a
-    UUID or its prefix; an index, counted in NVML's PCI order: CUDA's own order is the same
-    for identical GPUs, or with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), else the only GPU there
-    is. None when it cannot be told: a guess would charge another device's energy."""
+    framework tells (``identity``), else by the first entry of ``CUDA_VISIBLE_DEVICES``
+    (unset: device 0; a UUID or its prefix; an index, counted in NVML's PCI order: CUDA's
+    own order is the same for identical GPUs, or with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``).
+    None when it cannot be told: a guess would charge another device's energy."""
     env = dict(os.environ) if env is None else env
     identity = identity or {}
     uuid, bus = identity.get("uuid"), identity.get("bus_id")
@@ -167,26 +167,23 @@ def used_gpu(
             return g
         if bus and g.get("bus_id") and g["bus_id"] == bus_id(bus):
             return g
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        first = visible.split(",")[0].strip()
-        if first.isdigit():
-            by_order = (
-                env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
-                or len({g.get("name") for g in nvml}) == 1
-            )
-            index = int(first)
-            return nvml[index] if by_order and index < len(nvml) else None
-        if first.startswith("GPU-"):
-            found = [g for g in nvml if str(g.get("uuid", "")).startswith(first)]
-            return found[0] if len(found) == 1 else None
-        return None  # MIG-..., or nothing visible
-    return nvml[0] if len(nvml) == 1 else None
+    first = env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    if first.isdigit():
+        by_order = (
+            env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" or len({g.get("name") for g in nvml}) == 1
+        )
+        index = int(first)
+        return nvml[index] if by_order and index < len(nvml) else None
+    if first.startswith("GPU-"):
+        found = [g for g in nvml if str(g.get("uuid", "")).startswith(first)]
+        return found[0] if len(found) == 1 else None
+    return None  # MIG-..., or nothing visible
 
 
 def framework_gpu(backend: str) -> dict[str, str | None]:
     """The UUID or PCI bus id of the framework's current GPU, where the framework tells it
-    (PyTorch: both; TensorFlow: the bus id of GPU:0; JAX: neither)."""
+    cheaply (PyTorch: both; TensorFlow and JAX: neither, their device 0 is matched by
+    :func:`used_gpu`'s ``CUDA_VISIBLE_DEVICES`` rule)."""
     try:
         if backend == "torch":
             import torch
@@ -200,15 +197,6 @@ def framework_gpu(backend: str) -> dict[str, str | None]:
                     f"{getattr(props, 'pci_device_id', 0):02x}.0"
                 )
             return {"uuid": uuid, "bus_id": bus}
-        if backend == "tensorflow":
-            import re
-
-            from tensorflow.python.client import device_lib
-
-            for d in device_lib.list_local_devices():
-                if d.device_type == "GPU":
-                    found = re.search(r"pci bus id: ([0-9a-fA-F:.]+)", d.physical_device_desc)
-                    return {"uuid": None, "bus_id": found.group(1) if found else None}
     except Exception:
         pass
     return {"uuid": None, "bus_id": None}
