@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 
 from mxbench.bench import params as bp
-from mxbench.bench.cell import _gpu_util, is_oom
+from mxbench.bench.cell import CellState, _gpu_util, is_oom
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
 from mxbench.bench.probe_tf import parse_not_compiled_for
-from mxbench.bench.timing import StepLog, split, summarize
+from mxbench.bench.timing import Phases, StepLog, split, summarize
 from mxbench.codec import new_record
 from mxbench.errors import UsageError
 from mxbench.models import blog_cnn
@@ -353,7 +353,7 @@ def test_gpu_util_is_recorded_for_gpu_runs_only() -> None:
     sampler = HealthSampler(BusyNvml([0]))
     sampler._handles = {"GPU-0": 0}
     sampler.samples = [(1.0, {"GPU-0": {"util": 55}}), (1.1, {"GPU-0": {"util": 65}})]
-    state = {"util": sampler, "timed_window": (1.0, 1.1)}
+    state = CellState(Phases(0.0), util=sampler, timed_window=(1.0, 1.1))
     gpu = new_record(params=Params(), status="ok")
     gpu.device = Device(kind="gpu", uuid="GPU-0")
     _gpu_util(gpu, state)

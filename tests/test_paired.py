@@ -330,8 +330,10 @@ def test_a_paired_run_end_to_end_resumes_and_measures_its_noise_floor(tmp_path: 
 def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
     """NVML cannot exist here: its readings are given to the sampler (the thinnest seam),
     and the windows of a paired record are marked from them, the rounds' cleanliness too."""
+    from mxbench.bench.cell import CellState
     from mxbench.bench.cell_paired import _gpu_windows, _mark_rounds
     from mxbench.bench.gpu_health import HealthSampler
+    from mxbench.bench.timing import Phases
     from mxbench.params import Params
     from mxbench.results import Device, Interference, Pairing, Record, Window
 
@@ -353,7 +355,8 @@ def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
 
     recs = [rec("float32", []), rec("mixed_bfloat16", [1.5, 1.6, 1.4])]
     spans = [(0.0, 0.5), (1.0, 1.5), (2.0, 2.5)]
-    state = {"util": sampler, "spans": {"float32": spans, "mixed_bfloat16": spans}}
+    state = CellState(Phases(0.0), util=sampler)
+    state.spans = {"float32": spans, "mixed_bfloat16": spans}
     for r in recs:
         _gpu_windows(r, state)
     _mark_rounds(recs)

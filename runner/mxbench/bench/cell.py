@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -25,6 +25,7 @@ from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError, pip_install
 from mxbench.params import BASELINE, Params
 from mxbench.results import (
+    Convergence,
     Cpu,
     Device,
     Metrics,
@@ -51,6 +52,35 @@ def is_oom(exc: BaseException) -> bool:
 Emit = Callable[[Record], None]
 
 
+@dataclass
+class CheckInputs:
+    """What the one-step check needs once the timed work is over: the arm's convergence
+    figures so far, its model, the initial weights it started from and the batch it saw."""
+
+    found: Convergence
+    model: Any
+    initial: convergence.Initial | None
+    batch: Any
+
+
+@dataclass
+class CellState:
+    """What one bench process keeps between its phases: a cell, or the arms of a paired
+    process. Filled as the phases run; a failure leaves what was reached."""
+
+    phases: Phases
+    backend: backends.Backend | None = None
+    model: Any = None  # the last model built
+    initial: list[convergence.Initial | None] = field(default_factory=list)
+    util: HealthSampler | None = None
+    gpu: dict[str, Any] | None = None  # the NVML GPU the timed steps ran on
+    gpu_known: bool = False  # ``gpu`` was looked up (None then means: not a GPU's)
+    checks: list[CheckInputs | None] = field(default_factory=list)  # one per arm
+    timed_window: tuple[float, float] | None = None
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # per policy
+    probed: bool = False
+
+
 def run_cell(
     p: Params,
     started_at: float | None = None,
@@ -68,7 +98,7 @@ def run_cell(
     rec.cpu = msgspec.convert(probe.cpu_info(), Cpu)
     rec.software = Software(python=sys.version.split()[0], backend=p.backend, mxbench=__version__)
     rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
-    state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
+    state = CellState(phases)
     phases.mark("probe")
     # the profiled window answers "where does the time go": once per cell, not per repeat
     profiled = p if runs_profile(p) else msgspec.structs.replace(p, profile="off")
@@ -80,14 +110,13 @@ def run_cell(
         traceback.print_exc(file=sys.stderr)
         rec.status = "oom" if is_oom(exc) else "error"
         rec.error = tail(f"{type(exc).__name__}: {exc}")
-    if not state.get("probed"):  # a failure before the timed steps ended
+    if not state.probed:  # a failure before the timed steps ended
         phases.mark("fit_other")
         _probe_device(rec, state)
         phases.mark("probe")
-    if "convergence" in state:  # after the timed steps, the memory probe and the profile
-        found, *rest = state["convergence"]
+    for c in filter(None, state.checks):  # after the timed steps, the memory probe, the profile
         # the one-step check against float32: once per cell, not per repeat
-        rec.convergence = convergence.check(p, found, *rest) if runs_check(p) else found
+        rec.convergence = check(p, c) if runs_check(p) else c.found
     _drop_initial(state)
     phases.mark("check")
     rec.metrics.phases_s = phases.done()
@@ -95,7 +124,7 @@ def run_cell(
     return rec
 
 
-def _load(p: Params, rec: Record, state: dict[str, Any]) -> float:
+def _load(p: Params, rec: Record, state: CellState) -> float:
     """Import the backend and Keras (seconds it took)."""
     t0 = time.perf_counter()
     backend = backends.select(p.backend)
@@ -107,11 +136,11 @@ def _load(p: Params, rec: Record, state: dict[str, Any]) -> float:
             f"--backend {p.backend}: {exc.name or 'the framework'} is not installed here "
             f"({pip_install(extra)})"
         ) from None
-    state["backend"] = backend
+    state.backend = backend
     import keras
 
     rec.software.keras = keras.__version__
-    state["phases"].mark("import")
+    state.phases.mark("import")
     return time.perf_counter() - t0
 
 
@@ -130,14 +159,14 @@ class Arm:
         return self.prepared.model
 
 
-def _build(p: Params, rec: Record, state: dict[str, Any]) -> Arm:
+def _build(p: Params, rec: Record, state: CellState) -> Arm:
     """Build, compile and feed the model of ``p`` (its policy); the record's model facts."""
     from mxbench.bench import data, facts, harness
 
-    phases = state["phases"]
+    phases = state.phases
     rec.model = ModelInfo(name=p.model)
     prepared = harness.prepare(p, harness.set_policy, p.seed)
-    model = state["model"] = prepared.model
+    model = state.model = prepared.model
     harness.compile_model(prepared, p.jit_compile, p.loss_scale, p.steps_per_execution)
     _dtype_settings(rec.settings, model, p.policy)
     phases.mark("build")
@@ -150,7 +179,8 @@ def _build(p: Params, rec: Record, state: dict[str, Any]) -> Arm:
         rec.settings.input_device = "model's dataset"
     elif p.synthetic:
         x, y = harness.synthetic_batch(prepared, p)
-        ds, rec.settings.input_device = state["backend"].dataset(x, y)
+        assert state.backend is not None
+        ds, rec.settings.input_device = state.backend.dataset(x, y)
     else:
         binary = harness.label_kind(model, prepared.labels) == "binary"
         size = (p.image_size, p.image_width or p.image_size)
@@ -165,7 +195,7 @@ def _build(p: Params, rec: Record, state: dict[str, Any]) -> Arm:
 def _measure(
     p: Params,
     rec: Record,
-    state: dict[str, Any],
+    state: CellState,
     started_at: float,
     on_step: Callable[[int], None] | None,
     emit: Emit | None = None,
@@ -173,7 +203,7 @@ def _measure(
     import_s = _load(p, rec, state)
     arm = _build(p, rec, state)
     model, ds, x, y = arm.model, arm.ds, arm.x, arm.y
-    phases = state["phases"]
+    phases = state.phases
     if p.epochs:  # a training run to an accuracy, not a timing cell (bench/train.py)
         from mxbench.bench import train
 
@@ -181,15 +211,15 @@ def _measure(
         return
 
     initial = convergence.Initial(model) if runs_check(p) else None  # for the one-step check
-    state["initial"] = [initial]
+    state.initial = [initial]
     phases.mark("check")
     log_ = StepLog()
     total = p.warmup_steps + p.steps
     timer = step_timer(log_, on_step, p.warmup_steps)
-    sampler = state["util"] = HealthSampler()
+    sampler = state.util = HealthSampler()
     sampler.start()
-    state["gpu"] = _used_gpu(state)  # whose energy the timed steps are charged
-    joules = energy.start(gpu=_on_gpu(state), uuid=(state["gpu"] or {}).get("uuid"))
+    state.gpu, state.gpu_known = _used_gpu(state), True  # whose energy the steps are charged
+    joules = energy.start(gpu=_on_gpu(state), uuid=(state.gpu or {}).get("uuid"))
     try:
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
@@ -198,8 +228,8 @@ def _measure(
     parts = split(log_, p.warmup_steps // spe)
     phases.fit(parts)
     found = convergence.skipped(model, total)
-    state["convergence"] = (found, model, initial, (x, y) if x is not None else ds)
-    state["timed_window"] = (parts["first_timed_start"], log_.ends[-1])
+    state.checks = [CheckInputs(found, model, initial, (x, y) if x is not None else ds)]
+    state.timed_window = (parts["first_timed_start"], log_.ends[-1])
     wall_minus_perf = time.time() - time.perf_counter()
 
     stats = summarize([d / spe for d in parts["timed"]])
@@ -220,18 +250,25 @@ def _measure(
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
-    energy.fill(rec.metrics, joules, state["timed_window"], p.steps, p.batch_size)
+    energy.fill(rec.metrics, joules, state.timed_window, p.steps, p.batch_size)
     # the device and the peak memory now: the training's, before anything else runs
     phases.mark("fit_other")
     _probe_device(rec, state)
-    state["probed"] = True
+    state.probed = True
     phases.mark("probe")
     pending = [name for name, on in (("profile", runs_profile(p)), ("check", runs_check(p))) if on]
     _emit(emit, rec, pending, phases)
     if runs_profile(p):  # after the timed window, never inside it
-        rec.profile = profiler.run(p.backend, model, ds, gpu=state["backend"].model_on_gpu(model))
+        gpu = state.backend is not None and state.backend.model_on_gpu(model)
+        rec.profile = profiler.run(p.backend, model, ds, gpu=gpu)
         phases.mark("profile")
         _emit(emit, rec, pending[1:], phases)
+
+
+def check(p: Params, c: CheckInputs) -> Convergence:
+    """The one-step check of one arm (``p``), from what its timed work left."""
+    assert c.initial is not None
+    return convergence.check(p, c.found, c.model, c.initial, c.batch)
 
 
 def _emit(emit: Emit | None, rec: Record, pending: list[str], phases: Phases) -> None:
@@ -309,25 +346,25 @@ def _loss_scale(model: Any) -> float | None:
     return float(keras.ops.convert_to_numpy(opt.dynamic_scale))
 
 
-def _gpu_util(rec: Record, state: dict[str, Any]) -> None:
+def _gpu_util(rec: Record, state: CellState) -> None:
     """NVML utilisation and health of the GPU that ran the timed steps (GPU runs only)."""
-    sampler, window = state.get("util"), state.get("timed_window")
+    sampler, window = state.util, state.timed_window
     if sampler is not None and window is not None and rec.device.kind == "gpu":
         rec.metrics.gpu_util_pct = sampler.median_pct(*window, uuid=rec.device.uuid)
         rec.metrics.gpu_health = sampler.health(*window, uuid=rec.device.uuid)
 
 
-def _probe_device(rec: Record, state: dict[str, Any]) -> None:
+def _probe_device(rec: Record, state: CellState) -> None:
     """Device, GPU utilisation and peak memory; never turns a measured record into a failure."""
     try:
         nvml, driver = probe.nvml_gpus()
-        backend, model = state["backend"], state["model"]
+        backend, model = state.backend, state.model
         fw_gpus: list[dict[str, Any]] = []
         used = False
         if backend is not None:
             fw_gpus = backend.accepted_gpus()
             used = backend.model_on_gpu(model) if model is not None else bool(fw_gpus)
-        gpu = state["gpu"] if "gpu" in state else _used_gpu(state) if used else None
+        gpu = state.gpu if state.gpu_known else _used_gpu(state) if used else None
         rec.device = msgspec.convert(
             probe.device_record(
                 nvml=nvml,
@@ -355,23 +392,24 @@ def _probe_device(rec: Record, state: dict[str, Any]) -> None:
         print(f"mxbench bench: device probe failed: {exc!r}", file=sys.stderr)
 
 
-def _used_gpu(state: dict[str, Any]) -> dict[str, Any] | None:
+def _used_gpu(state: CellState) -> dict[str, Any] | None:
     """The NVML GPU the model trains on (None: on the CPU, or not to be told apart)."""
     if not _on_gpu(state):
         return None
     nvml, _ = probe.nvml_gpus()
-    return probe.used_gpu(nvml, probe.framework_gpu(state["backend"].name))
+    assert state.backend is not None
+    return probe.used_gpu(nvml, probe.framework_gpu(state.backend.name))
 
 
-def _on_gpu(state: dict[str, Any]) -> bool:
-    backend, model = state["backend"], state["model"]
+def _on_gpu(state: CellState) -> bool:
+    backend, model = state.backend, state.model
     return bool(backend is not None and model is not None and backend.model_on_gpu(model))
 
 
-def _drop_initial(state: dict[str, Any]) -> None:
+def _drop_initial(state: CellState) -> None:
     """The one-step check's initial weights on disk are not needed past the check (or a
     failure)."""
-    for initial in state.get("initial", []):
+    for initial in state.initial:
         if initial is not None:
             initial.drop()
 

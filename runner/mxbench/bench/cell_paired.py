@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import statistics
 import sys
 import time
@@ -18,10 +19,12 @@ from typing import Any
 
 import msgspec
 
-from mxbench.bench import convergence, probe
+from mxbench.bench import convergence, paired, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.cell import (
     Arm,
+    CellState,
+    CheckInputs,
     Emit,
     _build,
     _drop_initial,
@@ -30,6 +33,7 @@ from mxbench.bench.cell import (
     _load,
     _loss_scale,
     _probe_device,
+    check,
     is_oom,
     runs_check,
     runs_profile,
@@ -69,7 +73,7 @@ def run_paired(
         rec.software = Software(python=sys.version.split()[0], backend=p.backend,
                                 mxbench=__version__)  # fmt: skip
         rec.settings = msgspec.convert({**probe.number_settings(), "policy": q.policy}, Settings)
-    state: dict[str, Any] = {"backend": None, "model": None, "phases": phases}
+    state = CellState(phases)
     phases.mark("probe")
     profiled = runs_profile(p)
     try:
@@ -88,11 +92,11 @@ def run_paired(
         for rec in recs:
             rec.status = "oom" if is_oom(exc) else "error"
             rec.error = tail(f"{type(exc).__name__}: {exc}")
-    if not state.get("probed"):  # a failure before the windows ended
+    if not state.probed:  # a failure before the windows ended
         _settle_paired(recs, state)
-    for rec, arm_state in zip(recs, state.get("convergence", []), strict=False):
-        if arm_state is not None:
-            rec.convergence = convergence.check(rec.params, *arm_state)
+    for rec, c in zip(recs, state.checks, strict=False):
+        if c is not None:
+            rec.convergence = check(rec.params, c)
     _drop_initial(state)
     phases.mark("check")
     done = phases.done()
@@ -103,25 +107,58 @@ def run_paired(
 
 
 def _measure_paired(
-    ps: list[Params], recs: list[Record], state: dict[str, Any], started_at: float,
+    ps: list[Params], recs: list[Record], state: CellState, started_at: float,
     profiled: bool, emit: Emit | None = None,
 ) -> None:  # fmt: skip
-    import random
-
-    from mxbench.bench import paired
-
-    p = ps[0]
-    import_s = _load(p, recs[0], state)
+    """Load, build every arm, run the interleaved windows, fill each arm's record; then the
+    profiled windows, after every timed one."""
+    import_s = _load(ps[0], recs[0], state)
     arms = [_build(q, rec, state) for q, rec in zip(ps, recs, strict=True)]
     for rec in recs[1:]:  # what loading the framework found holds for every arm
         rec.software = msgspec.structs.replace(recs[0].software)
         rec.settings.tf32 = recs[0].settings.tf32
         rec.settings.matmul_precision = recs[0].settings.matmul_precision
-    phases = state["phases"]
-    initial = state["initial"] = [
-        convergence.Initial(a.model) if runs_check(a.p) else None for a in arms
-    ]
-    phases.mark("check")
+    state.initial = [convergence.Initial(a.model) if runs_check(a.p) else None for a in arms]
+    state.phases.mark("check")
+    plan = paired.Plan(warmup=max(1, ps[0].warmup_steps), max_steps=ps[0].steps,
+                       timed_s=ps[0].timed_s)  # fmt: skip
+    out, fit_s = _windows(arms, plan, state)
+    first_window = min(w.start for log_ in out.logs for w in log_.windows)
+    group = f"{os.getpid()}-{time.time_ns():x}"
+    overall = _overall([w.interference for log_ in out.logs for w in log_.windows])
+    totals = {"timed": 0.0, "first_step": 0.0, "warmup": 0.0}
+    for i, (arm, rec, log_) in enumerate(zip(arms, recs, out.logs, strict=True)):
+        steps = _fill_arm(arm, rec, log_, plan, started_at, import_s, totals)
+        rec.pairing = _pairing(arms, out, i, first_window, group, overall)
+        init = state.initial[i]
+        batch = (arm.x, arm.y) if arm.x is not None else arm.ds
+        found = convergence.skipped(arm.model, plan.warmup + steps)
+        state.checks.append(CheckInputs(found, arm.model, init, batch) if init else None)
+    state.spans = {a.p.policy: [(w.start, w.end) for w in lg.windows]
+                   for a, lg in zip(arms, out.logs, strict=True)}  # fmt: skip
+    state.timed_window = (first_window, max(w.end for lg in out.logs for w in lg.windows))
+    phases = state.phases
+    phases.out.update(totals)
+    phases.out["fit_other"] = max(0.0, fit_s - sum(totals.values()))
+    phases.last = time.perf_counter()
+    _settle_paired(recs, state)
+    checked = any(x is not None for x in state.checks)
+    pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
+    for rec in recs:
+        _emit(emit, rec, pending, phases)
+    if profiled:  # after every timed window, never inside one
+        for arm, rec in zip(arms, recs, strict=True):
+            gpu = state.backend is not None and state.backend.model_on_gpu(arm.model)
+            rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu)
+        phases.mark("profile")
+        for rec in recs:
+            _emit(emit, rec, pending[1:], phases)
+
+
+def _windows(arms: list[Arm], plan: paired.Plan, state: CellState) -> tuple[paired.Outcome, float]:
+    """The interleaved windows of every arm (each a ``fit()`` call of a few steps, with the
+    arm's callback), under the health sampler; what they measured and the seconds they
+    took in all."""
 
     def fitter(arm: Arm) -> Callable[[Any, int], None]:
         def fit(callback: Any, steps: int) -> None:
@@ -130,113 +167,96 @@ def _measure_paired(
 
         return fit
 
-    plan = paired.Plan(warmup=max(1, p.warmup_steps), max_steps=p.steps, timed_s=p.timed_s)
-    sampler = state["util"] = HealthSampler()
+    sampler = state.util = HealthSampler()
     sampler.start()
     began = time.perf_counter()
     try:
         out = paired.run([fitter(a) for a in arms], plan, random.Random())
     finally:
         sampler.stop()
-    fit_s = time.perf_counter() - began
+    return out, time.perf_counter() - began
+
+
+def _fill_arm(
+    arm: Arm, rec: Record, log_: paired.ArmLog, plan: paired.Plan, started_at: float,
+    import_s: float, totals: dict[str, float],
+) -> int:  # fmt: skip
+    """One arm's metrics from its windows (``totals``: the process's timed, first-step and
+    warm-up seconds, added to); the number of timed steps."""
+    q, model, windows = arm.p, arm.model, log_.windows
+    durations = []
+    for w in windows:
+        marks = [w.start, *w.ends]
+        durations += [b - a for a, b in itertools.pairwise(marks)]
+    window_s = sum(w.end - w.start for w in windows)
+    steps = sum(w.steps for w in windows)
+    assert log_.begin is not None
+    warm = [log_.begin, *log_.warm_ends]
+    first_s = warm[1] - warm[0]
+    totals["timed"] += window_s
+    totals["first_step"] += first_s
+    totals["warmup"] += warm[-1] - warm[0] - first_s
+    images_per_s = q.batch_size * steps / window_s
+    flops = rec.model.flops_per_example if rec.model else None
+    # the arm's timed steps follow its warm-up back to back (windows of k steps each)
+    means = StepLog(mean_losses=[log_.losses[k] for k in sorted(log_.losses)])
+    losses = [_finite(means.step_loss(k)) for k in range(plan.warmup, plan.warmup + steps)]
     wall_minus_perf = time.time() - time.perf_counter()
-    group = f"{os.getpid()}-{time.time_ns():x}"
+    rec.settings.jit_compile = bool(model.jit_compile)
+    rec.metrics = Metrics(
+        step_ms=msgspec.convert(summarize(durations), StepStats),
+        images_per_s=round(images_per_s, 3),
+        first_step_ms=round(first_s * 1000.0, 3),
+        warmup_ms=round((warm[-1] - warm[0]) * 1000.0, 3),
+        startup_s=round(windows[0].start + wall_minus_perf - started_at, 3),
+        import_s=round(import_s, 3),
+        loss_first=losses[0] if losses else None,
+        loss_last=losses[-1] if losses else None,
+        losses=losses,
+        loss_scale=_loss_scale(model),
+        train_flops_per_image=flops,
+        achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
+    )
+    return steps
+
+
+def _pairing(
+    arms: list[Arm], out: paired.Outcome, i: int, first_window: float, group: str,
+    overall: Interference,
+) -> Pairing:  # fmt: skip
+    """Arm ``i``'s pairing: its windows, and its ratios to the base arm's adjacent windows
+    (none for the base arm itself; an A/A check's second arm has the base's policy)."""
     base_ms = {w.round: (w.end - w.start) / w.steps for w in out.logs[0].windows}
-    first_window = min(w.start for log_ in out.logs for w in log_.windows)
-    every = [w.interference for log_ in out.logs for w in log_.windows]
-    overall = _overall(every)
-    timed_total = first_total = warm_total = 0.0
-    convergence_states: list[Any] = []
-    for i, (arm, rec, log_, init) in enumerate(zip(arms, recs, out.logs, initial, strict=True)):
-        q, model = arm.p, arm.model
-        windows = log_.windows
-        durations = []
-        for w in windows:
-            marks = [w.start, *w.ends]
-            durations += [b - a for a, b in itertools.pairwise(marks)]
-        window_s = sum(w.end - w.start for w in windows)
-        steps = sum(w.steps for w in windows)
-        assert log_.begin is not None
-        warm = [log_.begin, *log_.warm_ends]
-        first_s = warm[1] - warm[0]
-        timed_total += window_s
-        first_total += first_s
-        warm_total += warm[-1] - warm[0] - first_s
-        stats = summarize(durations)
-        images_per_s = q.batch_size * steps / window_s
-        flops = rec.model.flops_per_example if rec.model else None
-        # the arm's timed steps follow its warm-up back to back (windows of k steps each)
-        means = StepLog(mean_losses=[log_.losses[k] for k in sorted(log_.losses)])
-        losses = [_finite(means.step_loss(k)) for k in range(plan.warmup, plan.warmup + steps)]
-        rec.settings.jit_compile = bool(model.jit_compile)
-        rec.metrics = Metrics(
-            step_ms=msgspec.convert(stats, StepStats),
-            images_per_s=round(images_per_s, 3),
-            first_step_ms=round(first_s * 1000.0, 3),
-            warmup_ms=round((warm[-1] - warm[0]) * 1000.0, 3),
-            startup_s=round(windows[0].start + wall_minus_perf - started_at, 3),
-            import_s=round(import_s, 3),
-            loss_first=losses[0] if losses else None,
-            loss_last=losses[-1] if losses else None,
-            losses=losses,
-            loss_scale=_loss_scale(model),
-            train_flops_per_image=flops,
-            achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
-        )
-        own = {w.round: (w.end - w.start) / w.steps for w in windows}
-        is_base = i == 0  # an A/A check's second arm has the base's policy
-        rounds = sorted(r for r in own if r in base_ms)
-        rec.pairing = Pairing(
-            group=group,
-            arms=[a.p.policy for a in arms],
-            base=ps[0].policy,
-            window_steps=out.k,
-            order=out.order,
-            ratios=[] if is_base else [round(base_ms[r] / own[r], 6) for r in rounds],
-            clean=[],  # _mark_rounds: once every window's interference is known
-            windows=[
-                Window(
-                    round=w.round,
-                    position=w.position,
-                    steps=w.steps,
-                    ms=round((w.end - w.start) * 1000.0 / w.steps, 4),
-                    start_s=round(w.start - first_window, 4),
-                    interference=w.interference,
-                )
-                for w in windows
-            ],
-            interference=overall,
-        )
-        found = convergence.skipped(model, plan.warmup + steps)
-        convergence_states.append(
-            (found, model, init, (arm.x, arm.y) if arm.x is not None else arm.ds)
-            if init is not None else None
-        )  # fmt: skip
-    state["convergence"] = convergence_states
-    state["spans"] = {a.p.policy: [(w.start, w.end) for w in lg.windows]
-                      for a, lg in zip(arms, out.logs, strict=True)}  # fmt: skip
-    state["timed_window"] = (first_window, max(w.end for lg in out.logs for w in lg.windows))
-    phases.out.update(first_step=first_total, warmup=warm_total, timed=timed_total)
-    phases.out["fit_other"] = max(0.0, fit_s - first_total - warm_total - timed_total)
-    phases.last = time.perf_counter()
-    _settle_paired(recs, state)
-    checked = any(x is not None for x in convergence_states)
-    pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
-    for rec in recs:
-        _emit(emit, rec, pending, phases)
-    if profiled:  # after every timed window, never inside one
-        for arm, rec in zip(arms, recs, strict=True):
-            gpu = state["backend"].model_on_gpu(arm.model)
-            rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu)
-        phases.mark("profile")
-        for rec in recs:
-            _emit(emit, rec, pending[1:], phases)
+    windows = out.logs[i].windows
+    own = {w.round: (w.end - w.start) / w.steps for w in windows}
+    rounds = sorted(r for r in own if r in base_ms)
+    return Pairing(
+        group=group,
+        arms=[a.p.policy for a in arms],
+        base=arms[0].p.policy,
+        window_steps=out.k,
+        order=out.order,
+        ratios=[] if i == 0 else [round(base_ms[r] / own[r], 6) for r in rounds],
+        clean=[],  # _mark_rounds: once every window's interference is known
+        windows=[
+            Window(
+                round=w.round,
+                position=w.position,
+                steps=w.steps,
+                ms=round((w.end - w.start) * 1000.0 / w.steps, 4),
+                start_s=round(w.start - first_window, 4),
+                interference=w.interference,
+            )
+            for w in windows
+        ],
+        interference=overall,
+    )
 
 
-def _settle_paired(recs: list[Record], state: dict[str, Any]) -> None:
+def _settle_paired(recs: list[Record], state: CellState) -> None:
     """Device, GPU windows and clean rounds of a paired process, once its windows are over
     (or it failed)."""
-    state["phases"].mark("fit_other")
+    state.phases.mark("fit_other")
     for rec in recs:
         _probe_device(rec, state)
         _gpu_windows(rec, state)
@@ -244,8 +264,8 @@ def _settle_paired(recs: list[Record], state: dict[str, Any]) -> None:
         # memory answer comes from a process of one policy: pairing: process, the search)
         rec.metrics.peak_memory_bytes = rec.metrics.peak_memory_kind = None
     _mark_rounds(recs)
-    state["probed"] = True
-    state["phases"].mark("probe")
+    state.probed = True
+    state.phases.mark("probe")
 
 
 def _mark_rounds(recs: list[Record]) -> None:
@@ -265,10 +285,10 @@ def _mark_rounds(recs: list[Record]) -> None:
             )
 
 
-def _gpu_windows(rec: Record, state: dict[str, Any]) -> None:
+def _gpu_windows(rec: Record, state: CellState) -> None:
     """On a GPU, each paired window's other processes on the device and throttle reasons
     (NVML, from the sampler's polls); either marks the window disturbed."""
-    sampler, spans = state.get("util"), state.get("spans", {}).get(rec.params.policy)
+    sampler, spans = state.util, state.spans.get(rec.params.policy)
     if sampler is None or not spans or rec.pairing is None or rec.device.kind != "gpu":
         return
     for w, (start, end) in zip(rec.pairing.windows, spans, strict=False):
