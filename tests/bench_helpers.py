@@ -85,5 +85,9 @@ def shared_bench(*args: str) -> BenchRun:
     if args not in _SHARED:
         keep = tempfile.mkdtemp(prefix="mxbench-test-trace-")
         atexit.register(shutil.rmtree, keep, True)
-        _SHARED[args] = run_bench(*args, env={**os.environ, "MXBENCH_PROFILE_DIR": keep})
+        env = {**os.environ, "MXBENCH_PROFILE_DIR": keep}
+        if "jax" in args:  # XLA's own dump of the compiled step, for profile_count's reading
+            env["XLA_FLAGS"] = (f"--xla_dump_to={keep}/xla --xla_dump_hlo_as_text "
+                                "--xla_dump_hlo_module_re=jit_train_step")  # fmt: skip
+        _SHARED[args] = run_bench(*args, env=env)
     return _SHARED[args]

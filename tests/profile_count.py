@@ -111,14 +111,30 @@ def _chrome(path: Path) -> list[dict[str, Any]]:
 _XLA_CONV = re.compile(r"conv_|convolution|dot|cublas|cudnn")  # HLO names: not convert
 
 
+def _library_convs(trace_dir: Path) -> set[str]:
+    """XLA:CPU's library fusions (``ynn_fusion.N``) that hold a convolution or a dot, from
+    XLA's own text dump of the compiled step (``trace_dir/xla``, written by the bench under
+    ``--xla_dump_to``): a fusion whose fused computation contains one."""
+    convs = set()
+    for path in sorted((trace_dir / "xla").glob("*jit_train_step*after_optimizations.txt")):
+        text = path.read_text()
+        bodies = {m.group(1): m.group(2) for m in re.finditer(
+            r"^%(\S+) \([^\n]*\{\n(.*?)^\}", text, re.MULTILINE | re.DOTALL)}  # fmt: skip
+        for name, callee in re.findall(r"%([xy]nn_fusion[.\d]*) = .*?calls=%(\S+?),", text):
+            if re.search(r"= \S+ (convolution|dot)\(", bodies.get(callee, "")):
+                convs.add(name)
+    return convs
+
+
 def jax(trace_dir: Path) -> Count:
     slices = []
+    library = _library_convs(trace_dir)
     for e in _chrome(_one(trace_dir, "*.trace.json.gz")):
         hlo = str((e.get("args") or {}).get("hlo_op", ""))
         start = float(e["ts"]) / 1e6
         slices.append(Slice(str(e["name"]), start, start + float(e["dur"]) / 1e6,
                             f"{e['pid']}/{e['tid']}", op=bool(hlo),
-                            conv=bool(_XLA_CONV.match(hlo))))  # fmt: skip
+                            conv=bool(_XLA_CONV.match(hlo)) or hlo in library))  # fmt: skip
     return count(slices)
 
 

@@ -500,6 +500,41 @@ def test_the_breakdown_agrees_with_an_independent_count_of_the_raw_trace(
     assert bd["other"] <= 0.15 * step, bd
     if backend == "jax":  # XLA's own kernels: no oneDNN log to read
         assert prof["onednn"] is None and prof["tool"] == "jax.profiler"
+        # XLA:CPU ran some convolutions as YNNPACK fusions (XLA's dump says which): the
+        # record names every one of them after what it computes, none is left "other"
+        assert profile_count._library_convs(trace), "no library fusion in XLA's dump"
+        assert not [t for t in prof["top_ops"] if t["name"] in ("ynn_fusion", "xnn_fusion")]
+
+
+def test_xla_library_fusions_are_named_after_what_they_compute() -> None:
+    """XLA:CPU's ``ynn_fusion.N`` says nothing of its work: the compiled module's text does
+    (the JAX operation in its metadata; else the fused computation's root). Lines from a
+    real ResNet-50 step: a forward convolution, a weight gradient XLA kept no name for, a
+    batch-norm reduction."""
+    from mxbench.bench.profile import library_fusions
+    from mxbench.bench.profile_ops import category
+
+    hlo = """
+%fused_computation.2 (param_0.2: f32[512,2,2,8], param_1.2: f32[2,2,8,2048]) -> f32[512,1,1,2048] {
+  %param_0.2 = f32[512,2,2,8]{3,2,1,0} parameter(0)
+  %param_1.2 = f32[2,2,8,2048]{3,2,1,0} parameter(1)
+  ROOT %convolution.98 = f32[512,1,1,2048]{3,2,1,0} convolution(%param_0.2, %param_1.2), window={size=2x2}, dim_labels=b01f_01io->b01f
+}
+
+ENTRY %main.1 (p: f32[8,64,64,3]) -> f32[] {
+  %ynn_fusion.26 = f32[8,32,32,32]{3,2,1,0} fusion(%data_0_.1, %state_0__0_.1), kind=kCustom, calls=%fused_computation.26, metadata={op_name="jit(train_step)/jvp(conv2d)/conv_general_dilated" stack_frame_id=126}, backend_config={"fusion_config":{"kind":"__ynn_fusion"}}
+  %ynn_fusion.2 = f32[512,1,1,2048]{3,2,1,0} fusion(%transpose_copy_fusion.1, %transpose_copy_fusion), kind=kCustom, calls=%fused_computation.2, backend_config={"fusion_config":{"kind":"__ynn_fusion"}}
+  %ynn_fusion.25 = f32[32]{0} fusion(%broadcast_maximum_fusion.2, %constant.128), kind=kCustom, calls=%fused_computation.25, metadata={op_name="jit(train_step)/jvp(batch_normalization)/jit(_var)/reduce_sum" stack_frame_id=134}
+  %ynn_fusion.9 = f32[32]{0} fusion(%a, %b), kind=kCustom, calls=%fused_computation.9
+}
+"""  # noqa: E501
+    found = library_fusions(hlo)
+    assert found == {"ynn_fusion.26": "conv_general_dilated", "ynn_fusion.2": "convolution",
+                     "ynn_fusion.25": "reduce_sum"}  # fmt: skip
+    named = {n: category([f"{n}:{what}"]) for n, what in found.items()}
+    assert named == {"ynn_fusion.26": "conv_matmul", "ynn_fusion.2": "conv_matmul",
+                     "ynn_fusion.25": "elementwise_norm"}  # fmt: skip
+    assert category(["ynn_fusion.9"]) == "other"  # nothing says what it is: not guessed
 
 
 def test_profile_off_records_none() -> None:

@@ -22,7 +22,9 @@ trace is deleted unless ``MXBENCH_PROFILE_DIR`` names a directory to keep it in.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -198,7 +200,59 @@ def _jax(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collect
     profiler = jax.profiler
     wall = _fit(model, ds, steps, lambda: profiler.start_trace(str(trace_dir)),
                 profiler.stop_trace)  # fmt: skip
-    return _xspace_ops(jax_planes(_xplane(trace_dir)), gpu), wall, []
+    ops = _xspace_ops(jax_planes(_xplane(trace_dir)), gpu)
+    if not gpu and any(_LIBRARY_FUSION.match(o.names[0]) for o in ops):
+        ops = _name_library_fusions(ops, model, ds)
+    return ops, wall, []
+
+
+# XLA:CPU hands convolutions, dots and reductions to XNNPACK / YNNPACK as fusions named
+# ``ynn_fusion.N``: the name does not say which (ResNet-50's convolutions are most of them).
+_LIBRARY_FUSION = re.compile(r"^[xy]nn_fusion(\.\d+)?$")
+_HLO_FUSION = re.compile(r"%([xy]nn_fusion(?:\.\d+)?) = [^\n]*?calls=%([\w.\-]+)([^\n]*)")
+_HLO_COMPUTATION = re.compile(r"^%([\w.\-]+) \(.*?\{\n(.*?)^\}", re.MULTILINE | re.DOTALL)
+_HLO_ROOT = re.compile(r"ROOT %[\w.\-]+ = .*? ([a-z][\w\-]*)\(")
+_OP_NAME = re.compile(r'op_name="([^"]+)"')
+
+
+def library_fusions(hlo_text: str) -> dict[str, str]:
+    """Each library fusion of a compiled HLO module -> what it computes: the last part of
+    the JAX operation it was made from (``conv_general_dilated``, ``reduce_sum``), or, where
+    XLA kept no such name (weight gradients), the opcode of its fused computation's root
+    (``convolution``, ``dot``)."""
+    bodies = dict(_HLO_COMPUTATION.findall(hlo_text))
+    out = {}
+    for name, callee, rest in _HLO_FUSION.findall(hlo_text):
+        op = _OP_NAME.search(rest)
+        root = _HLO_ROOT.search(bodies.get(callee, ""))
+        what = op.group(1).rsplit("/", 1)[-1] if op else root.group(1) if root else None
+        if what:
+            out[name] = what
+    return out
+
+
+def _name_library_fusions(ops: list[Op], model: Any, ds: Any) -> list[Op]:
+    """``ops`` with each library fusion named after what it computes, as a TensorFlow op is
+    (``ynn_fusion.12:conv_general_dilated``), from the compiled training step's HLO text:
+    the computation Keras compiled, lowered again on one batch of ``ds`` (JAX's
+    compilation cache answers it, in milliseconds). Unchanged when that fails."""
+    import jax
+
+    try:
+        batch = ds[0] if hasattr(ds, "__getitem__") else next(iter(ds))
+        state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
+                                     optimizer_variables=True, metrics_variables=True)  # fmt: skip
+        step = jax.jit(model.train_step, donate_argnums=0).lower(state, batch).compile()
+        made_of = library_fusions(step.as_text())
+    except Exception as exc:  # the names stay as the profiler gave them ("other")
+        print(f"mxbench bench: XLA's library fusions not named: {exc!r}", file=sys.stderr)
+        return ops
+    return [
+        dataclasses.replace(o, names=(f"{o.names[0]}:{made_of[o.names[0]]}", *o.names[1:]))
+        if o.names[0] in made_of
+        else o
+        for o in ops
+    ]
 
 
 def jax_planes(path: Path) -> Planes:
