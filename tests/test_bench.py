@@ -149,11 +149,21 @@ def _one_line_exit_2(run: BenchRun, needle: str) -> None:
         (["--data", "/nonexistent/imagenette"], "no such directory"),
         (["--image-size", "4"], "--image-size 4"),
         (["--model", "resnet"], "--model 'resnet'"),
-        (["--model", "so-cnn", "--image-size", "16"], "so-cnn needs at least 32 px"),
+        (["--model", "so-cnn", "--image-size", "16"], "--image-size: 16 px is below so-cnn"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str) -> None:
     _one_line_exit_2(run_bench(*args, timeout=60), needle)
+
+
+def test_so_cnn_alone_runs_the_questions_224_by_336() -> None:
+    run = run_bench("--model", "so-cnn", "--batch-size", "2", "--warmup-steps", "0", "--steps",
+                    "1", "--profile", "off", "--check", "off")  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    rec = run.record
+    assert rec["status"] == "ok", rec["error"]
+    assert (rec["params"]["image_size"], rec["params"]["image_width"]) == (224, 336)
+    assert rec["model"]["image_input"] == [224, 336]
 
 
 def test_record_is_json_serialisable_roundtrip(f32: BenchRun) -> None:

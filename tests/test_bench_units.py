@@ -33,7 +33,8 @@ from mxbench.results import Device
         ({"batch_size": 0}, "--batch-size 0"),
         ({"policy": "float8"}, "--policy 'float8'"),
         ({"image_size": 4}, "--image-size 4"),
-        ({"model": "so-cnn", "image_size": 16}, "so-cnn needs at least 32 px"),
+        ({"model": "so-cnn", "image_size": 16}, "--image-size: 16 px is below so-cnn's smallest"),
+        ({"model": "so-cnn", "image_width": 16}, "--image-width: 16 px is below so-cnn's smallest"),
         ({"steps": 0}, "--steps 0"),
         ({"warmup_steps": -1}, "--warmup-steps -1"),
         ({"jit_compile": "yes"}, "--jit-compile 'yes'"),
@@ -59,6 +60,13 @@ def test_data_dir_needs_train_images(tmp_path) -> None:
 def test_defaults_are_the_experiments() -> None:
     p = bp.validate(Params())
     assert (p.image_size, p.warmup_steps, p.steps, p.data) == (256, 5, 50, "synthetic")
+
+
+def test_a_model_takes_its_own_input_where_none_is_named() -> None:
+    assert bp.validate(Params(model="so-cnn")).image_hw == (224, 336)  # the question's
+    assert bp.validate(Params(model="so-cnn", image_size=64)).image_hw == (64, 64)
+    assert bp.validate(Params(model="so-cnn", image_width=64)).image_hw == (224, 64)
+    assert bp.validate(Params(model="resnet50")).image_hw == (256, 256)
 
 
 def test_summary_statistics() -> None:
@@ -367,7 +375,7 @@ def test_gpu_util_is_recorded_for_gpu_runs_only() -> None:
 
 def test_flops_match_the_published_estimate() -> None:
     # experiment.md: about 2.9 GFLOP forward per 256x256 image, ~3x per training step
-    assert 2.85e9 < blog_cnn.forward_flops(Params(image_size=256)) < 2.95e9
+    assert 2.85e9 < blog_cnn.forward_flops(image_size=256, image_width=256) < 2.95e9
 
 
 def test_oom_classification() -> None:

@@ -34,7 +34,7 @@ def mxbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 
 def test_defaults_are_the_experiments() -> None:
     m = parse_matrix(LOCAL)
-    assert m.benchmark.image_size == 256
+    assert m.benchmark.image_size is None  # each model's own input (else 256)
     assert m.benchmark.warmup_steps == 5
     assert m.axes.policy == ["float32", "mixed_float16"]
     assert m.axes.batch_size == [32, 64, 128, 256, 512]
@@ -90,6 +90,44 @@ def test_any_parameter_is_one_value_or_an_axis() -> None:
         (32, "on"), (32, "off"), (64, "on"), (64, "off")
     ]  # fmt: skip
     assert {(c.params.policy, c.params.batch_size) for c in cells} == {("mixed_bfloat16", 8)}
+
+
+def test_each_model_takes_its_own_input_where_the_matrix_names_none(tmp_path: Path) -> None:
+    m = parse_matrix(
+        LOCAL + "benchmark: {policy: float32, batch_size: 8, repeats: 1}\n"
+        "axes:\n  model: [so-cnn, blog-cnn, nets/mine.py:build]\n",
+        base=tmp_path,
+    )
+    (tmp_path / "nets").mkdir()
+    declared = "IMAGE_SIZE = 40\nIMAGE_WIDTH = 48\ndef build(): ...\n"
+    (tmp_path / "nets" / "mine.py").write_text(declared)
+    m._source = tmp_path / "m.yaml"
+    taken = [(c.params.image_size, c.params.image_width) for c in expand(m)]
+    assert taken == [(224, 336), (256, None), (40, 48)]
+    named = parse_matrix(LOCAL + "benchmark: {model: so-cnn, image_size: 64, repeats: 1}\n")
+    assert {(c.params.image_size, c.params.image_width) for c in expand(named)} == {(64, None)}
+
+
+def test_a_models_declared_smallest_input_is_checked_where_the_matrix_names_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "mine.py").write_text("MIN_IMAGE_SIZE = 40\ndef build(): ...\n")
+    (tmp_path / "m.yaml").write_text(
+        LOCAL + "benchmark: {model: mine.py:build, repeats: 1}\naxes: {image_width: [48, 24]}\n"
+    )
+    with pytest.raises(UsageError) as exc:
+        load_matrix(tmp_path / "m.yaml")  # the model file is found beside the matrix
+    assert "m.yaml:5: axes.image_width: 24 px is below mine.py:build's smallest input (40 px)" in (
+        str(exc.value)
+    )
+    (tmp_path / "mine.py").write_text("MIN_IMAGE_SIZE = 300\ndef build(): ...\n")
+    with pytest.raises(UsageError) as exc:
+        parse_matrix(LOCAL + "benchmark: {model: mine.py:build}\n", "m.yaml", base=tmp_path)
+    assert "benchmark.model: 256 px is below" in str(exc.value)
+    assert "(the matrix names no image_size: set one)" in str(exc.value)
+    (tmp_path / "mine.py").write_text("MIN_IMAGE_SIZE = 4 * 10\ndef build(): ...\n")
+    with pytest.raises(UsageError, match=r"MIN_IMAGE_SIZE in mine\.py must be a literal"):
+        parse_matrix(LOCAL + "benchmark: {model: mine.py:build}\n", "m.yaml", base=tmp_path)
 
 
 def test_a_parameter_in_benchmark_and_axes_is_an_error() -> None:

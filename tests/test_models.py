@@ -17,6 +17,7 @@ import user_models  # noqa: E402
 from mxbench import models  # noqa: E402
 from mxbench.bench import facts, harness  # noqa: E402
 from mxbench.bench.harness import set_policy  # noqa: E402
+from mxbench.bench.params import validate  # noqa: E402
 from mxbench.params import Params  # noqa: E402
 
 TINY = {"image_size": 32, "seq_len": 16, "vocab_size": 256, "batch_size": 2}
@@ -29,7 +30,7 @@ def _restore_policy() -> Iterator[None]:
 
 
 def _prepared(model: str = "blog-cnn", policy: str = "float32", **kw: object) -> harness.Prepared:
-    p = Params(model=model, policy=policy, **kw)  # type: ignore[arg-type]
+    p = validate(Params(model=model, policy=policy, **kw))  # type: ignore[arg-type]
     prepared = harness.prepare(p, set_policy)
     harness.compile_model(prepared, "off")
     return prepared
@@ -38,11 +39,14 @@ def _prepared(model: str = "blog-cnn", policy: str = "float32", **kw: object) ->
 # ---------------------------------------------------------------- the zoo
 
 
-def test_every_zoo_entry_is_one_module_declaring_its_spec() -> None:
+def test_every_zoo_entry_is_one_module_called_and_read_like_a_users() -> None:
     for name, module in models.ZOO.items():
-        spec = importlib.import_module(module).SPEC
-        assert spec.name == name and callable(spec.build) and spec.summary
-        assert spec.inputs in ("image", "tokens")
+        found = importlib.import_module(module)
+        assert callable(found.build) and found.__doc__, name
+        declared = models.facts(name)  # read from the source, as a user's file is
+        assert declared.inputs == found.INPUTS in ("image", "tokens")
+        assert declared.min_image_size == getattr(found, "MIN_IMAGE_SIZE", None)
+        assert models.check(f"{found.__file__}:build") is None
 
 
 def test_blog_cnn_layers_are_the_published_ones() -> None:
@@ -127,17 +131,20 @@ def test_every_policy_starts_from_float32s_weights() -> None:
 def test_the_layer_walk_agrees_with_the_models_own_formula(
     model: str, size: int, width: int | None
 ) -> None:
-    p = Params(model=model, image_size=size, image_width=width)
-    m = _prepared(model, image_size=size, image_width=width).model
-    formula = models.spec(model).forward_flops(p)  # type: ignore[misc]
+    prepared = _prepared(model, image_size=size, image_width=width)
+    m, formula = prepared.model, prepared.forward_flops
+    assert formula == models.call(  # called like build, with the arguments it names
+        importlib.import_module(models.ZOO[model]).forward_flops,
+        {"image_size": size, "image_width": width or size, "seq_len": 1},
+    )
     walked = facts.facts(m, "float32")["analytic_forward_flops"]
     assert abs(walked - formula) / formula < 0.001, (walked, formula)
 
 
 def test_blog_cnn_at_256_has_the_facts_the_report_tests_assume() -> None:
-    p = Params(image_size=256)
-    assert 3 * models.spec("blog-cnn").forward_flops(p) == 8792317440  # type: ignore[misc]
-    found = facts.facts(_prepared(image_size=256).model, "float32")
+    prepared = _prepared(image_size=256)
+    assert 3 * prepared.forward_flops == 8792317440  # type: ignore[operator]
+    found = facts.facts(prepared.model, "float32")
     assert [(d["attribute"], d["value"]) for d in found["off_multiple_of_8"]] == [
         ("input channels", 3), ("units", 10)]  # fmt: skip
 

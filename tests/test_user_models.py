@@ -95,6 +95,40 @@ def test_a_missing_model_file_or_function_is_refused_before_anything_runs(
             assert "Traceback" not in out.stderr
 
 
+def test_a_model_declares_its_smallest_input_and_flops_and_shows_the_input_it_took(
+    tmp_path: Path,
+) -> None:
+    user_models.write(tmp_path, "fixed", user_models.FIXED)
+    m = tmp_path / "matrix.yaml"
+    text = (
+        "version: 1\n"
+        "benchmark: {model: fixed.py:build, warmup_steps: 0, steps: 1, profile: off, "
+        "repeats: 1, SIZE}\n"
+        "axes: {policy: [float32], batch_size: [2]}\n"
+        "hosts:\n  - {name: here, engine: local}\n"
+    )
+    m.write_text(text.replace(", SIZE", ", image_size: 32"))  # below its declared smallest
+    small = mxbench("run", "--dry-run", "--matrix", str(m), cwd=tmp_path)
+    assert small.returncode == 2, small.stdout + small.stderr
+    assert "benchmark.image_size: 32 px is below fixed.py:build's smallest input (40 px)" in (
+        small.stderr
+    ), small.stderr
+    m.write_text(text.replace(", SIZE", ""))  # no image size named: the cell asks 256
+    results = tmp_path / "results"
+    out = mxbench("run", "--matrix", str(m), "--results", str(results), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (rec,) = records(results)
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["params"]["image_size"] == 256 and rec["model"]["image_input"] == [40, 48]
+    assert rec["model"]["flops_source"] == "formula"
+    assert rec["model"]["flops_per_example"] == 3 * user_models.FIXED_FORWARD_FLOPS
+    report = mxbench("report", "--results", str(results), "--markdown", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-3000:]
+    setup = next(line for line in report.stdout.splitlines() if "setup:" in line)
+    assert "image_size 40 · image_width 48" in setup and "256" not in setup, setup
+    assert "0.00249 GFLOP/example to train (formula)" in report.stdout
+
+
 def test_a_model_that_hangs_is_a_timeout(tmp_path: Path) -> None:
     user_models.write(tmp_path, "hangs", user_models.HANGS)
     m = _matrix(tmp_path, "[hangs.py:build]", timeout_s=15)

@@ -135,12 +135,15 @@ def _placements(
     resolved = {m: resolve_model(matrix, m) for m in sweep.pop("model")}
     sweep = {"model": [r[0] for r in resolved.values()], **sweep}
     sources = dict(resolved.values())
+    declared = {m: _facts(m) for m in sweep["model"]}
     # Policies innermost, repeats just outside them: the policies compared at one batch
     # size run back to back, alternating (A B A B ...), so slow drift on a shared machine
     # falls on both sides of the ratio instead of on one.
     inner = sweep.pop("policy")
     combos = [
-        {**dict(zip(sweep, values, strict=True)), "policy": policy, "repeat": repeat}
+        _own_input(
+            {**dict(zip(sweep, values, strict=True)), "policy": policy, "repeat": repeat}, declared
+        )
         for values in itertools.product(*sweep.values())
         for repeat in (
             [b.first_repeat, *range(1, b.planned_repeats)] if b.planned_repeats > 1 else [None]
@@ -158,6 +161,21 @@ def _placements(
             for combo in combos:
                 if carried is None or combo["backend"] == carried:
                     yield host, image, spec, combo, sources[combo["model"]]
+
+
+def _facts(model: str) -> models.Facts:
+    try:
+        return models.facts(model)
+    except (OSError, SyntaxError, ValueError):  # checked with the model: resolve_model
+        return models.Facts()
+
+
+def _own_input(combo: dict[str, Any], declared: dict[str, models.Facts]) -> dict[str, Any]:
+    """The cell's parameters with the model's own input where the matrix names no image
+    size (so-cnn: 224x336; a model that declares none: 256, square)."""
+    found = declared[combo["model"]]
+    size, width = models.own_input(found, combo["image_size"], combo["image_width"])
+    return {**combo, "image_size": size, "image_width": width}
 
 
 def _cell(

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench.params import Params
+from mxbench.params import DEFAULT_IMAGE_SIZE, Params
 from mxbench.results import SCHEMA, Image, Record, Status, _Part, unknown_schema
 
 
@@ -247,6 +247,9 @@ def _drop_nulls(obj: dict[str, Any]) -> dict[str, Any]:
 
 def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
     _drop_nulls(obj)
+    p = obj.get("params")
+    if isinstance(p, dict):  # /1 had no unset image size: the experiment's 256 was the default
+        p.setdefault("image_size", DEFAULT_IMAGE_SIZE)
     device = obj.get("device")
     if isinstance(device, dict):
         if "used_by_tf" in device:

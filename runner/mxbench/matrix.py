@@ -8,6 +8,7 @@ are rejected everywhere: a typo must not pass silently.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections import Counter
 from importlib import resources
@@ -22,6 +23,7 @@ from pydantic import (
     PlainValidator,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
@@ -345,29 +347,33 @@ class Matrix(Strict):
         return self
 
     @model_validator(mode="after")
-    def _inputs_fit_models(self) -> Matrix:
-        """Each built-in model gets an input it accepts: at least its smallest image, and
-        image data only where it takes images."""
+    def _inputs_fit_models(self, info: ValidationInfo) -> Matrix:
+        """Each model gets an input it accepts (:func:`mxbench.models.input_problem`): at
+        least its smallest image, image data only where it takes images, its own input where
+        the matrix names no image size. A user's model is read from its file, relative to the
+        matrix's folder (one that is not there or does not parse: the planner says so)."""
         sweep = self.sweep()
+        base = (info.context or {}).get("base") or Path.cwd()
         for model in sweep["model"]:
-            if not models.is_builtin(model):
+            try:
+                found = models.facts(models.resolve_file(model, base))
+            except (OSError, SyntaxError):
                 continue
-            spec = models.spec(model)
-            if spec.inputs == "image":
-                for name in ("image_size", "image_width"):
-                    small = [v for v in sweep[name] if v is not None and v < spec.min_image_size]
-                    if small:
-                        raise _PathError(
-                            self._where(name),
-                            f"{small[0]} px is below {model}'s smallest input "
-                            f"({spec.min_image_size} px)",
-                        )
-            data = [d for d in sweep["data"] if d != params.SYNTHETIC]
-            if spec.inputs == "tokens" and data:
+            except ValueError as exc:
+                raise _PathError(self._where("model"), str(exc)) from None
+            for size, width, data in itertools.product(
+                sweep["image_size"], sweep["image_width"], sweep["data"]
+            ):
+                problem = models.input_problem(
+                    model, found, *models.own_input(found, size, width), data
+                )
+                if problem is None:
+                    continue
+                name, why = problem
+                if self._names(name):
+                    raise _PathError(self._where(name), why)
                 raise _PathError(
-                    self._where("data"),
-                    f"{echo(data[0])} is an image folder, and {model} takes tokens: use "
-                    "synthetic, or a model of your own with a dataset()",
+                    self._where("model"), f"{why} (the matrix names no {name}: set one)"
                 )
         return self
 
@@ -404,6 +410,10 @@ class Matrix(Strict):
         """``axes`` or ``benchmark``: where the parameter's values come from."""
         listed = getattr(self.axes, name) is not None
         return "axes" if listed and name not in self.benchmark.model_fields_set else "benchmark"
+
+    def _names(self, name: str) -> bool:
+        """Whether the matrix gives the parameter a value (else its default applies)."""
+        return name in self.benchmark.model_fields_set or getattr(self.axes, name) is not None
 
     def _where(self, name: str) -> tuple[str, ...]:
         return (self.sweep_source(name), name)
@@ -454,12 +464,14 @@ MAX_PROBLEMS_SHOWN = 20
 def load_matrix(path: Path | str) -> Matrix:
     path = Path(path)
     text = read_matrix_file(path)
-    matrix = parse_matrix(text, str(path))
+    matrix = parse_matrix(text, str(path), path.resolve().parent)
     matrix._source = path.resolve()
     return matrix
 
 
-def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
+def parse_matrix(text: str, source: str = "<matrix>", base: Path | None = None) -> Matrix:
+    """The matrix in ``text``; ``base``: the folder its relative model files are in (the
+    matrix file's; default: the current directory)."""
     loader = Loader(text)
     try:
         node = loader.get_single_node()
@@ -480,7 +492,7 @@ def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
     if not isinstance(data, dict):
         raise UsageError(f"{source}: the matrix must be a mapping at the top level")
     try:
-        return Matrix.model_validate(data)
+        return Matrix.model_validate(data, context={"base": base})
     except ValidationError as exc:
         raise UsageError(_format_errors(exc, node, source)) from None
 

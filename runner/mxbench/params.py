@@ -34,9 +34,12 @@ JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
 BASELINE = "float32"
 SYNTHETIC = "synthetic"
-# The smallest input any model may be given; each model declares its own smallest
-# (mxbench.models.ModelSpec.min_image_size), checked when the matrix loads.
+# The smallest input any model may be given; each model may declare its own smallest
+# (MIN_IMAGE_SIZE in its module: mxbench.models.facts), checked when the matrix loads.
 MIN_IMAGE_SIZE = 8
+# The input of a model that declares none (IMAGE_SIZE in its module), where the matrix names
+# no image_size: the published experiment's.
+DEFAULT_IMAGE_SIZE = 256
 MAX_SEQ_LEN = 1 << 20
 MAX_VOCAB = 1 << 24
 # Upper bounds: far beyond any real run, low enough that a typo (an extra zero or three)
@@ -142,11 +145,11 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              axis=(32, 64, 128, 256, 512), search=True),
     ] = 32  # fmt: skip
     image_size: Annotated[
-        int,
-        Meta(ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE),
+        Annotated[int, Meta(ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE)] | None,
         Spec("Input height in pixels (and width, unless --image-width is given); each model "
-             "has its smallest.", flag="--image-size", column="px"),
-    ] = 256  # fmt: skip
+             "has its smallest. Unset: the model's own input (so-cnn's 224x336), else 256.",
+             flag="--image-size", column="px"),
+    ] = None  # fmt: skip
     image_width: Annotated[
         Annotated[int, Meta(ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE)] | None,
         Spec("Input width in pixels when it differs from the height (the Stack Overflow "
@@ -276,6 +279,14 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         return self.data == SYNTHETIC
 
     @property
+    def image_hw(self) -> tuple[int, int]:
+        """Height and width of the image input, once the model's own input has filled an
+        unset ``image_size`` (mxbench.models.own_input: where cells are planned and where
+        the bench validates its arguments)."""
+        assert self.image_size is not None, "image_size is set before the cell is measured"
+        return self.image_size, self.image_width or self.image_size
+
+    @property
     def seed(self) -> int:
         """The seed of weights, data order and flips: a training run's repeat k uses k."""
         return (self.repeat or 0) if self.epochs else 0
@@ -339,9 +350,13 @@ def fields() -> tuple[Field, ...]:
         args = typing.get_args(hint)
         base, meta = args[0], args[1:]
         spec = next(m for m in meta if isinstance(m, Spec))
-        bounds = next((m for m in meta if isinstance(m, Meta)), None)
         union = typing.get_origin(base) in (typing.Union, types.UnionType)
         inner = next(a for a in typing.get_args(base) if a is not type(None)) if union else base
+        # the bounds of the value, beside the Spec or on the type of an optional whole number
+        # (an optional fraction such as target keeps its own message: mxbench.matrix)
+        annotated = typing.get_origin(inner) is Annotated
+        inner_meta = typing.get_args(inner)[1:] if annotated and inner.__origin__ is int else ()
+        bounds = next((m for m in (*meta, *inner_meta) if isinstance(m, Meta)), None)
         choices = typing.get_args(inner) if typing.get_origin(inner) is Literal else None
         out.append(
             Field(

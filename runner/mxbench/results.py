@@ -386,6 +386,11 @@ class ModelInfo(_Part):
             "from the same weights); seeded: built under the policy from the same seed"),
     ] = None  # fmt: skip
     inputs: Annotated[list[str], Doc('each input: "224x336x3 float32"')] = []
+    image_input: Annotated[
+        list[int] | None,
+        Doc("[height, width] of the image the model took: its own where its input is fixed "
+            "(whatever image_size asked), else the cell's; null for inputs other than images"),
+    ] = None  # fmt: skip
     layers: Annotated[dict[str, int], Doc("leaf layers by class (nested models expanded)")] = {}
     flops_per_example: Annotated[
         float | None, Doc("training FLOPs per example: forward x 3 (forward + backward)")

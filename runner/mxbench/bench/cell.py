@@ -183,7 +183,7 @@ def _build(p: Params, rec: Record, state: CellState) -> Arm:
         ds, rec.settings.input_device = state.backend.dataset(x, y)
     else:
         binary = harness.label_kind(model, prepared.labels) == "binary"
-        size = (p.image_size, p.image_width or p.image_size)
+        size = prepared.image or p.image_hw
         ds = data.image_folder(p.data, p.batch_size, size, flip=p.flip, binary=binary)
         rec.settings.input_device = "host"
     phases.mark("data")
@@ -312,6 +312,7 @@ def _model_info(p: Params, prepared: Any, facts: Any, x: Any) -> ModelInfo:
             "build_s": round(prepared.build_s, 3),
             "init": prepared.init,
             "inputs": inputs,
+            "image_input": list(prepared.image) if prepared.image else None,
             "flops_per_example": 3 * forward if forward else None,
             "flops_source": source if forward else None,
             "warnings": prepared.warnings,

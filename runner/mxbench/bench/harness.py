@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import sys
 import time
 from collections.abc import Callable
@@ -60,9 +59,10 @@ class Prepared:
     init: str = "seeded"
     warnings: list[str] = field(default_factory=list)
     forward_flops: int | None = None  # the model's own formula, when it has one
+    image: tuple[int, int] | None = None  # the image input it took (:func:`image_input`)
 
 
-def _load_function(ep: EntryPoint) -> Callable[..., Any]:
+def _load_module(ep: EntryPoint) -> Any:
     try:
         if ep.kind == "file":
             path = Path(ep.target)
@@ -76,38 +76,47 @@ def _load_function(ep: EntryPoint) -> Callable[..., Any]:
             sys.modules[name] = module
             sys.path.insert(0, str(path.resolve().parent))  # its sibling modules
             loader.loader.exec_module(module)
-        else:
-            module = importlib.import_module(ep.target)
+            return module
+        return importlib.import_module(ep.target)
     except ModelError:
         raise
     except (Exception, SystemExit) as exc:
         raise ModelError(f"model {str(ep)!r}: import failed: {type(exc).__name__}: {exc}") from exc
-    fn = getattr(module, ep.function, None)
-    if not callable(fn):
-        raise ModelError(f"model {str(ep)!r}: {ep.target} has no function {ep.function!r}")
-    return fn  # type: ignore[no-any-return]
 
 
 def _builder(p: Any) -> tuple[Callable[[], Any], str, str | None, int | None]:
-    """A no-argument build, where the model comes from, its source hash, its FLOPs formula."""
-    ep = models.parse(p.model)
-    if not isinstance(ep, EntryPoint):
-        spec = models.spec(ep)
-        flops = spec.forward_flops(p) if spec.forward_flops else None
-        return (lambda: spec.build(p)), "zoo", None, flops
-    fn = _load_function(ep)
+    """A no-argument build, where the model comes from, its source hash, its forward FLOPs
+    per example when it declares them. The zoo's models and users' are called alike: their
+    module's ``build`` (and ``forward_flops``) with the arguments each names."""
+    ep = models.entry_point(p.model)
+    module = _load_module(ep)
+    fn = getattr(module, ep.function, None)
+    if not callable(fn):
+        raise ModelError(f"model {str(ep)!r}: {ep.target} has no function {ep.function!r}")
+    values = models.build_values(p)
+    digest: str | None = None
+    if not models.is_builtin(p.model):
+        try:
+            digest = models.source_hash(ep)
+        except (OSError, ValueError):
+            digest = None
+    source = "zoo" if models.is_builtin(p.model) else ep.kind
+    return (lambda: models.call(fn, values)), source, digest, _flops(module, values, str(ep))
+
+
+def _flops(module: Any, values: dict[str, Any], model: str) -> int | None:
+    """The module's ``forward_flops`` called like its build; ModelError when it fails."""
+    fn = getattr(module, models.FLOPS_FUNCTION, None)
+    if fn is None:
+        return None
+    what = f"model {model!r}: {models.FLOPS_FUNCTION}()"
     try:
-        digest: str | None = models.source_hash(ep)
-    except (OSError, ValueError):
-        digest = None
-    try:
-        accepted = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        accepted = {}  # type: ignore[assignment]
-    values = {k: getattr(p, k) for k in models.BUILD_KWARGS}
-    values["image_width"] = p.image_width or p.image_size
-    kwargs = {k: v for k, v in values.items() if k in accepted}
-    return (lambda: fn(**kwargs)), ep.kind, digest, None
+        flops = models.call(fn, values)
+    except (Exception, SystemExit) as exc:
+        raise ModelError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not 0 < flops < 1e30:
+        raise ModelError(f"{what} returned {flops!r}, expected a positive number of FLOPs")
+    return int(flops)
 
 
 def _call_build(build: Callable[[], Any], what: str) -> dict[str, Any]:
@@ -176,6 +185,7 @@ def prepare(p: Any, set_policy: Callable[[str], None], seed: int = 0) -> Prepare
     if prepared.loss is None:
         prepared.loss = default_loss(model, prepared.labels)
     _check(prepared, p.policy)
+    prepared.image = image_input(model, p)
     prepared.build_s = time.perf_counter() - t0
     return prepared
 
@@ -273,11 +283,21 @@ def synthetic_batch(prepared: Prepared, p: Any, seed: int = 0) -> tuple[Any, Any
     return x, _labels(prepared, p, rng)
 
 
+def image_input(model: Any, p: Any) -> tuple[int, int] | None:
+    """Height and width of the image the model takes: its first input's where the model
+    fixes them (whatever the cell asked), the cell's where it leaves them open; None when
+    that input is not an image (batch, height, width, channels)."""
+    shape = tuple(model.inputs[0].shape) if model.inputs else ()
+    if len(shape) != 4:
+        return None
+    return _dim(shape[1], 0, p), _dim(shape[2], 1, p)
+
+
 def _dim(d: Any, index: int, p: Any) -> int:
     """A dimension the model leaves open: the sequence length, or the image's height/width."""
     if d is not None:
         return int(d)
-    return [p.image_size, p.image_width or p.image_size][index] if index < 2 else 3
+    return p.image_hw[index] if index < 2 else 3
 
 
 def _labels(prepared: Prepared, p: Any, rng: np.random.Generator) -> Any:

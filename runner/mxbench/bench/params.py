@@ -29,17 +29,7 @@ def validate(p: Params) -> Params:
         msgspec.convert(msgspec.structs.asdict(p), Params)
     except msgspec.ValidationError as exc:
         raise UsageError(_message(p, str(exc))) from None
-    try:
-        models.parse(p.model)
-    except ValueError as exc:
-        raise UsageError(f"--model {p.model!r}: {exc}") from None
-    builtin = models.spec(p.model) if models.is_builtin(p.model) else None
-    if builtin is not None and builtin.inputs == "image":
-        small = min(p.image_size, p.image_width or p.image_size)
-        if small < builtin.min_image_size:
-            raise UsageError(
-                f"--image-size {small}: {p.model} needs at least {builtin.min_image_size} px"
-            )
+    p, found = _model_input(p)
     spe = p.steps_per_execution
     if not p.epochs and (p.warmup_steps % spe or p.steps % spe):
         raise UsageError(
@@ -62,8 +52,6 @@ def validate(p: Params) -> Params:
             raise UsageError(f"--data {p.data!r}: no such directory (or use 'synthetic')")
         if not train.is_dir():
             raise UsageError(f"--data {p.data!r}: no train/ folder (Imagenette layout expected)")
-        if builtin is not None and builtin.inputs != "image":
-            raise UsageError(f"--data {p.data!r}: an image folder, and {p.model} takes tokens")
         from mxbench.bench.data import list_images, validation_split
 
         classes = list_images(p.data)[2]
@@ -72,12 +60,34 @@ def validate(p: Params) -> Params:
                 f"--data {p.data!r}: a training run needs a validation split "
                 "(val/<class>/ or test/<class>/)"
             )
-        limit = builtin.classes if builtin is not None else None
+        limit = found.classes
         if limit is not None and len(classes) > limit:
             raise UsageError(
                 f"--data {p.data!r}: {len(classes)} class folders, {p.model} has {limit} classes"
             )
     return p
+
+
+def _model_input(p: Params) -> tuple[Params, models.Facts]:
+    """``p`` with the model's own input where it names no image size, and what the model
+    declares; UsageError when the model or its input is refused (the matrix's checks)."""
+    try:
+        models.parse(p.model)
+    except ValueError as exc:
+        raise UsageError(f"--model {p.model!r}: {exc}") from None
+    try:
+        found = models.facts(p.model)
+    except (ValueError, SyntaxError) as exc:
+        raise UsageError(f"--model: {exc}") from None
+    except OSError:
+        found = models.Facts()  # the import reports it: an error record, not a usage error
+    size, width = models.own_input(found, p.image_size, p.image_width)
+    p = msgspec.structs.replace(p, image_size=size, image_width=width)
+    problem = models.input_problem(p.model, found, size, width, p.data)
+    if problem is not None:
+        name, why = problem
+        raise UsageError(f"{params.field(name).spec.flag}: {why}")
+    return p, found
 
 
 def _message(p: Params, text: str) -> str:

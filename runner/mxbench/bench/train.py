@@ -105,7 +105,7 @@ def run(p: Params, prepared: Any, rec: Record) -> None:
 
     assert p.epochs is not None
     model = prepared.model
-    size = (p.image_size, p.image_width or p.image_size)
+    size = prepared.image or p.image_hw
     binary = harness.label_kind(model, prepared.labels) == "binary"
     val_split = data.validation_split(p.data) or "val"
     train_ds = data.image_folder(

@@ -1,31 +1,38 @@
 """Models are plugins: the zoo's and the user's own, behind one contract.
 
-A model is a ``build`` function that returns an uncompiled ``keras.Model`` (or a dict that
-adds ``loss``, ``optimizer``, ``inputs`` / ``labels`` specs or a ``dataset``: see
-``docs/models.md``). The bench (:mod:`mxbench.bench.harness`) owns the rest: seeds, identical
-initial weights across policies, compile, loss scaling, synthetic data, timing, OOM.
+A model is a module with a ``build`` function that returns an uncompiled ``keras.Model`` (or
+a dict that adds ``loss``, ``optimizer``, ``inputs`` / ``labels`` specs or a ``dataset``: see
+``docs/models.md``). ``build`` declares the keyword arguments it wants among
+:data:`BUILD_KWARGS` and gets those (:func:`call`). Beside it the module may declare facts
+(:data:`DECLARED`: what shapes its input, its smallest image, its own input size, its
+classes) as top-level constants, and a ``forward_flops`` function called like ``build``. The
+bench (:mod:`mxbench.bench.harness`) owns the rest: seeds, identical initial weights across
+policies, compile, loss scaling, synthetic data, timing, OOM.
 
-The ``model`` parameter names either a built-in model (:data:`ZOO`: one module each, which
-declares a :class:`ModelSpec`) or an entry point: ``path/to/file.py:build`` or
-``pkg.module:build``. Nothing here imports Keras: the orchestrator reads a model's static
-facts (smallest input, what shapes its input) and an entry point's source hash without
-building anything.
+The ``model`` parameter names either a built-in model (:data:`ZOO`: one module each) or an
+entry point: ``path/to/file.py:build`` or ``pkg.module:build``. Nothing here imports Keras or
+the model: the orchestrator reads a model's declared facts (:func:`facts`) and an entry
+point's source hash from its source, and checks a cell's input against them
+(:func:`input_problem`) where the matrix loads and where the bench validates its arguments.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import re
 import sys
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
+
+from mxbench import params
 
 # name -> module: adding a built-in model is one module plus one line here.
 ZOO: dict[str, str] = {
@@ -39,7 +46,8 @@ ZOO: dict[str, str] = {
     "gpt": "mxbench.models.gpt",
 }
 
-# Keyword arguments a user's build() may declare; mxbench passes those it names.
+# Keyword arguments a build() (and a forward_flops()) may declare; mxbench passes those it
+# names, by name.
 BUILD_KWARGS = ("image_size", "image_width", "seq_len", "vocab_size", "batch_size")
 # A model whose source cannot be hashed (too large) is a typo far more often than a model.
 MAX_SOURCE_BYTES = 64 << 20
@@ -47,26 +55,29 @@ MAX_SOURCE_FILES = 2000
 
 InputKind = Literal["image", "tokens", "any"]
 
+# What a model's module may declare beside its build function, as top-level constants: read
+# from its source (nothing is imported or built), the zoo's and users' alike.
+DECLARED = {
+    "INPUTS": "image (image_size x image_width x 3), tokens (seq_len ids below vocab_size) or any",
+    "MIN_IMAGE_SIZE": "the smallest image side it accepts, in px",
+    "IMAGE_SIZE": "its own input height: the cell's where the matrix names no image_size",
+    "IMAGE_WIDTH": "its own input width (with IMAGE_SIZE)",
+    "CLASSES": "the classes of its head (a data folder may have at most that many)",
+}
+# The module's function of the forward pass's FLOPs per example, called like build().
+FLOPS_FUNCTION = "forward_flops"
+MAX_CLASSES = 1 << 24
+
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """What the rest of mxbench needs to know about a built-in model, and nothing else.
+class Facts:
+    """What a model declares (:data:`DECLARED`), None where it says nothing."""
 
-    ``build(p)`` gets the cell's :class:`~mxbench.params.Params` and returns what a user's
-    ``build()`` returns (a model or the dict). ``inputs`` says which parameters shape the
-    input: ``image`` (image_size x image_width, 3 channels) or ``tokens`` (seq_len token ids
-    below vocab_size). ``classes``: the head's classes (a data folder may have at most that
-    many). ``forward_flops``: analytic FLOPs per example of the forward pass, when known
-    (else the bench measures them: XLA's cost analysis or a walk of the layers).
-    """
-
-    name: str
-    summary: str
-    build: Callable[[Any], Any]
-    inputs: InputKind = "image"
-    min_image_size: int = 1
+    inputs: InputKind = "any"
+    min_image_size: int | None = None
+    image_size: int | None = None
+    image_width: int | None = None
     classes: int | None = None
-    forward_flops: Callable[[Any], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,15 +119,139 @@ def is_builtin(model: str) -> bool:
     return model in ZOO
 
 
+def entry_point(model: str) -> EntryPoint:
+    """The entry point a model is called through: the zoo's is its module's ``build``."""
+    found = parse(model)
+    return EntryPoint("module", ZOO[found], "build") if isinstance(found, str) else found
+
+
+# ------------------------------------------------------------------- calling a model
+
+
+def build_values(p: params.Params) -> dict[str, Any]:
+    """What a cell gives ``build()`` and ``forward_flops()``: every :data:`BUILD_KWARGS`."""
+    height, width = p.image_hw
+    return {
+        "image_size": height,
+        "image_width": width,
+        "seq_len": p.seq_len,
+        "vocab_size": p.vocab_size,
+        "batch_size": p.batch_size,
+    }
+
+
+def call(fn: Callable[..., Any], values: Mapping[str, Any]) -> Any:
+    """``fn`` called with the values it names (all of them when it takes ``**kwargs``): the
+    one calling convention of every model's ``build`` and ``forward_flops``."""
+    try:
+        accepted = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn()
+    if any(a.kind is inspect.Parameter.VAR_KEYWORD for a in accepted.values()):
+        return fn(**values)
+    return fn(**{k: v for k, v in values.items() if k in accepted})
+
+
+# ------------------------------------------------------------------- declared facts
+
+
+def facts(model: str) -> Facts:
+    """What the model's module declares, read from its source without importing it.
+    ValueError naming the model and the constant when a declaration is not a literal or does
+    not hold; FileNotFoundError when the source is not there; SyntaxError."""
+    if is_builtin(model):
+        return _zoo_facts(model)
+    return _read_facts(model, module_file(entry_point(model)))
+
+
 @cache
-def spec(name: str) -> ModelSpec:
-    """The built-in model's :class:`ModelSpec` (imports its module; no Keras)."""
-    found: ModelSpec = importlib.import_module(ZOO[name]).SPEC
+def _zoo_facts(name: str) -> Facts:
+    found = importlib.util.find_spec(ZOO[name])
+    assert found is not None and found.origin is not None, name
+    return _read_facts(name, Path(found.origin))
+
+
+def _read_facts(model: str, path: Path) -> Facts:
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    values: dict[str, Any] = {}
+    for node in tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        for target in _assigned(node):
+            if target.id in DECLARED:
+                try:
+                    values[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    raise ValueError(
+                        f"model {model!r}: {target.id} in {path.name} must be a literal "
+                        f"({DECLARED[target.id]})"
+                    ) from None
+
+    def whole(name: str, low: int, high: int) -> int | None:
+        value = values.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+        ):
+            raise ValueError(
+                f"model {model!r}: {name} = {value!r}: expected a whole number from {low} to "
+                f"{high} ({DECLARED[name]})"
+            )
+        return value
+
+    inputs = values.get("INPUTS", "any")
+    if inputs not in typing.get_args(InputKind):
+        raise ValueError(f"model {model!r}: INPUTS = {inputs!r}: expected {DECLARED['INPUTS']}")
+    size_bounds = (params.MIN_IMAGE_SIZE, params.MAX_IMAGE_SIZE)
+    found = Facts(
+        inputs=inputs,
+        min_image_size=whole("MIN_IMAGE_SIZE", 1, params.MAX_IMAGE_SIZE),
+        image_size=whole("IMAGE_SIZE", *size_bounds),
+        image_width=whole("IMAGE_WIDTH", *size_bounds),
+        classes=whole("CLASSES", 1, MAX_CLASSES),
+    )
+    if found.image_width is not None and found.image_size is None:
+        raise ValueError(f"model {model!r}: IMAGE_WIDTH needs an IMAGE_SIZE (the height)")
+    if found.image_size is not None:
+        problem = input_problem(model, found, found.image_size, found.image_width)
+        if problem is not None:
+            raise ValueError(f"model {model!r}: its own IMAGE_SIZE / IMAGE_WIDTH: {problem[1]}")
     return found
 
 
-def input_kind(model: str) -> InputKind:
-    return spec(model).inputs if is_builtin(model) else "any"
+def own_input(
+    found: Facts, image_size: int | None, image_width: int | None
+) -> tuple[int, int | None]:
+    """The image a cell gives the model: the size (and width) the matrix or the command line
+    names; where it names no size, the model's own (``IMAGE_SIZE`` x ``IMAGE_WIDTH``), else
+    :data:`~mxbench.params.DEFAULT_IMAGE_SIZE`, square."""
+    if image_size is not None:
+        return image_size, image_width
+    if found.image_size is not None:
+        return found.image_size, found.image_width if image_width is None else image_width
+    return params.DEFAULT_IMAGE_SIZE, image_width
+
+
+def input_problem(
+    model: str,
+    found: Facts,
+    image_size: int,
+    image_width: int | None,
+    data: str = params.SYNTHETIC,
+) -> tuple[str, str] | None:
+    """What is wrong with giving ``model`` this input, as (the parameter at fault, why); None
+    when it fits. The one check of a cell's input against its model: the matrix's when it
+    loads, the bench's when it validates its arguments, a model's own declarations'."""
+    smallest = found.min_image_size
+    if smallest is not None and found.inputs != "tokens":
+        for name, value in (("image_size", image_size), ("image_width", image_width)):
+            if value is not None and value < smallest:
+                return name, f"{value} px is below {model}'s smallest input ({smallest} px)"
+    if found.inputs == "tokens" and data != params.SYNTHETIC:
+        return "data", (
+            f"{data!r} is an image folder, and {model} takes tokens: use synthetic, or a model "
+            "of your own with a dataset()"
+        )
+    return None
 
 
 SHAPING: dict[str, frozenset[str]] = {
@@ -127,10 +262,19 @@ SHAPING: dict[str, frozenset[str]] = {
 
 def unused_params(model_names: set[str]) -> frozenset[str]:
     """Input parameters none of these models reads (token settings of image models)."""
-    used = frozenset().union(
-        *(SHAPING.get(input_kind(m), frozenset().union(*SHAPING.values())) for m in model_names)
-    )
-    return frozenset().union(*SHAPING.values()) - used
+    every = frozenset().union(*SHAPING.values())
+    used = frozenset().union(*(SHAPING.get(_inputs(m), every) for m in model_names))
+    return every - used
+
+
+def _inputs(model: str) -> InputKind:
+    try:
+        return facts(model).inputs
+    except (OSError, SyntaxError, ValueError):
+        return "any"
+
+
+# ------------------------------------------------------------------- finding the source
 
 
 def resolve_file(model: str, base: Path) -> str:
@@ -169,6 +313,19 @@ def source_paths(ep: EntryPoint) -> tuple[Path, list[Path]]:
     return origin.parent, [origin]
 
 
+def module_file(ep: EntryPoint) -> Path:
+    """The file that defines the entry point's function (FileNotFoundError: none)."""
+    root, files = source_paths(ep)
+    if ep.kind == "file":
+        return files[0]
+    rel = Path(*ep.target.split("."))
+    candidates = [root / rel.with_suffix(".py"), root / rel / "__init__.py"]
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        raise FileNotFoundError(f"no module {ep.target!r} under {root}")
+    return path
+
+
 def source_dir(model: str) -> tuple[str, bool] | None:
     """Where a user model's source lives, for engines that must make it visible (a container
     mounts it read-only at the same path), and whether it must go on the Python path (a
@@ -196,7 +353,8 @@ def source_hash(ep: EntryPoint) -> str:
 
 def check(model: str) -> str | None:
     """What is wrong with ``model`` as seen from here (file missing, function not defined at
-    its top level, syntax error), without running any of it; None when it looks right."""
+    its top level, syntax error, a declared fact that does not hold), without running any of
+    it; None when it looks right."""
     try:
         ep = parse(model)
     except ValueError as exc:
@@ -204,17 +362,9 @@ def check(model: str) -> str | None:
     if not isinstance(ep, EntryPoint):
         return None
     try:
-        root, files = source_paths(ep)
+        path = module_file(ep)
     except FileNotFoundError as exc:
         return f"model {str(ep)!r}: {exc}"
-    if ep.kind == "file":
-        path = files[0]
-    else:
-        rel = Path(*ep.target.split("."))
-        candidates = [root / rel.with_suffix(".py"), root / rel / "__init__.py"]
-        path = next((c for c in candidates if c.is_file()), candidates[0])
-        if not path.is_file():
-            return f"model {str(ep)!r}: no module {ep.target!r} under {root}"
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError) as exc:
@@ -231,6 +381,10 @@ def check(model: str) -> str | None:
     }
     if ep.function not in defined:
         return f"model {str(ep)!r}: {path} defines no {ep.function!r} at its top level"
+    try:
+        _read_facts(model, path)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 

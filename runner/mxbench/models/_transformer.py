@@ -28,13 +28,13 @@ def positions_layer() -> Any:
     return PositionEmbedding(name="positions")
 
 
-def embed(p: Any) -> tuple[Any, Any]:
+def embed(seq_len: int, vocab_size: int) -> tuple[Any, Any]:
     """The token input and its embedded sequence (token + position)."""
     import keras
     from keras import layers
 
-    tokens = keras.Input(shape=(p.seq_len,), dtype="int32", name="tokens")
-    x = layers.Embedding(p.vocab_size, WIDTH, name="token_embedding")(tokens)
+    tokens = keras.Input(shape=(seq_len,), dtype="int32", name="tokens")
+    x = layers.Embedding(vocab_size, WIDTH, name="token_embedding")(tokens)
     return tokens, positions_layer()(x)
 
 
@@ -53,26 +53,28 @@ def block(x: Any, index: int, causal: bool) -> Any:
     return layers.Add(name=f"block{index}_add2")([x, h])
 
 
-def encoder(p: Any, causal: bool) -> tuple[Any, Any]:
+def encoder(seq_len: int, vocab_size: int, causal: bool) -> tuple[Any, Any]:
     """Token input and the final normalized sequence of :data:`BLOCKS` blocks."""
     from keras import layers
 
-    tokens, x = embed(p)
+    tokens, x = embed(seq_len, vocab_size)
     for i in range(BLOCKS):
         x = block(x, i, causal)
     return tokens, layers.LayerNormalization(epsilon=1e-5, name="final_ln")(x)
 
 
-def classifier(p: Any, name: str, causal: bool, pool: bool, units: int) -> dict[str, Any]:
+def classifier(
+    seq_len: int, vocab_size: int, name: str, causal: bool, pool: bool, units: int
+) -> dict[str, Any]:
     """What ``build`` returns: the encoder, mean-pooled or per position, under a Dense head
     of ``units`` whose softmax stays float32, and the token ids' range."""
     import keras
     from keras import layers
 
-    tokens, x = encoder(p, causal)
+    tokens, x = encoder(seq_len, vocab_size, causal)
     if pool:
         x = layers.GlobalAveragePooling1D(name="pool")(x)
     x = layers.Dense(units, name="head")(x)
     out = layers.Activation("softmax", dtype="float32", name="probabilities")(x)
     model = keras.Model(tokens, out, name=name)
-    return {"model": model, "inputs": {"tokens": {"range": [0, p.vocab_size]}}}
+    return {"model": model, "inputs": {"tokens": {"range": [0, vocab_size]}}}

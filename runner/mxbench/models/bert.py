@@ -8,18 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mxbench.models import ModelSpec
 from mxbench.models._transformer import classifier
 
+INPUTS = "tokens"
+CLASSES = 2
 
-def build(p: Any) -> dict[str, Any]:
-    return classifier(p, "bert", causal=False, pool=True, units=2)
 
-
-SPEC = ModelSpec(
-    name="bert",
-    summary="a BERT-like transformer encoder (token inputs, sequence classification)",
-    build=build,
-    inputs="tokens",
-    classes=2,
-)
+def build(seq_len: int, vocab_size: int) -> dict[str, Any]:
+    return classifier(seq_len, vocab_size, "bert", causal=False, pool=True, units=CLASSES)

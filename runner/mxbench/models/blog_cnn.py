@@ -9,46 +9,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from mxbench.models import ModelSpec
-
-NUM_CLASSES = 10
+INPUTS = "image"
+MIN_IMAGE_SIZE = 8  # three stride-2 convolutions
+CLASSES = 10
 # (filters, kernel) of the three stride-2 convolutions, as published.
 CONVS = ((32, 5), (64, 7), (128, 11))
 
 
-def build(p: Any) -> Any:
+def build(image_size: int, image_width: int) -> Any:
     """The CNN under the current global dtype policy; softmax stays float32 as published."""
     import keras
     from keras import layers
 
-    width = p.image_width or p.image_size
-    stack: list[Any] = [keras.Input(shape=(p.image_size, width, 3))]
+    stack: list[Any] = [keras.Input(shape=(image_size, image_width, 3))]
     for filters, kernel in CONVS:
         stack.append(layers.Conv2D(filters, kernel, strides=2, padding="same", activation="relu"))
         stack.append(layers.BatchNormalization())
     stack += [
         layers.GlobalAveragePooling2D(),
-        layers.Dense(NUM_CLASSES),
+        layers.Dense(CLASSES),
         layers.Activation("softmax", dtype="float32"),
     ]
     return keras.Sequential(stack, name="blog_cnn")
 
 
-def forward_flops(p: Any) -> int:
+def forward_flops(image_size: int, image_width: int) -> int:
     """Multiply-adds x 2 of the convolutions and the Dense layer (BatchNorm/ReLU ignored)."""
-    flops, height, width, channels = 0, p.image_size, p.image_width or p.image_size, 3
+    flops, height, width, channels = 0, image_size, image_width, 3
     for filters, kernel in CONVS:
         height, width = -(-height // 2), -(-width // 2)  # "same" padding, stride 2
         flops += 2 * height * width * kernel * kernel * channels * filters
         channels = filters
-    return flops + 2 * channels * NUM_CLASSES
-
-
-SPEC = ModelSpec(
-    name="blog-cnn",
-    summary="the 2020 blog post's 3-convolution CNN (the published experiment)",
-    build=build,
-    min_image_size=8,  # three stride-2 convolutions
-    classes=NUM_CLASSES,
-    forward_flops=forward_flops,
-)
+    return flops + 2 * channels * CLASSES

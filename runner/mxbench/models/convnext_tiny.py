@@ -2,8 +2,8 @@
 
 from mxbench.models._applications import application
 
-SPEC = application(
-    "convnext_tiny",
-    "ConvNeXtTiny",
-    "ConvNeXt-Tiny: large depthwise kernels and LayerNorm",
-)
+INPUTS = "image"
+MIN_IMAGE_SIZE = 32
+CLASSES = 1000
+
+build = application("convnext_tiny", "ConvNeXtTiny", CLASSES)

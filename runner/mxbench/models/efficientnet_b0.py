@@ -2,8 +2,8 @@
 
 from mxbench.models._applications import application
 
-SPEC = application(
-    "efficientnet_b0",
-    "EfficientNetB0",
-    "EfficientNet-B0: depthwise and squeeze-excite, small channel counts",
-)
+INPUTS = "image"
+MIN_IMAGE_SIZE = 32
+CLASSES = 1000
+
+build = application("efficientnet_b0", "EfficientNetB0", CLASSES)

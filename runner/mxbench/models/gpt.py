@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mxbench.models import ModelSpec
 from mxbench.models._transformer import classifier
 
-
-def build(p: Any) -> dict[str, Any]:
-    return classifier(p, "gpt", causal=True, pool=False, units=p.vocab_size)
+INPUTS = "tokens"
 
 
-SPEC = ModelSpec(
-    name="gpt",
-    summary="a GPT-like causal transformer decoder (token inputs, next-token prediction)",
-    build=build,
-    inputs="tokens",
-)
+def build(seq_len: int, vocab_size: int) -> dict[str, Any]:
+    return classifier(seq_len, vocab_size, "gpt", causal=True, pool=False, units=vocab_size)

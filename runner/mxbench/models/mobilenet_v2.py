@@ -2,8 +2,8 @@
 
 from mxbench.models._applications import application
 
-SPEC = application(
-    "mobilenet_v2",
-    "MobileNetV2",
-    "MobileNetV2: depthwise-separable, memory-bound layers",
-)
+INPUTS = "image"
+MIN_IMAGE_SIZE = 32
+CLASSES = 1000
+
+build = application("mobilenet_v2", "MobileNetV2", CLASSES)

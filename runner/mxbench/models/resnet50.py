@@ -2,8 +2,8 @@
 
 from mxbench.models._applications import application
 
-SPEC = application(
-    "resnet50",
-    "ResNet50",
-    "ResNet-50 (keras.applications)",
-)
+INPUTS = "image"
+MIN_IMAGE_SIZE = 32
+CLASSES = 1000
+
+build = application("resnet50", "ResNet50", CLASSES)

@@ -3,24 +3,27 @@
 Four 3x3 "same" convolutions (32, 32, 64, 64; the first ``lecun_normal``), each with ReLU and
 2x2 max pooling, a 2x2 average pooling, Flatten, Dense(1) and a sigmoid (kept float32);
 binary cross-entropy, RMSprop(lr 1e-4, rho 0.9, epsilon 1e-4). The question trains it at
-224x336 (height x width): ``image_size: 224, image_width: 336``.
+224x336 (height x width): its own input, where a matrix names no ``image_size``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from mxbench.models import ModelSpec
+INPUTS = "image"
+MIN_IMAGE_SIZE = 32  # five 2x2 poolings
+IMAGE_SIZE = 224  # the question's input, height x width
+IMAGE_WIDTH = 336
+CLASSES = 2  # binary
 
 FILTERS = (32, 32, 64, 64)
 
 
-def build(p: Any) -> dict[str, Any]:
+def build(image_size: int, image_width: int) -> dict[str, Any]:
     import keras
     from keras import layers
 
-    width = p.image_width or p.image_size
-    stack: list[Any] = [keras.Input(shape=(p.image_size, width, 3))]
+    stack: list[Any] = [keras.Input(shape=(image_size, image_width, 3))]
     for i, filters in enumerate(FILTERS):
         init = "lecun_normal" if i == 0 else "glorot_uniform"
         stack += [
@@ -41,8 +44,9 @@ def build(p: Any) -> dict[str, Any]:
     }
 
 
-def forward_flops(p: Any) -> int:
-    height, width = int(p.image_size), int(p.image_width or p.image_size)
+def forward_flops(image_size: int, image_width: int) -> int:
+    """Multiply-adds x 2 of the convolutions and the Dense layer (pooling, ReLU ignored)."""
+    height, width = image_size, image_width
     channels, flops = 3, 0
     for filters in FILTERS:
         flops += 2 * height * width * 9 * channels * filters
@@ -50,13 +54,3 @@ def forward_flops(p: Any) -> int:
         height, width = height // 2, width // 2
     height, width = height // 2, width // 2
     return flops + 2 * height * width * channels
-
-
-SPEC = ModelSpec(
-    name="so-cnn",
-    summary="the Stack Overflow question's 4-convolution binary classifier (224x336 as posted)",
-    build=build,
-    min_image_size=32,  # five 2x2 poolings
-    classes=2,
-    forward_flops=forward_flops,
-)

@@ -384,13 +384,24 @@ def make(slots: Slots) -> Table:
         host=bounded(str(info.host)),
         device=device,
         image=image,
-        setup={name: getattr(info.params, name) for name in SETUP},
+        setup={name: getattr(info.params, name) for name in SETUP} | image_taken(info),
         info=info,
         entries={slot: entry(latest_run(recs)) for slot, recs in slots.items()},
         policies=sorted({p for p, _ in slots}, key=_policy_rank),
         batches=sorted({b for _, b in slots}),
         cells=slots,
     )
+
+
+def image_taken(rec: Record) -> dict[str, int | None]:
+    """``image_size`` and ``image_width`` as the model took them, where the record says
+    (``model.image_input``): a model with a fixed input shows its own, not what the cell
+    asked; nothing for a record without it (older, or a model without an image input)."""
+    took = rec.model.image_input if rec.model is not None else None
+    if not took or len(took) != 2:
+        return {}
+    height, width = took
+    return {"image_size": height, "image_width": None if width == height else width}
 
 
 def build(winners: list[Record]) -> list[Table]:
