@@ -34,6 +34,7 @@ import msgspec
 
 from mxbench import stats, summary
 from mxbench.params import BASELINE, SYNTHETIC, Params
+from mxbench.report.tables import image_taken
 from mxbench.results import Record
 
 DASH = "–"
@@ -79,7 +80,11 @@ def _group_key(r: Record) -> tuple[str, bytes]:
 
 def _title(r: Record) -> str:
     p = r.params
-    size = f"{p.image_size}x{p.image_width or p.image_size}"
+    took = image_taken(r)  # the input the model took, where the record says
+    height, width = (
+        (took["image_size"], took["image_width"]) if took else (p.image_size, p.image_width)
+    )
+    size = f"{height}x{width or height}"
     device = r.device.name or r.host or "?"
     return (
         f"{p.model} on {Path(p.data).name or p.data} at {size}, batch {p.batch_size}, "
