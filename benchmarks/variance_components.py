@@ -66,11 +66,15 @@ def main() -> None:
         s2_b = max(0.0, s2_means - s2_w / n) if k > 1 else float("nan")
         c_proc, c_round = statistics.fmean(fixed[key]), statistics.fmean(rounds_s[key])
         mu = statistics.fmean(means)
-        print(f"\n{key[0]} bs={key[1]} {key[2]}: {k} processes, {n:.0f} rounds each, "
-              f"speedup {math.exp(mu):.3f}")  # fmt: skip
-        print(f"  log ratio variance: rounds sigma_w^2 {s2_w:.5f} (sd {math.sqrt(s2_w):.3f}); "
-              f"processes sigma_b^2 {s2_b:.5f} (sd {math.sqrt(s2_b):.3f}); "
-              f"the process means' own {s2_means:.5f}")  # fmt: skip
+        print(
+            f"\n{key[0]} bs={key[1]} {key[2]}: {k} processes, {n:.0f} rounds each, "
+            f"speedup {math.exp(mu):.3f}"
+        )
+        print(
+            f"  log ratio variance: rounds sigma_w^2 {s2_w:.5f} (sd {math.sqrt(s2_w):.3f}); "
+            f"processes sigma_b^2 {s2_b:.5f} (sd {math.sqrt(s2_b):.3f}); "
+            f"the process means' own {s2_means:.5f}"
+        )
         print(f"  cost: {c_proc:.1f} s a process besides its windows, {c_round:.2f} s a round")
         if not s2_b > 0:
             print("  processes agree within their rounds: n_opt unbounded (fewer, longer)")
@@ -78,14 +82,16 @@ def main() -> None:
         n_opt = math.sqrt(c_proc / c_round * s2_w / s2_b)
         per_mean = s2_b + s2_w / n
         clear = next(
-            (j for j in range(2, 41)
-             if abs(mu) > student.ppf(q, j - 1) * math.sqrt(per_mean / j)),
+            (j for j in range(2, 41) if abs(mu) > student.ppf(q, j - 1) * math.sqrt(per_mean / j)),
             None,
-        )  # fmt: skip
+        )
         wall = clear * (c_proc + n * c_round) if clear else None
-        print(f"  n_opt {n_opt:.1f} rounds a process; k_clear {clear} processes "
-              f"(at {n:.0f} rounds: {wall:.0f} s of processes)" if clear else
-              f"  n_opt {n_opt:.1f}; no clear verdict within 40 processes")  # fmt: skip
+        print(
+            f"  n_opt {n_opt:.1f} rounds a process; k_clear {clear} processes "
+            f"(at {n:.0f} rounds: {wall:.0f} s of processes)"
+            if clear
+            else f"  n_opt {n_opt:.1f}; no clear verdict within 40 processes"
+        )
 
 
 if __name__ == "__main__":

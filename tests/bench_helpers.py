@@ -87,7 +87,9 @@ def shared_bench(*args: str) -> BenchRun:
         atexit.register(shutil.rmtree, keep, True)
         env = {**os.environ, "MXBENCH_PROFILE_DIR": keep}
         if "jax" in args:  # XLA's own dump of the compiled step, for profile_count's reading
-            env["XLA_FLAGS"] = (f"--xla_dump_to={keep}/xla --xla_dump_hlo_as_text "
-                                "--xla_dump_hlo_module_re=jit_train_step")  # fmt: skip
+            env["XLA_FLAGS"] = (
+                f"--xla_dump_to={keep}/xla --xla_dump_hlo_as_text "
+                "--xla_dump_hlo_module_re=jit_train_step"
+            )
         _SHARED[args] = run_bench(*args, env=env)
     return _SHARED[args]

@@ -37,6 +37,7 @@ class Count:
     ops_s: float  # the operations' own times, summed over threads
     busy_s: float  # the union of the operations' intervals
     conv_s: float  # the convolutions' and matmuls' own times
+    thread_busy_s: float  # each thread's union of its operations' intervals, summed
 
 
 def count(slices: list[Slice]) -> Count:
@@ -57,17 +58,25 @@ def count(slices: list[Slice]) -> Count:
                 inner = max(open_, key=lambda i: (slices[i].start, -slices[i].end))
                 own[inner] += hi - lo
     ops = [i for i, s in enumerate(slices) if s.op]
+    threads = {slices[i].thread for i in ops}
+    return Count(
+        ops_s=sum(own[i] for i in ops),
+        busy_s=_union([slices[i] for i in ops]),
+        conv_s=sum(own[i] for i in ops if slices[i].conv),
+        thread_busy_s=sum(
+            _union([slices[i] for i in ops if slices[i].thread == t]) for t in threads
+        ),
+    )
+
+
+def _union(spans: list[Slice]) -> float:
+    """The time covered by at least one of ``spans``."""
     busy, reach = 0.0, float("-inf")
-    for i in sorted(ops, key=lambda i: slices[i].start):
-        s = slices[i]
+    for s in sorted(spans, key=lambda s: s.start):
         if s.end > reach:
             busy += s.end - max(s.start, reach)
             reach = s.end
-    return Count(
-        ops_s=sum(own[i] for i in ops),
-        busy_s=busy,
-        conv_s=sum(own[i] for i in ops if slices[i].conv),
-    )
+    return busy
 
 
 def _one(trace_dir: Path, pattern: str) -> Path:
@@ -118,8 +127,10 @@ def _library_convs(trace_dir: Path) -> set[str]:
     convs = set()
     for path in sorted((trace_dir / "xla").glob("*jit_train_step*after_optimizations.txt")):
         text = path.read_text()
-        bodies = {m.group(1): m.group(2) for m in re.finditer(
-            r"^%(\S+) \([^\n]*\{\n(.*?)^\}", text, re.MULTILINE | re.DOTALL)}  # fmt: skip
+        bodies = {
+            m.group(1): m.group(2)
+            for m in re.finditer(r"^%(\S+) \([^\n]*\{\n(.*?)^\}", text, re.MULTILINE | re.DOTALL)
+        }
         for name, callee in re.findall(r"%([xy]nn_fusion[.\d]*) = .*?calls=%(\S+?),", text):
             if re.search(r"= \S+ (convolution|dot)\(", bodies.get(callee, "")):
                 convs.add(name)
@@ -132,9 +143,16 @@ def jax(trace_dir: Path) -> Count:
     for e in _chrome(_one(trace_dir, "*.trace.json.gz")):
         hlo = str((e.get("args") or {}).get("hlo_op", ""))
         start = float(e["ts"]) / 1e6
-        slices.append(Slice(str(e["name"]), start, start + float(e["dur"]) / 1e6,
-                            f"{e['pid']}/{e['tid']}", op=bool(hlo),
-                            conv=bool(_XLA_CONV.match(hlo)) or hlo in library))  # fmt: skip
+        slices.append(
+            Slice(
+                str(e["name"]),
+                start,
+                start + float(e["dur"]) / 1e6,
+                f"{e['pid']}/{e['tid']}",
+                op=bool(hlo),
+                conv=bool(_XLA_CONV.match(hlo)) or hlo in library,
+            )
+        )
     return count(slices)
 
 

@@ -157,8 +157,20 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str], needle: str) -> Non
 
 
 def test_so_cnn_alone_runs_the_questions_224_by_336() -> None:
-    run = run_bench("--model", "so-cnn", "--batch-size", "2", "--warmup-steps", "0", "--steps",
-                    "1", "--profile", "off", "--check", "off")  # fmt: skip
+    run = run_bench(
+        "--model",
+        "so-cnn",
+        "--batch-size",
+        "2",
+        "--warmup-steps",
+        "0",
+        "--steps",
+        "1",
+        "--profile",
+        "off",
+        "--check",
+        "off",
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     rec = run.record
     assert rec["status"] == "ok", rec["error"]

@@ -120,8 +120,9 @@ def _measure_paired(
         rec.settings.matmul_precision = recs[0].settings.matmul_precision
     state.initial = [convergence.Initial(a.model) if runs_check(a.p) else None for a in arms]
     state.phases.mark("check")
-    plan = paired.Plan(warmup=max(1, ps[0].warmup_steps), max_steps=ps[0].steps,
-                       timed_s=ps[0].timed_s)  # fmt: skip
+    plan = paired.Plan(
+        warmup=max(1, ps[0].warmup_steps), max_steps=ps[0].steps, timed_s=ps[0].timed_s
+    )
     out, fit_s = _windows(arms, plan, state)
     first_window = min(w.start for log_ in out.logs for w in log_.windows)
     group = f"{os.getpid()}-{time.time_ns():x}"
@@ -134,8 +135,10 @@ def _measure_paired(
         batch = (arm.x, arm.y) if arm.x is not None else arm.ds
         found = convergence.skipped(arm.model, plan.warmup + steps)
         state.checks.append(CheckInputs(found, arm.model, init, batch) if init else None)
-    state.spans = {a.p.policy: [(w.start, w.end) for w in lg.windows]
-                   for a, lg in zip(arms, out.logs, strict=True)}  # fmt: skip
+    state.spans = {
+        a.p.policy: [(w.start, w.end) for w in lg.windows]
+        for a, lg in zip(arms, out.logs, strict=True)
+    }
     state.timed_window = (first_window, max(w.end for lg in out.logs for w in lg.windows))
     phases = state.phases
     phases.out.update(totals)
@@ -178,9 +181,14 @@ def _windows(arms: list[Arm], plan: paired.Plan, state: CellState) -> tuple[pair
 
 
 def _fill_arm(
-    arm: Arm, rec: Record, log_: paired.ArmLog, plan: paired.Plan, started_at: float,
-    import_s: float, totals: dict[str, float],
-) -> int:  # fmt: skip
+    arm: Arm,
+    rec: Record,
+    log_: paired.ArmLog,
+    plan: paired.Plan,
+    started_at: float,
+    import_s: float,
+    totals: dict[str, float],
+) -> int:
     """One arm's metrics from its windows (``totals``: the process's timed, first-step and
     warm-up seconds, added to); the number of timed steps."""
     q, model, windows = arm.p, arm.model, log_.windows
@@ -221,9 +229,13 @@ def _fill_arm(
 
 
 def _pairing(
-    arms: list[Arm], out: paired.Outcome, i: int, first_window: float, group: str,
+    arms: list[Arm],
+    out: paired.Outcome,
+    i: int,
+    first_window: float,
+    group: str,
     overall: Interference,
-) -> Pairing:  # fmt: skip
+) -> Pairing:
     """Arm ``i``'s pairing: its windows, and its ratios to the base arm's adjacent windows
     (none for the base arm itself; an A/A check's second arm has the base's policy)."""
     base_ms = {w.round: (w.end - w.start) / w.steps for w in out.logs[0].windows}

@@ -240,8 +240,12 @@ def _name_library_fusions(ops: list[Op], model: Any, ds: Any) -> list[Op]:
 
     try:
         batch = ds[0] if hasattr(ds, "__getitem__") else next(iter(ds))
-        state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
-                                     optimizer_variables=True, metrics_variables=True)  # fmt: skip
+        state = model._get_jax_state(
+            trainable_variables=True,
+            non_trainable_variables=True,
+            optimizer_variables=True,
+            metrics_variables=True,
+        )
         step = jax.jit(model.train_step, donate_argnums=0).lower(state, batch).compile()
         made_of = library_fusions(step.as_text())
     except Exception as exc:  # the names stay as the profiler gave them ("other")

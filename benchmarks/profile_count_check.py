@@ -1,0 +1,81 @@
+"""The profiled window's breakdown against an independent count of its raw trace, per
+backend x model x policy (issue 34's check, on models the test suite does not run).
+
+Each cell runs ``mxbench bench --profile on`` in a fresh process with its raw trace kept
+(``MXBENCH_PROFILE_DIR``; for JAX also XLA's text dump of the compiled step), then
+tests/profile_count.py (another reader, another rule for what an operation is, another
+own-time algorithm) counts the trace. Printed per cell, in ms per step:
+
+- step: the profiled window's wall-clock step; busy: the record's step less host_gap;
+- ops: the record's operations' own times and the count's; thread-busy: the count's time
+  each thread was busy, summed (own times add up to it when no wrapper is counted);
+  union: the time at least one operation ran; side by side = ops / union (2 threads
+  running ops at once: 2.0);
+- conv: conv/matmul's share of the busy time (record) and of the operations (count);
+  other: the record's "other" as a share of the step.
+
+    python benchmarks/profile_count_check.py [--backend tensorflow jax torch]
+        [--model blog-cnn resnet50] [--policy float32 mixed_bfloat16] [--image-size 64]
+        [--batch-size 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import profile_count
+
+
+def cell(args: argparse.Namespace, backend: str, model: str, policy: str) -> str:
+    keep = tempfile.mkdtemp(prefix="mxbench-profile-check-")
+    env = {**os.environ, "MXBENCH_PROFILE_DIR": keep}
+    if backend == "jax":
+        env["XLA_FLAGS"] = (f"--xla_dump_to={keep}/xla --xla_dump_hlo_as_text "
+                            "--xla_dump_hlo_module_re=jit_train_step")  # fmt: skip
+    argv = [sys.executable, "-m", "mxbench", "bench", "--backend", backend, "--model", model,
+            "--policy", policy, "--image-size", str(args.image_size), "--batch-size",
+            str(args.batch_size), "--steps", "4", "--warmup-steps", "2",
+            "--check", "off"]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        return f"{backend} {model} {policy}: no record ({out.stderr.strip()[-300:]})"
+    prof = json.loads(lines[-1]).get("profile") or {}
+    if not prof or prof.get("error"):
+        return f"{backend} {model} {policy}: no profile ({prof.get('error')})"
+    n, step, bd = prof["steps"], prof["step_ms"], prof["breakdown_ms"]
+    busy = step - bd["host_gap"]
+    c = profile_count.COUNTERS[backend](Path(keep))
+    ms = 1000 / n
+    return (
+        f"{backend:10} {model:9} {policy:14} step {step:8.1f}  busy {busy:8.1f}  "
+        f"ops {prof['ops_ms']:8.1f} / count {c.ops_s * ms:8.1f}  "
+        f"thread-busy {c.thread_busy_s * ms:8.1f}  union {c.busy_s * ms:8.1f}  "
+        f"side by side {c.ops_s / c.busy_s:4.2f}  conv {bd['conv_matmul'] / busy:4.0%} / "
+        f"{c.conv_s / c.ops_s:4.0%}  other {bd['other'] / step:4.0%}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", nargs="+", default=["tensorflow", "jax", "torch"])
+    ap.add_argument("--model", nargs="+", default=["blog-cnn", "resnet50"])
+    ap.add_argument("--policy", nargs="+", default=["float32", "mixed_bfloat16"])
+    ap.add_argument("--image-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=8)
+    args = ap.parse_args()
+    for model in args.model:
+        for backend in args.backend:
+            for policy in args.policy:
+                print(cell(args, backend, model, policy), flush=True)
+
+
+if __name__ == "__main__":
+    main()
