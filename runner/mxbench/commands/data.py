@@ -4,7 +4,7 @@
 that ship inside scikit-learn) as ``DIR/train/<digit>/*.png`` and ``DIR/val/<digit>/*.png``
 (``--split test``: the Stack Overflow question's ``test/``): a dataset for training runs
 (``benchmark.epochs``) and the synthetic-vs-real input A/B on a machine that cannot download
-Imagenette. Imagenette itself (README: "Real data") has the same layout.
+Imagenette. Imagenette itself (docs/training.md: "Real data") has the same layout.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def digits(
     (`pip install 'mxbench[data]'`).
 
     Then e.g. `benchmark: {data: DIR, image_size: 32, epochs: 20, target: 0.9, repeats: 3}`
-    trains each policy to 90% validation accuracy from 3 seeds (README: "Training runs").
+    trains each policy to 90% validation accuracy from 3 seeds (docs/training.md).
     """
     from mxbench.bench.data import VALIDATION, write_digits
 
