@@ -197,9 +197,11 @@ def overhead_bound(t: Table) -> str | None:
 
 def _model(t: Table) -> ModelInfo | None:
     """The model facts the table's records carry (the heading record's, else any)."""
-    found = [r.model for e in t.entries.values() for r in e.records if r.model is not None]
     best = t.info.model if t.info.model is not None and t.info.model.parameters else None
-    return best or next((m for m in found if m.parameters is not None), None)
+    if best is not None or "model" not in t.carries:
+        return best
+    found = [r.model for e in t.entries.values() for r in e.records if r.model is not None]
+    return next((m for m in found if m.parameters is not None), None)
 
 
 def _dims(found: list[OffMultipleOf8], most: int = 6) -> str:
@@ -229,6 +231,8 @@ def dims_not_multiple_of_8(t: Table) -> str | None:
 
 def float16_output(t: Table) -> str | None:
     """A mixed policy whose model output stayed 16-bit: the loss is computed in 16 bits."""
+    if "model" not in t.carries:
+        return None
     bad = sorted(
         {
             f"{policy} ({r.model.output_dtype})"
@@ -266,6 +270,8 @@ def memory_bound(t: Table) -> str | None:
 
 def model_warnings(t: Table) -> str | None:
     """What the bench noticed about a model that mixed precision cares about."""
+    if "model" not in t.carries:
+        return None
     said = list(
         dict.fromkeys(
             w
@@ -482,7 +488,7 @@ def machine_in_use(t: Table) -> str | None:
     if "pairing" not in t.carries:
         return None  # no paired windows measured anything
     said = []
-    for (policy, batch), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (policy, batch), e in t.by_batch:
         found = busy(e.records) if policy != BASELINE else None
         if found is None or not found.busy:
             continue

@@ -221,7 +221,7 @@ def failures(t: Table) -> list[str]:
     """One line per slot that did not run, and per repeat that failed in a slot that did:
     its status, and the last line of its latest attempt's error when it has one."""
     out = []
-    for (p, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (p, b), e in t.by_batch:
         if e.status != "ok":
             out.append(_failure(f"batch {b} {p}", e.status, e.records[-1].error))
             continue

@@ -52,18 +52,24 @@ def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEX
         rows = [[escape(c, limit) for c in row] for row in rows]
         every = " ".join([*headers, *(c for row in rows for c in row)])
     columns: list[tuple[str, ...]] = list(zip(*rows, strict=True)) if rows else [()] * len(headers)
-    align = [
-        "right"
-        if any(_numeric(c) for c in col)
-        and all(_numeric(c) or c in _NOT_A_NUMBER for c in col if c)
-        else "left"
-        for col in columns
-    ]
+    align = [_align(col) for col in columns]
     if rows and headers and len(rows[0]) == len(headers) and not _wide(every):
         return _pipe(headers, columns, align)
     from tabulate import tabulate
 
     return str(tabulate(rows, headers, tablefmt="pipe", disable_numparse=True, colalign=align))
+
+
+def _align(column: tuple[str, ...]) -> str:
+    """``right`` for a column of numbers (a gap, a status or a dash among them), else
+    ``left``."""
+    numeric = False
+    for cell in column:
+        if _numeric(cell):
+            numeric = True
+        elif cell and cell not in _NOT_A_NUMBER:
+            return "left"
+    return "right" if numeric else "left"
 
 
 def _plain(every: str, longest: int, limit: int | None) -> bool:
@@ -89,23 +95,22 @@ def _wide(every: str) -> bool:
 def _pipe(headers: list[str], columns: list[tuple[str, ...]], align: list[str]) -> str:
     """tabulate's pipe table of escaped one-line cells (no control characters), each column
     aligned ``left`` or ``right``: cells stripped, a column as wide as its widest cell and
-    at least its header plus two, one space either side."""
-    cols: list[list[str]] = []
-    heads: list[str] = []
+    at least its header plus two, one space either side. One format string pads a whole
+    row (a cell is an argument, never part of the format)."""
+    stripped = [[c.strip() for c in column] for column in columns]
+    fields: list[str] = []
     rules: list[str] = []
-    for head, column, how in zip(headers, columns, align, strict=True):
-        cells = [c.strip() for c in column]
+    for head, cells, how in zip(headers, stripped, align, strict=True):
         width = max(len(head) + 2, *map(len, cells))
         if how == "right":
-            cols.append([c.rjust(width) for c in cells])
-            heads.append(head.rjust(width))
+            fields.append(f"{{:>{width}}}")
             rules.append("-" * (width + 1) + ":")
         else:
-            cols.append([c.ljust(width) for c in cells])
-            heads.append(head.ljust(width))
+            fields.append(f"{{:<{width}}}")
             rules.append(":" + "-" * (width + 1))
-    lines = ["| " + " | ".join(heads) + " |", "|" + "|".join(rules) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in zip(*cols, strict=True)]
+    line = ("| " + " | ".join(fields) + " |").format
+    lines = [line(*headers), "|" + "|".join(rules) + "|"]
+    lines += [line(*row) for row in zip(*stripped, strict=True)]
     return "\n".join(lines)
 
 
