@@ -535,9 +535,28 @@ RULES: tuple[Callable[[Table], str | None], ...] = (
 )
 
 
+# Rules that speak of one kind of device only (each checks it too): not tried on a table of
+# another kind (a fleet's tables are mostly of one kind; a minimal record's of none).
+GPU_ONLY = frozenset({no_fp16_tensor_cores, no_bf16_tensor_cores, tf32_baseline,
+                      tensor_core_kernels, dims_not_multiple_of_8, batch_not_multiple_of_8,
+                      achieved_vs_peak})  # fmt: skip
+CPU_ONLY = frozenset({float16_emulated_on_cpu, bf16_on_cpu, cpu_kernels})
+
+
+def _rules(kind: str | None) -> tuple[Callable[[Table], str | None], ...]:
+    return tuple(
+        r
+        for r in RULES
+        if (r not in GPU_ONLY or kind == "gpu") and (r not in CPU_ONLY or kind == "cpu")
+    )
+
+
+_BY_KIND = {kind: _rules(kind) for kind in ("gpu", "cpu", None)}  # any other kind: None's
+
+
 def diagnose(t: Table) -> list[Note]:
     notes = []
-    for rule in RULES:
+    for rule in _BY_KIND.get(t.device.kind, _BY_KIND[None]):
         text = rule(t)
         if text:
             notes.append(Note(rule.__name__, text))
