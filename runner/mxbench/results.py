@@ -541,10 +541,10 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
         """Why this record cannot stand for a cell in a table, or None when it can."""
         if self.schema != SCHEMA:
             return unknown_schema(self.schema)
+        if self.cell and self.host:
+            return None  # every record read (this runs once per line)
         missing = [k for k in ("cell", "host") if not getattr(self, k)]
-        if missing:
-            return f"missing contract field(s): {', '.join(missing)}"
-        return None
+        return f"missing contract field(s): {', '.join(missing)}"
 
     @property
     def step(self) -> StepStats | None:

@@ -120,7 +120,7 @@ def read_lines(path: Path, bad: list[BadLine]) -> Iterator[tuple[int, bytes]]:
                 continue
             if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
                 line = line[3:]  # a byte-order mark (a file saved by a Windows editor)
-            if line.strip():
+            if line and not line.isspace():  # not blank (no copy of the line made)
                 yield lineno, line
 
 

@@ -7,6 +7,7 @@ figures (TFLOP/s) and only listed where the figure is well known.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -100,8 +101,14 @@ PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
 )
 
 
+@functools.cache
+def _fragment(fragment: str) -> re.Pattern[str]:
+    """A name fragment as a whole word (compiled once per fragment, not per name)."""
+    return re.compile(rf"(?<![a-z0-9]){re.escape(fragment)}(?![a-z0-9])")
+
+
 def _name_match(name: str, fragment: str) -> bool:
-    return re.search(rf"(?<![a-z0-9]){re.escape(fragment)}(?![a-z0-9])", name.lower()) is not None
+    return _fragment(fragment).search(name.lower()) is not None
 
 
 def cc_from_name(name: str | None) -> str | None:

@@ -197,9 +197,11 @@ def overhead_bound(t: Table) -> str | None:
 
 def _model(t: Table) -> ModelInfo | None:
     """The model facts the table's records carry (the heading record's, else any)."""
-    found = [r.model for e in t.entries.values() for r in e.records if r.model is not None]
     best = t.info.model if t.info.model is not None and t.info.model.parameters else None
-    return best or next((m for m in found if m.parameters is not None), None)
+    if best is not None or "model" not in t.carries:
+        return best
+    found = [r.model for e in t.entries.values() for r in e.records if r.model is not None]
+    return next((m for m in found if m.parameters is not None), None)
 
 
 def _dims(found: list[OffMultipleOf8], most: int = 6) -> str:
@@ -229,6 +231,8 @@ def dims_not_multiple_of_8(t: Table) -> str | None:
 
 def float16_output(t: Table) -> str | None:
     """A mixed policy whose model output stayed 16-bit: the loss is computed in 16 bits."""
+    if "model" not in t.carries:
+        return None
     bad = sorted(
         {
             f"{policy} ({r.model.output_dtype})"
@@ -266,6 +270,8 @@ def memory_bound(t: Table) -> str | None:
 
 def model_warnings(t: Table) -> str | None:
     """What the bench noticed about a model that mixed precision cares about."""
+    if "model" not in t.carries:
+        return None
     said = list(
         dict.fromkeys(
             w
@@ -482,7 +488,7 @@ def machine_in_use(t: Table) -> str | None:
     if "pairing" not in t.carries:
         return None  # no paired windows measured anything
     said = []
-    for (policy, batch), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (policy, batch), e in t.by_batch:
         found = busy(e.records) if policy != BASELINE else None
         if found is None or not found.busy:
             continue
@@ -529,9 +535,28 @@ RULES: tuple[Callable[[Table], str | None], ...] = (
 )
 
 
+# Rules that speak of one kind of device only (each checks it too): not tried on a table of
+# another kind (a fleet's tables are mostly of one kind; a minimal record's of none).
+GPU_ONLY = frozenset({no_fp16_tensor_cores, no_bf16_tensor_cores, tf32_baseline,
+                      tensor_core_kernels, dims_not_multiple_of_8, batch_not_multiple_of_8,
+                      achieved_vs_peak})  # fmt: skip
+CPU_ONLY = frozenset({float16_emulated_on_cpu, bf16_on_cpu, cpu_kernels})
+
+
+def _rules(kind: str | None) -> tuple[Callable[[Table], str | None], ...]:
+    return tuple(
+        r
+        for r in RULES
+        if (r not in GPU_ONLY or kind == "gpu") and (r not in CPU_ONLY or kind == "cpu")
+    )
+
+
+_BY_KIND = {kind: _rules(kind) for kind in ("gpu", "cpu", None)}  # any other kind: None's
+
+
 def diagnose(t: Table) -> list[Note]:
     notes = []
-    for rule in RULES:
+    for rule in _BY_KIND.get(t.device.kind, _BY_KIND[None]):
         text = rule(t)
         if text:
             notes.append(Note(rule.__name__, text))

@@ -174,6 +174,7 @@ class Document:
         return fanout.fan_out(lambda i: render(makers[i]()), len(makers))
 
 
+_NOT_MEASURED = GridCell("", "none", "")  # one for every empty cell of the grids (immutable)
 Texts = dict[int, dict[tuple[str, int], str]]  # id(table) -> its text.speedup_texts
 
 
@@ -190,10 +191,13 @@ def verdict(t: Table, policy: str, batch: int, texts: Texts | None = None) -> Gr
             return GridCell(stats.figure(r.value), _FROM_STATS[r.verdict], detail)
         direction = "faster" if r.value > 1 else "slower" if r.value < 1 else "same"
         return GridCell(stats.figure(r.value), f"point-{direction}", detail)  # type: ignore[arg-type]
-    sides = [(p, e) for p in (BASELINE, policy) if (e := t.entries.get((p, batch))) is not None]
-    failed = [(p, e.status) for p, e in sides if e.status != "ok"]
+    failed = [
+        (p, e.status)
+        for p in (BASELINE, policy)
+        if (e := t.entries.get((p, batch))) is not None and e.status != "ok"
+    ]
     if not failed:
-        return GridCell("", "none", "")
+        return _NOT_MEASURED
     who = ", ".join(f"{p} {text.STATUS_TEXT.get(s, s)}" for p, s in failed)
     if any(s == "oom" for _, s in failed):
         return GridCell("OOM", "oom", who)
@@ -221,7 +225,7 @@ def failures(t: Table) -> list[str]:
     """One line per slot that did not run, and per repeat that failed in a slot that did:
     its status, and the last line of its latest attempt's error when it has one."""
     out = []
-    for (p, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (p, b), e in t.by_batch:
         if e.status != "ok":
             out.append(_failure(f"batch {b} {p}", e.status, e.records[-1].error))
             continue

@@ -55,9 +55,12 @@ def _lean_pairing(pair: Pairing | None) -> Pairing | None:
 
 
 def _nested(run: dict[str, Any]) -> bool:
-    """Whether the free-form ``run`` part nests deeper than a record may (most are flat)."""
-    flat = all(type(v) not in (dict, list) for v in run.values())
-    return not flat and codec._depth(run) > codec.MAX_DEPTH
+    """Whether the free-form ``run`` part nests deeper than a record may (most are flat:
+    measured only when a value is a dict or a list)."""
+    for v in run.values():
+        if type(v) in (dict, list):
+            return codec._depth(run) > codec.MAX_DEPTH
+    return False
 
 
 class Reader:

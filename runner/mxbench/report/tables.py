@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -190,10 +189,11 @@ class Table:
 
     @cached_property
     def carries(self) -> frozenset[str]:
-        """Which optional parts (``profile``, ``pairing``, ``convergence``, a ``repeats:
-        auto`` run's ``auto_repeats``) any record of its entries has: a diagnosis rule (or
-        a heading line) whose evidence no record carries has nothing to say, and is not
-        walked (most tables carry none)."""
+        """Which optional parts (``profile``, ``pairing``, ``convergence``, ``model``, a
+        ``repeats: auto`` run's ``auto_repeats``, an ``energy`` figure, a ``cost`` per hour)
+        any record of its entries has: a diagnosis rule, a column or a heading line whose
+        evidence no record carries has nothing to say, and is not walked (most tables carry
+        none)."""
         found = set()
         for e in self.entries.values():
             for r in e.records:
@@ -203,16 +203,25 @@ class Table:
                     found.add("pairing")
                 if r.convergence is not None:
                     found.add("convergence")
+                if r.model is not None:
+                    found.add("model")
                 if r.run.get("auto_repeats"):
                     found.add("auto_repeats")
+                if r.metrics.energy_j_per_image:
+                    found.add("energy")
+                if r.cost_per_hour:
+                    found.add("cost")
         return frozenset(found)
 
     @cached_property
     def labels(self) -> dict[str, int]:
         """Run label (bounded) -> how many of the table's cells it measured, most first."""
-        counts = Counter(
-            e.records[0].label for e in self.entries.values() if e.records and e.records[0].label
-        )
+        counts: dict[str, int] = {}  # a plain dict: a Counter's set-up was most of it
+        for e in self.entries.values():
+            if e.records and (label := e.records[0].label):
+                counts[label] = counts.get(label, 0) + 1
+        if not counts:
+            return {}  # most tables: no run was labelled
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         return {bounded(label): n for label, n in ranked}
 

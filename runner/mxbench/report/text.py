@@ -74,6 +74,8 @@ def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
 def across(t: Table, slot: tuple[str, int]) -> str:
     """`` (float32 of run old, mixed_float16 of run new)`` where a speedup pairs cells of
     two runs (labels); else nothing."""
+    if not t.mixes_runs:
+        return ""  # every slot of one run
     base, other = t.entries.get((BASELINE, slot[1])), t.entries.get(slot)
     if base is None or other is None or base.run == other.run:
         return ""
@@ -108,16 +110,17 @@ def table_rows(
         for p in t.policies:
             e = t.entries.get((p, b))
             rate = e.images_per_s(b) if e is not None else None
-            row += [_with_loss(t, p, b), "" if rate is None else stats.figure(rate, 0)]
+            row += [_with_loss(t, (p, b), e), "" if rate is None else stats.figure(rate, 0)]
         row += [texts.get((p, b), "") for p in t.reduced]
         row += [convergence.cell(t.entries.get((p, b))) for p in checked]
         rows.append(row)
     return headers, rows
 
 
-def _with_loss(t: Table, policy: str, batch: int) -> str:
-    text = cell_text(t.entries.get((policy, batch))) + run_mark(t, (policy, batch))
-    return text if t.trusted((policy, batch)) else f"{text} loss diverged"
+def _with_loss(t: Table, slot: tuple[str, int], e: Entry | None) -> str:
+    """A slot's cell (``e``: its entry), marked with its run when the table mixes runs."""
+    text = cell_text(e) + run_mark(t, slot) if t.mixes_runs else cell_text(e)
+    return text if t.trusted(slot) else f"{text} loss diverged"
 
 
 def interval_note(t: Table) -> str | None:

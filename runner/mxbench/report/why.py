@@ -51,8 +51,10 @@ def profile_of(records: list[Record]) -> Profile | None:
 def failures(t: Table) -> list[str]:
     """One line per cell whose profiled window failed (``profile.error``): where, and why.
     Its timed figures stand; its slot has no breakdown unless another repeat's worked."""
+    if "profile" not in t.carries:
+        return []  # no record was profiled
     out = []
-    for (policy, b), e in sorted(t.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (policy, b), e in t.by_batch:
         for r in e.records:
             p = r.profile
             if r.status != "ok" or p is None or not p.error:
@@ -78,6 +80,8 @@ def kernels_text(p: Profile) -> str:
 
 def bars(t: Table) -> list[Bar]:
     """Per batch size, float32 then each policy, where the slot has a profile."""
+    if "profile" not in t.carries:
+        return []  # no record was profiled
     out = []
     for b in t.batches:
         for policy in t.policies:
@@ -166,11 +170,10 @@ def energy_sources(records: list[Record]) -> str:
 def add_columns(t: Table, headers: list[str], rows: list[list[str]]) -> None:
     """Per policy a J/image and a cost-per-million-images column, where any record of the
     table has them (tables without stay as they were)."""
-    every = [r for e in t.entries.values() for r in e.records]
-    energy = any(r.metrics.energy_j_per_image for r in every)
-    cost = any(r.cost_per_hour for r in every)
+    energy, cost = "energy" in t.carries, "cost" in t.carries
     if not energy and not cost:
         return
+    every = [r for e in t.entries.values() for r in e.records]
     joules = f" ({energy_sources(every)})" if energy else ""
     rates = sorted({r.cost_per_hour for r in every if r.cost_per_hour})
     dollars = f" (at {', '.join(f'${x:g}' for x in rates)}/h)" if cost else ""
