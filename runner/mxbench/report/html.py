@@ -213,9 +213,7 @@ def training_section(
     esc = escape
     out: list[str] = []
     if shares:
-        out.append(
-            '<section id="input"><h2>Input pipeline and host overhead: A/B at the same batch</h2>'
-        )
+        out.append(f'<section id="input"><h2>{training.AB_TITLE}</h2>')
         out += ['<ul class="notes">', *(f"<li>{esc(s)}</li>" for s in shares), "</ul></section>"]
     for i, s in enumerate(sections_):
         out.append(f'<section id="training-{i + 1}"><h2>Training run: {esc(s.title)}</h2>')

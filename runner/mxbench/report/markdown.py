@@ -188,7 +188,7 @@ def grid(g: Grid) -> str:
 def training_section(sections_: Sequence[training.Section], shares: Sequence[str]) -> list[str]:
     out: list[str] = []
     if shares:
-        out += ["## Input pipeline and host overhead: A/B at the same batch", ""]
+        out += [f"## {training.AB_TITLE}", ""]
         out += [f"- {escape(s, limit=None)}" for s in shares] + [""]
     for s in sections_:
         out += [f"## Training run: {escape(s.title)}", "", table(s.headers, s.rows), ""]

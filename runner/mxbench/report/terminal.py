@@ -90,7 +90,7 @@ def training_renderables(
 ) -> Iterable[Any]:
     """The training section's rendering (rich)."""
     if shares:
-        yield Rule("Input pipeline and host overhead: A/B at the same batch", align="left")
+        yield Rule(training.AB_TITLE, align="left")
         yield from (plain(f"- {s}") for s in shares)
     for s in sections_:
         yield Rule(plain(f"Training run: {s.title}"), align="left")

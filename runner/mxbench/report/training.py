@@ -388,6 +388,10 @@ def input_shares(records: Iterable[Record]) -> list[str]:
     return out
 
 
+# The heading every format gives :func:`shares`' sentences.
+AB_TITLE = "Input pipeline, host overhead and loss scaling: A/B at the same batch"
+
+
 def shares(records: Sequence[Record]) -> list[str]:
     """Every one-parameter A/B the records hold: input pipeline, host overhead, loss
     scaling."""
