@@ -194,6 +194,20 @@ def test_tables_that_differ_only_in_a_setup_parameter_are_told_apart(tmp_path: P
     assert "## h · Tesla V100-SXM2-16GB · image_size 128" in markdown.render(doc)
 
 
+def test_a_fixed_input_model_asked_for_two_sizes_is_told_apart(tmp_path: Path) -> None:
+    """A model whose input is fixed at 40x48 takes that input whatever image_size its cells
+    ask for: two tables that differ only in what was asked still read differently."""
+    recs = _setups("image_size", (64, 128))
+    for r in recs:
+        r["model"] = {"name": "blog-cnn", "image_input": [40, 48]}
+    doc = _doc(tmp_path / "h.jsonl", recs)
+    assert sorted(row.title for row in doc.grids[0].rows) == [
+        "h · Tesla V100-SXM2-16GB · image_size 128 asked, 40 taken",
+        "h · Tesla V100-SXM2-16GB · image_size 64 asked, 40 taken",
+    ]
+    assert "image_size 40 · image_width 48" in markdown.render(doc)  # the setup line
+
+
 def test_with_several_models_every_table_names_its_model(tmp_path: Path) -> None:
     """A zoo run: the default model's table names it too, not a bare host and device
     among rows that each name their model."""

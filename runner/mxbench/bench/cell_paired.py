@@ -127,9 +127,10 @@ def _measure_paired(
     first_window = min(w.start for log_ in out.logs for w in log_.windows)
     group = f"{os.getpid()}-{time.time_ns():x}"
     overall = _overall([w.interference for log_ in out.logs for w in log_.windows])
+    started_perf = started_at - (time.time() - time.perf_counter())  # on the windows' clock
     totals = {"timed": 0.0, "first_step": 0.0, "warmup": 0.0}
     for i, (arm, rec, log_) in enumerate(zip(arms, recs, out.logs, strict=True)):
-        steps = _fill_arm(arm, rec, log_, plan, started_at, import_s, totals)
+        steps = _fill_arm(arm, rec, log_, plan, started_perf, import_s, totals)
         rec.pairing = _pairing(arms, out, i, first_window, group, overall)
         init = state.initial[i]
         batch = (arm.x, arm.y) if arm.x is not None else arm.ds
@@ -185,12 +186,13 @@ def _fill_arm(
     rec: Record,
     log_: paired.ArmLog,
     plan: paired.Plan,
-    started_at: float,
+    started_perf: float,
     import_s: float,
     totals: dict[str, float],
 ) -> int:
-    """One arm's metrics from its windows (``totals``: the process's timed, first-step and
-    warm-up seconds, added to); the number of timed steps."""
+    """One arm's metrics from its windows (``started_perf``: the process's start on the
+    windows' clock; ``totals``: the process's timed, first-step and warm-up seconds, added
+    to); the number of timed steps."""
     q, model, windows = arm.p, arm.model, log_.windows
     durations = []
     for w in windows:
@@ -209,14 +211,13 @@ def _fill_arm(
     # the arm's timed steps follow its warm-up back to back (windows of k steps each)
     means = StepLog(mean_losses=[log_.losses[k] for k in sorted(log_.losses)])
     losses = [_finite(means.step_loss(k)) for k in range(plan.warmup, plan.warmup + steps)]
-    wall_minus_perf = time.time() - time.perf_counter()
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
         step_ms=msgspec.convert(summarize(durations), StepStats),
         images_per_s=round(images_per_s, 3),
         first_step_ms=round(first_s * 1000.0, 3),
         warmup_ms=round((warm[-1] - warm[0]) * 1000.0, 3),
-        startup_s=round(windows[0].start + wall_minus_perf - started_at, 3),
+        startup_s=round(windows[0].start - started_perf, 3),
         import_s=round(import_s, 3),
         loss_first=losses[0] if losses else None,
         loss_last=losses[-1] if losses else None,

@@ -71,7 +71,8 @@ def install() -> None:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self.stderr,
-                preexec_fn=_ignore_sigint,  # Ctrl-C reaches mxbench, which ends it
+                # Ctrl-C reaches mxbench, which ends it (POSIX; Windows has no preexec_fn)
+                preexec_fn=None if os.name == "nt" else _ignore_sigint,
             )
 
         def _write(self, data: bytes) -> int:

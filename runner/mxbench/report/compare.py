@@ -95,12 +95,6 @@ def _where(rec: Record) -> dict[str, Any]:
     return {"host": tables.bounded(str(rec.host)), "image": image and tables.bounded(image)}
 
 
-def _last_line(error: str | None) -> str | None:
-    """The last line of an error, bounded (None: no error text)."""
-    last = (error or "").strip().rsplit("\n", 1)[-1].strip()
-    return tables.bounded(last) if last else None
-
-
 def _key(rec: Record) -> Key:
     return (str(rec.host), rec.image.name or rec.image.id or "", *_identity(rec.params)[0])
 
@@ -141,7 +135,7 @@ def _broken(
             params=_identity(rec.params)[1],
             timed_ms=_median(timed[key][1]),
             status=failed[key].status,
-            error=_last_line(failed[key].error),
+            error=tables.last_line(failed[key].error),
         )
         for key in timed.keys() & failed.keys()
         for rec in [timed[key][0]]

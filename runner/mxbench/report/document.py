@@ -23,7 +23,7 @@ from mxbench.params import BASELINE
 from mxbench.report import annotate, answers, capacity, fanout, text, training, why
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
-from mxbench.report.tables import Table, bounded
+from mxbench.report.tables import Table, bounded, last_line
 from mxbench.results import Record
 
 R = TypeVar("R")
@@ -247,8 +247,8 @@ def _which(r: Record) -> str:
 
 def _failure(where: str, status: str, error: str | None) -> str:
     head = f"{where} ({text.STATUS_TEXT.get(status, status)})"
-    lines = (error or "").strip().splitlines()
-    return f"{head}: {bounded(' '.join(lines[-1].split()))}" if lines else head
+    reason = last_line(error)
+    return f"{head}: {reason}" if reason else head
 
 
 def section(t: Table, anchor: str, texts: Texts | None = None) -> Section:

@@ -194,7 +194,7 @@ def row(
     ratio = t.ratios.get(slot) if t is not None and rec.status == "ok" else None
     loss = t.parity.get(slot) if t is not None and rec.status == "ok" else None
     health = m.gpu_health
-    error = _last_line(rec.error)
+    error = tables.last_line(rec.error)
     peak, peak_kind = capacity.peak_bytes(rec)
     out: dict[str, Any] = {
         "host": rec.host,
@@ -249,7 +249,7 @@ def row(
         cell=rec.cell,
         source=rec.source,
         error=error,
-        profile_error=_last_line(rec.profile.error) if rec.profile is not None else None,
+        profile_error=tables.last_line(rec.profile.error) if rec.profile is not None else None,
     )
     return out
 
@@ -286,11 +286,6 @@ def _breakdown(rec: Record) -> dict[str, Any]:
     if p is None or parts is None:
         return {f"{c}_ms": None for c in why.CATEGORIES} | {"kernels": None}
     return {f"{c}_ms": ms for c, ms in parts.items()} | {"kernels": why.kernels_text(p) or None}
-
-
-def _last_line(error: str | None) -> str | None:
-    """An error's last line, bounded with every text (:func:`typed`, :func:`_neutralise`)."""
-    return error.strip().splitlines()[-1] if error and error.strip() else None
 
 
 def rows(

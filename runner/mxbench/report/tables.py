@@ -33,6 +33,13 @@ def bounded(value: str, limit: int = MAX_RECORD_TEXT) -> str:
     return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
+def last_line(error: str | None) -> str | None:
+    """An error's last line as the report shows a reason: its whitespace collapsed, bounded
+    (None: no error text)."""
+    lines = (error or "").strip().splitlines()
+    return bounded(" ".join(lines[-1].split())) if lines else None
+
+
 def _bounded_names(device: Device, image: Image) -> tuple[Device, Image]:
     """The device and image with their names bounded (a table's title and every format
     show them; the records keep them whole)."""
@@ -259,8 +266,14 @@ class Table:
         backend = self.setup.get("backend")
         if backend and backend != params.field("backend").default:
             parts.append(f"backend {backend}")
-        parts += [f"{name} {bounded(str(self.setup[name]))}" for name in self.distinct]
+        parts += [f"{name} {bounded(self.told(name))}" for name in self.distinct]
         return " · ".join(parts)
+
+    def told(self, name: str) -> str:
+        """A setup value as the cells asked for it, and as the model took it where that
+        differs (a model with a fixed input: ``64 asked, 40 taken``)."""
+        asked, took = getattr(self.info.params, name, None), self.setup[name]
+        return str(took) if asked is None or asked == took else f"{asked} asked, {took} taken"
 
     def trusted(self, slot: tuple[str, int]) -> bool:
         """Whether the slot's speedup is one: its loss did not diverge (or was not recorded)."""
@@ -402,6 +415,15 @@ def make(slots: Slots) -> Table:
     )
 
 
+def image_input(rec: Record) -> tuple[int, int] | None:
+    """The image input, height and width: as the model took it (``model.image_input``),
+    else as the cell asked; None where neither says."""
+    took = image_taken(rec)
+    height = took["image_size"] if took else rec.params.image_size
+    width = took["image_width"] if took else rec.params.image_width
+    return (height, width or height) if height else None
+
+
 def image_taken(rec: Record) -> dict[str, int | None]:
     """``image_size`` and ``image_width`` as the model took them, where the record says
     (``model.image_input``): a model with a fixed input shows its own, not what the cell
@@ -462,7 +484,7 @@ def _tell_apart(built: list[Table]) -> None:
     for group_ in same.values():
         if len(group_) < 2:
             continue
-        names = tuple(n for n in SETUP if len({str(t.setup[n]) for t in group_}) > 1)
+        names = tuple(n for n in SETUP if len({t.told(n) for t in group_}) > 1)
         for t in group_:
             t.distinct = names
             t.__dict__.pop("title", None)  # the cached title, made again with them

@@ -33,8 +33,8 @@ from typing import Any
 import msgspec
 
 from mxbench import stats, summary
-from mxbench.params import BASELINE, SYNTHETIC, Params
-from mxbench.report.tables import image_taken
+from mxbench.params import BASELINE, SYNTHETIC
+from mxbench.report.tables import image_input
 from mxbench.results import Record
 
 DASH = "–"
@@ -80,11 +80,8 @@ def _group_key(r: Record) -> tuple[str, bytes]:
 
 def _title(r: Record) -> str:
     p = r.params
-    took = image_taken(r)  # the input the model took, where the record says
-    height, width = (
-        (took["image_size"], took["image_width"]) if took else (p.image_size, p.image_width)
-    )
-    size = f"{height}x{width or height}"
+    hw = image_input(r)  # the input the model took, where the record says
+    size = f"{hw[0]}x{hw[1]}" if hw else "the model's own input"
     device = r.device.name or r.host or "?"
     return (
         f"{p.model} on {Path(p.data).name or p.data} at {size}, batch {p.batch_size}, "
@@ -363,8 +360,16 @@ def _said(
     return said.replace("{span}", _span(r))
 
 
-def _where(p: Params, host: str | None) -> str:
-    return f"batch {p.batch_size}, {p.image_size} px, {p.policy}, {host}"
+def _where(r: Record) -> str:
+    p, hw = r.params, image_input(r)
+    size = (
+        "the model's own input"
+        if not hw
+        else f"{hw[0]} px"
+        if hw[0] == hw[1]
+        else f"{hw[0]}x{hw[1]} px"
+    )
+    return f"batch {p.batch_size}, {size}, {p.policy}, {r.host}"
 
 
 def input_shares(records: Iterable[Record]) -> list[str]:
@@ -373,7 +378,7 @@ def input_shares(records: Iterable[Record]) -> list[str]:
     for folder, real, synth in _ab(records, "data", SYNTHETIC):
         r, ms = _ratio(real, synth)
         where = (
-            f"{Path(folder).name or folder} at {_where(real[0].params, real[0].host)}: "
+            f"{Path(folder).name or folder} at {_where(real[0])}: "
             f"{ms[0]:.2f} ms/step real vs {ms[1]:.2f} synthetic"
         )
         out.append(
@@ -408,10 +413,7 @@ def loss_scale_costs(records: Sequence[Record]) -> list[str]:
     out = []
     for value, other, at_base in _ab(records, "loss_scale", base):
         r, ms = _ratio(other, at_base)
-        where = (
-            f"{_where(other[0].params, other[0].host)}: {ms[0]:.2f} ms/step with "
-            f"{value} vs {ms[1]:.2f} with {base}"
-        )
+        where = f"{_where(other[0])}: {ms[0]:.2f} ms/step with {value} vs {ms[1]:.2f} with {base}"
         out.append(
             _said(
                 r,
@@ -432,9 +434,7 @@ def overhead_shares(records: Iterable[Record]) -> list[str]:
     out = []
     for k, many, one in _ab(records, "steps_per_execution", 1):
         r, ms = _ratio(one, many)
-        where = (
-            f"{_where(one[0].params, one[0].host)}: {ms[0]:.2f} ms/step at 1 vs {ms[1]:.2f} at {k}"
-        )
+        where = f"{_where(one[0])}: {ms[0]:.2f} ms/step at 1 vs {ms[1]:.2f} at {k}"
         out.append(
             _said(
                 r,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mxbench.bench import onednn
-from mxbench.report.tables import Table, bounded
+from mxbench.report.tables import Table, last_line
 from mxbench.results import CATEGORY_NAMES, Profile, Record
 
 CATEGORIES: tuple[str, ...] = tuple(CATEGORY_NAMES)
@@ -60,8 +60,8 @@ def failures(t: Table) -> list[str]:
             if r.status != "ok" or p is None or not p.error:
                 continue
             which = f" repeat {r.params.repeat}" if r.params.repeat is not None else ""
-            reason = " ".join(p.error.strip().splitlines()[-1].split()) if p.error.strip() else ""
-            out.append(f"batch {b} {policy}{which}: profiled window failed: {bounded(reason)}")
+            reason = last_line(p.error) or ""
+            out.append(f"batch {b} {policy}{which}: profiled window failed: {reason}")
     return out
 
 
