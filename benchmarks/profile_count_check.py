@@ -34,25 +34,49 @@ import profile_count
 
 
 def cell(args: argparse.Namespace, backend: str, model: str, policy: str) -> str:
-    keep = tempfile.mkdtemp(prefix="mxbench-profile-check-")
-    env = {**os.environ, "MXBENCH_PROFILE_DIR": keep}
+    with tempfile.TemporaryDirectory(prefix="mxbench-profile-check-") as keep:
+        return _count(args, backend, model, policy, Path(keep))
+
+
+def _count(args: argparse.Namespace, backend: str, model: str, policy: str, keep: Path) -> str:
+    env = {**os.environ, "MXBENCH_PROFILE_DIR": str(keep)}
     if backend == "jax":
-        env["XLA_FLAGS"] = (f"--xla_dump_to={keep}/xla --xla_dump_hlo_as_text "
-                            "--xla_dump_hlo_module_re=jit_train_step")  # fmt: skip
-    argv = [sys.executable, "-m", "mxbench", "bench", "--backend", backend, "--model", model,
-            "--policy", policy, "--image-size", str(args.image_size), "--batch-size",
-            str(args.batch_size), "--steps", "4", "--warmup-steps", "2",
-            "--check", "off"]  # fmt: skip
-    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        env["XLA_FLAGS"] = profile_count.xla_dump_flags(keep)
+    argv = [
+        sys.executable,
+        "-m",
+        "mxbench",
+        "bench",
+        "--backend",
+        backend,
+        "--model",
+        model,
+        "--policy",
+        policy,
+        "--image-size",
+        str(args.image_size),
+        "--batch-size",
+        str(args.batch_size),
+        "--steps",
+        "4",
+        "--warmup-steps",
+        "2",
+        "--check",
+        "off",
+    ]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return f"{backend} {model} {policy}: no record in 30 min"
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        return f"{backend} {model} {policy}: no record ({out.stderr.strip()[-300:]})"
+    if out.returncode != 0 or not lines:
+        return f"{backend} {model} {policy}: exit {out.returncode} ({out.stderr.strip()[-300:]})"
     prof = json.loads(lines[-1]).get("profile") or {}
     if not prof or prof.get("error"):
         return f"{backend} {model} {policy}: no profile ({prof.get('error')})"
     n, step, bd = prof["steps"], prof["step_ms"], prof["breakdown_ms"]
     busy = step - bd["host_gap"]
-    c = profile_count.COUNTERS[backend](Path(keep))
+    c = profile_count.COUNTERS[backend](keep)
     ms = 1000 / n
     return (
         f"{backend:10} {model:9} {policy:14} step {step:8.1f}  busy {busy:8.1f}  "

@@ -5,14 +5,19 @@ For each comparison (host, batch size, policy against float32) the processes' lo
 (one per round of adjacent windows) split into two levels, as in Kalibera & Jones
 ("Rigorous benchmarking in reasonable time", 2013): the rounds inside a process (sigma_w^2,
 pooled) and the processes (sigma_b^2 = the variance of the process means minus what their
-rounds put into it). With the process's fixed cost (start, import, build, first steps: the
-record's ``phases_s`` less the timed windows) and the cost of one more round, it prints:
+rounds put into it; means and plain variances, where `repeats: auto` summarises a process by
+its rounds' median and a robust spread). With the process's fixed cost (start, import,
+build, first steps: the record's ``phases_s`` less the timed windows and the hand-offs
+between them) and the cost of one more round (a round's windows and hand-offs), it prints:
 
 - n_opt: the rounds per process that minimise the time for a given precision,
   sqrt(c_process / c_round * sigma_w^2 / sigma_b^2);
 - k_clear: the fewest processes whose interval at the stop level (99%, Student's t over
   processes, k - 1 degrees of freedom) excludes 1, if the speedup and the variances are what
   this run measured, at the run's own rounds per process; and the wall time that takes.
+  That is the stop rule's branch for processes that differ more than their rounds say
+  (``stats.judge_paired``); where they agree, the rule takes more degrees of freedom and
+  may stop sooner than k_clear.
 
 This is what decides how fast a run can say "faster": no choice of rounds per process helps
 once sigma_b^2 dominates, and each process costs its fixed seconds.
@@ -50,9 +55,9 @@ def main() -> None:
         key = (r["host"], r["params"]["batch_size"], r["params"]["policy"])
         groups[key].append([math.log(x) for x in pair["ratios"] if x > 0])
         phases = r["metrics"].get("phases_s") or {}
-        timed = phases.get("timed", 0.0)
-        fixed[key].append(sum(phases.values()) - timed)
-        rounds_s[key].append(timed / max(1, len(pair["ratios"])))
+        windows = phases.get("timed", 0.0) + phases.get("fit_other", 0.0)  # and hand-offs
+        fixed[key].append(sum(phases.values()) - windows)
+        rounds_s[key].append(windows / max(1, len(pair["ratios"])))
     if not groups:
         raise SystemExit(f"no paired records with ratios under {args.results}")
     q = (1 + args.level) / 2
@@ -60,10 +65,17 @@ def main() -> None:
     for key in sorted(groups):
         procs = groups[key]
         k, n = len(procs), statistics.fmean(len(p) for p in procs)
+        several = [statistics.variance(p) for p in procs if len(p) > 1]
+        if k < 2 or not several:
+            print(
+                f"\n{key[0]} bs={key[1]} {key[2]}: {k} process(es), {n:.0f} round(s) each: "
+                "two processes and two rounds at least are needed to split the variance"
+            )
+            continue
         means = [statistics.fmean(p) for p in procs]
-        s2_w = statistics.fmean(statistics.variance(p) for p in procs if len(p) > 1)
-        s2_means = statistics.variance(means) if k > 1 else float("nan")
-        s2_b = max(0.0, s2_means - s2_w / n) if k > 1 else float("nan")
+        s2_w = statistics.fmean(several)
+        s2_means = statistics.variance(means)
+        s2_b = max(0.0, s2_means - s2_w / n)
         c_proc, c_round = statistics.fmean(fixed[key]), statistics.fmean(rounds_s[key])
         mu = statistics.fmean(means)
         print(
@@ -76,10 +88,7 @@ def main() -> None:
             f"the process means' own {s2_means:.5f}"
         )
         print(f"  cost: {c_proc:.1f} s a process besides its windows, {c_round:.2f} s a round")
-        if not s2_b > 0:
-            print("  processes agree within their rounds: n_opt unbounded (fewer, longer)")
-            continue
-        n_opt = math.sqrt(c_proc / c_round * s2_w / s2_b)
+        n_opt = math.sqrt(c_proc / c_round * s2_w / s2_b) if s2_b > 0 else math.inf
         per_mean = s2_b + s2_w / n
         clear = next(
             (j for j in range(2, 41) if abs(mu) > student.ppf(q, j - 1) * math.sqrt(per_mean / j)),

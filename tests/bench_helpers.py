@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import profile_count
+
 # Runs the CLI with the orchestrator's heavy dependencies made unimportable: the bench must
 # work in an image that has none of them.
 # (Importing one raises ImportError; merely probing for it, as torch._dynamo does for many
@@ -87,9 +89,6 @@ def shared_bench(*args: str) -> BenchRun:
         atexit.register(shutil.rmtree, keep, True)
         env = {**os.environ, "MXBENCH_PROFILE_DIR": keep}
         if "jax" in args:  # XLA's own dump of the compiled step, for profile_count's reading
-            env["XLA_FLAGS"] = (
-                f"--xla_dump_to={keep}/xla --xla_dump_hlo_as_text "
-                "--xla_dump_hlo_module_re=jit_train_step"
-            )
+            env["XLA_FLAGS"] = profile_count.xla_dump_flags(keep)
         _SHARED[args] = run_bench(*args, env=env)
     return _SHARED[args]

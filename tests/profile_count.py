@@ -120,6 +120,15 @@ def _chrome(path: Path) -> list[dict[str, Any]]:
 _XLA_CONV = re.compile(r"conv_|convolution|dot|cublas|cudnn")  # HLO names: not convert
 
 
+def xla_dump_flags(trace_dir: Path | str) -> str:
+    """``XLA_FLAGS`` that make a JAX bench dump its compiled training step as text under
+    ``trace_dir/xla``, where :func:`_library_convs` reads it."""
+    return (
+        f"--xla_dump_to={trace_dir}/xla --xla_dump_hlo_as_text "
+        "--xla_dump_hlo_module_re=jit_train_step"
+    )
+
+
 def _library_convs(trace_dir: Path) -> set[str]:
     """XLA:CPU's library fusions (``ynn_fusion.N``) that hold a convolution or a dot, from
     XLA's own text dump of the compiled step (``trace_dir/xla``, written by the bench under

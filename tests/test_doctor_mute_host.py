@@ -63,7 +63,9 @@ def test_doctor_answers_in_seconds_naming_a_host_that_went_quiet(
     took = time.monotonic() - t0
     out = " ".join((res.stdout + res.stderr).split())
     assert res.returncode == 1, out
-    assert took < 20, f"doctor took {took:.0f} s"
+    # bounded by ssh's options (ConnectTimeout 10 s, keep-alive 3 x 4 s) and not by the
+    # 60 s above: 13 s measured here; slack for a loaded machine
+    assert took < 45, f"doctor took {took:.0f} s"
     assert "not ready: quiet" in out
     # the reason names the host, and is ssh's own: the connection timed out (the table may
     # wrap a cell's words, so they are looked for one by one)

