@@ -16,7 +16,8 @@ own-time algorithm) counts the trace. Printed per cell, in ms per step:
 
     python benchmarks/profile_count_check.py [--backend tensorflow jax torch]
         [--model blog-cnn resnet50] [--policy float32 mixed_bfloat16] [--image-size 64]
-        [--batch-size 8]
+        [--batch-size 8] [--keep DIR]
+    python benchmarks/profile_count_check.py --recount DIR   # cells kept by --keep, again
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,11 +33,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import profile_count
+from mxbench.bench import profile
+from mxbench.bench.profile_ops import Op, category
 
 
 def cell(args: argparse.Namespace, backend: str, model: str, policy: str) -> str:
     with tempfile.TemporaryDirectory(prefix="mxbench-profile-check-") as keep:
-        return _count(args, backend, model, policy, Path(keep))
+        try:
+            return _count(args, backend, model, policy, Path(keep))
+        finally:
+            if args.keep:  # the raw traces and the record, to read again elsewhere
+                shutil.copytree(keep, args.keep / f"{backend}-{model}-{policy}")
 
 
 def _count(args: argparse.Namespace, backend: str, model: str, policy: str, keep: Path) -> str:
@@ -71,12 +79,18 @@ def _count(args: argparse.Namespace, backend: str, model: str, policy: str, keep
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
         return f"{backend} {model} {policy}: exit {out.returncode} ({out.stderr.strip()[-300:]})"
+    (keep / "record.json").write_text(lines[-1])
     prof = json.loads(lines[-1]).get("profile") or {}
     if not prof or prof.get("error"):
         return f"{backend} {model} {policy}: no profile ({prof.get('error')})"
     n, step, bd = prof["steps"], prof["step_ms"], prof["breakdown_ms"]
     busy = step - bd["host_gap"]
-    c = profile_count.COUNTERS[backend](keep)
+    try:
+        c = profile_count.COUNTERS[backend](keep)
+    except Exception as exc:  # the count cannot read this trace (a GPU's, say)
+        return (f"{backend:10} {model:9} {policy:14} step {step:8.1f}  busy {busy:8.1f}  "
+                f"ops {prof['ops_ms']:8.1f}  conv {bd['conv_matmul'] / busy:4.0%}  "
+                f"other {bd['other'] / step:4.0%}  (no count: {exc!r})")  # fmt: skip
     ms = 1000 / n
     return (
         f"{backend:10} {model:9} {policy:14} step {step:8.1f}  busy {busy:8.1f}  "
@@ -87,6 +101,35 @@ def _count(args: argparse.Namespace, backend: str, model: str, policy: str, keep
     )
 
 
+def recount(cell_dir: Path) -> str:
+    """A kept cell (``--keep``, from this machine or another: a GPU's) read again with this
+    checkout's rules: mxbench's categories of the trace's operations against the count."""
+    rec = json.loads((cell_dir / "record.json").read_text())
+    backend, prof = rec["params"]["backend"], rec["profile"]
+    if backend == "jax":
+        planes = profile.jax_planes(profile._xplane(cell_dir))
+        gpu = any(name.startswith("/device:GPU") for name, _ in planes)
+        ops = profile._xspace_ops(planes, gpu)
+    else:  # the kernels of a GPU's trace (the bench reads the same events in process)
+        events = profile_count._chrome(profile_count._one(cell_dir, "torch-trace.json"))
+        gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset")
+        ops = [Op((str(e["name"]),), e["ts"] / 1e6, e["dur"] / 1e6, str(e["tid"]))
+               for e in events if e.get("cat") in gpu_cats]  # fmt: skip
+    shares: dict[str, float] = {}
+    for o in ops:
+        shares[category(o.names)] = shares.get(category(o.names), 0.0) + o.own
+    total = sum(shares.values())
+    c = profile_count.COUNTERS[backend](cell_dir)
+    step_s = prof["step_ms"] / 1000 * prof["steps"]  # the profiled window
+    return (
+        f"{backend:6} {rec['params']['model']:9} {rec['params']['policy']:14} "
+        f"ops {total * 1000:8.1f} ms / count {c.ops_s * 1000:8.1f}  conv "
+        f"{shares.get('conv_matmul', 0) / total:4.0%} / {c.conv_s / c.ops_s:4.0%}  other "
+        f"{shares.get('other', 0) / step_s:4.0%} of the step  "
+        + " ".join(f"{k} {v / total:.0%}" for k, v in sorted(shares.items()) if k != "other")
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", nargs="+", default=["tensorflow", "jax", "torch"])
@@ -94,7 +137,13 @@ def main() -> None:
     ap.add_argument("--policy", nargs="+", default=["float32", "mixed_bfloat16"])
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--keep", type=Path, help="copy each cell's raw traces and record here")
+    ap.add_argument("--recount", type=Path, help="read the cells kept under DIR again")
     args = ap.parse_args()
+    if args.recount:
+        for cell_dir in sorted(d for d in args.recount.iterdir() if (d / "record.json").exists()):
+            print(recount(cell_dir), flush=True)
+        return
     for model in args.model:
         for backend in args.backend:
             for policy in args.policy:

@@ -165,20 +165,49 @@ def jax(trace_dir: Path) -> Count:
     return count(slices)
 
 
-_TORCH_MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
+_TORCH_MATMUL = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::matmul",
+    "aten::linear",
+    "aten::convolution_backward",
+)
 
 
 def torch(trace_dir: Path) -> Count:
+    """The ``aten::`` operators on the host; on a GPU the kernels on its streams instead,
+    each a convolution / matmul when the operator that launched it is one (the trace links
+    them by ``External id``: the kernel's own name is not read)."""
+    events = _chrome(_one(trace_dir, "torch-trace.json"))
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    if kernels:
+        launched_by = {
+            (e.get("args") or {}).get("External id"): str(e["name"])
+            for e in events
+            if e.get("cat") == "cpu_op"
+        }
+        return count([_torch_kernel(e, launched_by) for e in kernels])
     slices = []
-    for e in _chrome(_one(trace_dir, "torch-trace.json")):
+    for e in events:
         if e.get("cat") not in ("cpu_op", "user_annotation"):
             continue
         name = str(e["name"])
         start = float(e["ts"]) / 1e6
         slices.append(Slice(name, start, start + float(e["dur"]) / 1e6, str(e["tid"]),
-                            op=name.startswith("aten::"),
-                            conv="conv" in name or name in _TORCH_MATMUL))  # fmt: skip
+                            op=name.startswith("aten::"), conv=_torch_conv(name)))  # fmt: skip
     return count(slices)
+
+
+def _torch_conv(op: str) -> bool:
+    return "conv" in op or op in _TORCH_MATMUL
+
+
+def _torch_kernel(e: dict[str, Any], launched_by: dict[Any, str]) -> Slice:
+    start = float(e["ts"]) / 1e6
+    op = launched_by.get((e.get("args") or {}).get("External id"), "")
+    return Slice(str(e["name"]), start, start + float(e["dur"]) / 1e6,
+                 f"stream {e['tid']}", op=True, conv=_torch_conv(op))  # fmt: skip
 
 
 COUNTERS = {"tensorflow": tensorflow, "jax": jax, "torch": torch}

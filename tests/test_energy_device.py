@@ -9,6 +9,12 @@ seam (the list of GPUs NVML would report, and a counter object).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +109,70 @@ def test_a_gpu_cell_whose_gpu_is_unknown_counts_nothing(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(energy, "cpu_counter", no)
     assert energy.start(gpu=True, uuid=None) is None
+
+
+class _SteadyPackage:
+    """A CPU package drawing a known, steady power: a powercap tree whose ``energy_uj`` a
+    thread advances (replaced atomically, as the kernel's file never reads half-written).
+    RAPL cannot exist on this VM; the file it reads is the seam."""
+
+    def __init__(self, root: Path, watts: float) -> None:
+        self.zone, self.watts = root / "intel-rapl:0", watts
+        self.zone.mkdir(parents=True)
+        (self.zone / "max_energy_range_uj").write_text(f"{2**40}\n")
+        self._stop, self._t0 = threading.Event(), time.monotonic()
+        self._write()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _write(self) -> None:
+        tmp = self.zone / "energy_uj.tmp"
+        tmp.write_text(f"{int((time.monotonic() - self._t0) * self.watts * 1e6)}\n")
+        os.replace(tmp, self.zone / "energy_uj")
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            self._write()
+
+    def __enter__(self) -> _SteadyPackage:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+_WITH_POWERCAP = """
+import sys
+from pathlib import Path
+from mxbench.bench import energy
+energy.POWERCAP = Path(sys.argv.pop(1))
+from mxbench.cli import main
+sys.argv = ["mxbench", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_paired_arm_is_charged_its_own_windows_energy(tmp_path: Path) -> None:
+    """Paired (the default design): each arm's joules are its own windows', not the whole
+    interleaved span's (which would charge each arm about twice). At a steady 50 W an arm's
+    joules per step are 50 W x its mean window time per step."""
+    pytest.importorskip("torch")
+    args = ["--backend", "torch", "--image-size", "32", "--batch-size", "8", "--steps",
+            "400", "--warmup-steps", "2", "--timed-s", "1.5", "--profile", "off",
+            "--check", "off", "--pair-with", "mixed_bfloat16"]  # fmt: skip
+    with _SteadyPackage(tmp_path, watts=50.0):
+        run = subprocess.run([sys.executable, "-c", _WITH_POWERCAP, str(tmp_path), "bench",
+                              *args], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    recs = [json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")]
+    recs = [r for r in recs if not r.get("pending")]
+    assert [r["params"]["policy"] for r in recs] == ["float32", "mixed_bfloat16"]
+    for r in recs:
+        m, windows = r["metrics"], r["pairing"]["windows"]
+        steps = sum(w["steps"] for w in windows)
+        own_s = sum(w["ms"] * w["steps"] for w in windows) / 1000
+        assert m["energy_source"] == "rapl"
+        assert m["energy_j_per_step"] == pytest.approx(50.0 * own_s / steps, rel=0.1)
+        assert m["energy_j_per_image"] == pytest.approx(m["energy_j_per_step"] / 8, rel=1e-3)

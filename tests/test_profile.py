@@ -65,6 +65,64 @@ NAMES = {
     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>": (
         "elementwise_norm"
     ),
+    # CUDA kernels an H200 ran (JAX 0.11, PyTorch 2.11, cuDNN 9.19), named as its traces name
+    # them; what each is, from the HLO instruction or ATen operator that launched it.
+    # cuDNN's CUTLASS weight-gradient convolution (cudnn-conv-bw-filter), mangled and 1,642
+    # characters long: deep in its template hide cutlass::layout and a permute
+    "_ZN17cutlass__5x_cudnn6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock"
+    "22ImplicitGemmMultistageINS_4gemm9GemmShapeILi128ELi128ELi16EEENS4_52Conv2dWgradOutput"
+    "GradientTileAccessIteratorOptimizedINS_11MatrixShapeILi128ELi16EEENS_10tfloat32_tENS_9"
+    "transform29PitchLinearWarpRakedThreadMapINS_16PitchLinearShapeILi128ELi16EEELi128ENSF_"
+    "ILi4ELi8EEELi4EEEEENS_9transform11threadblock22PermuteLayoutEEEvNT_6ParamsE": "conv_matmul",
+    "void wgrad_alg0_engine_NHWC<float, 128, 5, 5, 3, 3, 3, false, 512>(int, int, int, float "
+    "const*, int, float*, float const*, kernel_grad_params, unsigned long long, int, float, "
+    "int, int, int, int)": "conv_matmul",  # cudnn-conv-bw-filter
+    "void convolve_common_engine_float_NHWC<__nv_bfloat16, __nv_bfloat16, 128, 5, 5, 3, 3, 3, "
+    "true, false, false, false, false>(int, int, int, __nv_bfloat16 const*, __nv_bfloat16 "
+    "const*, int, __nv_bfloat16*, conv_kernel_common_params, unsigned long long, unsigned long, "
+    "float, float, int, __nv_bfloat16 const*, __nv_bfloat16 const*, bool)": "conv_matmul",
+    "sm90_xmma_dgrad_implicit_gemm_indexed_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize256x64x32_"
+    "warpgroupsize1x1x1_g1_strided_execute_kernel__5x_cudnn": "conv_matmul",
+    "nvjet_sm90_tst_256x128_64x4_1x2_h_bx_coopA_bias_TNT": "conv_matmul",
+    # cuDNN reordering a float32 tensor for a float32 convolution: no cast (float to float)
+    "void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, "
+    "(cudnnKernelDataType_t)2>(float, float const*, float, float*, unsigned long)": "layout",
+    "void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, "
+    "(cudnnKernelDataType_t)2>(float, __nv_bfloat16 const*, float, float*, unsigned long)": (
+        "cast"
+    ),
+    "void nhwcAddPaddingKernel<float, float, float, true, (cudnnKernelDataType_t)2>(int, int, "
+    "int, int, float const*, int, float*, int, float, float, cudnnKernelDataType_t)": "layout",
+    # PyTorch's copies: of one type (``_nocast``, aten::contiguous), or with a cast (to bf16)
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native"
+    "::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::"
+    "{lambda()#7}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native"
+    "::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::"
+    "{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1}>(int, "
+    "at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::"
+    "TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const"
+    "::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::"
+    "TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const"
+    "::{lambda(float)#1} const&)::{lambda(int)#1})": "layout",
+    "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda("
+    "at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::"
+    "bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, "
+    "2ul>)": "cast",
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::"
+    "TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::"
+    "{lambda(float)#1}, std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, "
+    "TrivialOffsetCalculator<1, unsigned int>, at::native::memory::LoadWithCast<1>, at::native"
+    "::memory::StoreWithCast<1> >(int, at::native::direct_copy_kernel_cuda(at::"
+    "TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::"
+    "{lambda(float)#1}, std::array<char*, 2ul>, TrivialOffsetCalculator<1, unsigned int>, "
+    "TrivialOffsetCalculator<1, unsigned int>, at::native::memory::LoadWithCast<1>, at::native"
+    "::memory::StoreWithCast<1>)": "cast",
+    # the optimizer's fused update (torch._foreach_*), in an anonymous namespace
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+    "namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlpha"
+    "Functor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::"
+    "TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, "
+    "2, 2, 0>, std::plus<float>, float)": "optimizer",
 }
 
 
@@ -423,7 +481,7 @@ def test_nvml_energy_over_a_window_gives_joules_per_step_and_image() -> None:
         energy_j_per_step = energy_j_per_image = energy_source = None
 
     m = M()
-    energy.fill(m, counter, (start, end), steps=10, batch_size=4)
+    energy.fill(m, counter, [(start, end)], steps=10, batch_size=4)
     joules = 200 * (end - start)
     assert m.energy_source == "nvml"
     assert m.energy_j_per_step == pytest.approx(joules / 10, rel=0.05)

@@ -104,8 +104,8 @@ class Metrics(_Part):
     achieved_tflops: float | None = None
     energy_j_per_step: Annotated[
         float | None,
-        Doc("energy over the timed window per step: NVML's cumulative counter (the GPU) or "
-            "RAPL's (the CPU package), see energy_source"),
+        Doc("energy over the timed window per step (a paired arm: its own windows): NVML's "
+            "cumulative counter (the GPU) or RAPL's (the CPU package), see energy_source"),
     ] = None  # fmt: skip
     energy_j_per_image: float | None = None
     energy_source: Annotated[

@@ -218,8 +218,7 @@ def _measure(
     timer = step_timer(log_, on_step, p.warmup_steps)
     sampler = state.util = HealthSampler()
     sampler.start()
-    state.gpu, state.gpu_known = _used_gpu(state), True  # whose energy the steps are charged
-    joules = energy.start(gpu=_on_gpu(state), uuid=(state.gpu or {}).get("uuid"))
+    joules = start_energy(state)
     try:
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
@@ -250,7 +249,7 @@ def _measure(
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
-    energy.fill(rec.metrics, joules, state.timed_window, p.steps, p.batch_size)
+    energy.fill(rec.metrics, joules, [state.timed_window], p.steps, p.batch_size)
     # the device and the peak memory now: the training's, before anything else runs
     phases.mark("fit_other")
     _probe_device(rec, state)
@@ -391,6 +390,13 @@ def _probe_device(rec: Record, state: CellState) -> None:
             rec.metrics.peak_memory_kind = "rss"
     except Exception as exc:
         print(f"mxbench bench: device probe failed: {exc!r}", file=sys.stderr)
+
+
+def start_energy(state: CellState) -> energy.Counter | None:
+    """A running energy counter of the device the built model trains on (the GPU it was
+    matched to, else the CPU package), before the timed steps; ``state.gpu`` says which."""
+    state.gpu, state.gpu_known = _used_gpu(state), True  # whose energy the steps are charged
+    return energy.start(gpu=_on_gpu(state), uuid=(state.gpu or {}).get("uuid"))
 
 
 def _used_gpu(state: CellState) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench.bench import convergence, paired, probe
+from mxbench.bench import convergence, energy, paired, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.cell import (
     Arm,
@@ -37,6 +37,7 @@ from mxbench.bench.cell import (
     is_oom,
     runs_check,
     runs_profile,
+    start_energy,
 )
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, summarize
@@ -123,6 +124,7 @@ def _measure_paired(
     plan = paired.Plan(
         warmup=max(1, ps[0].warmup_steps), max_steps=ps[0].steps, timed_s=ps[0].timed_s
     )
+    joules = start_energy(state)
     out, fit_s = _windows(arms, plan, state)
     first_window = min(w.start for log_ in out.logs for w in log_.windows)
     group = f"{os.getpid()}-{time.time_ns():x}"
@@ -131,6 +133,8 @@ def _measure_paired(
     totals = {"timed": 0.0, "first_step": 0.0, "warmup": 0.0}
     for i, (arm, rec, log_) in enumerate(zip(arms, recs, out.logs, strict=True)):
         steps = _fill_arm(arm, rec, log_, plan, started_perf, import_s, totals)
+        spans = [(w.start, w.end) for w in log_.windows]  # the arm's own windows only
+        energy.fill(rec.metrics, joules, spans, steps, arm.p.batch_size)
         rec.pairing = _pairing(arms, out, i, first_window, group, overall)
         init = state.initial[i]
         batch = (arm.x, arm.y) if arm.x is not None else arm.ds

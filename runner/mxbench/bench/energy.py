@@ -22,7 +22,7 @@ import contextlib
 import importlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,14 +160,19 @@ def start(gpu: bool, uuid: str | None) -> Counter | None:
     return counter
 
 
-def fill(metrics: Any, counter: Counter | None, window: tuple[float, float], steps: int,
-         batch_size: int) -> None:  # fmt: skip
-    """Joules per step and per image of the timed window into the record's metrics."""
-    if counter is None:
+def fill(metrics: Any, counter: Counter | None, spans: Sequence[tuple[float, float]],
+         steps: int, batch_size: int) -> None:  # fmt: skip
+    """Joules per step and per image of the timed ``spans`` (perf_counter marks: a cell's one
+    window, or a paired arm's windows, its own steps only) into the record's metrics; nothing
+    when a span is not covered by readings."""
+    if counter is None or steps <= 0:
         return
     counter.stop()
-    joules = counter.joules(*window)
-    if joules is None or joules <= 0:
+    parts = [counter.joules(a, b) for a, b in spans]
+    if not parts or any(j is None for j in parts):
+        return
+    joules = sum(j for j in parts if j is not None)
+    if joules <= 0:
         return
     metrics.energy_j_per_step = round(joules / steps, 6)
     metrics.energy_j_per_image = round(joules / steps / batch_size, 9)

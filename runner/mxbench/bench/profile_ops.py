@@ -33,6 +33,7 @@ Name rules are heuristics, stated as such in the record and the report.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -68,11 +69,18 @@ RULES: tuple[Rule, ...] = (
     _rule("optimizer", r"(^|_)foreach_|(^|_)(resource_)?apply_[a-z]|(^|_)optimizer(_|$)",
           callers=True),
     _rule("input", r"^iterator_get_next(_|$)|(^|_)data_?loader(_|$)"),
-    _rule("cast", r"^cast(_op)?$|(^|_)convert(_|$)|(^|_)to_copy$|^aten_to$|"
+    # cuDNN's tensor conversion between one type and the same type reorders (a filter's
+    # KCRS to KRSC), it casts nothing: ``convertTensor_kernel<float, float, float, 2>``
+    # PyTorch's copy without a cast (``gpu_kernel_impl_nocast<direct_copy_kernel_cuda...>``:
+    # source and destination of one type) makes a tensor contiguous; with one it casts
+    _rule("layout", r"(^|_)convert_tensor_kernel_(float|double|half|nv_half|nv_bfloat16|"
+                    r"bf16|int8|int)_\2(_|$)|(^|_)impl_nocast_(at_native_)?direct_copy_kernel"),
+    _rule("cast", r"^cast(_op)?$|(^|_)convert(_|$)|(^|_)(b?float16|half|float8)_copy_kernel|"
+                  r"(^|_)load_with_cast(_|$)|(^|_)to_copy$|^aten_to$|"
                   r"(^|_)direct_copy_kernel"),
     _rule("layout", r"(^|_)(transpose|permute|reorder|contiguous|layout)(_|$)|"
                     r"(^|_)mkl_to_tf(_|$)|(^|_)input_conversion(_|$)|(^|_)nchw_to_nhwc|"
-                    r"(^|_)nhwc_to_nchw|^copy(_fusion)?$"),
+                    r"(^|_)nhwc_to_nchw|^copy(_fusion)?$|(^|_)add_padding(_|$)"),
     _rule("elementwise_norm", r"(^|_)(batch_|layer_|group_|instance_|rms_)?norm(_|$|alization)|"
                               r"(^|_)bn_(fw|bw)|(^|_)(log_)?softmax(_|$)|"
                               r"(^|_)(max_|avg_|adaptive_avg_|adaptive_max_)?pool(ing)?(\d|_|$)"),
@@ -82,7 +90,8 @@ RULES: tuple[Rule, ...] = (
                          r"(^|_)dot(_general)?(_|$)|(^|_)(add|b)?mm(_|$)|(^|_)linear(_|$)|"
                          r"(^|_)einsum(_|$)|(^|_)inner_product(_|$)|"
                          r"(^|_)(cudnn|cublas|xmma|hmma|wgmma|wmma|cutlass|nvjet|tensorop|"
-                         r"winograd|implicit)(_|$)|(^|_)sm\d\d_"),
+                         r"winograd|implicit|wgrad|dgrad|fprop|convolve)(_|$)|"
+                         r"(^|_)sm\d\d_|(^|_)implicit_gemm|(^|_)wgrad_alg\d"),
     _rule("elementwise_norm", r"(^|_)(relu\d?|elu|selu|gelu|silu|sigmoid|tanh|softplus|"
                               r"elementwise|reduce|sum|mean|max|min|maximum|minimum|add|"
                               r"add_v2|add_n|bias_add|mul|multiply|sub|subtract|div|divide|"
@@ -103,16 +112,65 @@ _TENSOR_CORE = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=65536)
 def words(name: str) -> str:
     """An operation's or kernel's name as lowercase words joined by ``_``: a TensorFlow op's
     type (``scope/name:Type``: the scope says where, not what), an XLA instruction without
     its instance number (``dot.4``), CamelCase split (``FusedBatchNormV3`` ->
-    ``fused_batch_norm_v3``)."""
-    if ":" in name and "::" not in name:
+    ``fused_batch_norm_v3``), a C++ kernel without its parameters (:func:`kernel_head`), a
+    mangled one by its head (:func:`mangled_head`)."""
+    if name.startswith("_Z"):
+        name = mangled_head(name)
+    elif name.startswith("void ") or "<" in name:
+        name = kernel_head(name)
+    elif ":" in name and "::" not in name:
         name = name.rsplit(":", 1)[-1]
     name = re.sub(r"\.\d+$", "", name.strip())
     name = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name)
     return "_".join(re.findall(r"[a-z0-9]+", name.lower()))
+
+
+def kernel_head(name: str) -> str:
+    """A C++ kernel's signature without its return type, its parameters and the casts of its
+    template arguments: ``void cudnn::convertTensor_kernel<float, float, float,
+    (cudnnKernelDataType_t)2>(float, float const*...)`` -> ``cudnn::convertTensor_kernel<float,
+    float, float, 2>`` (the parameters repeat the template's types and name no work)."""
+    depth = 0
+    name = _CAST.sub("", name.removeprefix("void ").replace("(anonymous namespace)", "anon"))
+    for i, ch in enumerate(name):
+        if ch == "(" and depth == 0:
+            return name[:i]
+        depth += (ch == "<") - (ch == ">")
+    return name
+
+
+_CAST = re.compile(r"\(\w+\)(?=-?\d)")  # a template argument's cast: (cudnnKernelDataType_t)2
+
+
+def mangled_head(name: str) -> str:
+    """What a mangled C++ kernel is (``_ZN17cutlass__5x_cudnn6KernelINS_4conv6kernel23
+    ImplicitGemmConvolutionINS1_...`` -> ``cutlass__5x_cudnn::Kernel<conv::kernel::
+    ImplicitGemmConvolution``): the Itanium ABI's length-prefixed source names up to the
+    second template argument list. Traces carry such names from cuDNN's CUTLASS kernels, too
+    long and deep for c++filt to demangle, and naming in their depths a ``layout`` or a
+    ``permute`` that would misfile a convolution; their head says what they compute."""
+    out, i, lists = [], 2, 0
+    while i < len(name) and lists < 2:
+        if m := _SOURCE_NAME.match(name, i):
+            n, i = int(m.group(1)), m.end()
+            out.append("::" + name[i : i + n])
+            i += n
+        elif m := _SKIP.match(name, i):  # a literal (Li128E) or a substitution (S_, S1_, St)
+            i = m.end()
+        else:
+            lists += name[i] == "I"
+            out.append("<" if name[i] == "I" and lists < 2 else "")
+            i += 1
+    return "".join(out).lstrip(":")
+
+
+_SOURCE_NAME = re.compile(r"(\d+)")
+_SKIP = re.compile(r"L[^E]*E|S[0-9A-Z]*_|S[a-z]")
 
 
 def rule_of(names: Sequence[str]) -> Rule | None:
