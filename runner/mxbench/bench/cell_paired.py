@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-from mxbench.bench import convergence, paired, probe
+from mxbench import scale
+from mxbench.bench import convergence, distribute, paired, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.cell import (
     Arm,
@@ -131,6 +132,7 @@ def _measure_paired(
     totals = {"timed": 0.0, "first_step": 0.0, "warmup": 0.0}
     for i, (arm, rec, log_) in enumerate(zip(arms, recs, out.logs, strict=True)):
         steps = _fill_arm(arm, rec, log_, plan, started_perf, import_s, totals)
+        distribute.fill(state.dist, rec, arm.model, "paired")
         rec.pairing = _pairing(arms, out, i, first_window, group, overall)
         init = state.initial[i]
         batch = (arm.x, arm.y) if arm.x is not None else arm.ds
@@ -206,7 +208,7 @@ def _fill_arm(
     totals["timed"] += window_s
     totals["first_step"] += first_s
     totals["warmup"] += warm[-1] - warm[0] - first_s
-    images_per_s = q.batch_size * steps / window_s
+    images_per_s = scale.global_batch(q) * steps / window_s  # every device's examples
     flops = rec.model.flops_per_example if rec.model else None
     # the arm's timed steps follow its warm-up back to back (windows of k steps each)
     means = StepLog(mean_losses=[log_.losses[k] for k in sorted(log_.losses)])
