@@ -19,14 +19,21 @@ MECHANISMS = {
 }
 
 
+def batches(batch_size: int, devices: int, scaling: str) -> tuple[int, int]:
+    """(global batch, per-device batch) of a cell's ``batch_size`` on ``devices``."""
+    if scaling == "weak":
+        return batch_size * devices, batch_size
+    return batch_size, batch_size // devices
+
+
 def global_batch(p: Any) -> int:
-    """Examples per training step over every device."""
-    return int(p.batch_size * p.devices if p.scaling == "weak" else p.batch_size)
+    """Examples per training step over every device (``p``: a cell's params)."""
+    return batches(p.batch_size, p.devices, p.scaling)[0]
 
 
 def per_device_batch(p: Any) -> int:
     """Examples each device gets per step."""
-    return int(p.batch_size if p.scaling == "weak" else p.batch_size // p.devices)
+    return batches(p.batch_size, p.devices, p.scaling)[1]
 
 
 def problem(

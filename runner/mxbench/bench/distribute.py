@@ -106,7 +106,8 @@ def _tensorflow(p: Params, versions: dict[str, str]) -> Plan:
     _enough(found, p)
     names = [f"{kind}:{i}" for i in range(p.devices)]
     strategy = tf.distribute.MirroredStrategy(names)
-    return Plan(p, scale.MECHANISMS["tensorflow"], names, not gpus, versions, strategy, notes)
+    mechanism = scale.MECHANISMS["tensorflow"]
+    return Plan(p, mechanism, names, not gpus, versions, strategy=strategy, notes=notes)
 
 
 def _enough(found: list[Any], p: Params) -> None:
