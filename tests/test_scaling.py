@@ -138,8 +138,10 @@ def test_jax_trains_data_parallel_on_two_host_devices() -> None:
 def test_tensorflow_mirrors_over_two_logical_cpus_paired() -> None:
     """Strong scaling, the paired design: both arms in one process, each mirrored on two
     logical CPUs, jit_compile turned off (XLA breaks there) and said."""
-    recs = bench("--backend", "tensorflow", "--devices", "2", "--scaling", "strong",
-                 "--batch-size", "16", "--pair-with", "mixed_bfloat16", "--timed-s", "1")  # fmt: skip
+    recs = bench(
+        *("--backend", "tensorflow", "--devices", "2", "--scaling", "strong"),
+        *("--batch-size", "16", "--pair-with", "mixed_bfloat16", "--timed-s", "1"),
+    )
     assert [r["params"]["policy"] for r in recs] == ["float32", "mixed_bfloat16"]
     for r in recs:
         d = r["distribution"]
