@@ -165,6 +165,8 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
     if plan is None:
         return
     p = plan.p
+    if p.backend == "jax":  # the flags this process ran with: the host devices added
+        rec.settings.xla_flags = os.environ.get("XLA_FLAGS")
     rec.distribution = Distribution(
         devices=p.devices,
         replicas=replicas(model),
