@@ -229,16 +229,18 @@ def notes(points: Sequence[Point]) -> list[str]:
 def as_dict(m: Map) -> dict[str, Any]:
     """A map for the JSON report: its rows as numbers."""
 
-    def ratio(r: stats.Ratio | None) -> dict[str, Any] | None:
+    def ratio(r: stats.Ratio | None, verdict: bool = True) -> dict[str, Any] | None:
+        """A ratio's value and interval (none with one process a side); a speedup's verdict
+        (an efficiency has none: faster or slower than what?)."""
         if r is None:
             return None
         judged = r.judged
-        return {
+        out: dict[str, Any] = {
             "value": round(r.value, 4),
             "low": round(r.low, 4) if judged else None,
             "high": round(r.high, 4) if judged else None,
-            "verdict": r.verdict,
         }
+        return {**out, "verdict": r.verdict} if verdict else out
 
     return {
         "title": m.title,
@@ -254,7 +256,7 @@ def as_dict(m: Map) -> dict[str, Any]:
                 "per_device_batch": p.per_device_batch,
                 "images_per_s": p.images_per_s,
                 "images_per_s_per_device": p.per_device_images_per_s,
-                "efficiency": ratio(p.efficiency),
+                "efficiency": ratio(p.efficiency, verdict=False),
                 "superlinear": p.superlinear,
                 "speedup_vs_float32": ratio(p.speedup),
                 "shared_cores": p.shared_cores,
