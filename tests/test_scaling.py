@@ -133,6 +133,7 @@ def test_jax_trains_data_parallel_on_two_host_devices() -> None:
     assert d["mechanism"] == "keras.distribution.DataParallel" and d["versions"]["jax"]
     assert d["shared_cores"] is True and d["design"] == "process"
     assert r["params"]["batch_size"] == 8  # the cell as asked: the per-device batch
+    assert f"{FORCE_HOST_DEVICES}=2" in r["settings"]["xla_flags"]  # as the process ran
 
 
 def test_tensorflow_mirrors_over_two_logical_cpus_paired() -> None:
