@@ -129,8 +129,6 @@ def run_cell(
 
 def _load(p: Params, rec: Record, state: CellState) -> float:
     """Import the backend and Keras (seconds it took)."""
-    from mxbench.bench import distribute
-
     t0 = time.perf_counter()
     backend = backends.select(p.backend)
     distribute.before_import(p)
@@ -168,7 +166,7 @@ class Arm:
 
 def _build(p: Params, rec: Record, state: CellState) -> Arm:
     """Build, compile and feed the model of ``p`` (its policy); the record's model facts."""
-    from mxbench.bench import data, distribute, facts, harness
+    from mxbench.bench import data, facts, harness
 
     phases = state.phases
     rec.model = ModelInfo(name=p.model)
