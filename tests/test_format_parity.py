@@ -31,7 +31,7 @@ import pytest
 
 from mxbench.cells import cell_key
 from mxbench.params import Params
-from mxbench.report import capacity, document, training, why
+from mxbench.report import capacity, document, scaling, training, why
 from mxbench.report.document import Document, Grid, Section, SectionKind
 from mxbench.report.load import load
 from mxbench.report.tables import build
@@ -216,11 +216,28 @@ def _loss_scales() -> list[dict[str, Any]]:
     return out
 
 
+def _devices() -> list[dict[str, Any]]:
+    """float32 on one and two CPU devices (weak scaling), two processes each: the map."""
+    out = []
+    for n, ms in ((1, 100.0), (2, 125.0)):
+        for k in range(2):
+            samples = [ms * (1 + 0.01 * ((i * 7 + k) % 5)) for i in range(20)]
+            r = rec("dp", "float32", 32, median=samples[10], device={"kind": "cpu"})
+            r["metrics"] = {"step_ms": {"median": samples[10], "n": 20, "samples": samples}}
+            r["params"].update(devices=n, repeat=k)
+            if n > 1:
+                r["distribution"] = {"devices": n, "global_batch": 32 * n,
+                                     "per_device_batch": 32, "shared_cores": True}  # fmt: skip
+            out.append(_keyed(r))
+    return out
+
+
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory: pytest.TempPathFactory) -> Document:
     path: Path = tmp_path_factory.mktemp("parity") / "all.jsonl"
     # and a line that is no record: a notice says it was skipped
-    write(path, [*_speed(), *_search(), *_training(), *_loss_scales()], ("not a record",))
+    records = [*_speed(), *_search(), *_training(), *_loss_scales(), *_devices()]
+    write(path, records, ("not a record",))
     loaded = load([path])
     assert len(loaded.bad) == 1, loaded.bad
     return document.build(loaded, build(loaded.winners))
@@ -242,6 +259,8 @@ def needles(value: Any) -> list[str]:
         return needles(value.kernels)
     if isinstance(value, capacity.Capacity):  # what the search's trials ran and counted
         return [capacity.counted(value)]
+    if isinstance(value, scaling.Map):
+        return [value.title, *value.headers, *needles(value.rows), *value.notes]
     if isinstance(value, training.Section):
         return [value.title, *value.headers, *needles(value.rows), *value.sentences]
     raise TypeError(f"a part of type {type(value).__name__}: say in needles() how it shows")
@@ -267,6 +286,7 @@ def parts(doc: Document) -> dict[str, list[str]]:
 CSV_COLUMNS: dict[str, tuple[str, ...]] = {
     "grids": ("speedup_vs_float32", "speedup_low", "speedup_high", "verdict"),
     "training": ("train_target", "time_to_target_s", "final_val_metric"),
+    "scaling": scaling.CSV_COLUMNS,
     "speed.title": ("host", "device"),
     "speed.lines": ("device", "compute_capability"),
     "speed.note": ("others_cores", "rounds", "rounds_disturbed"),

@@ -67,7 +67,8 @@ class Cell:
         backend = f" {p.backend}" if p.backend != "tensorflow" else ""
         model = "" if p.model == "blog-cnn" else f" {Path(p.model).name}"
         policy = "" if group else f" {p.policy}"
-        return f"{self.host}{img}{backend}{model}{policy} bs={p.batch_size}{rep}"
+        devices = f" devices={p.devices}" if p.devices > 1 else ""
+        return f"{self.host}{img}{backend}{model}{policy} bs={p.batch_size}{devices}{rep}"
 
 
 def cell_key(

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from mxbench import models, params
+from mxbench import models, params, scale
 from mxbench.errors import UsageError
 from mxbench.hosts import HOSTS
 from mxbench.matrix_yaml import Loader, check_nodes, line_of, read_matrix_file
@@ -222,6 +222,8 @@ class _AxesBase(Strict):
 
 
 _SWEPT = [f for f in params.fields() if f.spec.role != "repeat"]
+# what mxbench.scale.problem judges, in its order
+_SCALE_KEYS = ("backend", "devices", "scaling", "batch_size", "epochs")
 
 if TYPE_CHECKING:  # the generated models, as far as a type checker can know them
     Benchmark = _BenchmarkBase
@@ -392,6 +394,9 @@ class Matrix(Strict):
             if target is not None and not 0 < target <= 1:
                 why = f"{target}: a validation accuracy, above 0 and at most 1"
                 raise _PathError(self._where("target"), why)
+        for combo in itertools.product(*(sweep[k] for k in _SCALE_KEYS)):
+            if found := scale.problem(*combo):
+                raise _PathError(self._where(found[0]), found[1])
         if "torch" in sweep["backend"] and max(sweep["steps_per_execution"]) > 1:
             why = "Keras runs one step per call on the torch backend (only 1)"
             raise _PathError(self._where("steps_per_execution"), why)

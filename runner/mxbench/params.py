@@ -29,6 +29,7 @@ Backend = Literal["tensorflow", "jax", "torch"]
 Pairing = Literal["paired", "process"]
 OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
+Scaling = Literal["weak", "strong"]
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
@@ -47,6 +48,7 @@ MAX_VOCAB = 1 << 24
 MAX_BATCH_SIZE = 65536
 MAX_IMAGE_SIZE = 8192
 MAX_STEPS = 1_000_000
+MAX_DEVICES = 1024
 # The largest whole number a record may hold: what every reader's 64-bit integers hold
 # (the DataFrame's Int64, numpy, JSON parsers in other languages).
 MAX_INT = 2**63 - 1
@@ -268,6 +270,22 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              "(the windows also stop when an arm has `steps` timed steps).", role="precision",
              flag="--timed-s", column="timed s", key_default=False),
     ] = 8.0  # fmt: skip
+    devices: Annotated[
+        int,
+        Meta(ge=1, le=MAX_DEVICES),
+        Spec("Devices one cell trains on, data parallel through the backend's own mechanism "
+             "(JAX: keras.distribution.DataParallel; TensorFlow: MirroredStrategy). On a CPU "
+             "the host is split into this many devices that share its cores (plumbing, not "
+             "scaling). 1: one device, as always.", flag="--devices", column="dev",
+             key_default=False),
+    ] = 1  # fmt: skip
+    scaling: Annotated[
+        Scaling,
+        Spec("With devices > 1: weak holds batch_size per device (the global batch is "
+             "devices x batch_size), strong holds batch_size as the global batch (each "
+             "device gets batch_size / devices).", flag="--scaling", column="scaling",
+             key_default=False),
+    ] = "weak"  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0, le=MAX_INT)] | None,
         Spec("Which repetition of the cell (matrix benchmark.repeats > 1); a training run "

@@ -15,12 +15,13 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from mxbench.distribution_record import Distribution
 from mxbench.pairing_record import Interference, Pairing, Window
 from mxbench.params import Params
 from mxbench.record_part import Count, Doc, Positive, _Part
 from mxbench.search import BatchSearch
 
-__all__ = ["Count", "Doc", "Interference", "Pairing", "Positive", "Window", "_Part"]
+__all__ = ["Count", "Distribution", "Doc", "Interference", "Pairing", "Positive", "Window", "_Part"]
 
 SCHEMA = "mxbench.result/2"  # the version this mxbench writes (HISTORY: every version)
 Status = Literal["ok", "oom", "error", "timeout", "unsupported"]
@@ -529,6 +530,10 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
         Doc("the paired design (arms interleaved in one process) that measured the step "
             "times; null: one policy per process (pairing: process, or an older record)"),
     ] = None  # fmt: skip
+    distribution: Annotated[
+        Distribution | None,
+        Doc("data parallel over params.devices > 1 devices (null: one device)"),
+    ] = None
     pending: Annotated[
         list[str],
         Doc("what had not run yet when the bench printed this record (profile, check): the "

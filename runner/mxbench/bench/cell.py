@@ -13,11 +13,13 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import msgspec
 
-from mxbench.bench import backends, convergence, energy, probe
+from mxbench import scale
+from mxbench.bench import backends, convergence, distribute, energy, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
@@ -79,6 +81,7 @@ class CellState:
     timed_window: tuple[float, float] | None = None
     spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # per policy
     probed: bool = False
+    dist: Any = None  # the devices of data parallel (bench.distribute.Plan; None: one)
 
 
 def run_cell(
@@ -128,6 +131,7 @@ def _load(p: Params, rec: Record, state: CellState) -> float:
     """Import the backend and Keras (seconds it took)."""
     t0 = time.perf_counter()
     backend = backends.select(p.backend)
+    distribute.before_import(p)
     try:
         backend.load(rec)
     except ImportError as exc:
@@ -137,6 +141,7 @@ def _load(p: Params, rec: Record, state: CellState) -> float:
             f"({pip_install(extra)})"
         ) from None
     state.backend = backend
+    state.dist = distribute.setup(p)
     import keras
 
     rec.software.keras = keras.__version__
@@ -165,26 +170,30 @@ def _build(p: Params, rec: Record, state: CellState) -> Arm:
 
     phases = state.phases
     rec.model = ModelInfo(name=p.model)
-    prepared = harness.prepare(p, harness.set_policy, p.seed)
+    in_scope = partial(distribute.scope, state.dist)
+    prepared = harness.prepare(p, harness.set_policy, p.seed, in_scope)
     model = state.model = prepared.model
-    harness.compile_model(prepared, p.jit_compile, p.loss_scale, p.steps_per_execution)
+    with in_scope():
+        jit = distribute.jit_compile(state.dist, p.jit_compile)
+        harness.compile_model(prepared, jit, p.loss_scale, p.steps_per_execution)
     _dtype_settings(rec.settings, model, p.policy)
     phases.mark("build")
     if p.epochs:  # a training run: no input pipeline of ours
         rec.model = _model_info(p, prepared, facts, None)
         return Arm(p, prepared, None)
     x = y = None
+    fed = distribute.batch_params(p)  # the input: the global batch, split over the devices
     if prepared.dataset is not None:
-        ds = _user_dataset(prepared, p)
+        ds = _user_dataset(prepared, fed)
         rec.settings.input_device = "model's dataset"
     elif p.synthetic:
-        x, y = harness.synthetic_batch(prepared, p)
+        x, y = harness.synthetic_batch(prepared, fed)
         assert state.backend is not None
         ds, rec.settings.input_device = state.backend.dataset(x, y)
     else:
         binary = harness.label_kind(model, prepared.labels) == "binary"
         size = prepared.image or p.image_hw
-        ds = data.image_folder(p.data, p.batch_size, size, flip=p.flip, binary=binary)
+        ds = data.image_folder(p.data, fed.batch_size, size, flip=p.flip, binary=binary)
         rec.settings.input_device = "host"
     phases.mark("data")
     rec.model = _model_info(p, prepared, facts, x)
@@ -233,7 +242,8 @@ def _measure(
 
     stats = summarize([d / spe for d in parts["timed"]])
     flops = rec.model.flops_per_example if rec.model else None
-    images_per_s = p.batch_size * p.steps / parts["window_s"]  # sustained: the window
+    batch = scale.global_batch(p)  # every device's examples
+    images_per_s = batch * p.steps / parts["window_s"]  # sustained: the window
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
         step_ms=msgspec.convert(stats, StepStats),
@@ -249,7 +259,8 @@ def _measure(
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
-    energy.fill(rec.metrics, joules, [state.timed_window], p.steps, p.batch_size)
+    energy.fill(rec.metrics, joules, [state.timed_window], p.steps, batch)
+    distribute.fill(state.dist, rec, model, "process")
     # the device and the peak memory now: the training's, before anything else runs
     phases.mark("fit_other")
     _probe_device(rec, state)

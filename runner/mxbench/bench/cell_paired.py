@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-from mxbench.bench import convergence, energy, paired, probe
+from mxbench import scale
+from mxbench.bench import convergence, distribute, energy, paired, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.cell import (
     Arm,
@@ -134,7 +135,8 @@ def _measure_paired(
     for i, (arm, rec, log_) in enumerate(zip(arms, recs, out.logs, strict=True)):
         steps = _fill_arm(arm, rec, log_, plan, started_perf, import_s, totals)
         spans = [(w.start, w.end) for w in log_.windows]  # the arm's own windows only
-        energy.fill(rec.metrics, joules, spans, steps, arm.p.batch_size)
+        energy.fill(rec.metrics, joules, spans, steps, scale.global_batch(arm.p))
+        distribute.fill(state.dist, rec, arm.model, "paired")
         rec.pairing = _pairing(arms, out, i, first_window, group, overall)
         init = state.initial[i]
         batch = (arm.x, arm.y) if arm.x is not None else arm.ds
@@ -210,7 +212,7 @@ def _fill_arm(
     totals["timed"] += window_s
     totals["first_step"] += first_s
     totals["warmup"] += warm[-1] - warm[0] - first_s
-    images_per_s = q.batch_size * steps / window_s
+    images_per_s = scale.global_batch(q) * steps / window_s  # every device's examples
     flops = rec.model.flops_per_example if rec.model else None
     # the arm's timed steps follow its warm-up back to back (windows of k steps each)
     means = StepLog(mean_losses=[log_.losses[k] for k in sorted(log_.losses)])

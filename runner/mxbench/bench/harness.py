@@ -18,6 +18,7 @@ import importlib.util
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,8 +149,15 @@ def set_policy(policy: str) -> None:
     keras.config.set_dtype_policy(policy)
 
 
-def prepare(p: Any, set_policy: Callable[[str], None], seed: int = 0) -> Prepared:
-    """Build the cell's model under ``p.policy`` from the weights of a float32 build."""
+def prepare(
+    p: Any,
+    set_policy: Callable[[str], None],
+    seed: int = 0,
+    scope: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> Prepared:
+    """Build the cell's model under ``p.policy`` from the weights of a float32 build;
+    ``scope``: where the model itself is built (a distribution strategy's; the float32
+    reference is built and cleared outside it)."""
     import keras
 
     t0 = time.perf_counter()
@@ -164,11 +172,12 @@ def prepare(p: Any, set_policy: Callable[[str], None], seed: int = 0) -> Prepare
         keras.backend.clear_session()
     set_policy(p.policy)
     keras.utils.set_random_seed(seed)
-    result = _call_build(build, what)
-    model = result["model"]
     warnings: list[str] = []
-    if reference is not None:
-        init = _copy_weights(model, reference, warnings)
+    with scope():
+        result = _call_build(build, what)
+        model = result["model"]
+        if reference is not None:
+            init = _copy_weights(model, reference, warnings)
     prepared = Prepared(
         model=model,
         loss=result.get("loss"),

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench import models, params
+from mxbench import models, params, scale
 from mxbench.errors import UsageError
 from mxbench.params import Params
 
@@ -41,6 +41,8 @@ def validate(p: Params) -> Params:
             f"--steps-per-execution {spe}: Keras runs one step per call on the "
             "torch backend (only 1)"
         )
+    if spread := scale.problem(p.backend, p.devices, p.scaling, p.batch_size, p.epochs):
+        raise UsageError(f"{params.field(spread[0]).spec.flag} {spread[1]}")
     if p.epochs and p.synthetic:
         raise UsageError(
             f"--epochs {p.epochs}: a training run needs --data, a folder with "

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
+from mxbench import scale
 from mxbench.schema import HostBase, format_bytes
 
 if TYPE_CHECKING:
@@ -325,10 +326,11 @@ def implausible(cell: Cell, outcome: Outcome, rec: Record) -> str | None:
     # the rate is over the timed window, which the steps add up to: their mean, not their
     # median (one stalled step on a loaded machine moves the mean, rightly)
     mean = statistics.fmean(step.samples) if step.samples else step.median
-    expected = cell.params.batch_size * 1000.0 / mean
+    batch = scale.global_batch(cell.params)  # every device's examples
+    expected = batch * 1000.0 / mean
     if rate is not None and not expected / 2 <= rate <= expected * 2:
         return (
-            f"implausible record: {rate:.6g} images/s, but batch {cell.params.batch_size} at "
+            f"implausible record: {rate:.6g} images/s, but batch {batch} at "
             f"{mean:.6g} ms per step (the timed steps' mean) is {expected:.6g}"
         )
     timed_s = (sum(step.samples) if step.samples else step.median * max(n, 1)) / 1000.0

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from mxbench.report import capacity, training, why
+from mxbench.report import capacity, scaling, training, why
 from mxbench.report.compare_document import CompareDocument
 from mxbench.report.document import Document, Grid, Section
 from mxbench.report.load import folders
@@ -181,6 +181,7 @@ def render(doc: Document) -> str:
         # training runs to an accuracy, and the input pipeline's share (report/training.py)
         "training": [training.as_dict(s) for s in doc.training],
         "shares": doc.shares,
+        "scaling": [scaling.as_dict(m) for m in doc.scaling],  # the speedup x scale map
     }
     return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxbench import params
-from mxbench.report import capacity, load, tables, why
+from mxbench.report import capacity, load, scaling, tables, why
 from mxbench.report.busy import busy
 from mxbench.report.devices import cuda_text, cudnn_text
 from mxbench.results import Record
@@ -100,6 +100,7 @@ _AFTER = (
     "source",
     "error",
     "profile_error",
+    *scaling.CSV_COLUMNS,
 )
 COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
 # The frame's types (everything else: text or float)
@@ -127,6 +128,7 @@ INTEGERS = (
     "rounds_disturbed",
     "largest_batch",
     "attempts",
+    *scaling.CSV_INTEGERS,
 )
 # float64 even where every value is missing (a frame of failures), never object
 FLOATS = (
@@ -153,8 +155,9 @@ FLOATS = (
     "time_to_target_s",
     "final_val_metric",
     *(f"{c}_ms" for c in why.CATEGORIES),
+    *scaling.CSV_FLOATS,
 )
-FLAGS = ("tf32", "search_trial")
+FLAGS = ("tf32", "search_trial", *scaling.CSV_FLAGS)
 # text, missing as pd.NA like the integers and flags (and not object where every value is)
 TEXTS = (
     *_BEFORE,
@@ -295,6 +298,7 @@ def rows(
     loss parity on those its entry counts (ok, of the slot's latest run); then the trials
     of batch-size searches (``search_trial``)."""
     out = []
+    mapped = scaling.columns(scaling.build(built))
     for t in built:
         for b in t.batches:
             for p in t.policies:
@@ -302,7 +306,8 @@ def rows(
                 counted = {id(r) for r in e.records} if e is not None else set()
                 for rec in t.cells.get((p, b), ()):
                     where = t if id(rec) in counted else None
-                    out.append(row(where, rec, loaded.attempts.get(str(rec.cell), 1)))
+                    said = row(where, rec, loaded.attempts.get(str(rec.cell), 1))
+                    out.append(said | mapped.get(id(rec), {}))
     # the trials of largest-batch searches: no table of their own here (report.capacity)
     found = {
         id(r): fit.batch

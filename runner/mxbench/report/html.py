@@ -19,7 +19,7 @@ import html
 from collections.abc import Callable, Container, Sequence
 
 from mxbench import params
-from mxbench.report import training, why
+from mxbench.report import scaling, training, why
 from mxbench.report.document import LOOK, Document, Grid, Section, Verdict
 from mxbench.report.plot import curves_png, memory_png, pngs_base64
 from mxbench.report.tables import Table
@@ -230,6 +230,16 @@ def training_section(
     return out
 
 
+def scaling_section(maps: Sequence[scaling.Map]) -> list[str]:
+    out: list[str] = []
+    for i, m in enumerate(maps):
+        out.append(f'<section id="scaling-{i + 1}"><h2>{scaling.TITLE}: {escape(m.title)}</h2>')
+        out.append(_table(m.headers, m.rows))
+        out += ['<ul class="notes">', *(f"<li>{escape(x)}</li>" for x in m.notes), "</ul>"]
+        out.append("</section>")
+    return out
+
+
 def render(
     doc: Document,
     plot: Callable[[Table], list[tuple[str, str]]] = pngs_base64,
@@ -261,6 +271,7 @@ def render(
         out.append(section(s, plot(s.table) if i < MAX_PLOTS else []))
         on_table()
     out += [section(s, _largest_plot(s)) for s in doc.largest]
+    out += scaling_section(doc.scaling)
     out += training_section(doc.training, doc.shares)
     out.append("</body></html>")
     return "\n".join(out)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from mxbench.params import CONTROL_CHARS
-from mxbench.report import text, training, why
+from mxbench.report import scaling, text, training, why
 from mxbench.report.compare_document import CompareDocument, Part
 from mxbench.report.document import Document, Grid, Section
 
@@ -196,6 +196,14 @@ def training_section(sections_: Sequence[training.Section], shares: Sequence[str
     return out
 
 
+def scaling_section(maps: Sequence[scaling.Map]) -> list[str]:
+    out: list[str] = []
+    for m in maps:
+        out += [f"## {scaling.TITLE}: {escape(m.title)}", "", table(m.headers, m.rows), ""]
+        out += [f"- {escape(x, limit=None)}" for x in m.notes] + [""]
+    return out
+
+
 LEGEND = (
     "Verdicts from the speedup's 95% interval (in each table below): faster, ≈ same (no "
     "clear difference), slower; a number alone is one measurement per side (direction only). "
@@ -211,6 +219,7 @@ def render(doc: Document) -> str:
         out += [LEGEND, ""]
     out += [escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""]
     out += doc.each(section)
+    out += scaling_section(doc.scaling)
     out += training_section(doc.training, doc.shares)
     return "\n".join(out)
 

@@ -16,7 +16,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from mxbench.progress import plain
-from mxbench.report import training, why
+from mxbench.report import scaling, training, why
 from mxbench.report.document import LOOK, Document, Grid, Section
 
 _NUMERIC = frozenset("0123456789.")
@@ -103,6 +103,19 @@ def training_renderables(
         yield from (plain(f"- {x}") for x in s.sentences)
 
 
+def scaling_renderables(maps: Sequence[scaling.Map]) -> Iterable[Any]:
+    """The speedup x scale map's rendering (rich)."""
+    for m in maps:
+        yield Rule(plain(f"{scaling.TITLE}: {m.title}"), align="left")
+        table = RichTable()
+        for h in m.headers:
+            column(table, h)
+        for row in m.rows:
+            table.add_row(*(plain(c) for c in row))
+        yield table
+        yield from (plain(f"- {x}") for x in m.notes)
+
+
 def renderables(doc: Document) -> Iterator[Any]:
     yield plain("mxbench report", style="bold")
     yield plain(doc.counts)
@@ -114,6 +127,7 @@ def renderables(doc: Document) -> Iterator[Any]:
     yield plain("")
     for s in doc.sections:
         yield from section(s)
+    yield from scaling_renderables(doc.scaling)
     yield from training_renderables(doc.training, doc.shares)
 
 

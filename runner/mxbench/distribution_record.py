@@ -1,0 +1,46 @@
+"""The data-parallel part of the result record (:mod:`mxbench.results`): how a cell of
+``devices`` > 1 was spread over its devices (:mod:`mxbench.bench.distribute`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta
+
+from mxbench.record_part import Doc, _Part
+
+
+class Distribution(_Part, kw_only=True):
+    """Data parallel over several devices: what was asked, and what the trained model's
+    variables were found on."""
+
+    devices: Annotated[int, Meta(ge=1), Doc("devices the cell asked for (params.devices)")]
+    replicas: Annotated[
+        int | None,
+        Doc("devices the model's variables were found replicated on after the timed steps"),
+    ] = None
+    scaling: Annotated[
+        Literal["weak", "strong"], Doc("weak: per-device batch held; strong: global held")
+    ] = "weak"
+    global_batch: Annotated[int, Meta(ge=1), Doc("examples per step over every device")]
+    per_device_batch: Annotated[int, Meta(ge=1), Doc("examples per step on each device")]
+    device_names: Annotated[list[str], Doc("the devices, as the framework names them")] = []
+    mechanism: Annotated[
+        str | None, Doc("keras.distribution.DataParallel, tf.distribute.MirroredStrategy")
+    ] = None
+    versions: Annotated[
+        dict[str, str], Doc("the versions of what distributes (keras, jax, tensorflow)")
+    ] = {}
+    shared_cores: Annotated[
+        bool,
+        Doc("the devices are slices of one CPU and share its cores: the timings are "
+            "plumbing, not scaling"),
+    ] = False  # fmt: skip
+    design: Annotated[
+        Literal["paired", "process"] | None,
+        Doc("the design that measured it: paired (arms interleaved in one process) or one "
+            "policy per process"),
+    ] = None  # fmt: skip
+    notes: Annotated[
+        list[str], Doc("what data parallel changed (TensorFlow: jit_compile turned off)")
+    ] = []

@@ -1,0 +1,288 @@
+"""The speedup x scale map: per model x policy x device count, the total and per-device
+throughput, the scaling efficiency ``T_N / (N * T_1)`` with its interval, and the
+mixed/float32 speedup at each N with its interval.
+
+Tables that differ only in ``devices`` (:mod:`mxbench.report.tables`: ``devices`` is a setup
+parameter, so each count is its own table with its own speedups) are one map. The efficiency
+of a slot (policy, batch size) at N devices compares its processes with the same slot's at
+one device, as a speedup compares two policies (:func:`mxbench.stats.judge`: the ratio of the
+step times, Welch's t over processes), scaled by what the two steps carry:
+
+    T_N / (N * T_1) = (G_N / s_N) / (N * G_1 / s_1) = (s_1 / s_N) * G_N / (N * G_1)
+
+with G the global batch and s the step time (weak scaling: G_N = N * G_1, the factor is 1;
+strong: G_N = G_1, the factor is 1 / N). Above :data:`SUPERLINEAR` it is flagged, never
+shown as a win; devices cut from one CPU share its cores, and the map says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mxbench import scale, stats
+from mxbench.params import BASELINE, POLICIES
+from mxbench.report.tables import Entry, Table, bounded
+from mxbench.results import Record
+
+TITLE = "Scaling"  # each map's heading: "Scaling: <title>"
+SUPERLINEAR = 1.05  # efficiency above this is flagged: a measurement to doubt, not a win
+SHARED = (
+    "the {n} devices share this host's cores: efficiency here measures nothing about "
+    "interconnects (plumbing, not scaling)"
+)
+SUPER_NOTE = (
+    "super-linear: efficiency above 105% is flagged, not a win (suspect the one-device "
+    "reference: a noisy process, a batch that fits caches differently, shared cores)"
+)
+HEADERS = [
+    "policy",
+    "batch",
+    "devices",
+    "global batch",
+    "per device",
+    "images/s",
+    "images/s per device",
+    "efficiency [95% CI]",
+    "speedup vs float32 [95% CI]",
+]
+# The CSV's columns of the map, per record (mxbench.report.frame), and their types.
+CSV_INTEGERS = ("global_batch", "per_device_batch")
+CSV_FLOATS = ("scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high")
+CSV_FLAGS = ("superlinear", "shared_cores")
+CSV_COLUMNS = (*CSV_INTEGERS, *CSV_FLOATS, *CSV_FLAGS)
+
+
+@dataclass
+class Point:
+    """One policy at one batch size on N devices."""
+
+    policy: str
+    batch_size: int
+    devices: int
+    global_batch: int
+    per_device_batch: int
+    images_per_s: float | None
+    efficiency: stats.Ratio | None  # None: no one-device reference (or N = 1 itself)
+    speedup: stats.Ratio | None  # over float32 at this N (the table's)
+    shared_cores: bool
+    records: list[Record] = field(default_factory=list, repr=False)
+
+    @property
+    def per_device_images_per_s(self) -> float | None:
+        return self.images_per_s / self.devices if self.images_per_s is not None else None
+
+    @property
+    def superlinear(self) -> bool:
+        return self.efficiency is not None and self.efficiency.value > SUPERLINEAR
+
+
+@dataclass
+class Map:
+    title: str
+    scaling: str
+    points: list[Point]
+    notes: list[str]
+    headers: list[str] = field(default_factory=lambda: list(HEADERS))
+
+    @property
+    def rows(self) -> list[list[str]]:
+        return [row(p) for p in self.points]
+
+
+def _percent(r: stats.Ratio) -> str:
+    if not r.judged:
+        return f"{r.value:.0%}"
+    return f"{r.value:.0%} [{r.low:.0%}–{r.high:.0%}]"
+
+
+def row(p: Point) -> list[str]:
+    """A point as the map's row of text."""
+    rate = p.images_per_s
+    if p.devices == 1:
+        eff = "reference"
+    elif p.efficiency is None:
+        eff = "no 1-device reference"
+    else:
+        eff = _percent(p.efficiency) + (" super-linear (flagged)" if p.superlinear else "")
+    return [
+        p.policy,
+        str(p.batch_size),
+        str(p.devices),
+        str(p.global_batch),
+        str(p.per_device_batch),
+        stats.figure(rate, 1) if rate is not None else "",
+        stats.figure(rate / p.devices, 1) if rate is not None else "",
+        eff,
+        p.speedup.text() if p.speedup is not None else "",
+    ]
+
+
+def _key(t: Table) -> tuple[object, ...]:
+    rest = tuple(sorted((k, repr(v)) for k, v in t.setup.items() if k != "devices"))
+    return (t.host, t.device.kind, t.device.name, t.image.name, t.image.id, rest)
+
+
+def _devices(t: Table) -> int:
+    return int(t.setup.get("devices") or 1)
+
+
+def build(tables: Sequence[Table]) -> list[Map]:
+    """One map per group of tables that differ only in the device count, where some table
+    has more than one device."""
+    groups: dict[tuple[object, ...], list[Table]] = {}
+    for t in tables:
+        groups.setdefault(_key(t), []).append(t)
+    return [_map(g) for g in groups.values() if any(_devices(t) > 1 for t in g)]
+
+
+def _title(t: Table) -> str:
+    parts = [x for x in t.title.split(" · ") if not x.startswith(("devices ", "scaling "))]
+    model = Path(str(t.setup.get("model") or "")).name
+    if model and model not in parts:
+        parts.insert(2, bounded(model))
+    return " · ".join([*parts, f"{t.setup.get('scaling') or 'weak'} scaling"])
+
+
+def _map(group: list[Table]) -> Map:
+    group = sorted(group, key=_devices)
+    one = next((t for t in group if _devices(t) == 1), None)
+    slots = sorted(
+        {s for t in group for s, e in t.entries.items() if e.status == "ok"},
+        key=lambda s: (POLICIES.index(s[0]) if s[0] in POLICIES else len(POLICIES), s),
+    )
+    wanted: list[tuple[Table, tuple[str, int]]] = []
+    for slot in slots:
+        wanted += [(t, slot) for t in group if _ok(t.entries.get(slot))]
+    ratios = stats.judge([_pair(one, t, slot) for t, slot in wanted])
+    points = [
+        _point(t, slot, ratio if _devices(t) > 1 else None)
+        for (t, slot), ratio in zip(wanted, ratios, strict=True)
+    ]
+    return Map(_title(group[0]), str(group[0].setup.get("scaling") or "weak"), points,
+               notes(points))  # fmt: skip
+
+
+def _ok(e: Entry | None) -> bool:
+    return e is not None and e.status == "ok"
+
+
+def _pair(
+    one: Table | None, t: Table, slot: tuple[str, int]
+) -> tuple[list[stats.Process], list[stats.Process]]:
+    """The one-device processes of the slot and its N-device ones (none: no reference)."""
+    base = one.entries.get(slot) if one is not None else None
+    if base is None or not _ok(base) or _devices(t) == 1:
+        return [], []
+    return base.processes(), t.entries[slot].processes()
+
+
+def _point(t: Table, slot: tuple[str, int], ratio: stats.Ratio | None) -> Point:
+    policy, batch = slot
+    e = t.entries[slot]
+    n = _devices(t)
+    glob, per_device = scale.batches(batch, n, str(t.setup.get("scaling") or "weak"))
+    if ratio is not None:  # s_1 / s_N, times G_N / (N * G_1) (G_1: the batch on one device)
+        factor = glob / (n * batch)
+        ratio = stats.Ratio(ratio.value * factor, ratio.low * factor, ratio.high * factor,
+                            ratio.over, ratio.n)  # fmt: skip
+    shared = any(r.distribution is not None and r.distribution.shared_cores for r in e.records)
+    return Point(
+        policy=policy,
+        batch_size=batch,
+        devices=n,
+        global_batch=glob,
+        per_device_batch=per_device,
+        images_per_s=e.images_per_s(glob),
+        efficiency=ratio,
+        speedup=t.ratios.get(slot) if policy != BASELINE else None,
+        shared_cores=shared,
+        records=list(e.records),
+    )
+
+
+def notes(points: Sequence[Point]) -> list[str]:
+    """What the map's numbers are, and what they cannot say."""
+    out = [
+        "efficiency = T_N / (N · T_1): the throughput on N devices over N times one device's, "
+        "from the step times of every process (the speedups' intervals: Welch's t over "
+        "processes; a bare figure: one process a side, no interval)"
+    ]
+    shared = sorted({p.devices for p in points if p.shared_cores})
+    if shared:
+        out.append(SHARED.format(n=" / ".join(map(str, shared))))
+    if any(p.superlinear for p in points):
+        out.append(SUPER_NOTE)
+    jit = {p.devices: r.settings.jit_compile for p in points for r in p.records}
+    if len(set(jit.values()) - {None}) > 1:
+        on = sorted(n for n, j in jit.items() if j)
+        out.append(
+            f"jit_compile differs between device counts (on at N = {', '.join(map(str, on))}, "
+            "off elsewhere: TensorFlow's MirroredStrategy on CPU runs without XLA): the "
+            "efficiency mixes the two"
+        )
+    return out
+
+
+def as_dict(m: Map) -> dict[str, Any]:
+    """A map for the JSON report: its rows as numbers."""
+
+    def ratio(r: stats.Ratio | None, verdict: bool = True) -> dict[str, Any] | None:
+        """A ratio's value and interval (none with one process a side); a speedup's verdict
+        (an efficiency has none: faster or slower than what?)."""
+        if r is None:
+            return None
+        judged = r.judged
+        out: dict[str, Any] = {
+            "value": round(r.value, 4),
+            "low": round(r.low, 4) if judged else None,
+            "high": round(r.high, 4) if judged else None,
+        }
+        return {**out, "verdict": r.verdict} if verdict else out
+
+    return {
+        "title": m.title,
+        "scaling": m.scaling,
+        "headers": m.headers,
+        "rows": m.rows,
+        "points": [
+            {
+                "policy": p.policy,
+                "batch_size": p.batch_size,
+                "devices": p.devices,
+                "global_batch": p.global_batch,
+                "per_device_batch": p.per_device_batch,
+                "images_per_s": p.images_per_s,
+                "images_per_s_per_device": p.per_device_images_per_s,
+                "efficiency": ratio(p.efficiency, verdict=False),
+                "superlinear": p.superlinear,
+                "speedup_vs_float32": ratio(p.speedup),
+                "shared_cores": p.shared_cores,
+            }
+            for p in m.points
+        ],
+        "notes": m.notes,
+    }
+
+
+def columns(maps: Sequence[Map]) -> dict[int, dict[str, Any]]:
+    """The CSV's map columns of each record the maps show (by ``id``)."""
+    out: dict[int, dict[str, Any]] = {}
+    for m in maps:
+        for p in m.points:
+            eff = p.efficiency
+            judged = eff is not None and eff.judged
+            cols = {
+                "global_batch": p.global_batch,
+                "per_device_batch": p.per_device_batch,
+                "scaling_efficiency": round(eff.value, 4) if eff is not None else None,
+                "scaling_efficiency_low": round(eff.low, 4) if judged and eff else None,
+                "scaling_efficiency_high": round(eff.high, 4) if judged and eff else None,
+                "superlinear": p.superlinear,
+                "shared_cores": p.shared_cores,
+            }
+            for r in p.records:
+                out[id(r)] = cols
+    return out

@@ -1,0 +1,62 @@
+"""Several devices per cell: the batch arithmetic of weak and strong scaling, and which cells
+can be measured data parallel, defined once for the matrix, the bench and the report.
+
+Weak scaling (the default) holds the per-device batch: ``batch_size`` is what each device
+gets and the global batch is ``devices x batch_size``. Strong scaling holds the global batch:
+``batch_size`` is the global batch and each device gets ``batch_size / devices``.
+
+Light on purpose (the bench imports it inside images): params only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The backend's own data-parallel mechanism, by Keras backend (torch: not yet).
+MECHANISMS = {
+    "jax": "keras.distribution.DataParallel",
+    "tensorflow": "tf.distribute.MirroredStrategy",
+}
+
+
+def batches(batch_size: int, devices: int, scaling: str) -> tuple[int, int]:
+    """(global batch, per-device batch) of a cell's ``batch_size`` on ``devices``."""
+    if scaling == "weak":
+        return batch_size * devices, batch_size
+    return batch_size, batch_size // devices
+
+
+def global_batch(p: Any) -> int:
+    """Examples per training step over every device (``p``: a cell's params)."""
+    return batches(p.batch_size, p.devices, p.scaling)[0]
+
+
+def per_device_batch(p: Any) -> int:
+    """Examples each device gets per step."""
+    return batches(p.batch_size, p.devices, p.scaling)[1]
+
+
+def problem(
+    backend: str, devices: int, scaling: str, batch_size: Any, epochs: Any = None
+) -> tuple[str, str] | None:
+    """Why a cell of these values cannot be measured on ``devices`` devices: (the parameter
+    to name, why), or None when it can. ``batch_size`` may be a search's ``max`` (a word)."""
+    if devices <= 1:
+        return None
+    if backend not in MECHANISMS:
+        return (
+            "devices",
+            f"{devices}: data parallel is not supported yet on the {backend} backend "
+            f"(only {' and '.join(sorted(MECHANISMS))}); use devices: 1 there",
+        )
+    if epochs:
+        return ("devices", f"{devices}: training runs (epochs) measure one device (only 1)")
+    if scaling == "strong" and isinstance(batch_size, int) and batch_size % devices:
+        return (
+            "batch_size",
+            f"{batch_size}: strong scaling splits the global batch over {devices} devices, "
+            f"so it must be a multiple of {devices}",
+        )
+    if scaling == "strong" and isinstance(batch_size, str):
+        return ("batch_size", f"{batch_size}: a batch-size search runs weak scaling only")
+    return None

@@ -1,0 +1,270 @@
+"""Several devices per cell (issue 36): the devices and scaling parameters, data parallel on
+the real backends (JAX's DataParallel over forced host devices, TensorFlow's MirroredStrategy
+over logical CPUs), and the speedup x scale map of the report, its efficiency interval checked
+against records whose truth is known."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mxbench import scale
+from mxbench.bench.distribute import FORCE_HOST_DEVICES, xla_flags
+from mxbench.cells import cell_key
+from mxbench.errors import UsageError
+from mxbench.matrix import parse_matrix
+from mxbench.params import Params
+from mxbench.report import document, scaling
+from mxbench.report.load import load
+from mxbench.report.tables import build
+from report_records import rec, write
+
+LOCAL = """
+hosts:
+  - name: box
+    engine: local
+"""
+CPU = {"kind": "cpu", "name": "some cpu"}
+
+
+def test_weak_holds_the_per_device_batch_and_strong_the_global_one() -> None:
+    assert scale.batches(32, 4, "weak") == (128, 32)
+    assert scale.batches(32, 4, "strong") == (32, 8)
+    assert scale.batches(32, 1, "strong") == scale.batches(32, 1, "weak") == (32, 32)
+    p = Params(batch_size=24, devices=3, scaling="strong")
+    assert (scale.global_batch(p), scale.per_device_batch(p)) == (24, 8)
+
+
+def test_one_device_keeps_the_cell_keys_of_before() -> None:
+    """devices and scaling at their defaults are not part of a cell's key (records of
+    before keep theirs); a second device is a new cell."""
+    old = {"model": "blog-cnn", "policy": "float32", "batch_size": 32, "image_size": 64}
+    key = cell_key("h", None, None, Params(**old))
+    assert cell_key("h", None, None, Params(**old, devices=1, scaling="weak")) == key
+    assert cell_key("h", None, None, Params(**old, devices=2)) != key
+
+
+@pytest.mark.parametrize(
+    ("yaml", "message"),
+    [
+        ("axes: {devices: [1, 0]}", "axes.devices"),
+        ("benchmark: {devices: 2, backend: torch}", "not supported yet on the torch backend"),
+        (
+            "benchmark: {devices: 4, scaling: strong}\naxes: {batch_size: [32, 30]}",
+            "axes.batch_size: 30: strong scaling splits the global batch over 4 devices",
+        ),
+        ("benchmark: {scaling: sideways}", "benchmark.scaling"),
+        (
+            "benchmark: {devices: 2, epochs: 1, data: /tmp}",
+            "training runs (epochs) measure one device",
+        ),
+    ],
+)
+def test_the_matrix_refuses_what_cannot_run_on_its_devices(yaml: str, message: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        parse_matrix(LOCAL + yaml + "\n")
+    assert message in str(exc.value)
+
+
+def test_strong_scaling_on_one_device_needs_no_divisible_batch() -> None:
+    m = parse_matrix(LOCAL + "benchmark: {scaling: strong}\naxes: {batch_size: [33]}\n")
+    assert m.sweep()["devices"] == [1]
+
+
+def mxbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mxbench", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--devices", "2", "--backend", "torch"], "--devices 2: data parallel is not supported"),
+        (
+            ["--devices", "2", "--scaling", "strong", "--batch-size", "3"],
+            "--batch-size 3: strong scaling",
+        ),
+        (["--devices", "0"], "--devices 0: expected int >= 1"),
+    ],
+)
+def test_the_bench_refuses_them_too_with_exit_2(args: list[str], message: str) -> None:
+    proc = mxbench("bench", "--image-size", "32", *args, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_jax_host_devices_join_the_users_xla_flags() -> None:
+    assert xla_flags(None, 2) == f"{FORCE_HOST_DEVICES}=2"
+    mine = f"--xla_cpu_enable_fast_math=false {FORCE_HOST_DEVICES}=8"
+    assert xla_flags(mine, 2) == f"--xla_cpu_enable_fast_math=false {FORCE_HOST_DEVICES}=2"
+
+
+def bench(*args: str) -> list[dict[str, Any]]:
+    """The final record of each arm of one real bench process (blog-cnn, 32 px, few steps)."""
+    small = ["--image-size", "32", "--warmup-steps", "1", "--steps", "3", "--profile", "off"]
+    proc = mxbench("bench", *small, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
+    final = {r["params"]["policy"]: r for r in lines}  # the last printed per arm counts
+    for r in final.values():
+        assert r["status"] == "ok", r.get("error")
+    return list(final.values())
+
+
+def test_jax_trains_data_parallel_on_two_host_devices() -> None:
+    """mixed_bfloat16: its build clears Keras's session after the float32 reference, which
+    also cleared the distribution once (the model then trained on one device)."""
+    (r,) = bench("--backend", "jax", "--devices", "2", "--batch-size", "8",
+                 "--policy", "mixed_bfloat16", "--check", "off")  # fmt: skip
+    d = r["distribution"]
+    assert d["devices"] == 2 and d["replicas"] == 2, d
+    assert d["device_names"] == ["cpu:0", "cpu:1"]
+    assert (d["global_batch"], d["per_device_batch"]) == (16, 8)
+    assert d["mechanism"] == "keras.distribution.DataParallel" and d["versions"]["jax"]
+    assert d["shared_cores"] is True and d["design"] == "process"
+    assert r["params"]["batch_size"] == 8  # the cell as asked: the per-device batch
+    assert f"{FORCE_HOST_DEVICES}=2" in r["settings"]["xla_flags"]  # as the process ran
+
+
+def test_tensorflow_mirrors_over_two_logical_cpus_paired() -> None:
+    """Strong scaling, the paired design: both arms in one process, each mirrored on two
+    logical CPUs, jit_compile turned off (XLA breaks there) and said."""
+    recs = bench(
+        *("--backend", "tensorflow", "--devices", "2", "--scaling", "strong"),
+        *("--batch-size", "16", "--pair-with", "mixed_bfloat16", "--timed-s", "1"),
+    )
+    assert [r["params"]["policy"] for r in recs] == ["float32", "mixed_bfloat16"]
+    for r in recs:
+        d = r["distribution"]
+        assert d["replicas"] == 2 and d["device_names"] == ["CPU:0", "CPU:1"], d
+        assert (d["global_batch"], d["per_device_batch"]) == (16, 8)
+        assert d["mechanism"] == "tf.distribute.MirroredStrategy" and d["versions"]["tensorflow"]
+        assert d["design"] == "paired" and r["pairing"] is not None
+        assert r["settings"]["jit_compile"] is False and "jit_compile turned off" in d["notes"][0]
+    assert recs[1]["convergence"]["check"] == "scored"  # the one-step check ran under it too
+
+
+# --------------------------------------------------------------------------- the map
+
+
+def _records(
+    level: dict[tuple[str, int], float], scaling_: str = "weak", processes: int = 4, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Records of known step times (ms) per (policy, devices), ``processes`` each, with a
+    little noise between and within processes."""
+    rng, out = random.Random(seed), []
+    for (policy, n), ms in level.items():
+        for k in range(processes):
+            mid = ms * rng.lognormvariate(0, 0.01)
+            samples = sorted(round(mid * rng.lognormvariate(0, 0.02), 4) for _ in range(40))
+            glob, per = scale.batches(32, n, scaling_)
+            r = rec("h", policy, 32, median=samples[20], device=CPU)
+            r["metrics"] = {
+                "step_ms": {"median": samples[20], "n": 40, "samples": samples},
+                "images_per_s": glob * 1000 / samples[20],
+            }
+            r["params"].update(devices=n, scaling=scaling_, repeat=k)
+            if n > 1:
+                r["distribution"] = {"devices": n, "replicas": n, "global_batch": glob,
+                                     "per_device_batch": per, "shared_cores": True}  # fmt: skip
+            r["cell"] = cell_key("h", None, None, Params(**r["params"]))
+            out.append(r)
+    return out
+
+
+def _maps(tmp_path: Path, records: list[dict[str, Any]]) -> tuple[document.Document, Any]:
+    loaded = load([write(tmp_path / "r.jsonl", records)])
+    doc = document.build(loaded, build(loaded.winners))
+    return doc, {(p.policy, p.devices): p for m in doc.scaling for p in m.points}
+
+
+def test_efficiency_interval_holds_the_known_truth(tmp_path: Path) -> None:
+    """Weak: 100 ms on one device, 125 ms on two (each device its 32): efficiency 0.80.
+    Strong: the global 32 in 100 ms, then 16 a device in 62.5 ms: 100 / (2 * 62.5) = 0.80."""
+    weak = {("float32", 1): 100.0, ("float32", 2): 125.0}
+    _, points = _maps(tmp_path, _records(weak))
+    eff = points[("float32", 2)].efficiency
+    assert eff is not None and eff.judged
+    assert eff.low < 0.80 < eff.high and eff.high < 1.0 and eff.high - eff.low < 0.1
+    assert points[("float32", 1)].efficiency is None  # the reference itself
+    strong = {("float32", 1): 100.0, ("float32", 2): 62.5}
+    _, points = _maps(tmp_path, _records(strong, "strong"))
+    p = points[("float32", 2)]
+    assert p.efficiency is not None and p.efficiency.low < 0.80 < p.efficiency.high
+    assert (p.global_batch, p.per_device_batch) == (32, 16)
+    assert p.per_device_images_per_s == pytest.approx(16 * 1000 / 62.5, rel=0.05)
+
+
+def test_the_map_in_every_format_flags_super_linear(tmp_path: Path) -> None:
+    """Two devices at 80 ms for twice the work: 125 % efficiency, flagged; the speedup of
+    mixed at each N beside it; shared cores said."""
+    level = {("float32", 1): 100.0, ("mixed_bfloat16", 1): 50.0,
+             ("float32", 2): 80.0, ("mixed_bfloat16", 2): 80.0}  # fmt: skip
+    doc, points = _maps(tmp_path, _records(level))
+    assert points[("float32", 2)].superlinear and not points[("mixed_bfloat16", 2)].superlinear
+    assert points[("mixed_bfloat16", 1)].speedup.value == pytest.approx(2.0, rel=0.05)
+    assert points[("mixed_bfloat16", 2)].speedup.value == pytest.approx(1.0, rel=0.05)
+    (m,) = doc.scaling
+    assert m.title.endswith("weak scaling") and any("share this host's cores" in n for n in m.notes)
+    assert any(n.startswith("super-linear") for n in m.notes)
+    md = document.render(doc, "markdown")
+    assert f"## {scaling.TITLE}: " in md and "super-linear (flagged)" in md
+    assert "super-linear (flagged)" in document.render(doc, "html")
+    assert "super-linear (flagged)" in document.render(doc, "terminal")
+    (out,) = json.loads(document.render(doc, "json"))["scaling"]
+    two = next(p for p in out["points"] if p["policy"] == "float32" and p["devices"] == 2)
+    assert two["superlinear"] and two["efficiency"]["low"] > 1.05
+    rows = list(csv.DictReader(io.StringIO(document.render(doc, "csv"))))
+    flagged = {r["repeat"] for r in rows if r["superlinear"] == "True"}
+    assert flagged == {"0", "1", "2", "3"}  # the four processes of float32 on two devices
+    assert {r["global_batch"] for r in rows if r["devices"] == "2"} == {"64"}
+
+
+def test_no_map_without_a_second_device(tmp_path: Path) -> None:
+    doc, _ = _maps(tmp_path, _records({("float32", 1): 100.0}))
+    assert doc.scaling == []
+    assert f"{scaling.TITLE}: " not in document.render(doc, "markdown")
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run of TensorFlow on one and two devices: blog-cnn at 32 px, paired."""
+    where = tmp_path_factory.mktemp("scale")
+    (where / "m.yaml").write_text(
+        LOCAL + "benchmark: {model: blog-cnn, image_size: 32, warmup_steps: 1, steps: 3, "
+        "timed_s: 1, profile: 'off', check: 'off', repeats: 1, backend: tensorflow, "
+        "batch_size: 8}\naxes: {devices: [1, 2], policy: [float32, mixed_bfloat16]}\n"
+    )
+    proc = mxbench("run", "-m", str(where / "m.yaml"), "-r", str(where / "results"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return where / "results"
+
+
+def test_the_report_maps_real_records(measured: Path) -> None:
+    loaded = load([measured])
+    doc = document.build(loaded, build(loaded.winners))
+    (m,) = doc.scaling
+    assert [(p.policy, p.devices) for p in m.points] == [
+        ("float32", 1), ("float32", 2), ("mixed_bfloat16", 1), ("mixed_bfloat16", 2)
+    ]  # fmt: skip
+    two = [p for p in m.points if p.devices == 2]
+    assert all(p.global_batch == 16 and p.per_device_batch == 8 for p in two)
+    assert all(p.efficiency is not None and not p.efficiency.judged for p in two)  # 1 process
+    assert all(p.records[0].distribution.replicas == 2 for p in two)  # type: ignore[union-attr]
+    assert two[1].speedup is not None  # mixed over float32 on two devices
+    assert any("share this host's cores" in n for n in m.notes)
+    assert any("jit_compile differs" in n for n in m.notes) == (
+        len({p.records[0].settings.jit_compile for p in m.points}) > 1
+    )
+    rows = [r for r in m.rows if r[2] == "2"]
+    assert all(r[7].endswith("%") for r in rows), rows
