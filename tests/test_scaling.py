@@ -268,3 +268,34 @@ def test_the_report_maps_real_records(measured: Path) -> None:
     )
     rows = [r for r in m.rows if r[2] == "2"]
     assert all(r[7].endswith("%") for r in rows), rows
+
+
+# ---- Docker hosts with several GPUs: the container gets the devices its cell asks for -----
+
+DOCKER_GPUS = """version: 1
+images: {img: {dockerfile: Dockerfile}}
+hosts: [{name: box, engine: docker, images: [img], gpus: [GPU-a, GPU-b, GPU-c]}]
+"""
+
+
+def test_a_container_gets_the_devices_its_cell_asks_for() -> None:
+    """The device requests Docker's SDK sends (what the NVIDIA runtime acts on; no GPU can
+    exist here): the first N of a host's list, N under ``all``, all for doctor's probe."""
+    pytest.importorskip("docker")
+    from mxbench.engines.docker import device_requests
+
+    (two,) = device_requests(["GPU-a", "GPU-b", "GPU-c"], 2) or []
+    assert two["DeviceIDs"] == ["GPU-a", "GPU-b"] and two["Capabilities"] == [["gpu"]]
+    (one,) = device_requests("all", 1) or []
+    assert one["Count"] == 1  # a one-device cell no longer sees every GPU of the box
+    (every,) = device_requests("all") or []
+    assert every["Count"] == -1
+    assert device_requests(["GPU-a", "GPU-b"])[0]["DeviceIDs"] == ["GPU-a", "GPU-b"]  # type: ignore[index]
+    assert device_requests("none", 4) is None  # a CPU host: the bench splits its CPU
+
+
+def test_a_docker_host_with_too_few_gpus_listed_is_refused() -> None:
+    parse_matrix(DOCKER_GPUS + "axes: {devices: [1, 3]}\n")  # three listed: fits
+    with pytest.raises(UsageError) as exc:
+        parse_matrix(DOCKER_GPUS + "axes: {devices: [1, 4]}\n")
+    assert "hosts[0].gpus" in str(exc.value) and "devices: 4" in str(exc.value)

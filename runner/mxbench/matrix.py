@@ -346,7 +346,21 @@ class Matrix(Strict):
                         f"image {echo(image)} carries backend {carried} (build_args.BACKEND) "
                         f"but the matrix runs {', '.join(backends)}: no cell would run in it",
                     )
+            self._enough_gpus(i, host)
         return self
+
+    def _enough_gpus(self, i: int, host: Host) -> None:
+        """A Docker host that lists its GPUs gives a cell of N devices the first N of them:
+        a cell asking for more than the list holds cannot run there."""
+        listed = getattr(host, "gpus", "none")
+        if isinstance(listed, list) and getattr(host, "engine", None) == "docker":
+            most = max(self.sweep()["devices"])
+            if most > len(listed):
+                raise _PathError(
+                    ("hosts", i, "gpus"),
+                    f"{len(listed)} GPU(s) listed, but a cell asks for devices: {most} "
+                    f"(list {most} GPUs, or use gpus: all)",
+                )
 
     @model_validator(mode="after")
     def _inputs_fit_models(self, info: ValidationInfo) -> Matrix:

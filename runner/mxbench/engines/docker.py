@@ -138,14 +138,19 @@ def has_nvidia_runtime(info: dict[str, Any]) -> bool:
     return any("nvidia.com/gpu" in str(d) for d in info.get("DiscoveredDevices") or [])
 
 
-def device_requests(gpus: str | list[str]) -> list[Any] | None:
+def device_requests(gpus: str | list[str], devices: int | None = None) -> list[Any] | None:
+    """The GPUs a container gets of its host's ``gpus``: the ``devices`` a cell asks for (the
+    first ones of the host's list, or that many under ``all``: a cell of one device sees one
+    GPU, never the others), every one of them when ``devices`` is None (doctor's probe).
+    Cells of one machine run one at a time, so two cells never hold one device."""
     from docker.types import DeviceRequest
 
     if gpus == "none":
         return None
     if gpus == "all":
-        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    return [DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+        return [DeviceRequest(count=-1 if devices is None else devices, capabilities=[["gpu"]])]
+    ids = list(gpus) if devices is None else list(gpus)[:devices]
+    return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
 
 
 def data_mount(data: str) -> dict[str, dict[str, str]]:
@@ -390,7 +395,7 @@ class DockerEngine(Engine):
                 image["tag"],
                 command=cell.bench_args(),
                 environment={**model_env, **self.host.env},
-                device_requests=device_requests(self.host.gpus),
+                device_requests=device_requests(self.host.gpus, cell.params.devices),
                 volumes={**data_mount(cell.params.data), **model_volumes},
                 labels={
                     "io.mxbench.cell": cell.key,
