@@ -299,3 +299,40 @@ def test_a_docker_host_with_too_few_gpus_listed_is_refused() -> None:
     with pytest.raises(UsageError) as exc:
         parse_matrix(DOCKER_GPUS + "axes: {devices: [1, 4]}\n")
     assert "hosts[0].gpus" in str(exc.value) and "devices: 4" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("yaml", "message"),
+    [
+        ("axes: {nodes: [1, 2]}", "nodes > 1 needs a Slurm host"),
+        ("benchmark: {nodes: 2, backend: tensorflow}", "jax backend only"),
+        ("benchmark: {nodes: 2, backend: jax}\naxes: {batch_size: [max]}", "one process"),
+    ],
+)
+def test_several_processes_are_refused_where_they_cannot_run(yaml: str, message: str) -> None:
+    with pytest.raises(UsageError) as exc:  # the first on LOCAL's local host, the rest Slurm
+        host = "" if "Slurm" in message else "hosts: [{name: c, engine: slurm, python: /p}]\n"
+        parse_matrix((LOCAL if not host else "version: 1\n") + host + yaml + "\n")
+    assert message in str(exc.value)
+
+
+def test_a_cell_of_several_processes_is_one_job_of_as_many_tasks() -> None:
+    """The batch script: srun starts the bench once per task; the job asks for the tasks,
+    tasks_per_node to a node; cells of one process keep their one task."""
+    from mxbench.cells import expand
+    from mxbench.engines.slurm_script import bench_command, sbatch_directives
+
+    m = parse_matrix(
+        "version: 1\nbenchmark: {backend: jax}\naxes: {nodes: [1, 4]}\n"
+        "hosts: [{name: c, engine: slurm, python: /opt/py, tasks_per_node: 2}]\n"
+    )
+    cells = expand(m)
+    one = next(c for c in cells if c.params.nodes == 1)
+    four = next(c for c in cells if c.params.nodes == 4)
+    bs = four.params.batch_size
+    assert bench_command(m.hosts[0], one)[:1] == ["/opt/py"]  # type: ignore[arg-type]
+    assert bench_command(m.hosts[0], four)[:3] == ["srun", "--ntasks=4", "--kill-on-bad-exit=1"]  # type: ignore[arg-type]
+    opts = sbatch_directives(m.hosts[0], [four], Path("/w"), "a0", True)  # type: ignore[arg-type]
+    assert "--ntasks=4" in opts and "--ntasks-per-node=2" in opts
+    assert "--ntasks=1" in sbatch_directives(m.hosts[0], [one], Path("/w"), "a0", True)  # type: ignore[arg-type]
+    assert scale.global_batch(four.params) == 4 * bs and scale.process_batch(four.params) == bs

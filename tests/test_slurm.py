@@ -226,3 +226,39 @@ def test_interrupt_inside_the_poll_loop_cancels_without_help(tmp_path: Path) -> 
         time.sleep(0.5)
     assert _jobs_named(job) == []
     assert [j.split()[1] for j in _jobs_named(job, "all")] == ["CANCELLED"]
+
+
+@pytest.mark.slow
+def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(tmp_path: Path) -> None:
+    """nodes: 2 on the one-node CI cluster (tasks_per_node: 2): a job of two tasks, srun
+    starting the bench in each, jax.distributed meeting from Slurm's variables, the gloo
+    collectives on the CPU; one record (the first task's) per cell, of a global batch of
+    2 x 8, against the one-process cell of the same per-device batch (the map's N = 1)."""
+    pytest.importorskip("jax")
+    host = _name("nodes")
+    bench = ("benchmark: {image_size: 32, steps: 6, warmup_steps: 2, repeats: 1, backend: jax,"
+             " profile: 'off', check: 'off'}\n")  # fmt: skip
+    matrix = _matrix(tmp_path, bench, "float32", host, "tasks_per_node: 2")
+    matrix.write_text(
+        matrix.read_text().replace("batch_size: [8]", "batch_size: [8], nodes: [1, 2]")
+    )
+    results = tmp_path / "results"
+    proc = _mxbench("run", "-m", str(matrix), "-r", str(results), cwd=tmp_path)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    records = {r["params"]["nodes"]: r for r in _records(results, host)}
+    assert sorted(records) == [1, 2], "one record per cell, not one per task"
+    two = records[2]
+    assert two["status"] == "ok", two["error"]
+    d = two["distribution"]
+    assert d["processes"] == 2 and d["replicas"] == 2, d  # the variables on both processes
+    assert d["global_batch"] == 16 and d["per_device_batch"] == 8
+    assert len(d["device_names"]) == 2 and d["nodes"]
+    assert two["run"]["slurm"]["state"] == "COMPLETED"
+    assert records[1]["distribution"] is None
+    out = subprocess.run([sys.executable, "-m", "mxbench", "report", "-r", str(results),
+                          "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    (scaling_map,) = json.loads(out.stdout)["scaling"]
+    assert {p["devices"] for p in scaling_map["points"]} == {1, 2}, scaling_map
+    assert d["shared_cores"]  # two tasks on the one node: one host's cores

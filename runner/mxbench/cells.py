@@ -265,13 +265,16 @@ def _image_identity(matrix: Matrix, image: str) -> dict[str, Any]:
 def pairable(cell: Cell) -> bool:
     """Whether a cell may share a process with the other policies of its comparison: the
     paired design, for timing cells (a training run, a batch-size trial and several steps
-    per execution stay one policy per process, as their memory and OOM answers need)."""
+    per execution stay one policy per process, as their memory and OOM answers need; so
+    does a cell of several processes: each process would time its windows on its own clock
+    and choose other windows than its peers, which wait for it in every collective)."""
     p = cell.params
     return (
         p.pairing == "paired"
         and cell.search is None
         and not p.epochs
         and p.steps_per_execution == 1
+        and p.nodes == 1
     )
 
 

@@ -14,7 +14,17 @@ class Distribution(_Part, kw_only=True):
     """Data parallel over several devices: what was asked, and what the trained model's
     variables were found on."""
 
-    devices: Annotated[int, Meta(ge=1), Doc("devices the cell asked for (params.devices)")]
+    devices: Annotated[
+        int, Meta(ge=1), Doc("devices the cell asked for in each process (params.devices)")
+    ]
+    processes: Annotated[
+        int,
+        Meta(ge=1),
+        Doc("processes the cell trained in (params.nodes: Slurm tasks, jax.distributed)"),
+    ] = 1
+    nodes: Annotated[
+        str | None, Doc("the Slurm job's node list (SLURM_JOB_NODELIST), several processes")
+    ] = None
     replicas: Annotated[
         int | None,
         Doc("devices the model's variables were found replicated on after the timed steps"),

@@ -63,6 +63,9 @@ class SlurmHost(HostBase):
     python: OneLine | None = None  # interpreter with mxbench[tf] on the shared filesystem
     workdir: OneLine | None = None  # shared directory for job scripts and outputs
     array: bool = True  # many cells as one job array
+    # A cell of `nodes` processes is a job of that many tasks, this many to a node (1: one
+    # node each; a cluster of one node, or to pack them: nodes' worth).
+    tasks_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
 
     @field_validator("time_limit")
     @classmethod

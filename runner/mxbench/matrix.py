@@ -223,7 +223,7 @@ class _AxesBase(Strict):
 
 _SWEPT = [f for f in params.fields() if f.spec.role != "repeat"]
 # what mxbench.scale.problem judges, in its order
-_SCALE_KEYS = ("backend", "devices", "scaling", "batch_size", "epochs")
+_SCALE_KEYS = ("backend", "devices", "scaling", "batch_size", "epochs", "nodes")
 
 if TYPE_CHECKING:  # the generated models, as far as a type checker can know them
     Benchmark = _BenchmarkBase
@@ -347,6 +347,12 @@ class Matrix(Strict):
                         f"but the matrix runs {', '.join(backends)}: no cell would run in it",
                     )
             self._enough_gpus(i, host)
+            if max(self.sweep()["nodes"]) > 1 and getattr(host, "engine", None) != "slurm":
+                raise _PathError(
+                    ("hosts", i, "engine"),
+                    f"host {echo(host.name)} runs one process per cell; nodes > 1 needs a "
+                    "Slurm host (its tasks are the processes)",
+                )
         return self
 
     def _enough_gpus(self, i: int, host: Host) -> None:

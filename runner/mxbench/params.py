@@ -279,6 +279,14 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              "scaling). 1: one device, as always.", flag="--devices", column="dev",
              key_default=False),
     ] = 1  # fmt: skip
+    nodes: Annotated[
+        int,
+        Meta(ge=1, le=MAX_DEVICES),
+        Spec("Processes one cell trains in, data parallel across them (Slurm hosts: one "
+             "task each, launched by srun, placed tasks_per_node to a node; JAX only: "
+             "jax.distributed from Slurm's variables), each on `devices` devices. 1: one "
+             "process, as always.", flag="--nodes", column="nodes", key_default=False),
+    ] = 1  # fmt: skip
     scaling: Annotated[
         Scaling,
         Spec("With devices > 1: weak holds batch_size per device (the global batch is "

@@ -26,21 +26,39 @@ def batches(batch_size: int, devices: int, scaling: str) -> tuple[int, int]:
     return batch_size, batch_size // devices
 
 
+def total_devices(p: Any) -> int:
+    """Devices one cell trains on over all its processes (``p``: a cell's params)."""
+    return int(p.devices) * int(getattr(p, "nodes", 1))
+
+
 def global_batch(p: Any) -> int:
-    """Examples per training step over every device (``p``: a cell's params)."""
-    return batches(p.batch_size, p.devices, p.scaling)[0]
+    """Examples per training step over every device of every process."""
+    return batches(p.batch_size, total_devices(p), p.scaling)[0]
 
 
 def per_device_batch(p: Any) -> int:
     """Examples each device gets per step."""
-    return batches(p.batch_size, p.devices, p.scaling)[1]
+    return batches(p.batch_size, total_devices(p), p.scaling)[1]
+
+
+def process_batch(p: Any) -> int:
+    """Examples one process feeds per step (its devices' share of the global batch)."""
+    return per_device_batch(p) * int(p.devices)
 
 
 def problem(
-    backend: str, devices: int, scaling: str, batch_size: Any, epochs: Any = None
-) -> tuple[str, str] | None:
-    """Why a cell of these values cannot be measured on ``devices`` devices: (the parameter
-    to name, why), or None when it can. ``batch_size`` may be a search's ``max`` (a word)."""
+    backend: str, devices: int, scaling: str, batch_size: Any, epochs: Any = None,
+    nodes: int = 1,
+) -> tuple[str, str] | None:  # fmt: skip
+    """Why a cell of these values cannot be measured on ``devices`` devices in each of
+    ``nodes`` processes: (the parameter to name, why), or None when it can. ``batch_size``
+    may be a search's ``max`` (a word)."""
+    if nodes > 1 and backend != "jax":
+        return ("nodes", f"{nodes}: several processes run on the jax backend only (jax."
+                         f"distributed); use nodes: 1 on {backend}")  # fmt: skip
+    if nodes > 1 and isinstance(batch_size, str):
+        return ("batch_size", f"{batch_size}: a batch-size search runs in one process")
+    devices *= nodes
     if devices <= 1:
         return None
     if backend not in MECHANISMS:

@@ -10,8 +10,16 @@
   scope; ``jit_compile`` is turned off there on CPUs (as Keras's own CI does: XLA breaks
   under MirroredStrategy on CPU), and the record says so.
 
-The batch a cell feeds is the global one (:func:`mxbench.scale.global_batch`); each backend
-splits it over the devices. Devices cut from one CPU share its cores: their timings are
+- **Several processes** (``nodes`` > 1, JAX only): one per Slurm task, launched by srun;
+  ``jax.distributed.initialize`` finds its peers from Slurm's own variables (the first
+  node of the job coordinates), the CPU's collectives over gloo; ``DataParallel`` spans
+  every process's devices. Each process feeds its own devices' share of the global batch
+  (Keras's auto-sharding off: the shards are the processes' own), and only the first
+  process prints the record.
+
+The batch a process feeds is its devices' share of the global one
+(:func:`mxbench.scale.process_batch`: the global batch in one process); each backend splits
+it over the devices. Devices cut from one CPU share its cores: their timings are
 plumbing, not scaling, and the record says that too (``distribution.shared_cores``).
 """
 
@@ -20,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +50,7 @@ class Plan:
     device_names: list[str]
     shared_cores: bool
     versions: dict[str, str] = field(default_factory=dict)
+    processes: int = 1
     strategy: Any = None  # TensorFlow's MirroredStrategy
     distribution: Any = None  # Keras's DataParallel (JAX)
     notes: list[str] = field(default_factory=list)
@@ -54,16 +64,25 @@ def xla_flags(current: str | None, devices: int) -> str:
 
 
 def before_import(p: Params) -> None:
-    """What must happen before the backend is imported: JAX's host devices."""
+    """What must happen before the backend is imported: JAX's host devices, and meeting
+    the cell's other processes (before anything asks JAX for a device)."""
     if p.devices > 1 and p.backend == "jax":
         os.environ["XLA_FLAGS"] = xla_flags(os.environ.get("XLA_FLAGS"), p.devices)
+    if p.nodes > 1 and p.backend == "jax":
+        _join(importlib.import_module("jax"), p)
+
+
+def first_process(p: Params) -> bool:
+    """Whether this process speaks for its cell: always, but in a cell of several processes
+    only the first (Slurm's task 0); the others train and keep quiet."""
+    return p.nodes <= 1 or os.environ.get("SLURM_PROCID", "0") == "0"
 
 
 def setup(p: Params) -> Plan | None:
     """After the backend is imported and before anything runs on it: the N devices and the
     mechanism over them (None: one device, nothing to do). RuntimeError when the host has
     fewer devices than asked (an error record, not a usage error: it is the host's)."""
-    if p.devices <= 1:
+    if scale.total_devices(p) <= 1:
         return None
     import keras
 
@@ -78,14 +97,41 @@ def _jax(p: Params, versions: dict[str, str]) -> Plan:
 
     jax: Any = importlib.import_module("jax")
     versions["jax"] = jax.__version__
-    gpus = [d for d in jax.devices() if d.platform == "gpu"]
-    found = gpus or jax.devices("cpu")
-    _enough(found, p)
-    chosen = found[: p.devices]
+    local = jax.local_devices()
+    gpus = [d for d in local if d.platform == "gpu"]
+    _enough(gpus or local, p)
+    mine = {d.id for d in (gpus or local)[: p.devices]}
+    chosen = [d for d in jax.devices() if d.id in mine or d.process_index != jax.process_index()]
+    chosen = chosen if p.nodes > 1 else chosen[: p.devices]
     spread = keras.distribution.DataParallel(devices=chosen)
+    spread.auto_shard_dataset = p.nodes <= 1  # several processes: each feeds its own shard
     keras.distribution.set_distribution(spread)
     names = [f"{d.platform}:{d.id}" for d in chosen]
-    return Plan(p, scale.MECHANISMS["jax"], names, not gpus, versions, distribution=spread)
+    shared = not gpus and (p.devices > 1 or (p.nodes > 1 and _tasks_share_a_node()))
+    return Plan(p, scale.MECHANISMS["jax"], names, shared, versions, distribution=spread,
+                processes=p.nodes)  # fmt: skip
+
+
+def _tasks_share_a_node() -> bool:
+    """Whether Slurm put two of the job's tasks on one node (``SLURM_TASKS_PER_NODE``:
+    ``2``, ``1(x2)``, ``2,1``): their CPUs are then one host's cores."""
+    counts = re.findall(r"(\d+)(?:\(x\d+\))?", os.environ.get("SLURM_TASKS_PER_NODE", ""))
+    return any(int(c) > 1 for c in counts)
+
+
+def _join(jax: Any, p: Params) -> None:
+    """Meet the cell's other processes (Slurm's tasks): ``jax.distributed`` reads the job's
+    node list, task count and rank from Slurm's variables; on CPUs the collectives go over
+    gloo. RuntimeError outside a Slurm job of ``nodes`` tasks."""
+    tasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS")
+    if tasks != str(p.nodes):
+        raise RuntimeError(
+            f"nodes {p.nodes}: this process is not one of a Slurm job's {p.nodes} tasks "
+            f"(SLURM_NTASKS={tasks}); several processes run through a Slurm host"
+        )
+    # before any device is touched; a GPU's collectives are NCCL's whatever this says
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize()
 
 
 def _tensorflow(p: Params, versions: dict[str, str]) -> Plan:
@@ -139,10 +185,11 @@ def jit_compile(plan: Plan | None, asked: str) -> str:
 
 
 def batch_params(p: Params) -> Params:
-    """``p`` with the global batch as its batch size: what the input is made of."""
+    """``p`` with this process's batch as its batch size (the global batch in a cell of one
+    process): what its input is made of."""
     import msgspec
 
-    return msgspec.structs.replace(p, batch_size=scale.global_batch(p))
+    return msgspec.structs.replace(p, batch_size=scale.process_batch(p))
 
 
 def replicas(model: Any) -> int | None:
@@ -169,6 +216,8 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
         rec.settings.xla_flags = os.environ.get("XLA_FLAGS")
     rec.distribution = Distribution(
         devices=p.devices,
+        processes=plan.processes,
+        nodes=os.environ.get("SLURM_JOB_NODELIST") if plan.processes > 1 else None,
         replicas=replicas(model),
         scaling=p.scaling,
         global_batch=scale.global_batch(p),

@@ -19,6 +19,7 @@ from typing import Any
 import typer
 
 from mxbench import params
+from mxbench.bench import distribute
 from mxbench.bench.params import validate
 from mxbench.bench.stdio import stdout_to_stderr, write_line
 from mxbench.codec import encode
@@ -40,9 +41,11 @@ def bench(pair_with: str = "", **options: Any) -> None:
 
     started = process_start_time() or _IMPORTED_AT
     with stdout_to_stderr() as real_stdout, _progress(params) as on_step:
+        speaks = distribute.first_process(params)  # one record for a cell of processes
 
         def emit(record: Record) -> None:  # the last record printed is the one that counts
-            write_line(real_stdout, encode(record).decode().rstrip("\n"))
+            if speaks:
+                write_line(real_stdout, encode(record).decode().rstrip("\n"))
 
         if others:
             records = run_paired(params, others, started_at=started, emit=emit)
@@ -81,9 +84,10 @@ def _pair_with(text: str, p: Params) -> list[str]:
             f"--pair-with {text!r}: each policy once, not --policy {p.policy} "
             "(except alone: an A/A check)"
         )
-    if others and (p.epochs or p.steps_per_execution > 1):
+    if others and (p.epochs or p.steps_per_execution > 1 or p.nodes > 1):
         raise UsageError(
-            "--pair-with: training runs and --steps-per-execution > 1 run one policy per process"
+            "--pair-with: training runs, --steps-per-execution > 1 and --nodes > 1 run one "
+            "policy per process"
         )
     return others
 

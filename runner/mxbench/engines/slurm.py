@@ -245,10 +245,19 @@ class SlurmEngine(Engine):
         return Path(tempfile.mkdtemp(prefix=f"{self.host.name}-{stamp}-", dir=work))
 
     def _plan(self, cells: Sequence[Cell]) -> list[_Submission]:
-        if self.host.array:
-            chunks = [cells[i : i + MAX_ARRAY_TASKS] for i in range(0, len(cells), MAX_ARRAY_TASKS)]
-            return [_Submission(f"a{k}", dict(enumerate(c)), True) for k, c in enumerate(chunks)]
-        return [_Submission(f"c{i}", {0: c}, False) for i, c in enumerate(cells)]
+        """One job array per chunk of cells with one task count (``nodes``: the job's
+        tasks), or one job per cell (``array: false``)."""
+        if not self.host.array:
+            return [_Submission(f"c{i}", {0: c}, False) for i, c in enumerate(cells)]
+        by_tasks: dict[int, list[Cell]] = {}
+        for c in cells:
+            by_tasks.setdefault(c.params.nodes, []).append(c)
+        chunks = [
+            group[i : i + MAX_ARRAY_TASKS]
+            for group in by_tasks.values()
+            for i in range(0, len(group), MAX_ARRAY_TASKS)
+        ]
+        return [_Submission(f"a{k}", dict(enumerate(c)), True) for k, c in enumerate(chunks)]
 
     def _submit(self, sub: _Submission) -> str | None:
         """sbatch one submission; the error message if the cluster refused it."""

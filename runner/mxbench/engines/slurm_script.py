@@ -45,14 +45,16 @@ def bench_command(host: SlurmHost, cell: Cell) -> list[str]:
     """The argv that runs one cell on a node: the shared interpreter or a container."""
     args = ["bench", *cell.bench_args()]
     image = host.container_image
+    tasks = cell.params.nodes  # a cell of several processes: srun starts one per task
+    launch = ["srun", f"--ntasks={tasks}", "--kill-on-bad-exit=1"] if tasks > 1 else []
     if image is None:
-        return [host.python or sys.executable, "-m", "mxbench", *args]
+        return [*launch, host.python or sys.executable, "-m", "mxbench", *args]
     if runtime(host) == "pyxis":
-        return ["srun", "--ntasks=1", f"--container-image={image}", "mxbench", *args]
+        return ["srun", f"--ntasks={tasks}", f"--container-image={image}", "mxbench", *args]
     gpu = bool(host.gres and "gpu" in host.gres) or any(
         o.startswith(("--gpus", "--gres=gpu", "-G")) for o in host.sbatch_options
     )
-    return ["apptainer", "exec", *(["--nv"] if gpu else []), image, "mxbench", *args]
+    return [*launch, "apptainer", "exec", *(["--nv"] if gpu else []), image, "mxbench", *args]
 
 
 def runtime(host: SlurmHost) -> str:
@@ -67,6 +69,16 @@ def time_limit(host: SlurmHost, cells: Sequence[Cell]) -> str:
     return str(max(1, math.ceil(max(c.timeout_s for c in cells) / 60)))
 
 
+def tasks(host: SlurmHost, cells: Sequence[Cell]) -> list[str]:
+    """The tasks of a submission: one, or a cell's ``nodes`` processes, ``tasks_per_node``
+    to a node (the engine submits cells of one ``nodes`` together; a check of them all,
+    sbatch --test-only, asks for the largest)."""
+    nodes = max(c.params.nodes for c in cells)
+    if nodes == 1:
+        return ["--ntasks=1"]
+    return [f"--ntasks={nodes}", f"--ntasks-per-node={min(nodes, host.tasks_per_node)}"]
+
+
 def sbatch_directives(
     host: SlurmHost, cells: Sequence[Cell], run_dir: Path, prefix: str, array: bool
 ) -> list[str]:
@@ -78,7 +90,7 @@ def sbatch_directives(
         f"--output={run_dir}/{prefix}-{task}.out",
         f"--error={run_dir}/{prefix}-{task}.err",
         f"--time={time_limit(host, cells)}",
-        "--ntasks=1",
+        *tasks(host, cells),
     ]
     if array:
         opts.append(f"--array=0-{len(cells) - 1}")

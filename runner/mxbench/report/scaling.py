@@ -121,12 +121,15 @@ def row(p: Point) -> list[str]:
 
 
 def _key(t: Table) -> tuple[object, ...]:
-    rest = tuple(sorted((k, repr(v)) for k, v in t.setup.items() if k != "devices"))
+    rest = tuple(sorted((k, repr(v)) for k, v in t.setup.items() if k not in _COUNTS))
     return (t.host, t.device.kind, t.device.name, t.image.name, t.image.id, rest)
 
 
+_COUNTS = ("devices", "nodes")  # N of the map: devices per process x processes
+
+
 def _devices(t: Table) -> int:
-    return int(t.setup.get("devices") or 1)
+    return int(t.setup.get("devices") or 1) * int(t.setup.get("nodes") or 1)
 
 
 def build(tables: Sequence[Table]) -> list[Map]:
@@ -139,7 +142,8 @@ def build(tables: Sequence[Table]) -> list[Map]:
 
 
 def _title(t: Table) -> str:
-    parts = [x for x in t.title.split(" · ") if not x.startswith(("devices ", "scaling "))]
+    parts = [x for x in t.title.split(" · ") if not x.startswith(("devices ", "scaling ",
+                                                                     "nodes "))]  # fmt: skip
     model = Path(str(t.setup.get("model") or "")).name
     if model and model not in parts:
         parts.insert(2, bounded(model))
