@@ -158,7 +158,11 @@ def test_tensorflow_mirrors_over_two_logical_cpus_paired() -> None:
 
 
 def _records(
-    level: dict[tuple[str, int], float], scaling_: str = "weak", processes: int = 4, seed: int = 0
+    level: dict[tuple[str, int], float],
+    scaling_: str = "weak",
+    processes: int = 4,
+    seed: int = 0,
+    shared: bool = True,
 ) -> list[dict[str, Any]]:
     """Records of known step times (ms) per (policy, devices), ``processes`` each, with a
     little noise between and within processes."""
@@ -176,7 +180,7 @@ def _records(
             r["params"].update(devices=n, scaling=scaling_, repeat=k)
             if n > 1:
                 r["distribution"] = {"devices": n, "replicas": n, "global_batch": glob,
-                                     "per_device_batch": per, "shared_cores": True}  # fmt: skip
+                                     "per_device_batch": per, "shared_cores": shared}  # fmt: skip
             r["cell"] = cell_key("h", None, None, Params(**r["params"]))
             out.append(r)
     return out
@@ -336,3 +340,24 @@ def test_a_cell_of_several_processes_is_one_job_of_as_many_tasks() -> None:
     assert "--ntasks=4" in opts and "--ntasks-per-node=2" in opts
     assert "--ntasks=1" in sbatch_directives(m.hosts[0], [one], Path("/w"), "a0", True)  # type: ignore[arg-type]
     assert scale.global_batch(four.params) == 4 * bs and scale.process_batch(four.params) == bs
+
+
+def test_communication_bound_is_said_on_devices_of_their_own_only(tmp_path: Path) -> None:
+    """Known truth: 100 ms on one device, 200 ms a step on four (each its own 32): 50%
+    efficiency. mixed_bfloat16 is 2x faster on one device; on four, 160 ms (31%): the
+    all-reduce leaves it 1.25x. Said with the erosion; never for slices of one CPU."""
+    level = {("float32", 1): 100.0, ("mixed_bfloat16", 1): 50.0,
+             ("float32", 4): 200.0, ("mixed_bfloat16", 4): 160.0}  # fmt: skip
+    doc, _ = _maps(tmp_path, _records(level, shared=False))
+    (m,) = doc.scaling
+    said = [n for n in m.notes if n.startswith("communication-bound")]
+    assert len(said) == 2, m.notes
+    assert "float32 at batch 32 keeps 50%" in said[0] and "on 4 devices" in said[0]
+    assert "keeps 31%" in said[1]  # 50 ms -> 160 ms for four times the work
+    assert "from 2.0" in said[1] and "to 1.2" in said[1]  # 2x -> 200 / 160 = 1.25x
+    assert "communication-bound" in document.render(doc, "markdown")
+    doc, _ = _maps(tmp_path, _records(level, shared=True))
+    assert not any(n.startswith("communication-bound") for n in doc.scaling[0].notes)
+    near = {**level, ("float32", 4): 110.0, ("mixed_bfloat16", 4): 55.0}  # 91%: no word
+    doc, _ = _maps(tmp_path, _records(near, shared=False))
+    assert not any(n.startswith("communication-bound") for n in doc.scaling[0].notes)

@@ -207,6 +207,40 @@ def _point(t: Table, slot: tuple[str, int], ratio: stats.Ratio | None) -> Point:
     )
 
 
+COMMUNICATION = 0.70  # efficiency clearly below it, on devices of their own: communication
+
+
+def communication_bound(points: Sequence[Point]) -> list[str]:
+    """The diagnosis of devices of their own (never of slices of one CPU, whose efficiency
+    says nothing about interconnects): per policy, the largest N whose efficiency is clearly
+    below :data:`COMMUNICATION` (its whole interval under it), with what mixed precision's
+    speedup became there against one device."""
+    out = []
+    for policy in dict.fromkeys(p.policy for p in points):
+        low = [p for p in points if p.policy == policy and not p.shared_cores
+               and p.efficiency is not None and p.efficiency.judged
+               and p.efficiency.high < COMMUNICATION]  # fmt: skip
+        if not low:
+            continue
+        worst = max(low, key=lambda p: p.devices)
+        one = next((p for p in points if p.policy == policy and p.devices == 1
+                    and p.batch_size == worst.batch_size), None)  # fmt: skip
+        erosion = (
+            f"; its speedup over float32 goes from {one.speedup.text()} on one device to "
+            f"{worst.speedup.text()} on {worst.devices}"
+            if one is not None and one.speedup is not None and worst.speedup is not None
+            else ""
+        )
+        out.append(
+            f"communication-bound: {policy} at batch {worst.batch_size} keeps "
+            f"{_percent(worst.efficiency)} of linear scaling on {worst.devices} devices "  # type: ignore[arg-type]
+            f"(below {COMMUNICATION:.0%}){erosion}: the gradient all-reduce, not the "
+            "arithmetic, sets the step there; larger per-device batches or a 16-bit "
+            "all-reduce (where the backend allows it) shrink it, a faster precision does not"
+        )
+    return out
+
+
 def notes(points: Sequence[Point]) -> list[str]:
     """What the map's numbers are, and what they cannot say."""
     out = [
@@ -219,6 +253,7 @@ def notes(points: Sequence[Point]) -> list[str]:
         out.append(SHARED.format(n=" / ".join(map(str, shared))))
     if any(p.superlinear for p in points):
         out.append(SUPER_NOTE)
+    out += communication_bound(points)
     jit = {p.devices: r.settings.jit_compile for p in points for r in p.records}
     if len(set(jit.values()) - {None}) > 1:
         on = sorted(n for n, j in jit.items() if j)
