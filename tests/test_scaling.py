@@ -134,6 +134,19 @@ def test_jax_trains_data_parallel_on_two_host_devices() -> None:
     assert d["shared_cores"] is True and d["design"] == "process"
     assert r["params"]["batch_size"] == 8  # the cell as asked: the per-device batch
     assert f"{FORCE_HOST_DEVICES}=2" in r["settings"]["xla_flags"]  # as the process ran
+    # gradients of float32 variables are reduced in float32; bfloat16 scales no loss
+    assert d["allreduce_dtype"] == "float32" and d["loss_scale_replicas"] == []
+
+
+def test_the_replicas_hold_one_loss_scale() -> None:
+    """mixed_float16 on two devices: the dynamic loss scale, read from each replica after
+    the timed steps, is one value (the replicas agreed on every skip and growth)."""
+    (r,) = bench("--backend", "jax", "--devices", "2", "--batch-size", "4",
+                 "--policy", "mixed_float16", "--check", "off")  # fmt: skip
+    d = r["distribution"]
+    assert d["replicas"] == 2 and d["allreduce_dtype"] == "float32", d
+    (scale_,) = d["loss_scale_replicas"]
+    assert scale_ == r["metrics"]["loss_scale"] > 0
 
 
 def test_tensorflow_mirrors_over_two_logical_cpus_paired() -> None:

@@ -51,6 +51,16 @@ class Distribution(_Part, kw_only=True):
         Doc("the design that measured it: paired (arms interleaved in one process) or one "
             "policy per process"),
     ] = None  # fmt: skip
+    allreduce_dtype: Annotated[
+        str | None,
+        Doc("the dtype the gradients are all-reduced in: their variables' (float32 under "
+            "the mixed policies; no backend here offers another)"),
+    ] = None  # fmt: skip
+    loss_scale_replicas: Annotated[
+        list[float],
+        Doc("the dynamic loss scale as each replica holds it after the timed steps (one "
+            "value when they agree; several: the replicas disagreed)"),
+    ] = []  # fmt: skip
     notes: Annotated[
         list[str], Doc("what data parallel changed (TensorFlow: jit_compile turned off)")
     ] = []

@@ -207,6 +207,34 @@ def replicas(model: Any) -> int | None:
     return 1
 
 
+def _per_replica(variable: Any) -> list[float]:
+    """A scalar variable's value on each replica: JAX's addressable shards, TensorFlow's
+    mirrored values (one value where it is not spread)."""
+    import numpy as np
+
+    value = getattr(variable, "value", variable)
+    shards = getattr(value, "addressable_shards", None)
+    parts = [s.data for s in shards] if shards else getattr(value, "values", None) or [value]
+    return [float(np.asarray(part).reshape(-1)[0]) for part in parts]
+
+
+def _loss_scales(model: Any) -> list[float]:
+    """The dynamic loss scale per replica, each distinct value once (agreeing replicas:
+    one); empty without a loss-scale optimizer."""
+    scale_var = getattr(getattr(model, "optimizer", None), "dynamic_scale", None)
+    if scale_var is None:
+        return []
+    try:
+        return sorted(set(_per_replica(scale_var)))
+    except Exception:  # not to be read on this backend: say nothing rather than guess
+        return []
+
+
+def _allreduce_dtype(model: Any) -> str | None:
+    weights = getattr(model, "trainable_weights", None) or []
+    return str(getattr(weights[0], "dtype", None) or "") or None if weights else None
+
+
 def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
     """The record's ``distribution`` (one device: left out)."""
     if plan is None:
@@ -227,5 +255,7 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
         versions=dict(plan.versions),
         shared_cores=plan.shared_cores,
         design=design,  # type: ignore[arg-type]
+        allreduce_dtype=_allreduce_dtype(model),
+        loss_scale_replicas=_loss_scales(model),
         notes=list(plan.notes),
     )
