@@ -224,19 +224,20 @@ def grids(
 def failures(t: Table) -> list[str]:
     """One line per slot that did not run, and per repeat that failed in a slot that did:
     its status, and the last line of its latest attempt's error when it has one."""
-    out = []
-    for (p, b), e in t.by_batch:
+    found: list[tuple[tuple[int, str], list[str]]] = []  # by batch size, then policy
+    for (p, b), e in t.entries.items():
         if e.status != "ok":
-            out.append(_failure(f"batch {b} {p}", e.status, e.records[-1].error))
+            found.append(((b, p), [_failure(f"batch {b} {p}", e.status, e.records[-1].error)]))
             continue
         cells = t.cells.get((p, b), ())
         if len(cells) > len(e.records):  # more cells than its ok records: some failed
-            out += [
+            said = [
                 _failure(f"batch {b} {p} {_which(r)}", r.status, r.error)
                 for r in cells
                 if r.status != "ok"
             ]
-    return out
+            found.append(((b, p), said))
+    return [line for _, said in sorted(found, key=lambda f: f[0]) for line in said]
 
 
 def _which(r: Record) -> str:
