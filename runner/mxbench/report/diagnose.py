@@ -468,6 +468,8 @@ def achieved_vs_peak(t: Table) -> str | None:
 
 def isa_claim_mismatch(t: Table) -> str | None:
     claim = t.image.labels.get("io.mxbench.isa-claim", "").lower()
+    if not claim:
+        return None  # most images claim nothing
     claimed = {x.strip() for x in claim.split(",")} & {"avx2", "fma"}
     missing = t.info.cpu.tf_not_compiled_for
     if not claimed or compiled_for_avx2_fma(t.info) is not False or missing is None:

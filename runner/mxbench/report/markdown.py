@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import re
 import sys
 from collections.abc import Sequence
@@ -49,7 +50,7 @@ def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEX
     as tabulate's ``pipe`` format with ``disable_numparse`` did (tabulate's set-up was most
     of a small table's time: 10,000 tables, benchmarks/report_speed.py --minimal);
     tabulate still writes what :func:`_pipe` does not cover."""
-    cells = [*headers, *(c for row in rows for c in row)]
+    cells = list(itertools.chain(headers, *rows))
     every = " ".join(cells)
     # no cell is longer than all of them joined: measured one by one only when that is
     longest = max(map(len, cells), default=0) if limit is not None and len(every) > limit else 0
