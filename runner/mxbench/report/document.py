@@ -175,7 +175,9 @@ class Document:
 
 
 _NOT_MEASURED = GridCell("", "none", "")  # one for every empty cell of the grids (immutable)
-Texts = dict[int, dict[tuple[str, int], str]]  # id(table) -> its text.speedup_texts
+# id(table) -> its text.speedup_texts, for the tables with a speedup (the grids' details);
+# a table without one has only dashes, made with its section
+Texts = dict[int, dict[tuple[str, int], str]]
 
 
 def verdict(t: Table, policy: str, batch: int, texts: Texts | None = None) -> GridCell:
@@ -253,7 +255,7 @@ def _failure(where: str, status: str, error: str | None) -> str:
 
 
 def section(t: Table, anchor: str, texts: Texts | None = None) -> Section:
-    headers, rows = text.table_rows(t, texts[id(t)] if texts is not None else None)
+    headers, rows = text.table_rows(t, texts.get(id(t)) if texts is not None else None)
     why.add_columns(t, headers, rows)
     return Section(
         "speed",
@@ -287,7 +289,7 @@ def largest(c: capacity.Capacity, anchor: str) -> Section:
 
 def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
     anchors = {id(t): f"table-{i + 1}" for i, t in enumerate(tables)}
-    texts = {id(t): text.speedup_texts(t) for t in tables}
+    texts = {id(t): text.speedup_texts(t) for t in tables if t.ratios}
     makers: list[tuple[SectionKind, Callable[[], Section]]] = [
         ("speed", partial(section, t, anchors[id(t)], texts)) for t in tables
     ]

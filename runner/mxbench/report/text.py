@@ -127,6 +127,8 @@ def _with_loss(t: Table, slot: tuple[str, int], e: Entry | None) -> str:
 
 
 def interval_note(t: Table) -> str | None:
+    if not t.ratios:
+        return None  # no speedup, no interval
     judged = {r.judged for r in t.ratios.values()}
     parts = []
     paired = {slot for slot in t.ratios if summary.paired(t.entries[slot].records)}
