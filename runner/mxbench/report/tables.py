@@ -486,8 +486,8 @@ def _tell_apart(built: list[Table]) -> None:
     for group_ in same.values():
         if len(group_) < 2:
             continue
-        told = zip(*([t.told(n) for n in SETUP] for t in group_))  # per name, every table's
-        names = tuple(n for n, values in zip(SETUP, told) if len(set(values)) > 1)
+        told = zip(*([t.told(n) for n in SETUP] for t in group_), strict=True)  # per name
+        names = tuple(n for n, values in zip(SETUP, told, strict=True) if len(set(values)) > 1)
         for t in group_:
             t.distinct = names
             t.__dict__.pop("title", None)  # the cached title, made again with them
