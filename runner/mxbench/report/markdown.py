@@ -52,7 +52,7 @@ def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEX
     tabulate still writes what :func:`_pipe` does not cover."""
     cells = list(itertools.chain(headers, *rows))
     every = " ".join(cells)
-    # no cell is longer than all of them joined: measured one by one only when that is
+    # a cell is no longer than all of them joined: each measured only when those are longer
     longest = max(map(len, cells), default=0) if limit is not None and len(every) > limit else 0
     if not _plain(every, longest, limit):
         headers = [escape(h, limit) for h in headers]
