@@ -398,6 +398,7 @@ def fields() -> tuple[Field, ...]:
     return tuple(out)
 
 
+@cache  # a report asks for defaults per table
 def field(name: str) -> Field:
     return next(f for f in fields() if f.name == name)
 

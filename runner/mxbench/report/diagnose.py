@@ -301,9 +301,9 @@ def input_bound(t: Table) -> str | None:
         util = e.gpu_util_min
         if util is not None and util < LOW_UTIL_PCT:
             low[b] = min(util, low.get(b, util))
-    unjudged = sorted({b for (_, b), e in t.entries.items() if e.util_unjudged} - set(low))
     if not low:
         return None
+    unjudged = sorted({b for (_, b), e in t.entries.items() if e.util_unjudged} - set(low))
     seen = ", ".join(f"{u:.0f}% at batch {b}" for b, u in sorted(low.items()))
     skipped = (
         f" Not judged where the timed steps lasted under {NVML_PERIOD_MS / 1000:g} s, NVML's "
@@ -384,6 +384,8 @@ def throttled(t: Table) -> str | None:
 
 
 def loss_parity(t: Table) -> str | None:
+    if not t.parity:
+        return None  # no loss recorded
     diverged: dict[str, list[int]] = {}
     differs: dict[str, list[str]] = {}
     for (policy, b), loss in sorted(t.parity.items(), key=lambda kv: kv[0][1]):
@@ -466,6 +468,8 @@ def achieved_vs_peak(t: Table) -> str | None:
 
 def isa_claim_mismatch(t: Table) -> str | None:
     claim = t.image.labels.get("io.mxbench.isa-claim", "").lower()
+    if not claim:
+        return None  # most images claim nothing
     claimed = {x.strip() for x in claim.split(",")} & {"avx2", "fma"}
     missing = t.info.cpu.tf_not_compiled_for
     if not claimed or compiled_for_avx2_fma(t.info) is not False or missing is None:

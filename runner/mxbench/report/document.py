@@ -177,7 +177,9 @@ class Document:
 
 
 _NOT_MEASURED = GridCell("", "none", "")  # one for every empty cell of the grids (immutable)
-Texts = dict[int, dict[tuple[str, int], str]]  # id(table) -> its text.speedup_texts
+# id(table) -> its text.speedup_texts, for the tables with a speedup (the grids' details);
+# a table without one has only dashes, made with its section
+Texts = dict[int, dict[tuple[str, int], str]]
 
 
 def verdict(t: Table, policy: str, batch: int, texts: Texts | None = None) -> GridCell:
@@ -226,19 +228,20 @@ def grids(
 def failures(t: Table) -> list[str]:
     """One line per slot that did not run, and per repeat that failed in a slot that did:
     its status, and the last line of its latest attempt's error when it has one."""
-    out = []
-    for (p, b), e in t.by_batch:
+    found: list[tuple[tuple[int, str], list[str]]] = []  # by batch size, then policy
+    for (p, b), e in t.entries.items():
         if e.status != "ok":
-            out.append(_failure(f"batch {b} {p}", e.status, e.records[-1].error))
+            found.append(((b, p), [_failure(f"batch {b} {p}", e.status, e.records[-1].error)]))
             continue
         cells = t.cells.get((p, b), ())
         if len(cells) > len(e.records):  # more cells than its ok records: some failed
-            out += [
+            said = [
                 _failure(f"batch {b} {p} {_which(r)}", r.status, r.error)
                 for r in cells
                 if r.status != "ok"
             ]
-    return out
+            found.append(((b, p), said))
+    return [line for _, said in sorted(found, key=lambda f: f[0]) for line in said]
 
 
 def _which(r: Record) -> str:
@@ -254,7 +257,7 @@ def _failure(where: str, status: str, error: str | None) -> str:
 
 
 def section(t: Table, anchor: str, texts: Texts | None = None) -> Section:
-    headers, rows = text.table_rows(t, texts[id(t)] if texts is not None else None)
+    headers, rows = text.table_rows(t, texts.get(id(t)) if texts is not None else None)
     why.add_columns(t, headers, rows)
     return Section(
         "speed",
@@ -288,7 +291,7 @@ def largest(c: capacity.Capacity, anchor: str) -> Section:
 
 def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
     anchors = {id(t): f"table-{i + 1}" for i, t in enumerate(tables)}
-    texts = {id(t): text.speedup_texts(t) for t in tables}
+    texts = {id(t): text.speedup_texts(t) for t in tables if t.ratios}
     makers: list[tuple[SectionKind, Callable[[], Section]]] = [
         ("speed", partial(section, t, anchors[id(t)], texts)) for t in tables
     ]

@@ -79,7 +79,7 @@ class Reader:
         :func:`mxbench.codec.decode` gives)."""
         try:
             rec = _read.decode(line)
-            if rec.schema != results.SCHEMA or _nested(rec.run):
+            if rec.schema != results.SCHEMA or (rec.run and _nested(rec.run)):
                 raise ValueError
         except (msgspec.MsgspecError, ValueError, RecursionError):
             full = codec.decode(line)  # an older version upgraded, or BadRecord saying why not
@@ -87,9 +87,10 @@ class Reader:
                 rec = _read.decode(msgspec.json.encode(full))
             except msgspec.MsgspecError as exc:  # not expected: the record type took it
                 raise BadRecord(str(exc)) from None
-        step_ms = rec.metrics.step_ms
+        m = rec.metrics
+        step_ms = m.step_ms
         samples = step_ms.samples if step_ms is not None else []
-        rec.loss = _loss_total(rec.metrics.losses, rec.metrics)
+        rec.loss = _loss_total(m.losses, m)
         if self.lean:
             rec = self._lean(rec)
         step = rec.step
@@ -100,9 +101,11 @@ class Reader:
                 self._held += len(samples)
             else:
                 rec.process = (step.median, 0.0)  # as summarise makes one step
-        rec.metrics.losses = []
-        if rec.metrics.step_ms is not None:
-            rec.metrics.step_ms.samples = []
+        m = rec.metrics  # the lean copy's, when lean
+        if m.losses:
+            m.losses = []
+        if m.step_ms is not None and m.step_ms.samples:
+            m.step_ms.samples = []
         if len(self._waiting) >= BATCH or self._held >= SAMPLES:
             self.flush()
         return rec

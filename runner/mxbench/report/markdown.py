@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import re
 import sys
 from collections.abc import Sequence
@@ -49,9 +50,11 @@ def table(headers: list[str], rows: list[list[str]], limit: int | None = MAX_TEX
     as tabulate's ``pipe`` format with ``disable_numparse`` did (tabulate's set-up was most
     of a small table's time: 10,000 tables, benchmarks/report_speed.py --minimal);
     tabulate still writes what :func:`_pipe` does not cover."""
-    cells = [*headers, *(c for row in rows for c in row)]
+    cells = list(itertools.chain(headers, *rows))
     every = " ".join(cells)
-    if not _plain(every, max(map(len, cells), default=0), limit):
+    # a cell is no longer than all of them joined: each measured only when those are longer
+    longest = max(map(len, cells), default=0) if limit is not None and len(every) > limit else 0
+    if not _plain(every, longest, limit):
         headers = [escape(h, limit) for h in headers]
         rows = [[escape(c, limit) for c in row] for row in rows]
         every = " ".join([*headers, *(c for row in rows for c in row)])
@@ -69,10 +72,11 @@ def _align(column: tuple[str, ...]) -> str:
     ``left``."""
     numeric = False
     for cell in column:
-        if _numeric(cell):
-            numeric = True
-        elif cell and cell not in _NOT_A_NUMBER:
+        if not cell or cell in _NOT_A_NUMBER:  # none of them a number: the cheaper test first
+            continue
+        if not _numeric(cell):
             return "left"
+        numeric = True
     return "right" if numeric else "left"
 
 
@@ -123,7 +127,7 @@ def _pipe(headers: list[str], columns: list[tuple[str, ...]], align: list[str]) 
     aligned ``left`` or ``right``: cells stripped, a column as wide as its widest cell and
     at least its header plus two, one space either side. One format string pads a whole
     row (a cell is an argument, never part of the format)."""
-    stripped = [[c.strip() for c in column] for column in columns]
+    stripped = [list(map(str.strip, column)) for column in columns]
     fields: list[str] = []
     rules: list[str] = []
     for head, cells, how in zip(headers, stripped, align, strict=True):
@@ -136,7 +140,7 @@ def _pipe(headers: list[str], columns: list[tuple[str, ...]], align: list[str]) 
             rules.append(":" + "-" * (width + 1))
     line = ("| " + " | ".join(fields) + " |").format
     lines = [line(*headers), "|" + "|".join(rules) + "|"]
-    lines += [line(*row) for row in zip(*stripped, strict=True)]
+    lines += map(line, *stripped)  # a row: the i-th cell of every column
     return "\n".join(lines)
 
 

@@ -306,20 +306,22 @@ def timed_window_ms(rec: Record) -> float | None:
 
 
 def _add_facts(e: Entry, rec: Record) -> None:
-    util = rec.metrics.gpu_util_pct
-    window = timed_window_ms(rec)
-    if util is not None and window is not None and window < NVML_PERIOD_MS:
-        e.util_unjudged, util = True, None
-    if util is not None and (e.gpu_util_min is None or util < e.gpu_util_min):
-        e.gpu_util_min = util
-    rate = rec.metrics.achieved_tflops
+    m, settings = rec.metrics, rec.settings
+    util = m.gpu_util_pct
+    if util is not None:
+        window = timed_window_ms(rec)
+        if window is not None and window < NVML_PERIOD_MS:
+            e.util_unjudged = True
+        elif e.gpu_util_min is None or util < e.gpu_util_min:
+            e.gpu_util_min = util
+    rate = m.achieved_tflops
     if rate is not None and (e.tflops_max is None or rate > e.tflops_max):
         e.tflops_max = rate
-    if rec.settings.tf32 is False:
+    if settings.tf32 is False:
         e.tf32_off = True
-    if rec.settings.pure_float16:
+    if settings.pure_float16:
         e.pure_float16 = True
-    health = rec.metrics.gpu_health
+    health = m.gpu_health
     if health is not None:
         e.throttled.update(health.throttle_reasons)
         hot = health.temperature_max_c
@@ -484,7 +486,8 @@ def _tell_apart(built: list[Table]) -> None:
     for group_ in same.values():
         if len(group_) < 2:
             continue
-        names = tuple(n for n in SETUP if len({t.told(n) for t in group_}) > 1)
+        told = zip(*([t.told(n) for n in SETUP] for t in group_), strict=True)  # per name
+        names = tuple(n for n, values in zip(SETUP, told, strict=True) if len(set(values)) > 1)
         for t in group_:
             t.distinct = names
             t.__dict__.pop("title", None)  # the cached title, made again with them

@@ -105,14 +105,17 @@ def table_rows(
     checked = convergence.policies(t)
     headers += [convergence.header(p) for p in checked]
     rows = []
+    entries, policies, reduced = t.entries, t.policies, t.reduced
     for b in t.batches:
         row = [str(b)]
-        for p in t.policies:
-            e = t.entries.get((p, b))
+        for p in policies:
+            e = entries.get((p, b))
             rate = e.images_per_s(b) if e is not None else None
             row += [_with_loss(t, (p, b), e), "" if rate is None else stats.figure(rate, 0)]
-        row += [texts.get((p, b), "") for p in t.reduced]
-        row += [convergence.cell(t.entries.get((p, b))) for p in checked]
+        if reduced:
+            row += [texts.get((p, b), "") for p in reduced]
+        if checked:
+            row += [convergence.cell(entries.get((p, b))) for p in checked]
         rows.append(row)
     return headers, rows
 
@@ -124,6 +127,8 @@ def _with_loss(t: Table, slot: tuple[str, int], e: Entry | None) -> str:
 
 
 def interval_note(t: Table) -> str | None:
+    if not t.ratios:
+        return None  # no speedup, no interval
     judged = {r.judged for r in t.ratios.values()}
     parts = []
     paired = {slot for slot in t.ratios if summary.paired(t.entries[slot].records)}

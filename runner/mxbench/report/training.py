@@ -24,6 +24,7 @@ cost**, the same way: each ``loss_scale`` value against ``none`` (else ``auto``)
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -304,7 +305,7 @@ def _ab(
     """Timing cells that differ only in parameter ``name``: per setup, each value other than
     ``base`` with the records at ``base`` (the processes of each side)."""
     records = list(records)
-    if all(getattr(r.params, name) == base for r in records):
+    if set(map(operator.attrgetter(f"params.{name}"), records)) <= {base}:
         return []  # no A/B in these records (most reports): no setup keys to make
     sides: dict[tuple[str, bytes], dict[Any, list[Record]]] = {}
     for r in records:
@@ -406,6 +407,8 @@ def shares(records: Sequence[Record]) -> list[str]:
 def loss_scale_costs(records: Sequence[Record]) -> list[str]:
     """Loss scaling's cost: per setup, each ``loss_scale`` value against ``none`` (else
     ``auto``): the step-time change with its interval."""
+    if len(set(map(operator.attrgetter("params.loss_scale"), records))) < 2:
+        return []  # one value in every record (most reports): none to compare
     values = {r.params.loss_scale for r in records if r.step is not None}
     if len(values) < 2:
         return []
