@@ -29,6 +29,9 @@ Backend = Literal["tensorflow", "jax", "torch"]
 Pairing = Literal["paired", "process"]
 OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
+Mode = Literal["train", "infer"]
+Call = Literal["direct", "predict_on_batch", "predict"]
+Quantize = Literal["none", "int8"]
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
@@ -177,13 +180,20 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     warmup_steps: Annotated[
         int,
         Meta(ge=0, le=MAX_STEPS),
-        Spec("Untimed steps first (tracing, compilation, autotuning).", role="precision",
+        Spec("Untimed steps (infer cells: calls) first (tracing, compilation, autotuning).",
+             role="precision",
              flag="--warmup-steps", column="warmup"),
     ] = 5  # fmt: skip
     steps: Annotated[
         int,
         Meta(ge=1, le=MAX_STEPS),
-        Spec("Timed training steps.", role="precision", flag="--steps", column="steps"),
+        Spec(
+            "Timed training steps (infer cells: timed calls, the queries their latency "
+            "percentiles rest on).",
+            role="precision",
+            flag="--steps",
+            column="steps",
+        ),
     ] = 50
     jit_compile: Annotated[
         JitCompile,
@@ -252,6 +262,24 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              "each policy's time to it and its speedup over float32.", role="precision",
              flag="--target", column="target", key_default=False),
     ] = None  # fmt: skip
+    mode: Annotated[
+        Mode,
+        Spec("train: time training steps; infer: time inference calls only (serving: latency "
+             "percentiles, throughput, outputs against float32's; docs/serving.md).",
+             flag="--mode", column="mode", key_default=False),
+    ] = "train"  # fmt: skip
+    call: Annotated[
+        Call,
+        Spec("Infer cells: how the model is called: direct (model(x, training=False) on a "
+             "device-placed batch), predict_on_batch or predict (Keras' loops).",
+             flag="--call", column="call", key_default=False),
+    ] = "direct"  # fmt: skip
+    quantize: Annotated[
+        Quantize,
+        Spec("Infer cells: Keras' Model.quantize applied after the build (int8), under the "
+             "cell's policy; none: as built.", flag="--quantize", column="quantize",
+             key_default=False),
+    ] = "none"  # fmt: skip
     pairing: Annotated[
         Pairing,
         Spec("How a speedup's arms are measured: paired (float32 and each policy built in one "

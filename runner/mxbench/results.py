@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from mxbench.inference_record import Inference
 from mxbench.pairing_record import Interference, Pairing, Window
 from mxbench.params import Params
 from mxbench.record_part import Count, Doc, Positive, _Part
@@ -529,6 +530,10 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
         Doc("the paired design (arms interleaved in one process) that measured the step "
             "times; null: one policy per process (pairing: process, or an older record)"),
     ] = None  # fmt: skip
+    inference: Annotated[
+        Inference | None,
+        Doc("a serving cell's timed calls, latency percentiles and gate (params.mode infer)"),
+    ] = None
     pending: Annotated[
         list[str],
         Doc("what had not run yet when the bench printed this record (profile, check): the "

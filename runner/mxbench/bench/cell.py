@@ -23,6 +23,7 @@ from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
 from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError, pip_install
+from mxbench.inference_record import Gate
 from mxbench.params import BASELINE, Params
 from mxbench.results import (
     Convergence,
@@ -201,6 +202,9 @@ def _measure(
     emit: Emit | None = None,
 ) -> None:
     import_s = _load(p, rec, state)
+    if p.mode == "infer":  # a serving cell: inference calls only (bench/infer.py)
+        _serve(p, rec, state, import_s, emit)
+        return
     arm = _build(p, rec, state)
     model, ds, x, y = arm.model, arm.ds, arm.x, arm.y
     phases = state.phases
@@ -263,6 +267,26 @@ def _measure(
         rec.profile = profiler.run(p.backend, model, ds, gpu=gpu)
         phases.mark("profile")
         _emit(emit, rec, pending[1:], phases)
+
+
+def _serve(p: Params, rec: Record, state: CellState, import_s: float, emit: Emit | None) -> None:
+    """Time a serving cell's calls, read the device and its memory, then (policies but
+    float32, first process) compare its outputs with float32's."""
+    from mxbench.bench import infer
+
+    assert state.backend is not None
+    served = infer.measure(p, rec, state.backend, state.phases, import_s)
+    state.model = served.model
+    _dtype_settings(rec.settings, served.model, p.policy)
+    state.phases.mark("fit_other")
+    _probe_device(rec, state)  # the memory answer: before the gate builds float32's model
+    state.probed = True
+    state.phases.mark("probe")
+    if rec.inference is not None and first_process(p) and infer.needs_gate(p):
+        rec.inference.gate = Gate(note="the process ended before the comparison finished")
+        _emit(emit, rec, ["gate"], state.phases)
+        rec.inference.gate = infer.gate(p, served, state.backend.name)
+        state.phases.mark("check")
 
 
 def check(p: Params, c: CheckInputs) -> Convergence:
@@ -334,7 +358,8 @@ def _dtype_settings(settings: Settings, model: Any, policy: str) -> None:
     if first is not None:
         settings.compute_dtype = str(first.compute_dtype)
         settings.variable_dtype = str(first.weights[0].dtype)
-    settings.loss_scaling = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    optimizer = getattr(model, "optimizer", None)  # a serving cell's model has none
+    settings.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     settings.pure_float16 = policy == "float16"
 
 
@@ -424,10 +449,10 @@ def first_process(p: Params) -> bool:
 
 def runs_profile(p: Params) -> bool:
     """Whether this process runs the profiled window (``profile: on``, first process)."""
-    return p.profile == "on" and first_process(p)
+    return p.profile == "on" and first_process(p) and p.mode == "train"
 
 
 def runs_check(p: Params) -> bool:
     """Whether this process runs the one-step check (``check: on``, a policy other than
     float32, first process)."""
-    return p.check == "on" and p.policy != BASELINE and first_process(p)
+    return p.check == "on" and p.policy != BASELINE and first_process(p) and p.mode == "train"
