@@ -49,7 +49,8 @@ class Gate(_Part):
 
 
 class Inference(_Part):
-    """A serving cell (params.mode infer): inference calls only, timed one by one."""
+    """A serving cell (params.mode infer): inference calls only, timed one by one; each
+    call's time (ms) is a step in metrics.step_ms."""
 
     call: Annotated[
         Literal["direct", "predict_on_batch", "predict"] | None,
@@ -66,10 +67,11 @@ class Inference(_Part):
     warmup_ms: Annotated[float | None, Doc("the warm-up calls together")] = None
     first_call_ms: Annotated[float | None, Doc("the first warm-up call")] = None
     calls: Annotated[Count | None, Doc("timed calls")] = None
-    latency_ms: Annotated[
-        list[Positive], Doc("every timed call's wall time (ms), in order: the raw samples")
-    ] = []
-    percentiles: Annotated[list[LatencyPercentile], Doc("p50, p90, p99 of latency_ms")] = []
+    percentiles: Annotated[
+        list[LatencyPercentile],
+        Doc("p50, p90, p99 of the calls' times: metrics.step_ms.samples (a serving cell's "
+            "step is one call)"),
+    ] = []  # fmt: skip
     window_s: Annotated[float | None, Doc("first timed call's start to last one's end")] = None
     images_per_s: Annotated[Positive | None, Doc("batch x calls / window_s")] = None
     quantize: Annotated[str | None, Doc("Keras Model.quantize mode applied (int8), or null")] = None

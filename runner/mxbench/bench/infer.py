@@ -32,7 +32,7 @@ import numpy as np
 from mxbench import latency
 from mxbench.bench import harness
 from mxbench.bench.backends import Backend
-from mxbench.bench.timing import Phases
+from mxbench.bench.timing import Phases, summarize
 from mxbench.inference_record import (
     GATE_AGREEMENT,
     GATE_COSINE,
@@ -41,7 +41,7 @@ from mxbench.inference_record import (
     LatencyPercentile,
 )
 from mxbench.params import BASELINE, Params
-from mxbench.results import Metrics, ModelInfo, Record
+from mxbench.results import Metrics, ModelInfo, Record, StepStats
 
 GATE_EXAMPLES = 256  # synthetic inputs the gate compares (top-1 agreement in steps of 0.4%)
 GATE_CHUNK = 32  # examples per call of the gate: its memory stays small
@@ -82,7 +82,7 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
     rec.model = model_info(p, prepared)
     phases.mark("facts")
     first_s, warm_s, times, window_s = time_calls(call, p.warmup_steps, p.steps, phases)
-    ms = [t * 1000.0 for t in times]
+    steps = summarize(times)  # each call's ms, as the record keeps them
     images_per_s = p.batch_size * len(times) / window_s
     rec.settings.jit_compile = bool(getattr(model, "jit_compile", False)) and p.call != "direct"
     rec.inference = Inference(
@@ -92,8 +92,7 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
         warmup_calls=p.warmup_steps,
         warmup_ms=round(warm_s * 1000.0, 3),
         first_call_ms=round(first_s * 1000.0, 3) if first_s is not None else None,
-        calls=len(ms),
-        latency_ms=[max(t, 1e-6) for t in ms],
+        calls=len(times),
         percentiles=[
             msgspec.convert(
                 {
@@ -107,7 +106,7 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
                 },
                 LatencyPercentile,
             )
-            for x in latency.percentiles(ms)
+            for x in latency.percentiles(steps["samples"])
         ],
         window_s=round(window_s, 6),
         images_per_s=round(images_per_s, 3),
@@ -115,6 +114,7 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
         quantized_layers=quantized,
     )
     rec.metrics = Metrics(
+        step_ms=msgspec.convert(steps, StepStats),
         images_per_s=round(images_per_s, 3),
         first_step_ms=rec.inference.first_call_ms,
         warmup_ms=rec.inference.warmup_ms,

@@ -20,7 +20,7 @@ from typing import Literal, TypeVar
 
 from mxbench import stats
 from mxbench.params import BASELINE
-from mxbench.report import annotate, answers, capacity, fanout, text, training, why
+from mxbench.report import annotate, answers, capacity, fanout, inference, text, training, why
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table, bounded, last_line
@@ -151,6 +151,8 @@ class Document:
     # training runs to an accuracy; input and host-overhead A/Bs (report/training.py)
     training: list[training.Section] = field(default_factory=list)
     shares: list[str] = field(default_factory=list)
+    # serving cells: latency percentiles, throughput, the gate (report/inference.py)
+    inference: list[inference.Section] = field(default_factory=list)
 
     @cached_property
     def sections(self) -> list[Section]:
@@ -306,6 +308,7 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         makers=makers,
         training=training.sections(loaded.winners),
         shares=training.shares(loaded.winners),
+        inference=inference.sections(loaded.winners),
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from mxbench.report import capacity, training, why
+from mxbench.report import capacity, inference, training, why
 from mxbench.report.compare_document import CompareDocument
 from mxbench.report.document import Document, Grid, Section
 from mxbench.report.load import folders
@@ -181,6 +181,8 @@ def render(doc: Document) -> str:
         # training runs to an accuracy, and the input pipeline's share (report/training.py)
         "training": [training.as_dict(s) for s in doc.training],
         "shares": doc.shares,
+        # serving cells: latency percentiles, throughput, the gate (report/inference.py)
+        "inference": [inference.as_dict(s) for s in doc.inference],
     }
     return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")
 

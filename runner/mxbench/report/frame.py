@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxbench import params
-from mxbench.report import capacity, load, tables, why
+from mxbench.report import capacity, inference, load, tables, why
 from mxbench.report.busy import busy
 from mxbench.report.devices import cuda_text, cudnn_text
 from mxbench.results import Record
@@ -100,6 +100,7 @@ _AFTER = (
     "source",
     "error",
     "profile_error",
+    *inference.COLUMNS,  # serving cells (report/inference.py)
 )
 COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
 # The frame's types (everything else: text or float)
@@ -314,6 +315,12 @@ def rows(
         row(None, rec, loaded.attempts.get(str(rec.cell), 1), found.get(id(rec)))
         for rec in loaded.winners
         if rec.search is not None
+    ]
+    served = inference.columns(loaded.winners)  # serving cells: a section of their own
+    out += [
+        row(None, rec, loaded.attempts.get(str(rec.cell), 1)) | served[id(rec)]
+        for rec in loaded.winners
+        if inference.serving(rec)
     ]
     if not latest:  # every attempt: the winners' tables give the speedups
         index = {(r["cell"]): r for r in out}

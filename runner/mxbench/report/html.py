@@ -19,7 +19,7 @@ import html
 from collections.abc import Callable, Container, Sequence
 
 from mxbench import params
-from mxbench.report import training, why
+from mxbench.report import inference, training, why
 from mxbench.report.document import LOOK, Document, Grid, Section, Verdict
 from mxbench.report.plot import curves_png, memory_png, pngs_base64
 from mxbench.report.tables import Table
@@ -230,6 +230,16 @@ def training_section(
     return out
 
 
+def serving_section(sections_: Sequence[inference.Section]) -> list[str]:
+    out: list[str] = []
+    for i, s in enumerate(sections_):
+        out.append(f'<section id="serving-{i + 1}"><h2>Serving: {escape(s.title)}</h2>')
+        out.append(_table(s.headers, s.rows))
+        out += ['<ul class="notes">', *(f"<li>{escape(x)}</li>" for x in s.sentences), "</ul>"]
+        out.append("</section>")
+    return out
+
+
 def render(
     doc: Document,
     plot: Callable[[Table], list[tuple[str, str]]] = pngs_base64,
@@ -262,5 +272,6 @@ def render(
         on_table()
     out += [section(s, _largest_plot(s)) for s in doc.largest]
     out += training_section(doc.training, doc.shares)
+    out += serving_section(doc.inference)
     out.append("</body></html>")
     return "\n".join(out)

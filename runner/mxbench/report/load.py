@@ -101,7 +101,8 @@ class Reader:
             else:
                 rec.process = (step.median, 0.0)  # as summarise makes one step
         rec.metrics.losses = []
-        if rec.metrics.step_ms is not None:
+        if rec.metrics.step_ms is not None and rec.params.mode == "train":
+            # (a serving cell keeps its calls: report.inference pools them into percentiles)
             rec.metrics.step_ms.samples = []
         if len(self._waiting) >= BATCH or self._held >= SAMPLES:
             self.flush()
