@@ -128,6 +128,7 @@ INTEGERS = (
     "rounds_disturbed",
     "largest_batch",
     "attempts",
+    *inference.INTEGERS,
 )
 # float64 even where every value is missing (a frame of failures), never object
 FLOATS = (
@@ -149,6 +150,7 @@ FLOATS = (
     "cost_per_hour",
     "cost_per_million_images",
     "gradient_cosine",
+    *inference.FLOATS,
     "others_cores",
     "train_target",
     "time_to_target_s",
@@ -180,6 +182,7 @@ TEXTS = (
     "cell",
     "source",
     "error",
+    *inference.TEXTS,
 )
 # OWASP: a cell a spreadsheet would read as a formula gets a leading apostrophe.
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -407,6 +410,8 @@ def to_csv(loaded: load.Loaded, built: list[tables.Table]) -> str:
     import pandas as pd
 
     frame = pd.DataFrame(rows(loaded, built), columns=list(COLUMNS))
+    for col in inference.INTEGERS:  # counts of serving cells only: not 368.0 elsewhere
+        frame[col] = frame[col].astype("Int64")
     text_columns = frame.select_dtypes(include=["object", "string"]).columns
     for col in text_columns:
         frame[col] = frame[col].map(_neutralise)

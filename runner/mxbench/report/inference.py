@@ -20,14 +20,15 @@ Training's tables, grids and answer lines never see these records
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as default
 from typing import Any
 
 import msgspec
 
 from mxbench import latency, stats
 from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE, Gate
-from mxbench.params import BASELINE, POLICIES, control
+from mxbench.params import BASELINE, POLICIES, control, field, names
 from mxbench.report.tables import image_input, last_line
 from mxbench.results import Record
 
@@ -47,15 +48,18 @@ HEADERS = [
 ]
 PARTS = ("ms", "low_ms", "high_ms", "needs")  # of each percentile, in the CSV
 # The CSV's columns for serving cells (one row per record: mxbench.report.frame).
-COLUMNS = (
-    "call",
-    "calls",
+COLUMNS = (  # (params.call has its own column, as every parameter)
     *(f"{latency.name(q)}_{part}" for q in latency.QUANTILES for part in PARTS),
     "top1_agreement",
     "output_cosine",
     "gate",
     "speedup_struck",
 )
+
+
+INTEGERS = tuple(c for c in COLUMNS if c.endswith("_needs"))
+FLOATS = (*(c for c in COLUMNS if c.endswith("_ms")), "top1_agreement", "output_cosine")
+TEXTS = ("gate", "speedup_struck")
 
 
 def serving(r: Record) -> bool:
@@ -112,12 +116,15 @@ class Section:
     title: str
     headers: list[str]
     rows: list[list[str]]
-    sentences: list[str] = field(default_factory=list)
-    rungs: list[Rung] = field(default_factory=list)
+    sentences: list[str] = default(default_factory=list)
+    rungs: list[Rung] = default(default_factory=list)
 
 
 def _group_key(r: Record) -> tuple[str, str, bytes]:
-    p = msgspec.structs.replace(r.params, policy=BASELINE, quantize="none", repeat=None)
+    """Host, device and the parameters but the precision, the repeat and how precisely a
+    cell is measured (its calls: each percentile says how many it rests on)."""
+    loose = {name: field(name).default for name in names("precision", "repeat")}
+    p = msgspec.structs.replace(r.params, policy=BASELINE, quantize="none", **loose)
     return (r.host or "", r.device.name or "", msgspec.json.encode(p))
 
 
@@ -291,8 +298,6 @@ def columns(winners: list[Record]) -> dict[int, dict[str, Any]]:
             for r in rung.records:
                 ratio = rung.ratio if r.status == "ok" else None
                 out[id(r)] = {
-                    "call": r.params.call,
-                    "calls": r.inference.calls if r.inference else None,
                     **(figures if r.status == "ok" else {}),
                     "top1_agreement": None if g is None else g.top1_agreement,
                     "output_cosine": None if g is None else g.cosine,
