@@ -298,3 +298,12 @@ def test_records_round_trip_with_their_serving_part() -> None:
     assert r.inference is not None and r.inference.gate is not None
     assert r.inference.gate.top1_agreement == 0.95 and r.inference.gate.passed is False
     assert msgspec.json.decode(msgspec.json.encode(r))["params"]["mode"] == "infer"
+
+
+def test_the_gate_runs_where_a_policy_or_quantization_departs_from_float32() -> None:
+    from mxbench.bench.infer import needs_gate
+
+    assert not needs_gate(Params(mode="infer"))
+    assert needs_gate(Params(mode="infer", policy="mixed_bfloat16"))
+    assert needs_gate(Params(mode="infer", quantize="int8"))
+    assert not needs_gate(Params(mode="infer", policy="mixed_bfloat16", check="off"))

@@ -61,9 +61,9 @@ class Served:
 
 
 def needs_gate(p: Params) -> bool:
-    """Whether the cell's outputs are compared with float32's: any policy but float32, and
-    float32 quantized."""
-    return p.policy != BASELINE or p.quantize != "none"
+    """Whether the cell's outputs are compared with float32's (``check: on``): any policy
+    but float32, and float32 quantized."""
+    return p.check == "on" and (p.policy != BASELINE or p.quantize != "none")
 
 
 def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: float) -> Served:
@@ -94,17 +94,8 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
         first_call_ms=round(first_s * 1000.0, 3) if first_s is not None else None,
         calls=len(times),
         percentiles=[
-            msgspec.convert(
-                {
-                    "q": x.q,
-                    "n": x.n,
-                    "level": x.level,
-                    "needs": x.needs,
-                    "ms": x.value,
-                    "low_ms": x.low,
-                    "high_ms": x.high,
-                },
-                LatencyPercentile,
+            LatencyPercentile(
+                q=x.q, n=x.n, level=x.level, needs=x.needs, ms=x.value, low_ms=x.low, high_ms=x.high
             )
             for x in latency.percentiles(steps["samples"])
         ],
