@@ -180,20 +180,13 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     warmup_steps: Annotated[
         int,
         Meta(ge=0, le=MAX_STEPS),
-        Spec("Untimed steps (infer cells: calls) first (tracing, compilation, autotuning).",
-             role="precision",
+        Spec("Untimed steps first (tracing, compilation, autotuning).", role="precision",
              flag="--warmup-steps", column="warmup"),
     ] = 5  # fmt: skip
     steps: Annotated[
         int,
         Meta(ge=1, le=MAX_STEPS),
-        Spec(
-            "Timed training steps (infer cells: timed calls, the queries their latency "
-            "percentiles rest on).",
-            role="precision",
-            flag="--steps",
-            column="steps",
-        ),
+        Spec("Timed training steps.", role="precision", flag="--steps", column="steps"),
     ] = 50
     jit_compile: Annotated[
         JitCompile,
