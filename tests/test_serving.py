@@ -188,6 +188,7 @@ def served(
     quantize: str = "none",
     repeat: int | None = None,
     host: str = "h1",
+    call: str = "direct",
 ) -> dict[str, Any]:
     """A serving record: ``calls`` its call times (ms), the gate when ``agreement`` is given."""
     from mxbench.cells import cell_key
@@ -195,6 +196,7 @@ def served(
     params = {
         **{"model": "blog-cnn", "policy": policy, "batch_size": 1, "image_size": 32},
         **{"mode": "infer", "quantize": quantize, "steps": len(calls), "repeat": repeat},
+        "call": call,
     }
     ordered = sorted(calls)
     passed = agreement is not None and agreement >= 0.99 and cosine >= 0.99
@@ -206,7 +208,7 @@ def served(
         "step_ms": {"median": ordered[len(ordered) // 2], "n": len(calls), "samples": calls},
         "images_per_s": 1000.0 / (sum(calls) / len(calls)),
     }
-    out["inference"] = {"call": "direct", "batch": 1, "calls": len(calls)}
+    out["inference"] = {"call": call, "batch": 1, "calls": len(calls)}
     if agreement is not None:
         out["inference"]["gate"] = gate
     return out
@@ -307,3 +309,21 @@ def test_the_gate_runs_where_a_policy_or_quantization_departs_from_float32() -> 
     assert needs_gate(Params(mode="infer", policy="mixed_bfloat16"))
     assert needs_gate(Params(mode="infer", quantize="int8"))
     assert not needs_gate(Params(mode="infer", policy="mixed_bfloat16", check="off"))
+
+
+def test_the_call_path_is_compared_with_the_direct_call(tmp_path: Path) -> None:
+    records = [
+        served("float32", _calls(24.0)),
+        served("float32", _calls(3.0), call="predict_on_batch"),
+        served("float32", _calls(120.0), call="predict"),
+    ]
+    doc = _doc(tmp_path, records)
+    assert [s.title.split("call ")[1].split(" ")[0] for s in doc.inference] == [
+        "direct",
+        "predict",
+        "predict_on_batch",
+    ]
+    said = inference.lines(doc.loaded.winners)
+    assert len(said) == 2
+    assert said[0].startswith("call predict (float32): 0.20× the speed of call direct on ")
+    assert said[1].startswith("call predict_on_batch (float32): 8.00× the speed of call direct")

@@ -28,7 +28,7 @@ import msgspec
 
 from mxbench import latency, stats
 from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE, Gate
-from mxbench.params import BASELINE, POLICIES, control, field, names
+from mxbench.params import BASELINE, POLICIES, Params, control, field, names
 from mxbench.report.tables import image_input, last_line
 from mxbench.results import Record
 
@@ -123,9 +123,14 @@ class Section:
 def _group_key(r: Record) -> tuple[str, str, bytes]:
     """Host, device and the parameters but the precision, the repeat and how precisely a
     cell is measured (its calls: each percentile says how many it rests on)."""
+    return (r.host or "", r.device.name or "", _group_key_of(r.params))
+
+
+def _group_key_of(params: Params) -> bytes:
     loose = {name: field(name).default for name in names("precision", "repeat")}
-    p = msgspec.structs.replace(r.params, policy=BASELINE, quantize="none", **loose)
-    return (r.host or "", r.device.name or "", msgspec.json.encode(p))
+    return msgspec.json.encode(
+        msgspec.structs.replace(params, policy=BASELINE, quantize="none", **loose)
+    )
 
 
 def _rank(rung: Rung) -> tuple[int, int, str]:
@@ -235,14 +240,49 @@ def sentence(rung: Rung, where: str) -> str | None:
 
 def sections(winners: list[Record]) -> list[Section]:
     out = []
-    for rungs in groups(winners):
+    found = groups(winners)
+    against = _against_direct(found)
+    for rungs in found:
         first = next(r for rung in rungs for r in rung.records)
         head = title(first)
         where = f"on {head}"
         said = [s for rung in rungs if (s := sentence(rung, where)) is not None]
+        said += [
+            ratio.sentence(f"call {first.params.call} ({rung.name})", f"call {DIRECT}", where)
+            for rung in rungs
+            if (ratio := against.get(id(rung))) is not None
+        ]
         out.append(Section(head, list(HEADERS), [_row(g) for g in rungs], said, rungs))
     if out:
         out[-1].sentences.append(NOTE)
+    return out
+
+
+DIRECT = "direct"
+
+
+def _against_direct(found: list[list[Rung]]) -> dict[int, stats.Ratio]:
+    """Which call path is faster (the call is itself a variable): each precision of a
+    ``predict`` / ``predict_on_batch`` group against the same precision called directly
+    (the same group but the call), by id of its rung."""
+    direct: dict[tuple[str, str, bytes, str, str], Rung] = {}
+    others: list[tuple[tuple[str, str, bytes, str, str], Rung]] = []
+    for rungs in found:
+        for rung in rungs:
+            r = rung.records[0]
+            same = _group_key_of(msgspec.structs.replace(r.params, call=DIRECT))
+            key = (r.host or "", r.device.name or "", same, rung.policy, rung.quantize)
+            if r.params.call == DIRECT:
+                direct[key] = rung
+            else:
+                others.append((key, rung))
+    out = {}
+    for key, rung in others:
+        base = direct.get(key)
+        if base is not None and base.samples and rung.samples:
+            ratio = stats.speedup(base.samples, rung.samples)
+            if ratio is not None:
+                out[id(rung)] = ratio
     return out
 
 
