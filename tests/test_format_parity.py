@@ -229,6 +229,8 @@ def _serving() -> list[dict[str, Any]]:
         }
         gate = {"ran": True, "top1_agreement": agreement, "cosine": 0.999, "passed": False}
         r["inference"] = {"call": "direct", "calls": 400, **({"gate": gate} if agreement else {})}
+        isa = {"avx512_core_amx": 1.0} if agreement else {"avx512_core": 1.0}
+        r["profile"] = {"tool": "oneDNN log", "device": "cpu", "onednn": {"gemm_isas": isa}}
         out.append(_keyed(r))
     return out
 

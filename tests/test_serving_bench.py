@@ -40,9 +40,15 @@ def _latency(rec: dict[str, Any], batch: int) -> dict[str, Any]:
     assert rate == inf["images_per_s"] and rate > 0
     # the rate follows from the calls: batch x calls / the window they fill
     assert rate <= batch * 1000.0 / min(step["samples"]) * 1.01
-    # no training ran: no losses, no optimizer, no profile, no one-step check
+    # no training ran: no losses, no optimizer, no profiled window, no one-step check
     assert rec["metrics"]["losses"] == [] and rec["settings"]["loss_scaling"] is False
-    assert rec["profile"] is None and rec["convergence"] is None
+    assert rec["convergence"] is None
+    prof = rec["profile"]
+    if rec["params"]["backend"] == "tensorflow":  # the kernels oneDNN created (warm-up)
+        assert prof["device"] == "cpu" and prof["breakdown_ms"] == {} and prof["steps"] is None
+        assert prof["onednn"]["gemm_isas"] and prof["onednn"]["kernels"]
+    else:
+        assert prof is None
     assert rec["metrics"]["peak_memory_bytes"] > 0
     return inf
 

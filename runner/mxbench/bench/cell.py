@@ -31,6 +31,7 @@ from mxbench.results import (
     Device,
     Metrics,
     ModelInfo,
+    Profile,
     Record,
     Settings,
     Software,
@@ -282,6 +283,10 @@ def _serve(p: Params, rec: Record, state: CellState, import_s: float, emit: Emit
     _probe_device(rec, state)  # the memory answer: before the gate builds float32's model
     state.probed = True
     state.phases.mark("probe")
+    if runs_profile(p) and p.backend == "tensorflow" and rec.device.kind == "cpu":
+        # which oneDNN kernels ran: their creation log (warm-up calls), filled by
+        # profile.around once the cell is measured
+        rec.profile = Profile(tool="oneDNN creation log (warm-up calls)", device="cpu")
     if rec.inference is not None and first_process(p) and infer.needs_gate(p):
         rec.inference.gate = Gate(note="the process ended before the comparison finished")
         _emit(emit, rec, ["gate"], state.phases)
@@ -448,8 +453,9 @@ def first_process(p: Params) -> bool:
 
 
 def runs_profile(p: Params) -> bool:
-    """Whether this process runs the profiled window (``profile: on``, first process)."""
-    return p.profile == "on" and first_process(p) and p.mode == "train"
+    """Whether this process runs the profiled window (``profile: on``, first process); a
+    serving cell runs none, its profile is TensorFlow's oneDNN creation log alone."""
+    return p.profile == "on" and first_process(p)
 
 
 def runs_check(p: Params) -> bool:

@@ -29,6 +29,7 @@ import msgspec
 from mxbench import latency, stats
 from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE, Gate
 from mxbench.params import BASELINE, POLICIES, Params, control, field, names
+from mxbench.report import why
 from mxbench.report.tables import image_input, last_line
 from mxbench.results import Record
 
@@ -45,6 +46,7 @@ HEADERS = [
     "top-1 agreement",
     "output cosine",
     "gate",
+    "kernels (oneDNN)",
 ]
 PARTS = ("ms", "low_ms", "high_ms", "needs")  # of each percentile, in the CSV
 # The CSV's columns for serving cells (one row per record: mxbench.report.frame).
@@ -104,6 +106,12 @@ class Rung:
             r.inference.images_per_s for r in self.ok if r.inference and r.inference.images_per_s
         ]
         return statistics.median(rates) if rates else None
+
+    @property
+    def kernels(self) -> str:
+        """What ran the convolutions and matmuls (TensorFlow on a CPU: oneDNN's ISA)."""
+        found = next((r.profile for r in self.ok if r.profile and r.profile.onednn), None)
+        return why.kernels_text(found) if found is not None else ""
 
     @property
     def gate(self) -> Gate | None:
@@ -226,6 +234,7 @@ def _row(rung: Rung) -> list[str]:
         DASH if rung.baseline or g is None else _share(g.top1_agreement),
         DASH if rung.baseline or g is None else _num(g.cosine, 4),
         _gate_cell(rung),
+        rung.kernels or DASH,
     ]
 
 
@@ -343,6 +352,7 @@ def columns(winners: list[Record]) -> dict[int, dict[str, Any]]:
                     "output_cosine": None if g is None else g.cosine,
                     "gate": None if rung.baseline else "struck" if rung.struck else "pass",
                     "speedup_struck": rung.struck,
+                    "kernels": rung.kernels or None,
                     **_ratio_columns(ratio),
                 }
     return out
