@@ -51,7 +51,8 @@ def test_params_echo_the_arguments(f32: BenchRun) -> None:
         "data": "synthetic", "warmup_steps": 2, "steps": 6, "jit_compile": "off",
         "backend": "tensorflow", "profile": "on", "check": "on", "loss_scale": "auto",
         "steps_per_execution": 1,
-        "flip": "none", "epochs": None, "eval_every": 1, "target": None, "pairing": "paired",
+        "flip": "none", "epochs": None, "eval_every": 1, "target": None,
+        "mode": "train", "call": "direct", "quantize": "none", "pairing": "paired",
         "timed_s": 8.0, "repeat": None,
     }  # fmt: skip
 

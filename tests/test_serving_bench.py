@@ -74,6 +74,8 @@ def test_a_16_bit_serving_cell_is_gated_against_float32(backend: str) -> None:
     assert 0.5 < gate["top1_agreement"] <= 1.0
     assert gate["passed"] == (gate["top1_agreement"] >= 0.99 and gate["cosine"] >= 0.99)
     assert rec["metrics"]["phases_s"]["check"] > 0  # the gate ran after the timed calls
+    if backend == "tensorflow":  # the kernels are the cell's: not the gate's float32 ones
+        assert rec["profile"]["onednn"]["sixteen_bit_share"] == 1.0
 
 
 def test_keras_loops_and_int8_quantization_are_recorded() -> None:

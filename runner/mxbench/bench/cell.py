@@ -288,6 +288,8 @@ def _serve(p: Params, rec: Record, state: CellState, import_s: float, emit: Emit
         # profile.around once the cell is measured
         rec.profile = Profile(tool="oneDNN creation log (warm-up calls)", device="cpu")
     if rec.inference is not None and first_process(p) and infer.needs_gate(p):
+        if rec.profile is not None:
+            profiler.end_log()  # float32's kernels are not the cell's
         rec.inference.gate = Gate(note="the process ended before the comparison finished")
         _emit(emit, rec, ["gate"], state.phases)
         rec.inference.gate = infer.gate(p, served, state.backend.name)
