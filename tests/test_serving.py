@@ -327,3 +327,14 @@ def test_the_call_path_is_compared_with_the_direct_call(tmp_path: Path) -> None:
     assert len(said) == 2
     assert said[0].startswith("call predict (float32): 0.20× the speed of call direct on ")
     assert said[1].startswith("call predict_on_batch (float32): 8.00× the speed of call direct")
+
+
+def test_a_failed_precision_says_why_beside_its_row_not_in_the_answers(tmp_path: Path) -> None:
+    failed = served("mixed_float16", _calls(5.0), quantize="int8")
+    failed.update(status="error", error="Traceback...\nValueError: int8 with float16: no")
+    del failed["metrics"], failed["inference"]
+    doc = _doc(tmp_path, [served("float32", _calls(10.0)), failed])
+    (section,) = doc.inference
+    assert section.rows[1][:3] == ["mixed_float16 + int8", "error", "–"]
+    assert "mixed_float16 + int8: error: ValueError: int8 with float16: no" in section.sentences
+    assert inference.lines(doc.loaded.winners) == []

@@ -220,10 +220,8 @@ def _gate_cell(rung: Rung) -> str:
 
 
 def _row(rung: Rung) -> list[str]:
-    if not rung.ok:
-        statuses = sorted({r.status for r in rung.records})
-        error = next((r.error for r in rung.records if r.error), None)
-        said = ", ".join(statuses) + (f": {last_line(error)}" if error else "")
+    if not rung.ok:  # the reason: in the section's sentences (failure)
+        said = ", ".join(sorted({r.status for r in rung.records}))
         return [rung.name, said, *[DASH] * (len(HEADERS) - 2)]
     g = rung.gate
     return [
@@ -238,6 +236,15 @@ def _row(rung: Rung) -> list[str]:
     ]
 
 
+def failure(rung: Rung) -> str | None:
+    """Why a precision has no figures: its status and its error's last line."""
+    if rung.ok:
+        return None
+    error = next((r.error for r in rung.records if r.error), None)
+    statuses = ", ".join(sorted({r.status for r in rung.records}))
+    return f"{rung.name}: {statuses}" + (f": {last_line(error)}" if error else "")
+
+
 def sentence(rung: Rung, where: str) -> str | None:
     """The answer line of one precision against float32 (None: nothing to say)."""
     if rung.baseline or rung.ratio is None:
@@ -248,9 +255,23 @@ def sentence(rung: Rung, where: str) -> str | None:
 
 
 def sections(winners: list[Record]) -> list[Section]:
+    """One section per serving group: its rows, its answer lines (:func:`lines`) and the
+    precisions that failed; the note on how to read them under the last."""
     out = []
+    for rungs, head, said in _answers(winners):
+        said += [f for rung in rungs if (f := failure(rung)) is not None]
+        out.append(Section(head, list(HEADERS), [_row(g) for g in rungs], said, rungs))
+    if out:
+        out[-1].sentences.append(NOTE)
+    return out
+
+
+def _answers(winners: list[Record]) -> list[tuple[list[Rung], str, list[str]]]:
+    """Per serving group: its precisions, its title, its answer lines (each precision
+    against float32, each call path against the direct call)."""
     found = groups(winners)
     against = _against_direct(found)
+    out = []
     for rungs in found:
         first = next(r for rung in rungs for r in rung.records)
         head = title(first)
@@ -261,9 +282,7 @@ def sections(winners: list[Record]) -> list[Section]:
             for rung in rungs
             if (ratio := against.get(id(rung))) is not None
         ]
-        out.append(Section(head, list(HEADERS), [_row(g) for g in rungs], said, rungs))
-    if out:
-        out[-1].sentences.append(NOTE)
+        out.append((rungs, head, said))
     return out
 
 
@@ -308,7 +327,7 @@ NOTE = (
 
 def lines(winners: list[Record]) -> list[str]:
     """The serving answer lines (``mxbench run`` ends with them, after training's)."""
-    return [s for sec in sections(winners) for s in sec.sentences if s != NOTE]
+    return [s for _, _, said in _answers(winners) for s in said]
 
 
 def as_dict(s: Section) -> dict[str, Any]:
