@@ -89,6 +89,13 @@ def test_keras_loops_and_int8_quantization_are_recorded() -> None:
     assert inf["gate"]["ran"] and inf["gate"]["note"].startswith("float32 built from the same seed")
 
 
+@pytest.mark.parametrize("mode", ["float8", "int4"])
+def test_keras_other_quantized_modes_run_and_are_gated(mode: str) -> None:
+    inf = _latency(_infer("tensorflow", "--batch-size", "8", "--quantize", mode), 8)
+    assert inf["quantize"] == mode and inf["quantized_layers"] == {"Dense": 1}
+    assert inf["gate"]["ran"] and 0.99 < inf["gate"]["cosine"] <= 1.0
+
+
 def test_a_serving_option_on_a_training_cell_is_a_usage_error() -> None:
     run = run_bench(*SMALL, "--call", "predict")
     assert run.returncode == 2 and run.stdout == ""

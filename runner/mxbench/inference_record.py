@@ -74,7 +74,9 @@ class Inference(_Part):
     ] = []  # fmt: skip
     window_s: Annotated[float | None, Doc("first timed call's start to last one's end")] = None
     images_per_s: Annotated[Positive | None, Doc("batch x calls / window_s")] = None
-    quantize: Annotated[str | None, Doc("Keras Model.quantize mode applied (int8), or null")] = None
+    quantize: Annotated[
+        str | None, Doc("Keras Model.quantize mode applied (int8, float8, int4), or null")
+    ] = None
     quantized_layers: Annotated[
         dict[str, int], Doc("layers Model.quantize changed, by class (what actually ran)")
     ] = {}

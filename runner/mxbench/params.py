@@ -31,7 +31,7 @@ OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
 Mode = Literal["train", "infer"]
 Call = Literal["direct", "predict_on_batch", "predict"]
-Quantize = Literal["none", "int8"]
+Quantize = Literal["none", "int8", "float8", "int4"]
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
@@ -270,8 +270,9 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     ] = "direct"  # fmt: skip
     quantize: Annotated[
         Quantize,
-        Spec("Infer cells: Keras' Model.quantize applied after the build (int8), under the "
-             "cell's policy; none: as built.", flag="--quantize", column="quantize",
+        Spec("Infer cells: Keras' Model.quantize applied after the build (int8, float8, "
+             "int4), under the cell's policy; none: as built.", flag="--quantize",
+             column="quantize",
              key_default=False),
     ] = "none"  # fmt: skip
     pairing: Annotated[

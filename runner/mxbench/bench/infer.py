@@ -115,7 +115,8 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
 
 
 def quantize(model: Any, mode: str) -> dict[str, int]:
-    """Keras' in-place quantization (``int8``); the layers it changed, by class."""
+    """Keras' in-place quantization (``int8``, ``float8``, ``int4``); the layers it changed,
+    by class."""
     if mode == "none":
         return {}
     from mxbench.bench.facts import leaves
