@@ -51,8 +51,9 @@ def test_params_echo_the_arguments(f32: BenchRun) -> None:
         "data": "synthetic", "warmup_steps": 2, "steps": 6, "jit_compile": "off",
         "backend": "tensorflow", "profile": "on", "check": "on", "loss_scale": "auto",
         "steps_per_execution": 1,
-        "flip": "none", "epochs": None, "eval_every": 1, "target": None, "pairing": "paired",
-        "timed_s": 8.0, "repeat": None,
+        "flip": "none", "epochs": None, "eval_every": 1, "target": None,
+        "mode": "train", "call": "direct", "quantize": "none", "pairing": "paired",
+        "timed_s": 8.0, "devices": 1, "nodes": 1, "scaling": "weak", "repeat": None,
     }  # fmt: skip
 
 

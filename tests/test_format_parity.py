@@ -31,7 +31,7 @@ import pytest
 
 from mxbench.cells import cell_key
 from mxbench.params import Params
-from mxbench.report import capacity, document, scaling, training, why
+from mxbench.report import capacity, document, inference, scaling, training, why
 from mxbench.report.document import Document, Grid, Section, SectionKind
 from mxbench.report.load import load
 from mxbench.report.tables import build
@@ -232,11 +232,30 @@ def _devices() -> list[dict[str, Any]]:
     return out
 
 
+def _serving() -> list[dict[str, Any]]:
+    """Serving cells: float32 and mixed_float16 at batch 1, the gate striking the latter."""
+    out = []
+    for policy, ms, agreement in (("float32", 4.0, None), ("mixed_float16", 2.0, 0.9)):
+        samples = [round(ms * (1 + (i % 17) / 100), 4) for i in range(400)]
+        r = rec("srv", policy, 1, median=samples[200], device=A100)
+        r["params"].update(mode="infer", steps=400)
+        r["metrics"] = {
+            "step_ms": {"median": sorted(samples)[200], "n": 400, "samples": samples},
+            "images_per_s": 1000.0 / ms,
+        }
+        gate = {"ran": True, "top1_agreement": agreement, "cosine": 0.999, "passed": False}
+        r["inference"] = {"call": "direct", "calls": 400, **({"gate": gate} if agreement else {})}
+        isa = {"avx512_core_amx": 1.0} if agreement else {"avx512_core": 1.0}
+        r["profile"] = {"tool": "oneDNN log", "device": "cpu", "onednn": {"gemm_isas": isa}}
+        out.append(_keyed(r))
+    return out
+
+
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory: pytest.TempPathFactory) -> Document:
     path: Path = tmp_path_factory.mktemp("parity") / "all.jsonl"
     # and a line that is no record: a notice says it was skipped
-    records = [*_speed(), *_search(), *_training(), *_loss_scales(), *_devices()]
+    records = [*_speed(), *_search(), *_training(), *_loss_scales(), *_devices(), *_serving()]
     write(path, records, ("not a record",))
     loaded = load([path])
     assert len(loaded.bad) == 1, loaded.bad
@@ -261,7 +280,7 @@ def needles(value: Any) -> list[str]:
         return [capacity.counted(value)]
     if isinstance(value, scaling.Map):
         return [value.title, *value.headers, *needles(value.rows), *value.notes]
-    if isinstance(value, training.Section):
+    if isinstance(value, (training.Section, inference.Section)):
         return [value.title, *value.headers, *needles(value.rows), *value.sentences]
     raise TypeError(f"a part of type {type(value).__name__}: say in needles() how it shows")
 
@@ -287,6 +306,7 @@ CSV_COLUMNS: dict[str, tuple[str, ...]] = {
     "grids": ("speedup_vs_float32", "speedup_low", "speedup_high", "verdict"),
     "training": ("train_target", "time_to_target_s", "final_val_metric"),
     "scaling": scaling.CSV_COLUMNS,
+    "inference": (*inference.COLUMNS, "speedup_vs_float32"),
     "speed.title": ("host", "device"),
     "speed.lines": ("device", "compute_capability"),
     "speed.note": ("others_cores", "rounds", "rounds_disturbed"),

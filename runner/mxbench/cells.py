@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench import models
+from mxbench import models, serving
 from mxbench.errors import UsageError
 from mxbench.matrix import Matrix
 from mxbench.params import Params
@@ -146,6 +146,7 @@ def _placements(
             {**dict(zip(sweep, values, strict=True)), "policy": policy, "repeat": repeat}, declared
         )
         for values in itertools.product(*sweep.values())
+        if serving.applies(dict(zip(sweep, values, strict=True)))  # call, quantize: infer only
         for repeat in (
             [b.first_repeat, *range(1, b.planned_repeats)] if b.planned_repeats > 1 else [None]
         )
@@ -275,6 +276,7 @@ def pairable(cell: Cell) -> bool:
         and not p.epochs
         and p.steps_per_execution == 1
         and p.nodes == 1
+        and p.mode == "train"  # a serving cell: one policy per process (bench/infer.py)
     )
 
 

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from mxbench import models, params, scale
+from mxbench import models, params, scale, serving
 from mxbench.errors import UsageError
 from mxbench.hosts import HOSTS
 from mxbench.matrix_yaml import Loader, check_nodes, line_of, read_matrix_file
@@ -420,6 +420,9 @@ class Matrix(Strict):
         if "torch" in sweep["backend"] and max(sweep["steps_per_execution"]) > 1:
             why = "Keras runs one step per call on the torch backend (only 1)"
             raise _PathError(self._where("steps_per_execution"), why)
+        found = serving.problem(sweep)
+        if found is not None:
+            raise _PathError(self._where(found[0]), found[1])
         timing = None in sweep["epochs"]
         for spe in sweep["steps_per_execution"] if timing else ():
             for name in ("warmup_steps", "steps"):

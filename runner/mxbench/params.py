@@ -30,6 +30,9 @@ Pairing = Literal["paired", "process"]
 OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
 Scaling = Literal["weak", "strong"]
+Mode = Literal["train", "infer"]
+Call = Literal["direct", "predict_on_batch", "predict"]
+Quantize = Literal["none", "int8", "float8", "int4"]
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
@@ -208,8 +211,9 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         OnOff,
         Spec("The one-step check after the timed steps (policies other than float32): the "
              "first gradient against a float32 build's on the same batch (its first 32 "
-             "examples). Never inside the timed steps, never in the peak "
-             "memory; a batch-size search's trials run without it.", role="precision",
+             "examples); infer cells: the gate, outputs against float32's. Never inside the "
+             "timed steps, never in the peak memory; a batch-size search's trials run without "
+             "it.", role="precision",
              flag="--check", column="check", key_default=False),
     ] = "on"  # fmt: skip
     loss_scale: Annotated[
@@ -254,6 +258,25 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              "each policy's time to it and its speedup over float32.", role="precision",
              flag="--target", column="target", key_default=False),
     ] = None  # fmt: skip
+    mode: Annotated[
+        Mode,
+        Spec("train: time training steps; infer: time inference calls only (serving: latency "
+             "percentiles, throughput, outputs against float32's; docs/serving.md).",
+             flag="--mode", column="mode", key_default=False),
+    ] = "train"  # fmt: skip
+    call: Annotated[
+        Call,
+        Spec("Infer cells: how the model is called: direct (model(x, training=False) on a "
+             "device-placed batch), predict_on_batch or predict (Keras' loops).",
+             flag="--call", column="call", key_default=False),
+    ] = "direct"  # fmt: skip
+    quantize: Annotated[
+        Quantize,
+        Spec("Infer cells: Keras' Model.quantize applied after the build (int8, float8, "
+             "int4), under the cell's policy; none: as built.", flag="--quantize",
+             column="quantize",
+             key_default=False),
+    ] = "none"  # fmt: skip
     pairing: Annotated[
         Pairing,
         Spec("How a speedup's arms are measured: paired (float32 and each policy built in one "

@@ -111,8 +111,8 @@ def plan(cfg: AutoRepeats, cells: Iterable[Any], limits: dict[str, Any]) -> Plan
     out = Plan(cfg, [])
     for c in cells:
         p = c.params
-        if p.epochs:  # a training run: its repeats are seeds (start of them), not grown
-            continue
+        if p.epochs or p.mode == "infer":  # a training run's repeats are seeds; a serving
+            continue  # cell's are judged by its latency (report.inference): the start, not grown
         ident = msgspec.structs.replace(p, policy=BASELINE, repeat=None)
         gkey = (c.host, c.image, ident, c.model_source)
         g = groups.get(gkey)

@@ -16,6 +16,7 @@ import msgspec
 from msgspec import Meta
 
 from mxbench.distribution_record import Distribution
+from mxbench.inference_record import Inference
 from mxbench.pairing_record import Interference, Pairing, Window
 from mxbench.params import Params
 from mxbench.record_part import Count, Doc, Positive, _Part
@@ -533,6 +534,10 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
     distribution: Annotated[
         Distribution | None,
         Doc("data parallel over params.devices > 1 devices (null: one device)"),
+    ] = None
+    inference: Annotated[
+        Inference | None,
+        Doc("a serving cell's timed calls, latency percentiles and gate (params.mode infer)"),
     ] = None
     pending: Annotated[
         list[str],

@@ -25,6 +25,7 @@ from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
 from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError, pip_install
+from mxbench.inference_record import Gate
 from mxbench.params import BASELINE, Params
 from mxbench.results import (
     Convergence,
@@ -32,6 +33,7 @@ from mxbench.results import (
     Device,
     Metrics,
     ModelInfo,
+    Profile,
     Record,
     Settings,
     Software,
@@ -210,6 +212,9 @@ def _measure(
     emit: Emit | None = None,
 ) -> None:
     import_s = _load(p, rec, state)
+    if p.mode == "infer":  # a serving cell: inference calls only (bench/infer.py)
+        _serve(p, rec, state, import_s, emit)
+        return
     arm = _build(p, rec, state)
     model, ds, x, y = arm.model, arm.ds, arm.x, arm.y
     phases = state.phases
@@ -273,6 +278,32 @@ def _measure(
         rec.profile = profiler.run(p.backend, model, ds, gpu=gpu)
         phases.mark("profile")
         _emit(emit, rec, pending[1:], phases)
+
+
+def _serve(p: Params, rec: Record, state: CellState, import_s: float, emit: Emit | None) -> None:
+    """Time a serving cell's calls, read the device and its memory, then (policies but
+    float32, first process) compare its outputs with float32's."""
+    from mxbench.bench import infer
+
+    assert state.backend is not None
+    served = infer.measure(p, rec, state.backend, state.phases, import_s)
+    state.model = served.model
+    _dtype_settings(rec.settings, served.model, p.policy)
+    state.phases.mark("fit_other")
+    _probe_device(rec, state)  # the memory answer: before the gate builds float32's model
+    state.probed = True
+    state.phases.mark("probe")
+    if runs_profile(p) and p.backend == "tensorflow" and rec.device.kind == "cpu":
+        # which oneDNN kernels ran: their creation log (warm-up calls), filled by
+        # profile.around once the cell is measured
+        rec.profile = Profile(tool="oneDNN creation log (warm-up calls)", device="cpu")
+    if rec.inference is not None and first_process(p) and infer.needs_gate(p):
+        if rec.profile is not None:
+            profiler.end_log()  # float32's kernels are not the cell's
+        rec.inference.gate = Gate(note="the process ended before the comparison finished")
+        _emit(emit, rec, ["gate"], state.phases)
+        rec.inference.gate = infer.gate(p, served, state.backend.name)
+        state.phases.mark("check")
 
 
 def check(p: Params, c: CheckInputs) -> Convergence:
@@ -344,7 +375,8 @@ def _dtype_settings(settings: Settings, model: Any, policy: str) -> None:
     if first is not None:
         settings.compute_dtype = str(first.compute_dtype)
         settings.variable_dtype = str(first.weights[0].dtype)
-    settings.loss_scaling = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    optimizer = getattr(model, "optimizer", None)  # a serving cell's model has none
+    settings.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     settings.pure_float16 = policy == "float16"
 
 
@@ -440,11 +472,12 @@ def first_process(p: Params) -> bool:
 
 
 def runs_profile(p: Params) -> bool:
-    """Whether this process runs the profiled window (``profile: on``, first process)."""
+    """Whether this process runs the profiled window (``profile: on``, first process); a
+    serving cell runs none, its profile is TensorFlow's oneDNN creation log alone."""
     return p.profile == "on" and first_process(p)
 
 
 def runs_check(p: Params) -> bool:
     """Whether this process runs the one-step check (``check: on``, a policy other than
     float32, first process)."""
-    return p.check == "on" and p.policy != BASELINE and first_process(p)
+    return p.check == "on" and p.policy != BASELINE and first_process(p) and p.mode == "train"

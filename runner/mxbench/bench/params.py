@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench import models, params, scale
+from mxbench import models, params, scale, serving
 from mxbench.errors import UsageError
 from mxbench.params import Params
 
@@ -30,6 +30,10 @@ def validate(p: Params) -> Params:
     except msgspec.ValidationError as exc:
         raise UsageError(_message(p, str(exc))) from None
     p, found = _model_input(p)
+    serving_problem = serving.problem({k: [v] for k, v in msgspec.structs.asdict(p).items()})
+    if serving_problem is not None:
+        name, why = serving_problem
+        raise UsageError(f"{params.field(name).spec.flag}: {why}")
     spe = p.steps_per_execution
     if not p.epochs and (p.warmup_steps % spe or p.steps % spe):
         raise UsageError(

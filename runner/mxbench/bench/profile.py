@@ -55,6 +55,20 @@ def around(p: Params, rec: Record, measure: Callable[[], None]) -> None:
     add_log(rec.profile, lines)
 
 
+# Written to the captured stdout where a serving cell's gate begins: what oneDNN logs after
+# it is the float32 reference model's kernels, not the cell's (add_log reads up to it).
+LOG_END = "mxbench: the cell's own kernels end here"
+
+
+def end_log() -> None:
+    """Mark the end of the cell's own kernels in TensorFlow's oneDNN log (C's buffers
+    flushed first, so that the mark follows every line before it)."""
+    from mxbench.bench.stdio import _flush
+
+    _flush()
+    os.write(1, (LOG_END + "\n").encode())
+
+
 def prepare(backend: str) -> None:
     """Before the framework is imported: TensorFlow's oneDNN can only log primitive
     creation if asked at start (the timed steps are not logged: see :mod:`onednn`)."""
@@ -74,13 +88,15 @@ def whole_run(backend: str, enabled: bool) -> Iterator[list[str]]:
         with onednn.captured_stdout() as lines:
             yield lines
     finally:  # what others printed meanwhile goes where the bench sends stdout: stderr
-        rest = [x for x in lines if "_verbose," not in x]
+        rest = [x for x in lines if "_verbose," not in x and x != LOG_END]
         if rest:
             sys.stderr.write("\n".join(rest) + "\n")
 
 
 def add_log(prof: Profile | None, lines: list[str]) -> None:
     """The oneDNN evidence of a log collected around the whole run (TensorFlow)."""
+    if LOG_END in lines:
+        lines = lines[: lines.index(LOG_END)]
     if prof is not None and prof.device == "cpu" and prof.onednn is None and lines:
         prof.onednn = _evidence(lines)
 

@@ -264,10 +264,11 @@ def _measure(
 def _print_answers(results: Path, label: str | None, keys: set[str]) -> None:
     """The verdicts of the matrix's cells (this run's, and those --resume kept), one line
     per comparison with float32, on stdout: the answer comes first."""
-    from mxbench.report import answers, load, tables
+    from mxbench.report import answers, inference, load, tables
 
     loaded = load.load([results], label=label)
-    said = answers.lines(tables.build([r for r in loaded.winners if r.cell in keys]))
+    ours = [r for r in loaded.winners if r.cell in keys]
+    said = answers.lines(tables.build(ours)) + inference.lines(ours)
     if said:
         print("\n" + "\n".join(said))
 

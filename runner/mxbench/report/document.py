@@ -20,7 +20,17 @@ from typing import Literal, TypeVar
 
 from mxbench import stats
 from mxbench.params import BASELINE
-from mxbench.report import annotate, answers, capacity, fanout, scaling, text, training, why
+from mxbench.report import (
+    annotate,
+    answers,
+    capacity,
+    fanout,
+    inference,
+    scaling,
+    text,
+    training,
+    why,
+)
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table, bounded, last_line
@@ -153,6 +163,8 @@ class Document:
     shares: list[str] = field(default_factory=list)
     # the speedup x scale map: tables that differ only in devices (report/scaling.py)
     scaling: list[scaling.Map] = field(default_factory=list)
+    # serving cells: latency percentiles, throughput, the gate (report/inference.py)
+    inference: list[inference.Section] = field(default_factory=list)
 
     @cached_property
     def sections(self) -> list[Section]:
@@ -312,6 +324,7 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
         training=training.sections(loaded.winners),
         shares=training.shares(loaded.winners),
         scaling=scaling.build(tables),
+        inference=inference.sections(loaded.winners),
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from mxbench.report import capacity, scaling, training, why
+from mxbench.report import capacity, inference, scaling, training, why
 from mxbench.report.compare_document import CompareDocument
 from mxbench.report.document import Document, Grid, Section
 from mxbench.report.load import folders
@@ -182,6 +182,8 @@ def render(doc: Document) -> str:
         "training": [training.as_dict(s) for s in doc.training],
         "shares": doc.shares,
         "scaling": [scaling.as_dict(m) for m in doc.scaling],  # the speedup x scale map
+        # serving cells: latency percentiles, throughput, the gate (report/inference.py)
+        "inference": [inference.as_dict(s) for s in doc.inference],
     }
     return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")
 

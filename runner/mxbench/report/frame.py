@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxbench import params
-from mxbench.report import capacity, load, scaling, tables, why
+from mxbench.report import capacity, inference, load, scaling, tables, why
 from mxbench.report.busy import busy
 from mxbench.report.devices import cuda_text, cudnn_text
 from mxbench.results import Record
@@ -101,6 +101,7 @@ _AFTER = (
     "error",
     "profile_error",
     *scaling.CSV_COLUMNS,
+    *inference.COLUMNS,  # serving cells (report/inference.py)
 )
 COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
 # The frame's types (everything else: text or float)
@@ -129,6 +130,7 @@ INTEGERS = (
     "largest_batch",
     "attempts",
     *scaling.CSV_INTEGERS,
+    *inference.INTEGERS,
 )
 # float64 even where every value is missing (a frame of failures), never object
 FLOATS = (
@@ -150,6 +152,7 @@ FLOATS = (
     "cost_per_hour",
     "cost_per_million_images",
     "gradient_cosine",
+    *inference.FLOATS,
     "others_cores",
     "train_target",
     "time_to_target_s",
@@ -182,6 +185,7 @@ TEXTS = (
     "cell",
     "source",
     "error",
+    *inference.TEXTS,
 )
 # OWASP: a cell a spreadsheet would read as a formula gets a leading apostrophe.
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -320,6 +324,12 @@ def rows(
         for rec in loaded.winners
         if rec.search is not None
     ]
+    served = inference.columns(loaded.winners)  # serving cells: a section of their own
+    out += [
+        row(None, rec, loaded.attempts.get(str(rec.cell), 1)) | served[id(rec)]
+        for rec in loaded.winners
+        if inference.serving(rec)
+    ]
     if not latest:  # every attempt: the winners' tables give the speedups
         index = {(r["cell"]): r for r in out}
         out = []
@@ -405,6 +415,8 @@ def to_csv(loaded: load.Loaded, built: list[tables.Table]) -> str:
     import pandas as pd
 
     frame = pd.DataFrame(rows(loaded, built), columns=list(COLUMNS))
+    for col in inference.INTEGERS:  # counts of serving cells only: not 368.0 elsewhere
+        frame[col] = frame[col].astype("Int64")
     text_columns = frame.select_dtypes(include=["object", "string"]).columns
     for col in text_columns:
         frame[col] = frame[col].map(_neutralise)

@@ -19,7 +19,7 @@ import html
 from collections.abc import Callable, Container, Sequence
 
 from mxbench import params
-from mxbench.report import scaling, training, why
+from mxbench.report import inference, scaling, training, why
 from mxbench.report.document import LOOK, Document, Grid, Section, Verdict
 from mxbench.report.plot import curves_png, memory_png, pngs_base64
 from mxbench.report.tables import Table
@@ -240,6 +240,16 @@ def scaling_section(maps: Sequence[scaling.Map]) -> list[str]:
     return out
 
 
+def serving_section(sections_: Sequence[inference.Section]) -> list[str]:
+    out: list[str] = []
+    for i, s in enumerate(sections_):
+        out.append(f'<section id="serving-{i + 1}"><h2>Serving: {escape(s.title)}</h2>')
+        out.append(_table(s.headers, s.rows))
+        out += ['<ul class="notes">', *(f"<li>{escape(x)}</li>" for x in s.sentences), "</ul>"]
+        out.append("</section>")
+    return out
+
+
 def render(
     doc: Document,
     plot: Callable[[Table], list[tuple[str, str]]] = pngs_base64,
@@ -273,5 +283,6 @@ def render(
     out += [section(s, _largest_plot(s)) for s in doc.largest]
     out += scaling_section(doc.scaling)
     out += training_section(doc.training, doc.shares)
+    out += serving_section(doc.inference)
     out.append("</body></html>")
     return "\n".join(out)

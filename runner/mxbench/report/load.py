@@ -104,7 +104,8 @@ class Reader:
         m = rec.metrics  # the lean copy's, when lean
         if m.losses:
             m.losses = []
-        if m.step_ms is not None and m.step_ms.samples:
+        if m.step_ms is not None and m.step_ms.samples and rec.params.mode == "train":
+            # (a serving cell keeps its calls: report.inference pools them into percentiles)
             m.step_ms.samples = []
         if len(self._waiting) >= BATCH or self._held >= SAMPLES:
             self.flush()

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from mxbench.params import CONTROL_CHARS
-from mxbench.report import scaling, text, training, why
+from mxbench.report import inference, scaling, text, training, why
 from mxbench.report.compare_document import CompareDocument, Part
 from mxbench.report.document import Document, Grid, Section
 
@@ -208,6 +208,14 @@ def scaling_section(maps: Sequence[scaling.Map]) -> list[str]:
     return out
 
 
+def serving_section(sections_: Sequence[inference.Section]) -> list[str]:
+    out: list[str] = []
+    for s in sections_:
+        out += [f"## Serving: {escape(s.title)}", "", table(s.headers, s.rows), ""]
+        out += [f"- {escape(x, limit=None)}" for x in s.sentences] + [""]
+    return out
+
+
 LEGEND = (
     "Verdicts from the speedup's 95% interval (in each table below): faster, ≈ same (no "
     "clear difference), slower; a number alone is one measurement per side (direction only). "
@@ -225,6 +233,7 @@ def render(doc: Document) -> str:
     out += doc.each(section)
     out += scaling_section(doc.scaling)
     out += training_section(doc.training, doc.shares)
+    out += serving_section(doc.inference)
     return "\n".join(out)
 
 

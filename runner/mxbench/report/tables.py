@@ -439,8 +439,10 @@ def image_taken(rec: Record) -> dict[str, int | None]:
 
 def build(winners: list[Record]) -> list[Table]:
     """Every table, in :func:`group`'s order, with its speedup intervals."""
-    # Batch-size search trials make the largest-batch tables (report.capacity), not these.
-    built = [make(slots) for slots in group([r for r in winners if r.search is None])]
+    # Batch-size search trials make the largest-batch tables (report.capacity), not these;
+    # serving cells their own section (report.inference).
+    timing = [r for r in winners if r.search is None and r.params.mode == "train"]
+    built = [make(slots) for slots in group(timing)]
     where: list[tuple[Table, tuple[str, int]]] = []
     paired_where: list[tuple[Table, tuple[str, int]]] = []
     pairs = []

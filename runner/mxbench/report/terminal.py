@@ -16,7 +16,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from mxbench.progress import plain
-from mxbench.report import scaling, training, why
+from mxbench.report import inference, scaling, training, why
 from mxbench.report.document import LOOK, Document, Grid, Section
 
 _NUMERIC = frozenset("0123456789.")
@@ -116,6 +116,19 @@ def scaling_renderables(maps: Sequence[scaling.Map]) -> Iterable[Any]:
         yield from (plain(f"- {x}") for x in m.notes)
 
 
+def serving_renderables(sections_: Sequence[inference.Section]) -> Iterable[Any]:
+    """The serving sections' rendering (rich)."""
+    for s in sections_:
+        yield Rule(plain(f"Serving: {s.title}"), align="left")
+        table = RichTable()
+        for h in s.headers:
+            column(table, h)
+        for row in s.rows:
+            table.add_row(*(plain(c) for c in row))
+        yield table
+        yield from (plain(f"- {x}") for x in s.sentences)
+
+
 def renderables(doc: Document) -> Iterator[Any]:
     yield plain("mxbench report", style="bold")
     yield plain(doc.counts)
@@ -129,6 +142,7 @@ def renderables(doc: Document) -> Iterator[Any]:
         yield from section(s)
     yield from scaling_renderables(doc.scaling)
     yield from training_renderables(doc.training, doc.shares)
+    yield from serving_renderables(doc.inference)
 
 
 def show(doc: Document, console: Console) -> None:

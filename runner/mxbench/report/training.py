@@ -309,8 +309,8 @@ def _ab(
         return []  # no A/B in these records (most reports): no setup keys to make
     sides: dict[tuple[str, bytes], dict[Any, list[Record]]] = {}
     for r in records:
-        if r.step is None or r.params.epochs:
-            continue
+        if r.step is None or r.params.epochs or r.params.mode != "train":
+            continue  # training runs and serving cells (report.inference) are no A/B here
         same = msgspec.structs.replace(r.params, **{name: base, "repeat": None})
         key = (r.host or "", msgspec.json.encode(same))
         sides.setdefault(key, {}).setdefault(getattr(r.params, name), []).append(r)

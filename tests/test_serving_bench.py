@@ -1,0 +1,102 @@
+"""Serving cells on the real backends (issue 37): ``mxbench bench --mode infer`` builds the
+zoo's blog-cnn at 32 px on TensorFlow, JAX and PyTorch, times its inference calls only and
+prints a record with their latency percentiles, the calls each rests on, and (a policy
+other than float32) the gate against float32's outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench_helpers import run_bench
+
+pytest.importorskip("keras")
+
+CALLS = 40  # p50 and p90 get intervals (6 and 36 needed), p99 needs 368
+SMALL = ["--model", "blog-cnn", "--image-size", "32", "--warmup-steps", "2"]
+
+
+def _infer(backend: str, *args: str) -> dict[str, Any]:
+    run = run_bench(*SMALL, "--mode", "infer", "--backend", backend, "--steps", str(CALLS), *args)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rec = run.record
+    assert rec["status"] == "ok", rec["error"]
+    return rec
+
+
+def _latency(rec: dict[str, Any], batch: int) -> dict[str, Any]:
+    inf = rec["inference"]
+    assert inf["batch"] == batch and inf["calls"] == CALLS and inf["warmup_calls"] == 2
+    assert inf["sync"] == "to_numpy"
+    step = rec["metrics"]["step_ms"]
+    assert step["n"] == CALLS and len(step["samples"]) == CALLS  # one sample per call
+    p50, p90, p99 = inf["percentiles"]
+    assert [p["q"] for p in (p50, p90, p99)] == [0.5, 0.9, 0.99]
+    assert all(p["n"] == CALLS for p in (p50, p90, p99))
+    assert p50["low_ms"] <= p50["ms"] <= p50["high_ms"] <= p90["high_ms"]
+    assert p99["ms"] is None and p99["needs"] == 368  # too few calls: no figure
+    rate = rec["metrics"]["images_per_s"]
+    assert rate == inf["images_per_s"] and rate > 0
+    # the rate follows from the calls: batch x calls / the window they fill
+    assert rate <= batch * 1000.0 / min(step["samples"]) * 1.01
+    # no training ran: no losses, no optimizer, no profiled window, no one-step check
+    assert rec["metrics"]["losses"] == [] and rec["settings"]["loss_scaling"] is False
+    assert rec["convergence"] is None
+    prof = rec["profile"]
+    if rec["params"]["backend"] == "tensorflow":  # the kernels oneDNN created (warm-up)
+        assert prof["device"] == "cpu" and prof["breakdown_ms"] == {} and prof["steps"] is None
+        assert prof["onednn"]["gemm_isas"] and prof["onednn"]["kernels"]
+    else:
+        assert prof is None
+    assert rec["metrics"]["peak_memory_bytes"] > 0
+    return inf
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_a_serving_cell_times_inference_calls_at_batch_1(backend: str) -> None:
+    rec = _infer(backend, "--batch-size", "1")
+    inf = _latency(rec, 1)
+    assert rec["params"]["mode"] == "infer" and inf["call"] == "direct"
+    assert inf["gate"] is None  # float32 is the reference
+    assert rec["settings"]["input_device"] == "device" and rec["settings"]["jit_compile"] is False
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_a_16_bit_serving_cell_is_gated_against_float32(backend: str) -> None:
+    rec = _infer(backend, "--batch-size", "8", "--policy", "mixed_bfloat16")
+    inf = _latency(rec, 8)
+    assert rec["settings"]["compute_dtype"] == "bfloat16"
+    gate = inf["gate"]
+    assert gate["ran"] and gate["examples"] == 256 and gate["note"].startswith("float32 given")
+    # bfloat16 rounding: close to float32's outputs, not equal to them
+    assert 0.99 < gate["cosine"] <= 1.0 and 0 < gate["max_abs_diff"] < 0.05
+    assert 0.5 < gate["top1_agreement"] <= 1.0
+    assert gate["passed"] == (gate["top1_agreement"] >= 0.99 and gate["cosine"] >= 0.99)
+    assert rec["metrics"]["phases_s"]["check"] > 0  # the gate ran after the timed calls
+    if backend == "tensorflow":  # the kernels are the cell's: not the gate's float32 ones
+        assert rec["profile"]["onednn"]["sixteen_bit_share"] == 1.0
+
+
+def test_keras_loops_and_int8_quantization_are_recorded() -> None:
+    rec = _infer(
+        "tensorflow", "--batch-size", "8", "--call", "predict_on_batch", "--quantize", "int8"
+    )
+    inf = _latency(rec, 8)
+    assert inf["call"] == "predict_on_batch" and rec["settings"]["input_device"] == "host"
+    assert inf["quantize"] == "int8" and inf["quantized_layers"] == {"Dense": 1}
+    # float32 quantized is gated too, against float32 rebuilt from the same seed
+    assert inf["gate"]["ran"] and inf["gate"]["note"].startswith("float32 built from the same seed")
+
+
+@pytest.mark.parametrize("mode", ["float8", "int4"])
+def test_keras_other_quantized_modes_run_and_are_gated(mode: str) -> None:
+    inf = _latency(_infer("tensorflow", "--batch-size", "8", "--quantize", mode), 8)
+    assert inf["quantize"] == mode and inf["quantized_layers"] == {"Dense": 1}
+    assert inf["gate"]["ran"] and 0.99 < inf["gate"]["cosine"] <= 1.0
+
+
+def test_a_serving_option_on_a_training_cell_is_a_usage_error() -> None:
+    run = run_bench(*SMALL, "--call", "predict")
+    assert run.returncode == 2 and run.stdout == ""
+    assert "--call: predict: applies to infer cells only (set mode: infer)" in run.stderr
