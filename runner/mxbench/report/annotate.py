@@ -91,6 +91,11 @@ def _takes_tokens(rec: Record) -> bool:
     return any(" int" in i or " uint" in i for i in rec.model.inputs) if rec.model else False
 
 
+# Setup parameters a table names only away from their defaults (Keras' own loss scaling; a
+# training cell's mode, call and quantization; one device in one process, and its scaling)
+_SAID_WHEN_CHOSEN = ("loss_scale", "mode", "call", "quantize", "devices", "nodes", "scaling")
+
+
 def _not_for_this_model(rec: Record) -> tuple[str, ...]:
     """Parameters that do not shape this model's input (token settings of an image model)."""
     if rec.model is None or not rec.model.inputs:
@@ -134,8 +139,13 @@ def lines(table: Table) -> list[str]:
     if sw:
         out.append(sw)
     hidden = _not_for_this_model(rec)
-    if table.setup.get("loss_scale") == params.field("loss_scale").default:
-        hidden += ("loss_scale",)  # Keras' own: said only when a matrix chose another
+    several = (table.setup.get("devices") or 1) * (table.setup.get("nodes") or 1) > 1
+    hidden += tuple(  # said only when a matrix chose another than the default
+        name
+        for name in _SAID_WHEN_CHOSEN
+        if table.setup.get(name) == params.field(name).default
+        and not (name == "scaling" and several)
+    )
     setup = " · ".join(
         f"{k} {bounded(str(v))}"
         for k, v in table.setup.items()
