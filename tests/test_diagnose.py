@@ -355,3 +355,14 @@ def test_gpu_names_to_cc() -> None:
     assert devices.cc_from_name("NVIDIA A100-SXM4-80GB") == "8.0"
     assert devices.cc_from_name("NVIDIA GH200 480GB") == "9.0"
     assert devices.cc_from_name("Some Future GPU") is None
+
+
+def test_a_turing_gpu_built_without_tensor_cores_is_no_tensor_core_gpu() -> None:
+    """The GTX 1660 Ti (tensorflow#44191): compute capability 7.5, no Tensor Cores."""
+    gtx = {"kind": "gpu", "name": "NVIDIA GeForce GTX 1660 Ti", "compute_capability": "7.5"}
+    text = dg.no_fp16_tensor_cores(table(gtx, SLOW))
+    assert text is not None and "built without them" in text and "7.5" in text
+    from mxbench.report.annotate import gpu_line
+
+    assert "Tensor Cores: none" in gpu_line(table(gtx, SLOW))
+    assert dg.no_fp16_tensor_cores(table(V100, SLOW)) is None  # 7.0 with Tensor Cores

@@ -339,3 +339,81 @@ def test_a_failed_precision_says_why_beside_its_row_not_in_the_answers(tmp_path:
     assert section.rows[1][:3] == ["mixed_float16 + int8", "error", "–"]
     assert "mixed_float16 + int8: error: ValueError: int8 with float16: no" in section.sentences
     assert inference.lines(doc.loaded.winners) == []
+
+
+# ---- the serving diagnosis (report/diagnose_infer.py), on records of known truth ----------
+
+
+def _on(r: dict[str, Any], batch: int = 1, device: dict[str, Any] | None = None,
+        cpu: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """``r`` at another batch, on another device or CPU (its key follows)."""
+    from mxbench.cells import cell_key
+
+    r["params"]["batch_size"] = batch
+    r["cell"] = cell_key(r["host"], None, None, Params(**r["params"]))
+    if device is not None:
+        r["device"] = device
+    if cpu is not None:
+        r["cpu"] = cpu
+    return r
+
+
+def _diagnosis(tmp_path: Path, records: list[dict[str, Any]]) -> list[str]:
+    return [s for section in _doc(tmp_path, records).inference for s in section.sentences]
+
+
+@pytest.mark.parametrize(
+    ("device", "says"),
+    [
+        ({"name": "NVIDIA GeForce GTX 1660 Ti", "compute_capability": "7.5"}, "without Tensor"),
+        ({"name": "Quadro M2200", "compute_capability": "5.2"}, "5.2 < 7.0"),
+        ({"name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"}, None),
+    ],
+)
+def test_float16_serving_without_fast_float16_is_named(
+    tmp_path: Path, device: dict[str, Any], says: str | None
+) -> None:
+    """The 1660 Ti case (tensorflow#44191): compute capability 7.5 but no Tensor Cores."""
+    gpu = {"kind": "gpu", **device}
+    said = _diagnosis(tmp_path, [
+        _on(served("float32", _calls(4.0)), device=gpu),
+        _on(served("mixed_float16", _calls(16.0), agreement=1.0), device=gpu),
+    ])  # fmt: skip
+    found = [s for s in said if s.startswith("No fast float16")]
+    if says is None:
+        assert found == []
+    else:
+        (line,) = found
+        assert says in line and "0.25x the speed of float32" in line
+
+
+def test_int8_and_float16_on_a_cpu_without_their_instructions(tmp_path: Path) -> None:
+    old = {"model": "Intel(R) Xeon(R) CPU E5-2680 v4", "flags": ["sse2", "avx2", "fma"]}
+    said = _diagnosis(tmp_path, [
+        _on(served("float32", _calls(4.0)), cpu=old),
+        _on(served("float32", _calls(4.0), agreement=1.0, quantize="int8"), cpu=old),
+        _on(served("mixed_float16", _calls(9.0), agreement=1.0), cpu=old),
+    ])  # fmt: skip
+    assert any(s.startswith("int8 without VNNI or AMX") for s in said), said
+    assert any(s.startswith("float16 on an x86 CPU") for s in said), said
+    vnni = {**old, "flags": [*old["flags"], "avx512_vnni"]}
+    said = _diagnosis(tmp_path, [
+        _on(served("float32", _calls(4.0)), cpu=vnni),
+        _on(served("float32", _calls(3.0), agreement=1.0, quantize="int8"), cpu=vnni),
+    ])  # fmt: skip
+    assert not any(s.startswith("int8 without") for s in said), said
+
+
+@pytest.mark.parametrize(("big_ms", "said"), [(13.2, True), (13.0 * 20, False)])
+def test_calls_as_slow_at_batch_256_as_at_1_are_dispatch_bound(
+    tmp_path: Path, big_ms: float, said: bool
+) -> None:
+    """The H200's JAX direct calls: 12.97 ms at batch 1, 12.90 at batch 256."""
+    records = [
+        served("float32", _calls(13.0)),
+        _on(served("float32", _calls(big_ms), host="h1"), batch=256),
+    ]
+    found = [s for s in _diagnosis(tmp_path, records) if s.startswith("Dispatch-bound")]
+    assert bool(found) is said, found
+    if said:
+        assert "at batch 256" in found[0] and "256x the work" in found[0]

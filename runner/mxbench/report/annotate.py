@@ -54,6 +54,8 @@ def gpu_line(table: Table) -> str:
     if cap is None:
         return "CC unknown · Tensor Cores: unknown"
     cc = f"CC {cap.label} ({cap.arch}{', from the name' if inferred else ''})"
+    if devices.without_tensor_cores(table.device.name):  # a GTX 16xx: Turing without them
+        return f"{cc} · Tensor Cores: none (built without)"
     return " · ".join(
         (
             cc,

@@ -120,6 +120,17 @@ def cc_from_name(name: str | None) -> str | None:
     return None
 
 
+# Turing GPUs built without Tensor Cores (compute capability 7.5 all the same): GTX 16xx
+_NO_TENSOR_CORES = ("gtx 16",)
+
+
+def without_tensor_cores(name: str | None) -> bool:
+    """Whether a GPU of a Tensor Core compute capability was built without them (the GTX
+    1650 / 1660 family: Turing, 7.5)."""
+    low = (name or "").lower()
+    return any(fragment in low for fragment in _NO_TENSOR_CORES)
+
+
 def capability(cc: object) -> Capability | None:
     parsed = cc_pair(cc)  # read as the upgrade of older records reads it
     if parsed is None:

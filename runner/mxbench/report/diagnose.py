@@ -82,7 +82,16 @@ def _observed(t: Table, policies: frozenset[str]) -> str:
 
 def no_fp16_tensor_cores(t: Table) -> str | None:
     cap, _ = gpu_cc(t)
-    if not _is_gpu(t) or cap is None or cap.fp16_tensor_cores or not FLOAT16 & set(t.policies):
+    if not _is_gpu(t) or cap is None or not FLOAT16 & set(t.policies):
+        return None
+    if cap.fp16_tensor_cores and devices.without_tensor_cores(t.device.name):
+        return (
+            f"No Tensor Cores: {t.device.name} is a Turing GPU (compute capability "
+            f"{cap.label}) built without them, so no speedup is expected from mixed_float16"
+            f"{_observed(t, FLOAT16)}; its double-rate float16 vector arithmetic helps little "
+            "once the casts are paid."
+        )
+    if cap.fp16_tensor_cores:
         return None
     if cap.cc < (6, 0):
         why = "Maxwell has no fast float16 arithmetic"

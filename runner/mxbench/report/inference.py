@@ -29,7 +29,7 @@ import msgspec
 from mxbench import latency, stats
 from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE, Gate
 from mxbench.params import BASELINE, POLICIES, Params, control, field, names
-from mxbench.report import why
+from mxbench.report import diagnose_infer, why
 from mxbench.report.tables import image_input, last_line
 from mxbench.results import Record
 
@@ -255,11 +255,15 @@ def sentence(rung: Rung, where: str) -> str | None:
 
 
 def sections(winners: list[Record]) -> list[Section]:
-    """One section per serving group: its rows, its answer lines (:func:`lines`) and the
-    precisions that failed; the note on how to read them under the last."""
+    """One section per serving group: its rows, its answer lines (:func:`lines`), the
+    precisions that failed and the diagnosis (:mod:`mxbench.report.diagnose_infer`); the note
+    on how to read them under the last."""
     out = []
-    for rungs, head, said in _answers(winners):
+    answered = _answers(winners)
+    every = [rungs for rungs, _, _ in answered]
+    for rungs, head, said in answered:
         said += [f for rung in rungs if (f := failure(rung)) is not None]
+        said += diagnose_infer.diagnose(rungs, every)  # why, after what
         out.append(Section(head, list(HEADERS), [_row(g) for g in rungs], said, rungs))
     if out:
         out[-1].sentences.append(NOTE)

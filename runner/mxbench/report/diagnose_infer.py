@@ -1,0 +1,139 @@
+"""Why a serving precision is (not) faster: the diagnosis of inference groups.
+
+Each rule reads one serving group (its precisions, :class:`mxbench.report.inference.Rung`)
+and, for the dispatch rule, the other groups of the run; it returns a sentence or None. What
+the device can do comes from the records (compute capability, CPU flags), what ran from the
+records too, never from a guess:
+
+- float16 without fast float16: a GPU below compute capability 7.0, or a Turing GTX 16xx
+  (compute capability 7.5 without Tensor Cores: the GTX 1660 Ti of tensorflow#44191, whose
+  inference became ~4x slower under mixed_float16);
+- float16 on an x86 CPU: emulated, converted to float32 around every operation;
+- int8 without VNNI or AMX: the CPU has no 8-bit dot-product instructions, so quantized
+  layers convert back and forth around float32 arithmetic;
+- the call is dispatch-bound: a larger batch costs about as much per call as batch 1, so the
+  time is the framework's per-call (eager, op-by-op) overhead, which no precision shrinks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from mxbench.report import devices
+from mxbench.results import Record
+
+if TYPE_CHECKING:
+    from mxbench.report.inference import Rung
+
+FLOAT16 = frozenset({"mixed_float16", "float16"})
+# /proc/cpuinfo flags of 8-bit integer dot products: AVX512_VNNI, AVX-VNNI, AMX's int8 tiles
+INT8_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+# a batch this many times larger that costs at most this much more per call: per-call overhead
+DISPATCH_BATCH_RATIO = 16
+DISPATCH_TIME_RATIO = 1.5
+
+
+def _first(rungs: Sequence[Rung]) -> Record | None:
+    return next((r for rung in rungs for r in rung.ok), None)
+
+
+def _names(rungs: Sequence[Rung]) -> set[str]:
+    return {rung.policy for rung in rungs if rung.ok}
+
+
+def _speed(rungs: Sequence[Rung], policies: frozenset[str]) -> str:
+    seen = [f"{rung.name} {rung.ratio.value:.2f}x" for rung in rungs
+            if rung.policy in policies and rung.ratio is not None]  # fmt: skip
+    return f" (measured: {', '.join(seen)} the speed of float32)" if seen else ""
+
+
+def float16_without_fast_float16(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | None:
+    r = _first(rungs)
+    if r is None or not FLOAT16 & _names(rungs) or r.device.kind != "gpu":
+        return None
+    device = r.device
+    cap = devices.capability(device.compute_capability or devices.cc_from_name(device.name))
+    if devices.without_tensor_cores(device.name):
+        why = f"{device.name} is a Turing GPU built without Tensor Cores"
+    elif cap is not None and not cap.fp16_tensor_cores:
+        why = f"compute capability {cap.label} < 7.0 has no float16 Tensor Cores"
+    else:
+        return None
+    return (
+        f"No fast float16 for serving: {why}, so mixed_float16 computes at float32's rate "
+        f"plus the casts around every layer{_speed(rungs, FLOAT16)}; serve in float32 here "
+        "(a model trained under mixed_float16 loads into a float32 build)."
+    )
+
+
+def float16_on_cpu(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | None:
+    r = _first(rungs)
+    if r is None or not FLOAT16 & _names(rungs) or r.device.kind != "cpu":
+        return None
+    cpu = r.cpu
+    if devices.is_x86(cpu.model, cpu.flags, cpu.arch) is not True:
+        return None
+    return (
+        "float16 on an x86 CPU is converted to float32 around the arithmetic, so "
+        f"mixed_float16 serving is expected to be slower than float32{_speed(rungs, FLOAT16)}."
+    )
+
+
+def int8_without_vnni(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | None:
+    quantized = [rung for rung in rungs if rung.quantize == "int8" and rung.ok]
+    r = _first(quantized)
+    if r is None or r.device.kind != "cpu":
+        return None
+    flags = r.cpu.flags
+    if not flags or INT8_FLAGS & {f.lower() for f in flags}:
+        return None
+    return (
+        "int8 without VNNI or AMX: this CPU has no 8-bit dot-product instructions "
+        "(avx512_vnni, avx_vnni, amx_int8), so the quantized layers convert to wider types "
+        "around their arithmetic; expect little or no gain from quantize: int8 here."
+    )
+
+
+def dispatch_bound(rungs: Sequence[Rung], every: Sequence[Sequence[Rung]]) -> str | None:
+    """A group at batch B whose float32 calls take about as long as the same setup's at a
+    batch at least 16x smaller: the per-call overhead is the time."""
+    mine = next((rung for rung in rungs if rung.baseline and rung.ok), None)
+    if mine is None:
+        return None
+    p = mine.ok[0].params
+    for other in every:
+        small = next((rung for rung in other if rung.baseline and rung.ok), None)
+        if small is None or small is mine:
+            continue
+        q = small.ok[0].params
+        same = (q.model, q.backend, q.call, q.image_size) == (p.model, p.backend, p.call,
+                                                                p.image_size)  # fmt: skip
+        if not same or small.ok[0].device.name != mine.ok[0].device.name:
+            continue
+        if p.batch_size < DISPATCH_BATCH_RATIO * q.batch_size:
+            continue
+        big, one = mine.percentiles[0].value, small.percentiles[0].value
+        if big is None or one is None or big > DISPATCH_TIME_RATIO * one:
+            continue
+        return (
+            f"Dispatch-bound calls: a float32 call at batch {p.batch_size} takes "
+            f"{big:.2f} ms, at batch {q.batch_size} {one:.2f} ms ({p.batch_size // q.batch_size}x "
+            f"the work for {big / one:.2f}x the time): the framework's per-call overhead "
+            f"(call {p.call}: eager, operation by operation) is the time, and no precision "
+            "shrinks it; a compiled call (call: predict_on_batch) measures the arithmetic."
+        )
+    return None
+
+
+RULES: tuple[Callable[[Sequence[Rung], Sequence[Sequence[Rung]]], str | None], ...] = (
+    float16_without_fast_float16,
+    float16_on_cpu,
+    int8_without_vnni,
+    dispatch_bound,
+)
+
+
+def diagnose(rungs: Sequence[Rung], every: Sequence[Sequence[Rung]]) -> list[str]:
+    """The diagnosis of one serving group (``every``: all the run's groups)."""
+    return [said for rule in RULES if (said := rule(rungs, every)) is not None]
