@@ -181,7 +181,7 @@ def _build(p: Params, rec: Record, state: CellState) -> Arm:
     _dtype_settings(rec.settings, model, p.policy)
     phases.mark("build")
     if p.epochs:  # a training run: no input pipeline of ours
-        rec.model = _model_info(p, prepared, facts, None)
+        rec.model = facts.model_info(p, prepared, None)
         return Arm(p, prepared, None)
     x = y = None
     fed = distribute.batch_params(p)  # the input: the global batch, split over the devices
@@ -198,7 +198,7 @@ def _build(p: Params, rec: Record, state: CellState) -> Arm:
         ds = data.image_folder(p.data, fed.batch_size, size, flip=p.flip, binary=binary)
         rec.settings.input_device = "host"
     phases.mark("data")
-    rec.model = _model_info(p, prepared, facts, x)
+    rec.model = facts.model_info(p, prepared, x)
     phases.mark("facts")
     return Arm(p, prepared, ds, x, y)
 
@@ -331,35 +331,6 @@ def _user_dataset(prepared: Any, p: Params) -> Any:
         raise ModelError(
             f"model {p.model!r}: dataset() raised {type(exc).__name__}: {exc}"
         ) from exc
-
-
-def _model_info(p: Params, prepared: Any, facts: Any, x: Any) -> ModelInfo:
-    """The record's model facts: the harness's and a walk of the built model's layers."""
-    model = prepared.model
-    found = facts.facts(model, p.policy)
-    forward, source = prepared.forward_flops, "formula"
-    if forward is None and x is not None:
-        forward, source = facts.xla_forward_flops(model, x), "xla"
-    if forward is None:
-        forward, source = found["analytic_forward_flops"], "analytic"
-    inputs = ["x".join(str(d) for d in t.shape[1:]) + f" {t.dtype}" for t in model.inputs]
-    info = {k: v for k, v in found.items() if k != "analytic_forward_flops"}
-    return msgspec.convert(
-        {
-            **info,
-            "name": p.model,
-            "source": prepared.source,
-            "source_sha256": prepared.source_sha256,
-            "build_s": round(prepared.build_s, 3),
-            "init": prepared.init,
-            "inputs": inputs,
-            "image_input": list(prepared.image) if prepared.image else None,
-            "flops_per_example": 3 * forward if forward else None,
-            "flops_source": source if forward else None,
-            "warnings": prepared.warnings,
-        },
-        ModelInfo,
-    )
 
 
 def _finite(value: float) -> float | None:

@@ -238,3 +238,39 @@ def xla_forward_flops(model: Any, x: Any) -> int | None:
     except Exception as exc:  # the cost analysis is a nicety: fall back to the layer walk
         print(f"mxbench bench: XLA cost analysis failed: {exc!r}", file=sys.stderr)
         return None
+
+
+def model_info(p: Any, prepared: Any, x: Any = None) -> Any:
+    """The record's model facts (``mxbench.results.ModelInfo``): the harness's and a walk of
+    the built model's layers; the FLOPs from the model's formula, else XLA's count on the
+    batch ``x`` (when given), else the layers' analytic count. Training and serving cells
+    alike."""
+    import msgspec
+
+    from mxbench.results import ModelInfo
+
+    model = prepared.model
+    found = facts(model, p.policy)
+    forward, source = prepared.forward_flops, "formula"
+    if forward is None and x is not None:
+        forward, source = xla_forward_flops(model, x), "xla"
+    if forward is None:
+        forward, source = found["analytic_forward_flops"], "analytic"
+    inputs = ["x".join(str(d) for d in t.shape[1:]) + f" {t.dtype}" for t in model.inputs]
+    info = {k: v for k, v in found.items() if k != "analytic_forward_flops"}
+    return msgspec.convert(
+        {
+            **info,
+            "name": p.model,
+            "source": prepared.source,
+            "source_sha256": prepared.source_sha256,
+            "build_s": round(prepared.build_s, 3),
+            "init": prepared.init,
+            "inputs": inputs,
+            "image_input": list(prepared.image) if prepared.image else None,
+            "flops_per_example": 3 * forward if forward else None,
+            "flops_source": source if forward else None,
+            "warnings": prepared.warnings,
+        },
+        ModelInfo,
+    )

@@ -41,7 +41,7 @@ from mxbench.inference_record import (
     LatencyPercentile,
 )
 from mxbench.params import BASELINE, Params
-from mxbench.results import Metrics, ModelInfo, Record, StepStats
+from mxbench.results import Metrics, Record, StepStats
 
 GATE_EXAMPLES = 256  # synthetic inputs the gate compares (top-1 agreement in steps of 0.4%)
 GATE_CHUNK = 32  # examples per call of the gate: its memory stays small
@@ -79,7 +79,9 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
     call = caller(model, p.call, x, backend.name)
     rec.settings.input_device = "device" if p.call == "direct" else "host"
     phases.mark("data")
-    rec.model = model_info(p, prepared)
+    from mxbench.bench import facts
+
+    rec.model = facts.model_info(p, prepared)
     phases.mark("facts")
     first_s, warm_s, times, window_s = time_calls(call, p.warmup_steps, p.steps, phases)
     steps = summarize(times)  # each call's ms, as the record keeps them
@@ -189,28 +191,6 @@ def time_calls(
     window = time.perf_counter() - begin
     phases.mark("timed")
     return first, warm, times, window
-
-
-def model_info(p: Params, prepared: harness.Prepared) -> ModelInfo:
-    from mxbench.bench import facts
-
-    found = facts.facts(prepared.model, p.policy)
-    info = {k: v for k, v in found.items() if k != "analytic_forward_flops"}
-    inputs = ["x".join(str(d) for d in t.shape[1:]) + f" {t.dtype}" for t in prepared.model.inputs]
-    return msgspec.convert(
-        {
-            **info,
-            "name": p.model,
-            "source": prepared.source,
-            "source_sha256": prepared.source_sha256,
-            "build_s": round(prepared.build_s, 3),
-            "init": prepared.init,
-            "inputs": inputs,
-            "image_input": list(prepared.image) if prepared.image else None,
-            "warnings": prepared.warnings,
-        },
-        ModelInfo,
-    )
 
 
 def gate(p: Params, served: Served, backend: str) -> Gate:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 
 from mxbench import params
 from mxbench.report import inference, scaling, training, why
 from mxbench.report.document import LOOK, Document, Grid, Section, Verdict
 from mxbench.report.plot import curves_png, memory_png, pngs_base64
 from mxbench.report.tables import Table
+from mxbench.report.text import Titled
 from mxbench.results import CATEGORY_NAMES
 
 MAX_PLOTS = 200
@@ -230,24 +231,26 @@ def training_section(
     return out
 
 
-def scaling_section(maps: Sequence[scaling.Map]) -> list[str]:
+def titled_tables(heading: str, anchor: str, parts: Iterable[Titled]) -> list[str]:
+    """Sections of one kind (scaling maps, serving groups): each a section with its title,
+    its table and its lines (training's adds its curves: :func:`training_section`)."""
     out: list[str] = []
-    for i, m in enumerate(maps):
-        out.append(f'<section id="scaling-{i + 1}"><h2>{scaling.TITLE}: {escape(m.title)}</h2>')
-        out.append(_table(m.headers, m.rows))
-        out += ['<ul class="notes">', *(f"<li>{escape(x)}</li>" for x in m.notes), "</ul>"]
+    for i, (title, headers, rows, lines) in enumerate(parts):
+        out.append(f'<section id="{anchor}-{i + 1}"><h2>{heading}: {escape(title)}</h2>')
+        out.append(_table(headers, rows))
+        out += ['<ul class="notes">', *(f"<li>{escape(x)}</li>" for x in lines), "</ul>"]
         out.append("</section>")
     return out
+
+
+def scaling_section(maps: Sequence[scaling.Map]) -> list[str]:
+    parts = ((m.title, m.headers, m.rows, m.notes) for m in maps)
+    return titled_tables(scaling.TITLE, "scaling", parts)
 
 
 def serving_section(sections_: Sequence[inference.Section]) -> list[str]:
-    out: list[str] = []
-    for i, s in enumerate(sections_):
-        out.append(f'<section id="serving-{i + 1}"><h2>Serving: {escape(s.title)}</h2>')
-        out.append(_table(s.headers, s.rows))
-        out += ['<ul class="notes">', *(f"<li>{escape(x)}</li>" for x in s.sentences), "</ul>"]
-        out.append("</section>")
-    return out
+    parts = ((s.title, s.headers, s.rows, s.sentences) for s in sections_)
+    return titled_tables("Serving", "serving", parts)
 
 
 def render(

@@ -14,12 +14,13 @@ import importlib
 import itertools
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from mxbench.params import CONTROL_CHARS
 from mxbench.report import inference, scaling, text, training, why
 from mxbench.report.compare_document import CompareDocument, Part
 from mxbench.report.document import Document, Grid, Section
+from mxbench.report.text import Titled
 
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")
 _TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what would open an HTML tag or comment
@@ -189,31 +190,31 @@ def grid(g: Grid) -> str:
     return "\n".join([*out, "", table(["device", *map(str, g.batches)], rows, limit=None), ""])
 
 
+def titled_tables(heading: str, parts: Iterable[Titled]) -> list[str]:
+    """Sections of one kind (training runs, scaling maps, serving groups): each a heading
+    with its title, its table and its lines."""
+    out: list[str] = []
+    for title, headers, rows, lines in parts:
+        out += [f"## {heading}: {escape(title)}", "", table(headers, rows), ""]
+        out += [f"- {escape(x, limit=None)}" for x in lines] + [""]
+    return out
+
+
 def training_section(sections_: Sequence[training.Section], shares: Sequence[str]) -> list[str]:
     out: list[str] = []
     if shares:
         out += [f"## {training.AB_TITLE}", ""]
         out += [f"- {escape(s, limit=None)}" for s in shares] + [""]
-    for s in sections_:
-        out += [f"## Training run: {escape(s.title)}", "", table(s.headers, s.rows), ""]
-        out += [f"- {escape(x, limit=None)}" for x in s.sentences] + [""]
-    return out
+    parts = ((s.title, s.headers, s.rows, s.sentences) for s in sections_)
+    return out + titled_tables("Training run", parts)
 
 
 def scaling_section(maps: Sequence[scaling.Map]) -> list[str]:
-    out: list[str] = []
-    for m in maps:
-        out += [f"## {scaling.TITLE}: {escape(m.title)}", "", table(m.headers, m.rows), ""]
-        out += [f"- {escape(x, limit=None)}" for x in m.notes] + [""]
-    return out
+    return titled_tables(scaling.TITLE, ((m.title, m.headers, m.rows, m.notes) for m in maps))
 
 
 def serving_section(sections_: Sequence[inference.Section]) -> list[str]:
-    out: list[str] = []
-    for s in sections_:
-        out += [f"## Serving: {escape(s.title)}", "", table(s.headers, s.rows), ""]
-        out += [f"- {escape(x, limit=None)}" for x in s.sentences] + [""]
-    return out
+    return titled_tables("Serving", ((s.title, s.headers, s.rows, s.sentences) for s in sections_))
 
 
 LEGEND = (

@@ -18,6 +18,7 @@ from rich.text import Text
 from mxbench.progress import plain
 from mxbench.report import inference, scaling, training, why
 from mxbench.report.document import LOOK, Document, Grid, Section
+from mxbench.report.text import Titled
 
 _NUMERIC = frozenset("0123456789.")
 # wider than any table: its cells from records are bounded (tables.MAX_RECORD_TEXT)
@@ -85,6 +86,20 @@ def section(s: Section) -> Iterator[Any]:
     yield plain("")
 
 
+def titled_tables(heading: str, parts: Iterable[Titled]) -> Iterable[Any]:
+    """Sections of one kind (training runs, scaling maps, serving groups): each a rule with
+    its title, its table and its lines (rich)."""
+    for title, headers, rows, lines in parts:
+        yield Rule(plain(f"{heading}: {title}"), align="left")
+        table = RichTable()
+        for h in headers:
+            column(table, h)
+        for row in rows:
+            table.add_row(*(plain(c) for c in row))
+        yield table
+        yield from (plain(f"- {x}") for x in lines)
+
+
 def training_renderables(
     sections_: Sequence[training.Section], shares: Sequence[str]
 ) -> Iterable[Any]:
@@ -92,41 +107,19 @@ def training_renderables(
     if shares:
         yield Rule(training.AB_TITLE, align="left")
         yield from (plain(f"- {s}") for s in shares)
-    for s in sections_:
-        yield Rule(plain(f"Training run: {s.title}"), align="left")
-        table = RichTable()
-        for h in s.headers:
-            column(table, h)
-        for row in s.rows:
-            table.add_row(*(plain(c) for c in row))
-        yield table
-        yield from (plain(f"- {x}") for x in s.sentences)
+    yield from titled_tables(
+        "Training run", ((s.title, s.headers, s.rows, s.sentences) for s in sections_)
+    )
 
 
 def scaling_renderables(maps: Sequence[scaling.Map]) -> Iterable[Any]:
     """The speedup x scale map's rendering (rich)."""
-    for m in maps:
-        yield Rule(plain(f"{scaling.TITLE}: {m.title}"), align="left")
-        table = RichTable()
-        for h in m.headers:
-            column(table, h)
-        for row in m.rows:
-            table.add_row(*(plain(c) for c in row))
-        yield table
-        yield from (plain(f"- {x}") for x in m.notes)
+    return titled_tables(scaling.TITLE, ((m.title, m.headers, m.rows, m.notes) for m in maps))
 
 
 def serving_renderables(sections_: Sequence[inference.Section]) -> Iterable[Any]:
     """The serving sections' rendering (rich)."""
-    for s in sections_:
-        yield Rule(plain(f"Serving: {s.title}"), align="left")
-        table = RichTable()
-        for h in s.headers:
-            column(table, h)
-        for row in s.rows:
-            table.add_row(*(plain(c) for c in row))
-        yield table
-        yield from (plain(f"- {x}") for x in s.sentences)
+    return titled_tables("Serving", ((s.title, s.headers, s.rows, s.sentences) for s in sections_))
 
 
 def renderables(doc: Document) -> Iterator[Any]:

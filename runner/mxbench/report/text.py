@@ -17,6 +17,10 @@ STATUS_TEXT = {"oom": "OOM", "error": "error", "timeout": "timeout", "unsupporte
 DASH = "–"
 VERDICT_MARK = stats.SHORT  # the verdicts in a table cell
 
+# One titled section of a kind the formats render alike (a training run, a scaling map, a
+# serving group): its title, table headers, rows, and the lines under it.
+Titled = tuple[str, list[str], list[list[str]], list[str]]
+
 
 def ms(value: float) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.1f}"
