@@ -33,9 +33,13 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-import numpy as np
+# numpy is imported by the functions that compute (about 70 ms): a report with no interval to
+# make, and every command's start, does without it
+if TYPE_CHECKING:
+    import numpy as np
+
 
 LEVEL = 0.95
 MIN_PROCESSES = 2  # per side, for a verdict
@@ -140,6 +144,8 @@ def speedups(pairs: Sequence[tuple[Samples, Samples]]) -> list[Ratio | None]:
     """:func:`speedup` of many pairs at once (a report has thousands): processes of one
     length are summarised together as a matrix, pairs with the same numbers of processes
     are judged together."""
+    import numpy as np
+
     rows: list[np.ndarray] = []
     sides: list[tuple[list[int], list[int]]] = []
     for base, other in pairs:
@@ -170,6 +176,10 @@ def judge(
     for i, (base, other) in enumerate(pairs):
         if base and other:
             groups.setdefault((len(base), len(other)), []).append(i)
+    if not groups:
+        return out
+    import numpy as np
+
     for (kb, ko), members in groups.items():
         b = np.array([pairs[i][0] for i in members], dtype=float)
         o = np.array([pairs[i][1] for i in members], dtype=float)
@@ -188,6 +198,8 @@ def summarise(rows: Sequence[Sequence[float] | np.ndarray]) -> tuple[np.ndarray,
     """Per process (its positive step times, in order; none empty): its median, and the
     variance of the median's log from the steps alone (0 with fewer than 4 steps). Rows of
     one length are done together, in chunks of bounded size."""
+    import numpy as np
+
     m, v = np.zeros(len(rows)), np.zeros(len(rows))
     by_n: dict[int, list[int]] = {}
     for i, r in enumerate(rows):
@@ -205,6 +217,8 @@ def _within(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     row): the median's asymptotic variance π/2·σ²/n (σ from the IQR, robust to stray steps) with
     n the AR(1) effective sample size n·(1-ρ)/(1+ρ), ρ the lag-1 autocorrelation (clipped
     to [0, 0.95]: negative ρ is not taken as extra precision)."""
+    import numpy as np
+
     n = x.shape[1]
     srt = np.sort(x, axis=1)
     median = (srt[:, (n - 1) // 2] + srt[:, n // 2]) / 2
@@ -228,6 +242,8 @@ def _intervals(
     columns of the matrices of medians and variances): Welch's t over processes when both
     sides have :data:`MIN_PROCESSES`, else a normal interval from the within-process
     variance alone. The ratio is exactly base / other with one process a side."""
+    import numpy as np
+
     kb, ko = mb.shape[1], mo.shape[1]
     with np.errstate(over="ignore", under="ignore", divide="ignore"):
         exact = mb[:, 0] / mo[:, 0]  # one process a side: the ratio is exactly base / other
@@ -285,6 +301,10 @@ def judge_paired(groups: Sequence[Sequence[Process]], level: float = LEVEL) -> l
     the processes' ratios, with Student's t interval over processes (the outer level: their
     spread, floored at what their rounds say); with one process, an interval over its rounds
     and no verdict. None where a group has no process."""
+    if not any(groups):
+        return [None] * len(groups)
+    import numpy as np
+
     out: list[Ratio | None] = []
     z = statistics.NormalDist().inv_cdf((1 + level) / 2)
     for procs in groups:

@@ -14,17 +14,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from mxbench import params
-from mxbench.bench import distribute
-from mxbench.bench.params import validate
-from mxbench.bench.stdio import stdout_to_stderr, write_line
-from mxbench.codec import encode
 from mxbench.params import Params
-from mxbench.results import Record
+
+if TYPE_CHECKING:
+    from mxbench.results import Record
 
 _IMPORTED_AT = time.time()
 
@@ -33,6 +31,12 @@ def bench(pair_with: str = "", **options: Any) -> None:
     """Measure one cell (one fresh process) and print one JSON result record on stdout;
     with --pair-with, the cell and the cells of those policies, interleaved (one record
     each, this cell's first)."""
+    # imported here: every other command starts without the bench's modules
+    from mxbench.bench import distribute
+    from mxbench.bench.params import validate
+    from mxbench.bench.stdio import stdout_to_stderr, write_line
+    from mxbench.codec import encode
+
     params = validate(Params(**options))
     others = _pair_with(pair_with, params)
     from mxbench.bench.cell import run_cell

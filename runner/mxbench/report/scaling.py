@@ -135,6 +135,8 @@ def _devices(t: Table) -> int:
 def build(tables: Sequence[Table]) -> list[Map]:
     """One map per group of tables that differ only in the device count, where some table
     has more than one device."""
+    if not any(_devices(t) > 1 for t in tables):
+        return []  # the common case: one device everywhere, no map (and no key to make)
     groups: dict[tuple[object, ...], list[Table]] = {}
     for t in tables:
         groups.setdefault(_key(t), []).append(t)
