@@ -322,7 +322,7 @@ def test_a_docker_host_with_too_few_gpus_listed_is_refused() -> None:
     ("yaml", "message"),
     [
         ("axes: {nodes: [1, 2]}", "nodes > 1 needs a Slurm host"),
-        ("benchmark: {nodes: 2, backend: tensorflow}", "jax backend only"),
+        ("benchmark: {nodes: 2, backend: torch}", "Keras 3 has no torch distribution"),
         ("benchmark: {nodes: 2, backend: jax}\naxes: {batch_size: [max]}", "one process"),
     ],
 )
@@ -331,6 +331,15 @@ def test_several_processes_are_refused_where_they_cannot_run(yaml: str, message:
         host = "" if "Slurm" in message else "hosts: [{name: c, engine: slurm, python: /p}]\n"
         parse_matrix((LOCAL if not host else "version: 1\n") + host + yaml + "\n")
     assert message in str(exc.value)
+
+
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_several_processes_run_on_jax_and_tensorflow(backend: str) -> None:
+    m = parse_matrix(f"version: 1\nbenchmark: {{backend: {backend}}}\naxes: {{nodes: [1, 2]}}\n"
+                     "hosts: [{name: c, engine: slurm, python: /p}]\n")  # fmt: skip
+    from mxbench.cells import expand
+
+    assert {c.params.nodes for c in expand(m)} == {1, 2}
 
 
 def test_a_cell_of_several_processes_is_one_job_of_as_many_tasks() -> None:
@@ -348,7 +357,9 @@ def test_a_cell_of_several_processes_is_one_job_of_as_many_tasks() -> None:
     four = next(c for c in cells if c.params.nodes == 4)
     bs = four.params.batch_size
     assert bench_command(m.hosts[0], one)[:1] == ["/opt/py"]  # type: ignore[arg-type]
-    assert bench_command(m.hosts[0], four)[:3] == ["srun", "--ntasks=4", "--kill-on-bad-exit=1"]  # type: ignore[arg-type]
+    assert bench_command(m.hosts[0], four)[:4] == [  # type: ignore[arg-type]
+        "srun", "--ntasks=4", "--kill-on-bad-exit=1", "--distribution=block"
+    ]  # fmt: skip
     opts = sbatch_directives(m.hosts[0], [four], Path("/w"), "a0", True)  # type: ignore[arg-type]
     assert "--ntasks=4" in opts and "--ntasks-per-node=2" in opts
     assert "--ntasks=1" in sbatch_directives(m.hosts[0], [one], Path("/w"), "a0", True)  # type: ignore[arg-type]

@@ -229,15 +229,20 @@ def test_interrupt_inside_the_poll_loop_cancels_without_help(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(
+    tmp_path: Path, backend: str
+) -> None:
     """nodes: 2 on the one-node CI cluster (tasks_per_node: 2): a job of two tasks, srun
-    starting the bench in each, jax.distributed meeting from Slurm's variables, the gloo
-    collectives on the CPU; one record (the first task's) per cell, of a global batch of
-    2 x 8, against the one-process cell of the same per-device batch (the map's N = 1)."""
-    pytest.importorskip("jax")
+    starting the bench in each; JAX: jax.distributed meeting from Slurm's variables, the
+    gloo collectives on the CPU; TensorFlow: MultiWorkerMirroredStrategy from a TF_CONFIG
+    each task writes from Slurm's variables, its ring all-reduce over gRPC. One record (the
+    first task's) per cell, of a global batch of 2 x 8, against the one-process cell of the
+    same per-device batch (the map's N = 1)."""
+    pytest.importorskip(backend)
     host = _name("nodes")
-    bench = ("benchmark: {image_size: 32, steps: 6, warmup_steps: 2, repeats: 1, backend: jax,"
-             " profile: 'off', check: 'off'}\n")  # fmt: skip
+    bench = ("benchmark: {image_size: 32, steps: 6, warmup_steps: 2, repeats: 1, "
+             f"backend: {backend}, profile: 'off', check: 'off'}}\n")  # fmt: skip
     matrix = _matrix(tmp_path, bench, "float32", host, "tasks_per_node: 2")
     matrix.write_text(
         matrix.read_text().replace("batch_size: [8]", "batch_size: [8], nodes: [1, 2]")
@@ -262,3 +267,9 @@ def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(tmp_path: Pat
     (scaling_map,) = json.loads(out.stdout)["scaling"]
     assert {p["devices"] for p in scaling_map["points"]} == {1, 2}, scaling_map
     assert d["shared_cores"]  # two tasks on the one node: one host's cores
+    mechanism = {"jax": "keras.distribution.DataParallel",
+                 "tensorflow": "tf.distribute.MultiWorkerMirroredStrategy"}  # fmt: skip
+    assert d["mechanism"] == mechanism[backend], d
+    if backend == "tensorflow":  # the workers TF_CONFIG named: the one node, two ports
+        (listen,) = [n for n in d["notes"] if n.startswith("TF_CONFIG from Slurm")]
+        assert listen.count(f"{d['nodes']}:") == 2, listen

@@ -278,3 +278,57 @@ def test_no_input_can_add_a_line_to_the_job_script(**fields: object) -> None:
     assert sum(line.startswith("#SBATCH ") for line in lines) == len(opts)
     check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+def _scaled(gres: str) -> tuple[object, list]:
+    mx = parse_matrix(
+        "version: 1\nbenchmark: {backend: jax, image_size: 32}\n"
+        "axes: {devices: [1, 2], nodes: [1, 2]}\n"
+        f"hosts: [{{name: g, engine: slurm, python: /p, tasks_per_node: 2, gres: '{gres}'}}]\n"
+    )
+    return mx, expand(mx)
+
+
+@pytest.mark.parametrize(
+    ("gres", "per_cell"),
+    [  # (devices, nodes) -> --gres: devices x the tasks on a node (tasks_per_node 2)
+        ("gpu:a100:1", {(1, 1): "gpu:a100:1", (2, 1): "gpu:a100:2", (2, 2): "gpu:a100:4"}),
+        ("gpu:8", {(1, 1): "gpu:1", (1, 2): "gpu:2", (2, 2): "gpu:4"}),
+        ("gpu,nvme:1", {(1, 1): "gpu:1,nvme:1", (2, 1): "gpu:2,nvme:1"}),
+        ("gpu:a100:2(S:0)", {(2, 2): "gpu:a100:2(S:0)"}),  # a form not ours: as written
+        ("nvme:1", {(2, 2): "nvme:1"}),  # no GPUs: the devices are the host's split
+    ],
+)
+def test_each_cell_asks_for_its_own_gpus(
+    tmp_path: Path, gres: str, per_cell: dict[tuple[int, int], str]
+) -> None:
+    """devices: N on a Slurm host with a gpu gres asks --gres=gpu:N per task on a node; the
+    host's gres names the kind. Cells that ask differently go in different job arrays."""
+    mx, cells = _scaled(gres)
+    host = mx.hosts[0]  # type: ignore[attr-defined]
+    by = {(c.params.devices, c.params.nodes): c for c in cells}
+    for key, want in per_cell.items():
+        opts = sbatch_directives(host, [by[key]], tmp_path, "a0", array=True)
+        assert [o for o in opts if o.startswith("--gres")] == [f"--gres={want}"], key
+
+    def asks(group: list) -> list[str]:
+        opts = sbatch_directives(host, group, tmp_path, "x", True)
+        return [o for o in opts if o.startswith(("--gres", "--ntasks"))]
+
+    subs = SlurmEngine(host, mx)._plan(cells)
+    for sub in subs:  # a job array asks what each of its cells asks
+        group = list(sub.cells.values())
+        assert all(asks([c]) == asks(group) for c in group), asks(group)
+    assert len(subs) == len({tuple(asks([c])) for c in cells})  # one array per shape
+
+
+def test_several_tasks_in_a_container_start_in_block_order() -> None:
+    mx = parse_matrix(
+        "version: 1\nbenchmark: {backend: tensorflow}\naxes: {nodes: [2]}\n"
+        "hosts: [{name: c, engine: slurm, container_image: /i.sqsh, tasks_per_node: 2}]\n"
+    )
+    argv = bench_command(mx.hosts[0], expand(mx)[0])  # type: ignore[arg-type]
+    assert argv[:5] == [
+        "srun", "--ntasks=2", "--kill-on-bad-exit=1", "--distribution=block",
+        "--container-image=/i.sqsh",
+    ]  # fmt: skip

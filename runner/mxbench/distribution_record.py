@@ -20,7 +20,10 @@ class Distribution(_Part, kw_only=True):
     processes: Annotated[
         int,
         Meta(ge=1),
-        Doc("processes the cell trained in (params.nodes: Slurm tasks, jax.distributed)"),
+        Doc(
+            "processes the cell trained in (params.nodes: Slurm tasks; jax.distributed "
+            "or TensorFlow's workers)"
+        ),
     ] = 1
     nodes: Annotated[
         str | None, Doc("the Slurm job's node list (SLURM_JOB_NODELIST), several processes")

@@ -306,9 +306,10 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         int,
         Meta(ge=1, le=MAX_DEVICES),
         Spec("Processes one cell trains in, data parallel across them (Slurm hosts: one "
-             "task each, launched by srun, placed tasks_per_node to a node; JAX only: "
-             "jax.distributed from Slurm's variables), each on `devices` devices. 1: one "
-             "process, as always.", flag="--nodes", column="nodes", key_default=False),
+             "task each, launched by srun, placed tasks_per_node to a node; JAX: "
+             "jax.distributed, TensorFlow: MultiWorkerMirroredStrategy, both from Slurm's "
+             "variables), each on `devices` devices. 1: one process, as always.",
+             flag="--nodes", column="nodes", key_default=False),
     ] = 1  # fmt: skip
     scaling: Annotated[
         Scaling,

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-# The backend's own data-parallel mechanism, by Keras backend (torch: not yet).
+# The backend's own data-parallel mechanism, by Keras backend (torch: not yet, Keras 3 has
+# no distribution for it), in one process and across several (``nodes``).
 MECHANISMS = {
     "jax": "keras.distribution.DataParallel",
     "tensorflow": "tf.distribute.MirroredStrategy",
+}
+ACROSS_PROCESSES = {
+    "jax": "keras.distribution.DataParallel",  # its mesh spans jax.distributed's processes
+    "tensorflow": "tf.distribute.MultiWorkerMirroredStrategy",
 }
 
 
@@ -53,9 +58,10 @@ def problem(
     """Why a cell of these values cannot be measured on ``devices`` devices in each of
     ``nodes`` processes: (the parameter to name, why), or None when it can. ``batch_size``
     may be a search's ``max`` (a word)."""
-    if nodes > 1 and backend != "jax":
-        return ("nodes", f"{nodes}: several processes run on the jax backend only (jax."
-                         f"distributed); use nodes: 1 on {backend}")  # fmt: skip
+    if nodes > 1 and backend not in ACROSS_PROCESSES:
+        return ("nodes", f"{nodes}: several processes run on the jax and tensorflow backends "
+                         f"only (Keras 3 has no {backend} distribution); use nodes: 1 on "
+                         f"{backend}")  # fmt: skip
     if nodes > 1 and isinstance(batch_size, str):
         return ("batch_size", f"{batch_size}: a batch-size search runs in one process")
     devices *= nodes

@@ -197,6 +197,7 @@ def _build(p: Params, rec: Record, state: CellState) -> Arm:
         size = prepared.image or p.image_hw
         ds = data.image_folder(p.data, fed.batch_size, size, flip=p.flip, binary=binary)
         rec.settings.input_device = "host"
+    ds = distribute.feed(state.dist, ds)  # TensorFlow's workers: each its own input
     phases.mark("data")
     rec.model = facts.model_info(p, prepared, x)
     phases.mark("facts")

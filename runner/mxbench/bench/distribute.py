@@ -10,12 +10,14 @@
   scope; ``jit_compile`` is turned off there on CPUs (as Keras's own CI does: XLA breaks
   under MirroredStrategy on CPU), and the record says so.
 
-- **Several processes** (``nodes`` > 1, JAX only): one per Slurm task, launched by srun;
+- **Several processes** (``nodes`` > 1): one per Slurm task, launched by srun. JAX:
   ``jax.distributed.initialize`` finds its peers from Slurm's own variables (the first
   node of the job coordinates), the CPU's collectives over gloo; ``DataParallel`` spans
-  every process's devices. Each process feeds its own devices' share of the global batch
-  (Keras's auto-sharding off: the shards are the processes' own), and only the first
-  process prints the record.
+  every process's devices. TensorFlow: ``MultiWorkerMirroredStrategy`` from a
+  ``TF_CONFIG`` each task writes from Slurm's variables (:mod:`mxbench.bench.workers`).
+  Each process feeds its own devices' share of the global batch (JAX: Keras's
+  auto-sharding off; TensorFlow: each worker's dataset, distributed from a function), and
+  only the first process prints the record.
 
 The batch a process feeds is its devices' share of the global one
 (:func:`mxbench.scale.process_batch`: the global batch in one process); each backend splits
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mxbench import scale
+from mxbench.bench import workers
 from mxbench.params import Params
 from mxbench.results import Distribution, Record
 
@@ -119,16 +122,21 @@ def _tasks_share_a_node() -> bool:
     return any(int(c) > 1 for c in counts)
 
 
-def _join(jax: Any, p: Params) -> None:
-    """Meet the cell's other processes (Slurm's tasks): ``jax.distributed`` reads the job's
-    node list, task count and rank from Slurm's variables; on CPUs the collectives go over
-    gloo. RuntimeError outside a Slurm job of ``nodes`` tasks."""
+def _one_of_the_tasks(p: Params) -> None:
+    """RuntimeError outside a Slurm job of ``nodes`` tasks."""
     tasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS")
     if tasks != str(p.nodes):
         raise RuntimeError(
             f"nodes {p.nodes}: this process is not one of a Slurm job's {p.nodes} tasks "
             f"(SLURM_NTASKS={tasks}); several processes run through a Slurm host"
         )
+
+
+def _join(jax: Any, p: Params) -> None:
+    """Meet the cell's other processes (Slurm's tasks): ``jax.distributed`` reads the job's
+    node list, task count and rank from Slurm's variables; on CPUs the collectives go over
+    gloo. RuntimeError outside a Slurm job of ``nodes`` tasks."""
+    _one_of_the_tasks(p)
     # before any device is touched; a GPU's collectives are NCCL's whatever this says
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize()
@@ -137,6 +145,8 @@ def _join(jax: Any, p: Params) -> None:
 def _tensorflow(p: Params, versions: dict[str, str]) -> Plan:
     tf: Any = importlib.import_module("tensorflow")
     versions["tensorflow"] = tf.__version__
+    if p.nodes > 1:
+        return _tf_workers(tf, p, versions)
     gpus = tf.config.list_physical_devices("GPU")
     notes: list[str] = []
     if not gpus:
@@ -154,6 +164,18 @@ def _tensorflow(p: Params, versions: dict[str, str]) -> Plan:
     strategy = tf.distribute.MirroredStrategy(names)
     mechanism = scale.MECHANISMS["tensorflow"]
     return Plan(p, mechanism, names, not gpus, versions, strategy=strategy, notes=notes)
+
+
+def _tf_workers(tf: Any, p: Params, versions: dict[str, str]) -> Plan:
+    """This Slurm task as one worker of ``MultiWorkerMirroredStrategy``."""
+    _one_of_the_tasks(p)
+    strategy, names, listen = workers.strategy(tf, p.devices, os.environ)
+    gpus = bool(tf.config.list_physical_devices("GPU"))
+    notes = [f"TF_CONFIG from Slurm: workers at {listen}", workers.REDUCE_MENDED]
+    notes += [] if gpus else [JIT_OFF]
+    mechanism = scale.ACROSS_PROCESSES["tensorflow"]
+    shared = not gpus and _tasks_share_a_node()
+    return Plan(p, mechanism, names, shared, versions, p.nodes, strategy, notes=notes)
 
 
 def _enough(found: list[Any], p: Params) -> None:
@@ -182,6 +204,14 @@ def scope(plan: Plan | None) -> Iterator[None]:
 def jit_compile(plan: Plan | None, asked: str) -> str:
     """The jit_compile a model is compiled with: off under MirroredStrategy on CPUs."""
     return "off" if plan is not None and JIT_OFF in plan.notes else asked
+
+
+def feed(plan: Plan | None, ds: Any) -> Any:
+    """The input as the mechanism takes it: TensorFlow's workers each their own dataset (the
+    others: ``ds`` itself, the backend splits it)."""
+    if plan is None or plan.strategy is None or plan.processes <= 1:
+        return ds
+    return workers.per_worker(plan.strategy, ds, plan.p.devices, scale.per_device_batch(plan.p))
 
 
 def batch_params(p: Params) -> Params:
@@ -235,6 +265,14 @@ def _allreduce_dtype(model: Any) -> str | None:
     return str(getattr(weights[0], "dtype", None) or "") or None if weights else None
 
 
+def _replicas(plan: Plan, model: Any) -> int | None:
+    """Replicas holding the variables: TensorFlow's workers each find their own, summed."""
+    found = replicas(model)
+    if plan.strategy is None or plan.processes <= 1 or found is None:
+        return found
+    return workers.replicas_in_sync(importlib.import_module("tensorflow"), plan.strategy, found)
+
+
 def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
     """The record's ``distribution`` (one device: left out)."""
     if plan is None:
@@ -246,7 +284,7 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
         devices=p.devices,
         processes=plan.processes,
         nodes=os.environ.get("SLURM_JOB_NODELIST") if plan.processes > 1 else None,
-        replicas=replicas(model),
+        replicas=_replicas(plan, model),
         scaling=p.scaling,
         global_batch=scale.global_batch(p),
         per_device_batch=scale.per_device_batch(p),

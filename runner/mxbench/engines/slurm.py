@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from mxbench.codec import parse_bench_output, tail
 from mxbench.engines import retry, stale
 from mxbench.engines.base import STDOUT_LIMIT, Check, Engine, EngineUnavailable, Outcome, register
-from mxbench.engines.slurm_script import job_script, runtime
+from mxbench.engines.slurm_script import job_script, runtime, shape
 from mxbench.engines.slurm_states import (
     FINAL_STATES,
     MEMORY_KILL,
@@ -245,16 +245,16 @@ class SlurmEngine(Engine):
         return Path(tempfile.mkdtemp(prefix=f"{self.host.name}-{stamp}-", dir=work))
 
     def _plan(self, cells: Sequence[Cell]) -> list[_Submission]:
-        """One job array per chunk of cells with one task count (``nodes``: the job's
-        tasks), or one job per cell (``array: false``)."""
+        """One job array per chunk of cells of one shape (the job's tasks, its GPUs), or one
+        job per cell (``array: false``)."""
         if not self.host.array:
             return [_Submission(f"c{i}", {0: c}, False) for i, c in enumerate(cells)]
-        by_tasks: dict[int, list[Cell]] = {}
+        by_shape: dict[tuple[str, ...], list[Cell]] = {}
         for c in cells:
-            by_tasks.setdefault(c.params.nodes, []).append(c)
+            by_shape.setdefault(shape(self.host, c), []).append(c)
         chunks = [
             group[i : i + MAX_ARRAY_TASKS]
-            for group in by_tasks.values()
+            for group in by_shape.values()
             for i in range(0, len(group), MAX_ARRAY_TASKS)
         ]
         return [_Submission(f"a{k}", dict(enumerate(c)), True) for k, c in enumerate(chunks)]

@@ -46,11 +46,14 @@ def bench_command(host: SlurmHost, cell: Cell) -> list[str]:
     args = ["bench", *cell.bench_args()]
     image = host.container_image
     tasks = cell.params.nodes  # a cell of several processes: srun starts one per task
-    launch = ["srun", f"--ntasks={tasks}", "--kill-on-bad-exit=1"] if tasks > 1 else []
+    # block: ranks fill each node in node-list order (TensorFlow's TF_CONFIG counts on it)
+    several = ["--kill-on-bad-exit=1", "--distribution=block"] if tasks > 1 else []
+    launch = ["srun", f"--ntasks={tasks}", *several] if tasks > 1 else []
     if image is None:
         return [*launch, host.python or sys.executable, "-m", "mxbench", *args]
     if runtime(host) == "pyxis":
-        return ["srun", f"--ntasks={tasks}", f"--container-image={image}", "mxbench", *args]
+        pyxis = ["srun", f"--ntasks={tasks}", *several, f"--container-image={image}"]
+        return [*pyxis, "mxbench", *args]
     gpu = bool(host.gres and "gpu" in host.gres) or any(
         o.startswith(("--gpus", "--gres=gpu", "-G")) for o in host.sbatch_options
     )
@@ -79,6 +82,30 @@ def tasks(host: SlurmHost, cells: Sequence[Cell]) -> list[str]:
     return [f"--ntasks={nodes}", f"--ntasks-per-node={min(nodes, host.tasks_per_node)}"]
 
 
+def gres(host: SlurmHost, cells: Sequence[Cell]) -> str | None:
+    """``--gres``: the host's, its GPU count set to what a node of the cells needs, each
+    task's ``devices`` times the tasks on a node (the largest over ``cells``). The host's
+    ``gres`` names the GPU kind (``gpu:a100:1``); its count is the cell's. A host without
+    a ``gpu`` gres keeps its gres as written (on CPUs, devices are the host's split)."""
+    if not host.gres:
+        return None
+    need = max(c.params.devices * min(c.params.nodes, host.tasks_per_node) for c in cells)
+    items = []
+    for item in host.gres.split(","):
+        fields = item.strip().split(":")
+        kind = fields[1:-1] if len(fields) > 1 and fields[-1].isdigit() else fields[1:]
+        if fields[0] == "gpu" and len(kind) <= 1:  # gpu[:kind][:count]; others as written
+            item = ":".join(["gpu", *kind, str(need)])
+        items.append(item)
+    return ",".join(items)
+
+
+def shape(host: SlurmHost, cell: Cell) -> tuple[str, ...]:
+    """What a cell's job asks for that differs between cells (its tasks, its GPUs): cells of
+    one shape share a job array."""
+    return (*tasks(host, [cell]), gres(host, [cell]) or "")
+
+
 def sbatch_directives(
     host: SlurmHost, cells: Sequence[Cell], run_dir: Path, prefix: str, array: bool
 ) -> list[str]:
@@ -95,7 +122,7 @@ def sbatch_directives(
     if array:
         opts.append(f"--array=0-{len(cells) - 1}")
     for key in ("partition", "gres", "constraint", "account"):
-        value = getattr(host, key)
+        value = gres(host, cells) if key == "gres" else getattr(host, key)
         if value:
             opts.append(f"--{key}={value}")
     if host.memory_limit is not None:  # sbatch --mem is in MiB
