@@ -103,6 +103,22 @@ def read_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[tuple
 READ_CHUNK = 2**20  # bytes read at a time (a line may span chunks)
 
 
+def read_small(path: Path, bad: list[BadLine], limit: int) -> bytes | None:
+    """The whole of one JSONL file no larger than ``limit`` (at most
+    :data:`MAX_LINE_BYTES`), for a reader that decodes every line at once; None for a
+    larger file (:func:`read_lines` streams it); ``b""`` for a file that cannot be read or
+    is not a regular file, said into ``bad`` as :func:`read_lines` says it."""
+    try:
+        fh = os.fdopen(open_regular(path), "rb")
+    except OSError as exc:
+        bad.append(BadLine(path, 0, _not_regular(exc)))
+        return b""
+    limit = min(limit, MAX_LINE_BYTES)
+    with fh:
+        data = fh.read(limit + 1)
+    return data if len(data) <= limit else None
+
+
 def read_lines(path: Path, bad: list[BadLine]) -> Iterator[tuple[int, bytes]]:
     """(line number, line) for each line of one JSONL file that is not blank, streamed a
     chunk at a time (no line is held longer than :data:`MAX_LINE_BYTES`); lines longer
