@@ -67,6 +67,7 @@ def test_each_replica_trains_on_its_own_device_timed_on_its_own(backend: str) ->
     each = sum(x["images_per_s"] for x in d["replica_timings"])
     assert 0 < r["metrics"]["images_per_s"] <= each * 1.001
     assert r["convergence"]["check"] == "scored"  # the one-step check, on the first replica
+    assert "the devices are not GPUs" in d["interconnect"]["unreadable"][0]  # said, not guessed
 
 
 @pytest.mark.parametrize(

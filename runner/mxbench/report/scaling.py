@@ -17,6 +17,7 @@ shown as a win; devices cut from one CPU share its cores, and the map says so.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -305,6 +306,7 @@ def notes(points: Sequence[Point]) -> list[str]:
     if any(p.superlinear for p in points):
         out.append(SUPER_NOTE)
     out += communication_bound(points)
+    out += interconnects(points)
     jit = {p.devices: r.settings.jit_compile for p in points for r in p.records}
     if len(set(jit.values()) - {None}) > 1:
         on = sorted(n for n, j in jit.items() if j)
@@ -314,6 +316,31 @@ def notes(points: Sequence[Point]) -> list[str]:
             "efficiency mixes the two"
         )
     return out
+
+
+def interconnects(points: Sequence[Point]) -> list[str]:
+    """What the records say about the devices' links (bench/interconnect.py), each distinct
+    account once: the links by kind and the slowest, NCCL's version, or what could not be
+    read and why."""
+    found: dict[str, set[int]] = {}
+    for p in points:
+        for r in p.records:
+            ic = r.distribution.interconnect if r.distribution is not None else None
+            if ic is None:
+                continue
+            said = []
+            if ic.links:
+                kinds = Counter(ic.links.values())
+                pairs = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+                said.append(f"links between the GPUs used ({ic.topology}): {pairs}, the "
+                            f"slowest {ic.slowest}")  # fmt: skip
+            if ic.nccl:
+                said.append(f"NCCL {ic.nccl} ({ic.nccl_from})")
+            if ic.unreadable:
+                said.append("not readable here: " + "; ".join(ic.unreadable))
+            found.setdefault("; ".join(said), set()).add(p.devices)
+    return [f"interconnect at N = {', '.join(map(str, sorted(ns)))}: {text}"
+            for text, ns in found.items()]  # fmt: skip
 
 
 def as_dict(m: Map) -> dict[str, Any]:
