@@ -19,7 +19,7 @@ from mxbench import scale
 from mxbench.cells import cell_key
 from mxbench.matrix import parse_matrix
 from mxbench.params import Params
-from mxbench.report import document, scaling, scaling_reference
+from mxbench.report import document, plot, scaling, scaling_reference
 from mxbench.report.load import load
 from mxbench.report.tables import build
 from report_records import rec, write
@@ -194,6 +194,11 @@ def test_the_map_shows_the_reference_and_the_health_line_in_every_format(
     for fmt in ("markdown", "html", "terminal"):
         text = document.render(doc, fmt)
         assert "kept of independent" in text and "gpu:2 is slow" in text, fmt
+    # the HTML's curves: efficiency (and the share kept) and speedup against N, one figure
+    html = document.render(doc, "html")
+    assert html.count('alt="scaling efficiency and speedup over float32 against devices') == 1
+    png = plot.scaling_png(m)
+    assert png is not None and png.startswith(b"\x89PNG")
     (out,) = json.loads(document.render(doc, "json"))["scaling"]
     assert [h["slow"] for h in out["health"]] == [[], ["gpu:2"]]
     two_json = next(p for p in out["points"] if p["devices"] == 2)
