@@ -216,3 +216,29 @@ def test_replicas_alone_are_a_health_sweep(tmp_path: Path) -> None:
     (m,) = _doc(tmp_path, records).scaling
     assert not m.referenced and m.health[0][0].slow == [2]
     assert scaling.TITLE and any("gpu:2 is slow" in n for n in m.notes)
+
+
+def test_a_real_map_with_its_reference(tmp_path: Path) -> None:
+    """TensorFlow on one and two logical CPUs, data parallel and independent replicas, one
+    matrix run end to end: the map of data parallel with the replicas' columns and their
+    health line (shared cores: plumbing, said)."""
+    (tmp_path / "m.yaml").write_text(
+        LOCAL + "benchmark: {model: blog-cnn, image_size: 32, warmup_steps: 1, steps: 4, "
+        "profile: 'off', check: 'off', repeats: 1, backend: tensorflow, batch_size: 8, "
+        "policy: float32}\naxes: {devices: [1, 2], scaling: [weak, independent]}\n"
+    )
+    proc = mxbench("run", "-m", str(tmp_path / "m.yaml"), "-r", str(tmp_path / "results"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = load([tmp_path / "results"])
+    doc = document.build(loaded, build(loaded.winners))
+    (m,) = doc.scaling
+    assert [(p.devices, p.reference is not None) for p in m.points] == [(1, False), (2, True)]
+    two = m.points[1]
+    assert two.reference is not None and two.reference.images_per_s
+    assert two.reference.kept is not None and not two.reference.kept.judged  # one process
+    assert m.rows[1][-1].endswith("%") and m.rows[1][-2]
+    ((health, records),) = m.health
+    assert health.devices == ["CPU:0", "CPU:1"] and len(records) == 1
+    assert any(n.startswith("health sweep (float32 at batch 8, 2 replicas)") for n in m.notes)
+    assert any("share this host's cores" in n for n in m.notes)
+    assert any(n.startswith("interconnect at N = 2: not readable here") for n in m.notes)
