@@ -239,6 +239,14 @@ def test_a_real_map_with_its_reference(tmp_path: Path) -> None:
     assert m.rows[1][-1].endswith("%") and m.rows[1][-2]
     ((health, records),) = m.health
     assert health.devices == ["CPU:0", "CPU:1"] and len(records) == 1
-    assert any(n.startswith("health sweep (float32 at batch 8, 2 replicas)") for n in m.notes)
+    line = next(n for n in m.notes if n.startswith("health sweep (float32 at batch 8, 2 replica"))
+    assert line.endswith("share this host's cores: plumbing, not a check of hardware)")
     assert any("share this host's cores" in n for n in m.notes)
     assert any(n.startswith("interconnect at N = 2: not readable here") for n in m.notes)
+
+
+def test_replicas_have_weak_scalings_batches_in_one_process() -> None:
+    assert scale.batches(16, 4, scale.INDEPENDENT) == (64, 16)
+    assert scale.problem("jax", 2, scale.INDEPENDENT, 8, None, nodes=2) == (
+        "scaling", "independent: independent replicas train in one process (nodes 1)")  # fmt: skip
+    assert scale.problem("tensorflow", 1, scale.INDEPENDENT, 8) is None  # a one-device cell

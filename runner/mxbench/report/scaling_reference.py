@@ -87,6 +87,7 @@ class Health:
     images_per_s: list[float | None]  # each replica's, the median over the records
     ratios: list[stats.Ratio | None]  # each replica's throughput over the others'
     records: int
+    shared: bool = False  # slices of one CPU: the sweep checks plumbing, not hardware
 
     @property
     def slow(self) -> list[int]:
@@ -94,6 +95,12 @@ class Health:
         return [i for i, r in enumerate(self.ratios) if r is not None and r.high < SLOW]
 
     def sentence(self) -> str:
+        said = self._said()
+        if self.shared:
+            said += " (the replicas share this host's cores: plumbing, not a check of hardware)"
+        return said
+
+    def _said(self) -> str:
         n = len(self.devices)
         where = f"{self.policy} at batch {self.batch_size}, {n} replicas"
         runs = f", {self.records} runs" if self.records > 1 else ""
@@ -140,8 +147,9 @@ def sweep(policy: str, batch_size: int, records: Sequence[Record]) -> Health | N
     runs = [[list(t[i].step_ms) for t in timed if t[i].step_ms] for i in range(n)]
     pairs = [([s for j in range(n) if j != i for s in runs[j]], runs[i]) for i in range(n)]
     rates = [_median([x for t in timed if (x := t[i].images_per_s) is not None]) for i in range(n)]
+    shared = any(r.distribution is not None and r.distribution.shared_cores for r in records)
     return Health(policy, batch_size, [x.device for x in timed[0]], rates,
-                  stats.speedups(pairs), len(timed))  # fmt: skip
+                  stats.speedups(pairs), len(timed), shared)  # fmt: skip
 
 
 def _median(values: list[float]) -> float | None:
@@ -156,6 +164,7 @@ def as_dict(h: Health) -> dict[str, Any]:
         "policy": h.policy,
         "batch_size": h.batch_size,
         "records": h.records,
+        "shared_cores": h.shared,
         "rule": f"slow: the replica's throughput over the others' has its whole 95% "
         f"interval below {SLOW}",
         "replicas": [
