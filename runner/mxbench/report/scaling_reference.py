@@ -9,13 +9,16 @@ what N devices cost each other without talking (a shared host, its memory, its i
 pipeline), which the independent replicas pay too. Its interval is a speedup's
 (:func:`mxbench.stats.judge`: the ratio of the step times, Welch's t over processes).
 
-**The health sweep.** Each replica's throughput against the others' in the same cell(s):
-the others' step times over its own (:func:`mxbench.stats.speedups`, each replica of each
-record one process; one record: the interval over its steps, their autocorrelation
-counted). A replica is *slow* when that whole 95 % interval lies under :data:`SLOW` (90 % of
-the others' throughput): clearly slower, and by more than the few percent two healthy cards
-of one model differ by (clocks, temperature). With two devices the slower of the two is
-named; which one is at fault takes a third.
+**The health sweep.** Each replica's throughput against the others' in the same cell(s),
+paired step by step: the replicas run side by side, so the median of the others' k-th steps
+over its own k-th step cancels what disturbs them all (the paired design's rounds,
+:func:`mxbench.stats.paired_process`: the median ratio, its variance from the steps'
+robust spread and autocorrelation); over several records, Student's t over them
+(:func:`mxbench.stats.judge_paired`), one record: the interval over its steps. A replica is
+*slow* when that whole 95 % interval lies under :data:`SLOW` (90 % of the others'
+throughput): clearly slower, and by more than the few percent two healthy cards of one
+model differ by (clocks, temperature). With two devices the slower of the two is named;
+which one is at fault takes a third.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from mxbench import stats, summary
 from mxbench.report.tables import Entry
@@ -144,12 +149,20 @@ def sweep(policy: str, batch_size: int, records: Sequence[Record]) -> Health | N
     n = len(timed[0])
     if n < 2:
         return None
-    runs = [[list(t[i].step_ms) for t in timed if t[i].step_ms] for i in range(n)]
-    pairs = [([s for j in range(n) if j != i for s in runs[j]], runs[i]) for i in range(n)]
+    groups: list[list[stats.Process]] = [[] for _ in range(n)]
+    for t in timed:  # each record: every replica's k-th step against the others' k-th
+        steps = [list(x.step_ms) for x in t]
+        if len({len(x) for x in steps}) != 1 or not steps[0] or min(map(min, steps)) <= 0:
+            continue
+        arr = np.array(steps, dtype=float)
+        for i in range(n):
+            found = stats.paired_process(list(np.median(np.delete(arr, i, 0), 0) / arr[i]))
+            if found is not None:
+                groups[i].append(found)
     rates = [_median([x for t in timed if (x := t[i].images_per_s) is not None]) for i in range(n)]
     shared = any(r.distribution is not None and r.distribution.shared_cores for r in records)
     return Health(policy, batch_size, [x.device for x in timed[0]], rates,
-                  stats.speedups(pairs), len(timed), shared)  # fmt: skip
+                  stats.judge_paired(groups), len(timed), shared)  # fmt: skip
 
 
 def _median(values: list[float]) -> float | None:
