@@ -250,3 +250,15 @@ def test_replicas_have_weak_scalings_batches_in_one_process() -> None:
     assert scale.problem("jax", 2, scale.INDEPENDENT, 8, None, nodes=2) == (
         "scaling", "independent: independent replicas train in one process (nodes 1)")  # fmt: skip
     assert scale.problem("tensorflow", 1, scale.INDEPENDENT, 8) is None  # a one-device cell
+
+
+def test_cells_of_replicas_run_one_policy_per_process() -> None:
+    from mxbench.cells import expand, pair_up
+
+    axes = "axes: {scaling: [weak, independent], policy: [float32, mixed_bfloat16]}"
+    cells = expand(parse_matrix(LOCAL + "benchmark: {backend: jax, devices: 2}\n" + axes))
+    procs = pair_up(cells)
+    weak = [p for p in procs if p.params.scaling == "weak"]
+    alone = [p for p in procs if p.params.scaling == "independent"]
+    assert weak and all(len(p.partners) == 1 for p in weak)  # data parallel: paired
+    assert len(alone) == 2 * len(weak) and all(not getattr(p, "partners", None) for p in alone)
