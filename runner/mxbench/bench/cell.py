@@ -299,7 +299,9 @@ def _independent(p: Params, rec: Record, state: CellState, import_s: float,
                  started_at: float) -> None:  # fmt: skip
     """Independent replicas (bench/independent.py): one arm per device, fitted at once,
     their record as one (the slowest replica's steps) with each replica's own figures; the
-    one-step check on the first replica. No profiled window (which replica's?)."""
+    one-step check on the first replica, and the GPU utilisation of its device. No
+    profiled window (which replica's?), no energy (one device's counter for N devices'
+    examples would say a wrong figure per image)."""
     plan = state.dist
     one = msgspec.structs.replace(p, devices=1)  # what each replica is: batch_size its own
     arms = independent.build(plan, lambda: _build(one, rec, state))
@@ -307,8 +309,14 @@ def _independent(p: Params, rec: Record, state: CellState, import_s: float,
     initial = convergence.Initial(model) if runs_check(p) else None
     state.initial = [initial]
     state.phases.mark("check")
-    logs = independent.train(p, plan, arms)
+    sampler = state.util = HealthSampler()
+    sampler.start()
+    try:
+        logs = independent.train(p, plan, arms)
+    finally:
+        sampler.stop()
     parts = independent.combined(p, logs)
+    state.timed_window = (parts["first_timed_start"], max(log.ends[-1] for log in logs))
     state.phases.fit(parts)
     found = convergence.skipped(model, p.warmup_steps + p.steps)
     batch = (arms[0].x, arms[0].y) if arms[0].x is not None else arms[0].ds
