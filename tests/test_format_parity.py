@@ -217,17 +217,24 @@ def _loss_scales() -> list[dict[str, Any]]:
 
 
 def _devices() -> list[dict[str, Any]]:
-    """float32 on one and two CPU devices (weak scaling), two processes each: the map."""
+    """float32 on one and two CPU devices (weak scaling), two processes each: the map; and
+    independent replicas on two, the second 30% slow: the reference and the health sweep."""
     out = []
-    for n, ms in ((1, 100.0), (2, 125.0)):
+    for n, ms, how in ((1, 100.0, "weak"), (2, 125.0, "weak"), (2, 143.0, "independent")):
         for k in range(2):
             samples = [ms * (1 + 0.01 * ((i * 7 + k) % 5)) for i in range(20)]
             r = rec("dp", "float32", 32, median=samples[10], device={"kind": "cpu"})
             r["metrics"] = {"step_ms": {"median": samples[10], "n": 20, "samples": samples}}
-            r["params"].update(devices=n, repeat=k)
+            r["params"].update(devices=n, repeat=k, scaling=how)
             if n > 1:
                 r["distribution"] = {"devices": n, "global_batch": 32 * n,
                                      "per_device_batch": 32, "shared_cores": True}  # fmt: skip
+            if how == "independent":
+                fast = [100.0 * (1 + 0.01 * ((i * 3 + k) % 5)) for i in range(20)]
+                r["distribution"]["replica_timings"] = [
+                    {"device": "cpu:0", "step_ms": fast, "images_per_s": 320.0},
+                    {"device": "cpu:1", "step_ms": samples, "images_per_s": 224.0},
+                ]
             out.append(_keyed(r))
     return out
 

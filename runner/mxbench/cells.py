@@ -276,6 +276,7 @@ def pairable(cell: Cell) -> bool:
         and not p.epochs
         and p.steps_per_execution == 1
         and p.nodes == 1
+        and p.scaling != "independent"  # each replica times its own steps (bench/independent)
         and p.mode == "train"  # a serving cell: one policy per process (bench/infer.py)
     )
 

@@ -7,7 +7,44 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from mxbench.record_part import Doc, _Part
+from mxbench.record_part import Doc, Positive, _Part
+
+
+class Replica(_Part, kw_only=True):
+    """One independent replica (``scaling: independent``): its device, timed on its own."""
+
+    device: Annotated[str, Doc("the device, as the framework names it (cpu:1, GPU:0)")]
+    variables_on: Annotated[
+        str | None, Doc("the device the replica's first variable was found on after training")
+    ] = None
+    images_per_s: Annotated[
+        Positive | None, Doc("its examples per second over its own timed window")
+    ] = None
+    step_ms: Annotated[
+        list[Positive], Doc("its timed steps (ms), in order: the health sweep judges them")
+    ] = []
+
+
+class Interconnect(_Part, kw_only=True):
+    """How the devices are linked, where it can be read (``nvidia-smi topo -m``, NCCL)."""
+
+    topology: Annotated[
+        str | None,
+        Doc("where the links were read (nvidia-smi topo -m); None: not readable here"),
+    ] = None
+    links: Annotated[
+        dict[str, str],
+        Doc("the link between each pair of the GPUs used, as nvidia-smi names it (GPU0-GPU1: "
+            "NV18, PIX, PXB, PHB, NODE, SYS)"),
+    ] = {}  # fmt: skip
+    slowest: Annotated[
+        str | None, Doc("the slowest of those links (what an all-reduce ring waits on)")
+    ] = None
+    nccl: Annotated[str | None, Doc("the NCCL version, where a framework exposes it")] = None
+    nccl_from: Annotated[str | None, Doc("what told the NCCL version")] = None
+    unreadable: Annotated[
+        list[str], Doc("what could not be read, and why (a CPU host: no GPU links, no NCCL)")
+    ] = []
 
 
 class Distribution(_Part, kw_only=True):
@@ -33,8 +70,10 @@ class Distribution(_Part, kw_only=True):
         Doc("devices the model's variables were found replicated on after the timed steps"),
     ] = None
     scaling: Annotated[
-        Literal["weak", "strong"], Doc("weak: per-device batch held; strong: global held")
-    ] = "weak"
+        Literal["weak", "strong", "independent"],
+        Doc("weak: per-device batch held; strong: global held; independent: weak's batches, "
+            "one replica per device, no all-reduce"),
+    ] = "weak"  # fmt: skip
     global_batch: Annotated[int, Meta(ge=1), Doc("examples per step over every device")]
     per_device_batch: Annotated[int, Meta(ge=1), Doc("examples per step on each device")]
     device_names: Annotated[list[str], Doc("the devices, as the framework names them")] = []
@@ -67,3 +106,10 @@ class Distribution(_Part, kw_only=True):
     notes: Annotated[
         list[str], Doc("what data parallel changed (TensorFlow: jit_compile turned off)")
     ] = []
+    replica_timings: Annotated[
+        list[Replica],
+        Doc("independent replicas (scaling: independent): each one's device and timed steps"),
+    ] = []
+    interconnect: Annotated[
+        Interconnect | None, Doc("how the devices are linked, where it can be read")
+    ] = None

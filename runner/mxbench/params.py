@@ -29,7 +29,7 @@ Backend = Literal["tensorflow", "jax", "torch"]
 Pairing = Literal["paired", "process"]
 OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
-Scaling = Literal["weak", "strong"]
+Scaling = Literal["weak", "strong", "independent"]
 Mode = Literal["train", "infer"]
 Call = Literal["direct", "predict_on_batch", "predict"]
 Quantize = Literal["none", "int8", "float8", "int4"]
@@ -315,8 +315,10 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         Scaling,
         Spec("With devices > 1: weak holds batch_size per device (the global batch is "
              "devices x batch_size), strong holds batch_size as the global batch (each "
-             "device gets batch_size / devices).", flag="--scaling", column="scaling",
-             key_default=False),
+             "device gets batch_size / devices); independent trains one replica per device "
+             "at batch_size each, with no gradient all-reduce, each timed on its own (the "
+             "no-communication reference of weak scaling and a per-device health sweep; "
+             "docs/scaling.md).", flag="--scaling", column="scaling", key_default=False),
     ] = "weak"  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0, le=MAX_INT)] | None,

@@ -15,14 +15,25 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from mxbench.distribution_record import Distribution
+from mxbench.distribution_record import Distribution, Interconnect, Replica
 from mxbench.inference_record import Inference
 from mxbench.pairing_record import Interference, Pairing, Window
 from mxbench.params import Params
 from mxbench.record_part import Count, Doc, Positive, _Part
 from mxbench.search import BatchSearch
 
-__all__ = ["Count", "Distribution", "Doc", "Interference", "Pairing", "Positive", "Window", "_Part"]
+__all__ = [
+    "Count",
+    "Distribution",
+    "Doc",
+    "Interconnect",
+    "Interference",
+    "Pairing",
+    "Positive",
+    "Replica",
+    "Window",
+    "_Part",
+]
 
 SCHEMA = "mxbench.result/2"  # the version this mxbench writes (HISTORY: every version)
 Status = Literal["ok", "oom", "error", "timeout", "unsupported"]

@@ -4,6 +4,9 @@ can be measured data parallel, defined once for the matrix, the bench and the re
 Weak scaling (the default) holds the per-device batch: ``batch_size`` is what each device
 gets and the global batch is ``devices x batch_size``. Strong scaling holds the global batch:
 ``batch_size`` is the global batch and each device gets ``batch_size / devices``.
+Independent replicas (``scaling: independent``, tf_cnn_benchmarks' ``independent``) have weak
+scaling's batches, but each device trains a replica of its own with no gradient all-reduce:
+the no-communication reference (:mod:`mxbench.bench.independent`).
 
 Light on purpose (the bench imports it inside images): params only.
 """
@@ -22,11 +25,13 @@ ACROSS_PROCESSES = {
     "jax": "keras.distribution.DataParallel",  # its mesh spans jax.distributed's processes
     "tensorflow": "tf.distribute.MultiWorkerMirroredStrategy",
 }
+INDEPENDENT = "independent"  # the scaling of replicas with no all-reduce
+INDEPENDENT_MECHANISM = "independent replicas (no gradient all-reduce)"
 
 
 def batches(batch_size: int, devices: int, scaling: str) -> tuple[int, int]:
     """(global batch, per-device batch) of a cell's ``batch_size`` on ``devices``."""
-    if scaling == "weak":
+    if scaling != "strong":  # weak, and independent replicas: the per-device batch held
         return batch_size * devices, batch_size
     return batch_size, batch_size // devices
 
@@ -62,6 +67,10 @@ def problem(
         return ("nodes", f"{nodes}: several processes run on the jax and tensorflow backends "
                          f"only (Keras 3 has no {backend} distribution); use nodes: 1 on "
                          f"{backend}")  # fmt: skip
+    if nodes > 1 and scaling == INDEPENDENT:
+        return ("scaling", f"{scaling}: independent replicas train in one process (nodes 1)")
+    if scaling == INDEPENDENT and isinstance(batch_size, str):
+        return ("batch_size", f"{batch_size}: independent replicas need a fixed batch size")
     if nodes > 1 and isinstance(batch_size, str):
         return ("batch_size", f"{batch_size}: a batch-size search runs in one process")
     devices *= nodes

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from mxbench import scale
-from mxbench.bench import backends, convergence, distribute, energy, probe
+from mxbench.bench import backends, convergence, distribute, energy, independent, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
@@ -143,7 +143,8 @@ def _load(p: Params, rec: Record, state: CellState) -> float:
             f"({pip_install(extra)})"
         ) from None
     state.backend = backend
-    state.dist = distribute.setup(p)
+    spread = independent.setup if p.scaling == scale.INDEPENDENT else distribute.setup
+    state.dist = spread(p)
     import keras
 
     rec.software.keras = keras.__version__
@@ -216,6 +217,9 @@ def _measure(
     if p.mode == "infer":  # a serving cell: inference calls only (bench/infer.py)
         _serve(p, rec, state, import_s, emit)
         return
+    if p.scaling == scale.INDEPENDENT and state.dist is not None:
+        _independent(p, rec, state, import_s, started_at)
+        return
     arm = _build(p, rec, state)
     model, ds, x, y = arm.model, arm.ds, arm.x, arm.y
     phases = state.phases
@@ -244,8 +248,33 @@ def _measure(
     found = convergence.skipped(model, total)
     state.checks = [CheckInputs(found, model, initial, (x, y) if x is not None else ds)]
     state.timed_window = (parts["first_timed_start"], log_.ends[-1])
-    wall_minus_perf = time.time() - time.perf_counter()
+    _metrics(p, rec, model, log_, parts, import_s, started_at)
+    batch = scale.global_batch(p)  # every device's examples
+    energy.fill(rec.metrics, joules, [state.timed_window], p.steps, batch)
+    distribute.fill(state.dist, rec, model, "process")
+    # the device and the peak memory now: the training's, before anything else runs
+    phases.mark("fit_other")
+    _probe_device(rec, state)
+    state.probed = True
+    phases.mark("probe")
+    pending = [name for name, on in (("profile", runs_profile(p)), ("check", runs_check(p))) if on]
+    _emit(emit, rec, pending, phases)
+    if runs_profile(p):  # after the timed window, never inside it
+        gpu = state.backend is not None and state.backend.model_on_gpu(model)
+        rec.profile = profiler.run(p.backend, model, ds, gpu=gpu)
+        phases.mark("profile")
+        _emit(emit, rec, pending[1:], phases)
 
+
+def _metrics(
+    p: Params, rec: Record, model: Any, log_: StepLog, parts: dict[str, Any], import_s: float,
+    started_at: float,
+) -> None:  # fmt: skip
+    """The record's metrics from a fit's parts (:func:`mxbench.bench.timing.split`) and its
+    log (the losses)."""
+    spe = p.steps_per_execution
+    total = p.warmup_steps + p.steps
+    wall_minus_perf = time.time() - time.perf_counter()
     stats = summarize([d / spe for d in parts["timed"]])
     flops = rec.model.flops_per_example if rec.model else None
     batch = scale.global_batch(p)  # every device's examples
@@ -265,20 +294,41 @@ def _measure(
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
-    energy.fill(rec.metrics, joules, [state.timed_window], p.steps, batch)
-    distribute.fill(state.dist, rec, model, "process")
-    # the device and the peak memory now: the training's, before anything else runs
-    phases.mark("fit_other")
+
+
+def _independent(p: Params, rec: Record, state: CellState, import_s: float,
+                 started_at: float) -> None:  # fmt: skip
+    """Independent replicas (bench/independent.py): one arm per device, fitted at once,
+    their record as one (the slowest replica's steps) with each replica's own figures; the
+    one-step check on the first replica, and the GPU utilisation of its device. No
+    profiled window (which replica's?), no energy (one device's counter for N devices'
+    examples would say a wrong figure per image)."""
+    plan = state.dist
+    one = msgspec.structs.replace(p, devices=1)  # what each replica is: batch_size its own
+    arms = independent.build(plan, lambda: _build(one, rec, state))
+    model = state.model = arms[0].model
+    initial = convergence.Initial(model) if runs_check(p) else None
+    state.initial = [initial]
+    state.phases.mark("check")
+    sampler = state.util = HealthSampler()
+    sampler.start()
+    try:
+        logs = independent.train(p, plan, arms)
+    finally:
+        sampler.stop()
+    parts = independent.combined(p, logs)
+    state.timed_window = (parts["first_timed_start"], max(log.ends[-1] for log in logs))
+    state.phases.fit(parts)
+    found = convergence.skipped(model, p.warmup_steps + p.steps)
+    batch = (arms[0].x, arms[0].y) if arms[0].x is not None else arms[0].ds
+    state.checks = [CheckInputs(found, model, initial, batch)]
+    _metrics(p, rec, model, logs[0], parts, import_s, started_at)
+    distribute.fill(plan, rec, model, "process")
+    independent.fill(p, rec, plan, arms, parts)
+    state.phases.mark("fit_other")
     _probe_device(rec, state)
     state.probed = True
-    phases.mark("probe")
-    pending = [name for name, on in (("profile", runs_profile(p)), ("check", runs_check(p))) if on]
-    _emit(emit, rec, pending, phases)
-    if runs_profile(p):  # after the timed window, never inside it
-        gpu = state.backend is not None and state.backend.model_on_gpu(model)
-        rec.profile = profiler.run(p.backend, model, ds, gpu=gpu)
-        phases.mark("profile")
-        _emit(emit, rec, pending[1:], phases)
+    state.phases.mark("probe")
 
 
 def _serve(p: Params, rec: Record, state: CellState, import_s: float, emit: Emit | None) -> None:

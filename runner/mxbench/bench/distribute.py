@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mxbench import scale
-from mxbench.bench import workers
+from mxbench.bench import interconnect, workers
 from mxbench.params import Params
 from mxbench.results import Distribution, Record
 
@@ -296,4 +296,5 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
         allreduce_dtype=_allreduce_dtype(model),
         loss_scale_replicas=_loss_scales(model),
         notes=list(plan.notes),
+        interconnect=interconnect.read(plan.device_names),  # nvidia-smi topo -m, NCCL
     )

@@ -88,11 +88,11 @@ def _pair_with(text: str, p: Params) -> list[str]:
             f"--pair-with {text!r}: each policy once, not --policy {p.policy} "
             "(except alone: an A/A check)"
         )
-    if others and (p.epochs or p.steps_per_execution > 1 or p.nodes > 1 or p.mode != "train"):
+    if others and (p.epochs or p.steps_per_execution > 1 or p.nodes > 1 or p.mode != "train"
+                   or p.scaling == "independent"):  # fmt: skip
         raise UsageError(
-            "--pair-with: training runs, --steps-per-execution > 1, --nodes > 1 and --mode "
-            "infer run one "
-            "policy per process"
+            "--pair-with: training runs, --steps-per-execution > 1, --nodes > 1, --scaling "
+            "independent and --mode infer run one policy per process"
         )
     return others
 

@@ -168,6 +168,7 @@ TEXTS = (
     "status",
     "verdict",
     "loss_parity",
+    *scaling.CSV_TEXTS,
     "peak_memory_kind",
     "energy_source",
     "convergence_check",

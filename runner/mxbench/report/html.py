@@ -21,7 +21,7 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from mxbench import params
 from mxbench.report import inference, scaling, training, why
 from mxbench.report.document import LOOK, Document, Grid, Section, Verdict
-from mxbench.report.plot import curves_png, memory_png, pngs_base64
+from mxbench.report.plot import curves_png, memory_png, pngs_base64, scaling_png
 from mxbench.report.tables import Table
 from mxbench.report.text import Titled
 from mxbench.results import CATEGORY_NAMES
@@ -231,21 +231,37 @@ def training_section(
     return out
 
 
-def titled_tables(heading: str, anchor: str, parts: Iterable[Titled]) -> list[str]:
+def titled_tables(
+    heading: str, anchor: str, parts: Iterable[Titled], figures: Sequence[str] = ()
+) -> list[str]:
     """Sections of one kind (scaling maps, serving groups): each a section with its title,
-    its table and its lines (training's adds its curves: :func:`training_section`)."""
+    its table, its lines and its figure where ``figures`` has one (training's adds its
+    curves: :func:`training_section`)."""
     out: list[str] = []
     for i, (title, headers, rows, lines) in enumerate(parts):
         out.append(f'<section id="{anchor}-{i + 1}"><h2>{heading}: {escape(title)}</h2>')
         out.append(_table(headers, rows))
         out += ['<ul class="notes">', *(f"<li>{escape(x)}</li>" for x in lines), "</ul>"]
+        if i < len(figures) and figures[i]:
+            out.append(figures[i])
         out.append("</section>")
     return out
 
 
-def scaling_section(maps: Sequence[scaling.Map]) -> list[str]:
+def scaling_section(maps: Sequence[scaling.Map], plots: bool = True) -> list[str]:
+    """The maps, each with its curves (efficiency and speedup against N)."""
     parts = ((m.title, m.headers, m.rows, m.notes) for m in maps)
-    return titled_tables(scaling.TITLE, "scaling", parts)
+    figures = []
+    for m in maps:
+        data = scaling_png(m) if plots else None
+        alt = escape(f"scaling efficiency and speedup over float32 against devices, {m.title}")
+        b64 = base64.b64encode(data).decode("ascii") if data else ""
+        figures.append(
+            f'<div class="plots"><img alt="{alt}" src="data:image/png;base64,{b64}"></div>'
+            if data
+            else ""
+        )
+    return titled_tables(scaling.TITLE, "scaling", parts, figures)
 
 
 def serving_section(sections_: Sequence[inference.Section]) -> list[str]:

@@ -10,7 +10,7 @@ import warnings
 from typing import Any
 
 from mxbench.params import BASELINE, control
-from mxbench.report import training
+from mxbench.report import scaling, training
 from mxbench.report.capacity import Capacity, peak_bytes
 from mxbench.report.tables import Table
 
@@ -259,3 +259,71 @@ def curves_png(s: training.Section) -> bytes | None:
     by_epoch.legend(loc="lower right", fontsize=8)
     fig.suptitle(plain(s.title), fontsize=9)
     return _save(plt, fig)
+
+
+def scaling_png(m: scaling.Map) -> bytes | None:
+    """The map's curves against the device count N: the scaling efficiency (linear: 1.0;
+    dashed, where independent replicas stand beside it: the share of their throughput kept)
+    and the speedup over float32, each with its 95% band where there is one; a line per
+    policy (and batch size, where there are several)."""
+    if not any(p.efficiency is not None or p.speedup is not None for p in m.points):
+        return None
+    plt = _pyplot()
+    fig, (eff, speed) = plt.subplots(1, 2, figsize=(10, 3.6))
+    try:
+        batches = {p.batch_size for p in m.points}
+        for (policy, batch), pts in _by_line(m.points).items():
+            label = plain(policy if len(batches) == 1 else f"{policy} b={batch}")
+            one = [(1, 1.0, 1.0, 1.0)] if any(p.devices == 1 for p in pts) else []
+            _band(eff, one + _ratios(pts, "efficiency"), colour(policy), label)
+            _band(eff, _ratios(pts, "kept"), colour(policy), f"{label}: kept of independent",
+                  dashed=True)  # fmt: skip
+            _band(speed, _ratios(pts, "speedup"), colour(policy), label)
+        for ax, ylabel in ((eff, "scaling efficiency (95% band)"),
+                           (speed, "speedup over float32 (95% band)")):  # fmt: skip
+            ax.axhline(1.0, color="black", linewidth=1)
+            ax.set_xscale("log", base=2)
+            ns = sorted({p.devices for p in m.points})
+            ax.set_xticks(ns, [str(n) for n in ns])
+            ax.set_xlabel("devices (N)")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:  # float32 alone: no speedup line
+                ax.legend(fontsize=7)
+        fig.suptitle(plain(m.title), fontsize=9)
+    except BaseException:
+        plt.close(fig)
+        raise
+    return _save(plt, fig)
+
+
+def _by_line(points: list[scaling.Point]) -> dict[tuple[str, int], list[scaling.Point]]:
+    out: dict[tuple[str, int], list[scaling.Point]] = {}
+    for p in sorted(points, key=lambda p: p.devices):
+        out.setdefault((p.policy, p.batch_size), []).append(p)
+    return out
+
+
+def _ratios(points: list[scaling.Point], what: str) -> list[tuple[int, float, float, float]]:
+    """(N, value, low, high) of a point's efficiency, speedup or kept share (the value
+    alone where there is no interval)."""
+    out = []
+    for p in points:
+        kept = p.reference.kept if p.reference is not None else None
+        r = kept if what == "kept" else getattr(p, what)
+        if r is not None:
+            low, high = (r.low, r.high) if r.judged else (r.value, r.value)
+            out.append((p.devices, r.value, low, high))
+    return out
+
+
+def _band(ax: Any, pts: list[tuple[int, float, float, float]], colour_: str, label: str,
+          dashed: bool = False) -> None:  # fmt: skip
+    """A line with its band; dashed with hollow squares: the share of the independent
+    replicas kept (from N = 2 on: one point where N is 1 and 2)."""
+    if not pts:
+        return
+    ns, values, lows, highs = zip(*pts, strict=True)
+    style = {"linestyle": "--", "marker": "s", "markerfacecolor": "none", "markersize": 8}
+    ax.plot(ns, values, color=colour_, label=label, **(style if dashed else {"marker": "o"}))
+    ax.fill_between(ns, lows, highs, color=colour_, alpha=0.15, linewidth=0)

@@ -17,6 +17,7 @@ shown as a win; devices cut from one CPU share its cores, and the map says so.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 from mxbench import scale, stats
 from mxbench.params import BASELINE, POLICIES
+from mxbench.report import scaling_reference as reference
 from mxbench.report.tables import Entry, Table, bounded
 from mxbench.results import Record
 
@@ -50,9 +52,11 @@ HEADERS = [
 ]
 # The CSV's columns of the map, per record (mxbench.report.frame), and their types.
 CSV_INTEGERS = ("global_batch", "per_device_batch")
-CSV_FLOATS = ("scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high")
+CSV_FLOATS = ("scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high",
+              *reference.CSV_FLOATS)  # fmt: skip
 CSV_FLAGS = ("superlinear", "shared_cores")
-CSV_COLUMNS = (*CSV_INTEGERS, *CSV_FLOATS, *CSV_FLAGS)
+CSV_TEXTS = reference.CSV_TEXTS
+CSV_COLUMNS = (*CSV_INTEGERS, *CSV_FLOATS, *CSV_FLAGS, *CSV_TEXTS)
 
 
 @dataclass
@@ -69,6 +73,8 @@ class Point:
     speedup: stats.Ratio | None  # over float32 at this N (the table's)
     shared_cores: bool
     records: list[Record] = field(default_factory=list, repr=False)
+    # independent replicas at this N (scaling: independent; report/scaling_reference.py)
+    reference: reference.Reference | None = None
 
     @property
     def per_device_images_per_s(self) -> float | None:
@@ -86,10 +92,18 @@ class Map:
     points: list[Point]
     notes: list[str]
     headers: list[str] = field(default_factory=lambda: list(HEADERS))
+    # the health sweeps of its cells of independent replicas, and their records
+    health: list[tuple[reference.Health, list[Record]]] = field(default_factory=list)
+
+    @property
+    def referenced(self) -> bool:
+        """Whether independent replicas stand beside data parallel (the reference columns)."""
+        return any(p.reference is not None for p in self.points)
 
     @property
     def rows(self) -> list[list[str]]:
-        return [row(p) for p in self.points]
+        extra = reference.cells if self.referenced else lambda _: []
+        return [row(p) + extra(p.reference) for p in self.points]
 
 
 def _percent(r: stats.Ratio) -> str:
@@ -120,8 +134,15 @@ def row(p: Point) -> list[str]:
     ]
 
 
+def _scaling(t: Table) -> str:
+    return str(t.setup.get("scaling") or "weak")
+
+
 def _key(t: Table) -> tuple[object, ...]:
-    rest = tuple(sorted((k, repr(v)) for k, v in t.setup.items() if k not in _COUNTS))
+    """What a map's tables share: everything but N (and independent replicas join weak
+    scaling's map, whose batches they have)."""
+    setup = {**t.setup, "scaling": "weak" if _scaling(t) == scale.INDEPENDENT else _scaling(t)}
+    rest = tuple(sorted((k, repr(v)) for k, v in setup.items() if k not in _COUNTS))
     return (t.host, t.device.kind, t.device.name, t.image.name, t.image.id, rest)
 
 
@@ -152,8 +173,39 @@ def _title(t: Table) -> str:
     return " · ".join([*parts, f"{t.setup.get('scaling') or 'weak'} scaling"])
 
 
-def _map(group: list[Table]) -> Map:
-    group = sorted(group, key=_devices)
+def _map(tables: list[Table]) -> Map:
+    """The map of one group: data parallel's tables (else the independent replicas' alone,
+    a health sweep), with the replicas beside them."""
+    independent = sorted((t for t in tables if _scaling(t) == scale.INDEPENDENT), key=_devices)
+    parallel = [t for t in tables if t not in independent]
+    m = _points_map(sorted(parallel or independent, key=_devices))
+    if parallel:
+        _reference(m, independent)
+    for t in independent:
+        for (policy, batch), e in t.entries.items():
+            found = reference.sweep(policy, batch, e.records) if _ok(e) else None
+            if found is not None:
+                m.health.append((found, list(e.records)))
+    m.notes += [h.sentence() for h, _ in m.health]
+    return m
+
+
+def _reference(m: Map, independent: list[Table]) -> None:
+    """Each point's independent replicas at its N, and the reference columns and note."""
+    at = {_devices(t): t for t in independent}
+    wanted = [(p, at[p.devices].entries.get((p.policy, p.batch_size)) if p.devices in at
+               else None) for p in m.points]  # fmt: skip
+    found = reference.references(
+        [(p.records, e if _ok(e) else None, p.global_batch) for p, e in wanted]
+    )
+    for p, ref in zip(m.points, found, strict=True):
+        p.reference = ref if p.devices > 1 else None
+    if m.referenced:
+        m.headers += reference.HEADERS
+        m.notes.append(reference.NOTE)
+
+
+def _points_map(group: list[Table]) -> Map:
     one = next((t for t in group if _devices(t) == 1), None)
     slots = sorted(
         {s for t in group for s, e in t.entries.items() if e.status == "ok"},
@@ -256,6 +308,7 @@ def notes(points: Sequence[Point]) -> list[str]:
     if any(p.superlinear for p in points):
         out.append(SUPER_NOTE)
     out += communication_bound(points)
+    out += interconnects(points)
     jit = {p.devices: r.settings.jit_compile for p in points for r in p.records}
     if len(set(jit.values()) - {None}) > 1:
         on = sorted(n for n, j in jit.items() if j)
@@ -265,6 +318,31 @@ def notes(points: Sequence[Point]) -> list[str]:
             "efficiency mixes the two"
         )
     return out
+
+
+def interconnects(points: Sequence[Point]) -> list[str]:
+    """What the records say about the devices' links (bench/interconnect.py), each distinct
+    account once: the links by kind and the slowest, NCCL's version, or what could not be
+    read and why."""
+    found: dict[str, set[int]] = {}
+    for p in points:
+        for r in p.records:
+            ic = r.distribution.interconnect if r.distribution is not None else None
+            if ic is None:
+                continue
+            said = []
+            if ic.links:
+                kinds = Counter(ic.links.values())
+                pairs = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+                said.append(f"links between the GPUs used ({ic.topology}): {pairs}, the "
+                            f"slowest {ic.slowest}")  # fmt: skip
+            if ic.nccl:
+                said.append(f"NCCL {ic.nccl} ({ic.nccl_from})")
+            if ic.unreadable:
+                said.append("not readable here: " + "; ".join(ic.unreadable))
+            found.setdefault("; ".join(said), set()).add(p.devices)
+    return [f"interconnect at N = {', '.join(map(str, sorted(ns)))}: {text}"
+            for text, ns in found.items()]  # fmt: skip
 
 
 def as_dict(m: Map) -> dict[str, Any]:
@@ -301,9 +379,16 @@ def as_dict(m: Map) -> dict[str, Any]:
                 "superlinear": p.superlinear,
                 "speedup_vs_float32": ratio(p.speedup),
                 "shared_cores": p.shared_cores,
+                "independent": None
+                if p.reference is None
+                else {
+                    "images_per_s": p.reference.images_per_s,
+                    "kept": ratio(p.reference.kept, verdict=False),
+                },
             }
             for p in m.points
         ],
+        "health": [reference.as_dict(h) for h, _ in m.health],
         "notes": m.notes,
     }
 
@@ -323,7 +408,11 @@ def columns(maps: Sequence[Map]) -> dict[int, dict[str, Any]]:
                 "scaling_efficiency_high": round(eff.high, 4) if judged and eff else None,
                 "superlinear": p.superlinear,
                 "shared_cores": p.shared_cores,
+                **reference.reference_columns(p.reference),
             }
             for r in p.records:
                 out[id(r)] = cols
+        for h, records in m.health:
+            for r in records:
+                out[id(r)] = out.get(id(r), {}) | reference.health_columns(h)
     return out
