@@ -110,6 +110,7 @@ def run(
     ```
     """
 
+    from mxbench import trained
     from mxbench.cells import expand, searches
     from mxbench.matrix import default_matrix_path, load_matrix
     from mxbench.store import ResultStore
@@ -125,6 +126,7 @@ def run(
             "(starting with a letter or digit)"
         )
     store = ResultStore(results, label)
+    cells = trained.link(cells, results)  # training runs' weights to serving cells
     with contextlib.ExitStack() as held:
         if not dry_run:  # one run at a time per results directory (exit 2 if another holds it)
             store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
