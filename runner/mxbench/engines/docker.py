@@ -413,11 +413,7 @@ class DockerEngine(Engine):
                 command=cell.bench_args(),
                 environment={**model_env, **self.host.env},
                 device_requests=device_requests(self.host.gpus, cell.params.devices),
-                volumes={
-                    **data_mount(cell.params.data),
-                    **model_volumes,
-                    **weights_mounts(cell),
-                },
+                volumes={**data_mount(cell.params.data), **model_volumes, **weights_mounts(cell)},
                 labels={
                     "io.mxbench.cell": cell.key,
                     "io.mxbench.host": cell.host,
