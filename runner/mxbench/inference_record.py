@@ -66,9 +66,10 @@ class Inference(_Part):
     call's time (ms) is a step in metrics.step_ms."""
 
     call: Annotated[
-        Literal["direct", "predict_on_batch", "predict"] | None,
+        Literal["direct", "compiled", "predict_on_batch", "predict"] | None,
         Doc("direct: model(x, training=False) on a device-placed batch (torch under no_grad); "
-            "predict_on_batch / predict: Keras' own loops"),
+            "compiled: the same through tf.function (XLA with jit_compile on), jax.jit or "
+            "torch.compile; predict_on_batch / predict: Keras' own loops"),
     ] = None  # fmt: skip
     sync: Annotated[
         str | None,

@@ -31,7 +31,7 @@ OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
 Scaling = Literal["weak", "strong"]
 Mode = Literal["train", "infer"]
-Call = Literal["direct", "predict_on_batch", "predict"]
+Call = Literal["direct", "compiled", "predict_on_batch", "predict"]
 Quantize = Literal["none", "int8", "float8", "int4"]
 WEIGHTS_NONE = "none"  # an infer cell's weights: the build's own (seeded)
 WEIGHTS_TRAINED = "trained"  # the matrix's training run's final weights
@@ -269,7 +269,9 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     call: Annotated[
         Call,
         Spec("Infer cells: how the model is called: direct (model(x, training=False) on a "
-             "device-placed batch), predict_on_batch or predict (Keras' loops).",
+             "device-placed batch), compiled (the same through the backend's compiler: "
+             "tf.function, jax.jit, torch.compile), predict_on_batch or predict (Keras' "
+             "loops).",
              flag="--call", column="call", key_default=False),
     ] = "direct"  # fmt: skip
     quantize: Annotated[

@@ -93,12 +93,18 @@ def measure(
     if files.load is not None:  # before quantizing: every precision serves these weights
         load(model, files.load, p)
     quantized = quantize(model, p.quantize)
-    if p.call != "direct":  # Keras' loops want a compiled model (its jit_compile applies)
+    compiled_fn, xla = None, False
+    if p.call == "compiled":  # the backend's compiler around the forward pass
+        from mxbench.bench.compiled import forward
+
+        compiled_fn, xla = forward(model, backend.name, p.jit_compile)
+    elif p.call != "direct":  # Keras' loops want a compiled model (its jit_compile applies)
         harness.compile_model(prepared, p.jit_compile)
     phases.mark("build")
     x, _ = harness.synthetic_batch(prepared, p)
-    call = caller(model, p.call, x, backend.name)
-    rec.settings.input_device = "device" if p.call == "direct" else "host"
+    call = caller(model, p.call, x, backend.name, compiled_fn)
+    on_device = p.call in ("direct", "compiled")
+    rec.settings.input_device = "device" if on_device else "host"
     phases.mark("data")
     from mxbench.bench import facts
 
@@ -107,7 +113,8 @@ def measure(
     first_s, warm_s, times, window_s = time_calls(call, p.warmup_steps, p.steps, phases)
     steps = summarize(times)  # each call's ms, as the record keeps them
     images_per_s = p.batch_size * len(times) / window_s
-    rec.settings.jit_compile = bool(getattr(model, "jit_compile", False)) and p.call != "direct"
+    keras_loop = bool(getattr(model, "jit_compile", False)) and not on_device
+    rec.settings.jit_compile = xla or keras_loop
     rec.inference = Inference(
         call=p.call,
         sync=SYNC,
@@ -156,8 +163,12 @@ def quantize(model: Any, mode: str) -> dict[str, int]:
     return dict(sorted(changed.items()))
 
 
-def caller(model: Any, call: str, x: Any, backend: str) -> Callable[[], Any]:
-    """One inference call on ``x`` that returns when its result is on the host."""
+def caller(
+    model: Any, call: str, x: Any, backend: str, compiled_fn: Callable[[Any], Any] | None = None
+) -> Callable[[], Any]:
+    """One inference call on ``x`` that returns when its result is on the host; ``direct``
+    and ``compiled`` (``compiled_fn``: :func:`mxbench.bench.compiled.forward`) on ``x``
+    converted to the backend's tensor once."""
     import keras
 
     def host(out: Any) -> Any:
@@ -170,9 +181,14 @@ def caller(model: Any, call: str, x: Any, backend: str) -> Callable[[], Any]:
         return lambda: host(model.predict_on_batch(x))
     placed = keras.tree.map_structure(keras.ops.convert_to_tensor, x)
 
+    def eager(t: Any) -> Any:
+        return model(t, training=False)
+
+    forward = eager if compiled_fn is None else compiled_fn
+
     def direct() -> Any:
         with no_grad(backend):
-            return host(model(placed, training=False))
+            return host(forward(placed))
 
     return direct
 
