@@ -160,11 +160,13 @@ def test_the_matrix_refuses_what_a_serving_cell_cannot_be(
 def test_the_rule_behind_both_checks() -> None:
     assert serving.problem({"mode": ["infer"], "data": ["/some/folder"]}) == (
         "data",
-        "infer cells call the model on synthetic inputs (data: synthetic)",
+        "infer cells with their build's weights take synthetic inputs (data: synthetic); a "
+        "data folder is the gate's with weights: trained or a weights file",
     )
     assert serving.problem({"mode": ["train", "infer"], "quantize": ["none", "int8"]}) is None
-    assert not serving.applies({"mode": "train", "quantize": "int8"})
-    assert serving.applies({"mode": "infer", "quantize": "int8"})
+    # a training cell measures the serving-only parameters at their defaults
+    assert serving.cell_values({"mode": "train", "quantize": "int8"})["quantize"] == "none"
+    assert serving.cell_values({"mode": "infer", "quantize": "int8"})["quantize"] == "int8"
 
 
 def test_bench_refuses_a_serving_option_on_a_training_cell() -> None:
@@ -239,7 +241,7 @@ def test_the_gate_strikes_a_speedup_whose_outputs_disagree(tmp_path: Path) -> No
     gate = section.headers.index("gate")
     assert by["float32"][gate] == "float32 (reference)"
     assert by["mixed_bfloat16"][gate] == ("struck: top-1 agreement with float32 90.00% (below 99%)")
-    assert by["mixed_float16"][gate] == "pass"
+    assert by["mixed_float16"][gate] == "pass (synthetic agreement)"
     assert "output cosine with float32 0.9500 (below 0.99)" in by["float32 + int8"][gate]
     assert "no quality figure against float32 (no gate record)" in by["float16"][gate]
     said = inference.lines(doc.loaded.winners)

@@ -78,6 +78,22 @@ def test_a_16_bit_serving_cell_is_gated_against_float32(backend: str) -> None:
         assert rec["profile"]["onednn"]["sixteen_bit_share"] == 1.0
 
 
+@pytest.mark.parametrize(
+    ("backend", "args", "xla"),
+    [("tensorflow", (), False), ("jax", (), True), ("torch", (), False)],
+)
+def test_a_compiled_call_is_recorded_with_its_compiler(
+    backend: str, args: tuple[str, ...], xla: bool
+) -> None:
+    """``call: compiled``: tf.function (XLA with jit_compile on), jax.jit, torch.compile;
+    the first warm-up call traces and compiles, so it costs more than a compiled call."""
+    rec = _infer(backend, "--batch-size", "1", "--call", "compiled", *args)
+    inf = _latency(rec, 1)
+    assert inf["call"] == "compiled" and rec["settings"]["input_device"] == "device"
+    assert rec["settings"]["jit_compile"] is xla
+    assert inf["first_call_ms"] > 2 * rec["metrics"]["step_ms"]["median"]
+
+
 def test_keras_loops_and_int8_quantization_are_recorded() -> None:
     rec = _infer(
         "tensorflow", "--batch-size", "8", "--call", "predict_on_batch", "--quantize", "int8"

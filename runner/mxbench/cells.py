@@ -44,6 +44,10 @@ class Cell:
     # The paired design: the cells measured in this cell's process with it (the other
     # policies of its comparison at the same repeat); this cell is float32's (pair_up).
     partners: tuple[Cell, ...] = field(default=(), hash=False, compare=False)
+    # Trained weights on disk (mxbench.trained): the file a training run's first seed saves
+    # its final weights to, and the file a ``weights: trained`` serving cell loads.
+    save_weights: str | None = field(default=None, hash=False, compare=False)
+    weights_file: str | None = field(default=None, hash=False, compare=False)
 
     def bench_args(self) -> list[str]:
         """Arguments of ``mxbench bench`` that measure this cell (after the word ``bench``),
@@ -51,6 +55,10 @@ class Cell:
         args = self.params.bench_args()
         if self.partners:
             args += ["--pair-with", ",".join(c.params.policy for c in self.partners)]
+        if self.save_weights:
+            args += ["--save-weights", self.save_weights]
+        if self.weights_file:
+            args += ["--weights-file", self.weights_file]
         return args
 
     @property
@@ -141,12 +149,13 @@ def _placements(
     # size run back to back, alternating (A B A B ...), so slow drift on a shared machine
     # falls on both sides of the ratio instead of on one.
     inner = sweep.pop("policy")
-    combos = [
-        _own_input(
-            {**dict(zip(sweep, values, strict=True)), "policy": policy, "repeat": repeat}, declared
-        )
+    settings = [  # call, quantize, weights, train_policy: infer cells' (training's: defaults)
+        serving.cell_values(dict(zip(sweep, values, strict=True)))
         for values in itertools.product(*sweep.values())
-        if serving.applies(dict(zip(sweep, values, strict=True)))  # call, quantize: infer only
+    ]
+    combos = [
+        _own_input({**values, "policy": policy, "repeat": repeat}, declared)
+        for values in [dict(t) for t in dict.fromkeys(tuple(v.items()) for v in settings)]
         for repeat in (
             [b.first_repeat, *range(1, b.planned_repeats)] if b.planned_repeats > 1 else [None]
         )
@@ -273,7 +282,7 @@ def pairable(cell: Cell) -> bool:
     return (
         p.pairing == "paired"
         and cell.search is None
-        and not p.epochs
+        and not p.training_run
         and p.steps_per_execution == 1
         and p.nodes == 1
         and p.scaling != "independent"  # each replica times its own steps (bench/independent)

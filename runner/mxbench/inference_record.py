@@ -10,6 +10,7 @@ from mxbench.record_part import Count, Doc, Positive, _Part
 # The quality gate: a policy's outputs against float32's on the same weights and inputs.
 GATE_AGREEMENT = 0.99  # top-1 agreement at least this (MLPerf: 99% of float32's quality)
 GATE_COSINE = 0.99  # cosine similarity of the outputs at least this
+GATE_RELATIVE_TOP1 = 0.99  # on real data: top-1 at least this share of float32's
 
 
 class LatencyPercentile(_Part):
@@ -28,11 +29,22 @@ class LatencyPercentile(_Part):
 
 
 class Gate(_Part):
-    """The policy's outputs against a float32 build's with the same weights, on the same
-    inputs, after the timed calls and after the memory reading (never in either)."""
+    """The policy against a float32 build with the same weights, after the timed calls and
+    after the memory reading (never in either): top-1 on a data folder's validation split
+    (kind data: loaded weights), else the outputs on the same synthetic inputs."""
 
     ran: Annotated[bool, Doc("whether the comparison ran (false: see note)")] = False
-    examples: Annotated[Count | None, Doc("synthetic inputs compared")] = None
+    kind: Annotated[
+        Literal["synthetic", "data"],
+        Doc("data: top-1 on the validation split (trained or given weights); synthetic: "
+            "output agreement on synthetic inputs"),
+    ] = "synthetic"  # fmt: skip
+    examples: Annotated[Count | None, Doc("inputs compared (validation images, kind data)")] = None
+    top1: Annotated[float | None, Doc("kind data: the policy's top-1 accuracy")] = None
+    float32_top1: Annotated[
+        float | None, Doc("kind data: float32's top-1 with the same weights, same images")
+    ] = None
+    top1_relative: Annotated[float | None, Doc("kind data: top1 / float32_top1")] = None
     top1_agreement: Annotated[
         float | None, Doc("share of inputs whose top-1 class is float32's")
     ] = None
@@ -42,7 +54,8 @@ class Gate(_Part):
     max_abs_diff: Annotated[float | None, Doc("largest absolute output difference")] = None
     passed: Annotated[
         bool | None,
-        Doc("top-1 agreement >= 0.99 and cosine >= 0.99: its speedup may stand in the summary"),
+        Doc("synthetic: top-1 agreement >= 0.99 and cosine >= 0.99; data: top1 >= 0.99 x "
+            "float32_top1: its speedup may stand in the summary"),
     ] = None  # fmt: skip
     gate_s: Annotated[float | None, Doc("seconds the comparison took")] = None
     note: Annotated[str | None, Doc("why it did not run, or what it left out")] = None
@@ -53,9 +66,10 @@ class Inference(_Part):
     call's time (ms) is a step in metrics.step_ms."""
 
     call: Annotated[
-        Literal["direct", "predict_on_batch", "predict"] | None,
+        Literal["direct", "compiled", "predict_on_batch", "predict"] | None,
         Doc("direct: model(x, training=False) on a device-placed batch (torch under no_grad); "
-            "predict_on_batch / predict: Keras' own loops"),
+            "compiled: the same through tf.function (XLA with jit_compile on), jax.jit or "
+            "torch.compile; predict_on_batch / predict: Keras' own loops"),
     ] = None  # fmt: skip
     sync: Annotated[
         str | None,
@@ -80,4 +94,12 @@ class Inference(_Part):
     quantized_layers: Annotated[
         dict[str, int], Doc("layers Model.quantize changed, by class (what actually ran)")
     ] = {}
-    gate: Annotated[Gate | None, Doc("the outputs against float32's (policies but float32)")] = None
+    weights_file: Annotated[
+        str | None,
+        Doc("the weights file served (params.weights trained: the training run's), or null: "
+            "the build's own"),
+    ] = None  # fmt: skip
+    gate: Annotated[
+        Gate | None,
+        Doc("against float32 (policies but float32; every cell where the gate is on data)"),
+    ] = None  # fmt: skip

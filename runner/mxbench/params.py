@@ -31,8 +31,10 @@ OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
 Scaling = Literal["weak", "strong", "independent"]
 Mode = Literal["train", "infer"]
-Call = Literal["direct", "predict_on_batch", "predict"]
+Call = Literal["direct", "compiled", "predict_on_batch", "predict"]
 Quantize = Literal["none", "int8", "float8", "int4"]
+WEIGHTS_NONE = "none"  # an infer cell's weights: the build's own (seeded)
+WEIGHTS_TRAINED = "trained"  # the matrix's training run's final weights
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 JIT_CHOICES: tuple[str, ...] = typing.get_args(JitCompile)
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
@@ -267,7 +269,9 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     call: Annotated[
         Call,
         Spec("Infer cells: how the model is called: direct (model(x, training=False) on a "
-             "device-placed batch), predict_on_batch or predict (Keras' loops).",
+             "device-placed batch), compiled (the same through the backend's compiler: "
+             "tf.function, jax.jit, torch.compile), predict_on_batch or predict (Keras' "
+             "loops).",
              flag="--call", column="call", key_default=False),
     ] = "direct"  # fmt: skip
     quantize: Annotated[
@@ -277,6 +281,22 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              column="quantize",
              key_default=False),
     ] = "none"  # fmt: skip
+    weights: Annotated[
+        str,
+        Meta(min_length=1, max_length=4096, pattern=ONE_LINE),
+        Spec("Infer cells: the weights served: none (the build's seeded weights; the gate "
+             "compares outputs on synthetic inputs), trained (the final weights of this "
+             "matrix's training run of the same setup: epochs, data), or a Keras "
+             ".weights.h5 file; with trained weights and a data folder the gate is top-1 on "
+             "its validation split (docs/serving.md).", flag="--weights", column="weights",
+             key_default=False),
+    ] = "none"  # fmt: skip
+    train_policy: Annotated[
+        Policy | None,
+        Spec("Infer cells with weights: trained: the policy the served weights were trained "
+             "under (trained in one precision, served in another); unset: the cell's own.",
+             flag="--train-policy", column="trained", key_default=False),
+    ] = None  # fmt: skip
     pairing: Annotated[
         Pairing,
         Spec("How a speedup's arms are measured: paired (float32 and each policy built in one "
@@ -339,9 +359,15 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         return self.image_size, self.image_width or self.image_size
 
     @property
+    def training_run(self) -> bool:
+        """A training run (``epochs``, mode train); a serving cell's ``epochs`` names the
+        training run whose weights it serves (``weights: trained``)."""
+        return bool(self.epochs) and self.mode == "train"
+
+    @property
     def seed(self) -> int:
         """The seed of weights, data order and flips: a training run's repeat k uses k."""
-        return (self.repeat or 0) if self.epochs else 0
+        return (self.repeat or 0) if self.training_run else 0
 
     def key_fields(self) -> dict[str, Any]:
         """The fields that identify the cell (its key): every field that is set, except

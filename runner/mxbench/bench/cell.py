@@ -22,6 +22,7 @@ from mxbench import scale
 from mxbench.bench import backends, convergence, distribute, energy, independent, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
+from mxbench.bench.served import NO_FILES, WeightFiles, save
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
 from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError, pip_install
@@ -91,12 +92,14 @@ def run_cell(
     started_at: float | None = None,
     on_step: Callable[[int], None] | None = None,
     emit: Emit | None = None,
+    files: WeightFiles = NO_FILES,
 ) -> Record:
     """Measure the cell described by ``p`` (already validated) into a result record.
 
     ``emit``: called with the record as measured before each extra phase (the profiled
     window, the one-step check) with ``pending`` naming what is still to run, so that a
-    process killed in one of them (out of memory under a limit) leaves its timed figures."""
+    process killed in one of them (out of memory under a limit) leaves its timed figures.
+    ``files``: the weights a training run saves, or a serving cell serves."""
     started_at = started_at or probe.process_start_time() or time.time()
     phases = Phases(started_at)
     rec = new_record(params=p, status="ok")
@@ -108,7 +111,9 @@ def run_cell(
     # the profiled window answers "where does the time go": once per cell, not per repeat
     profiled = p if runs_profile(p) else msgspec.structs.replace(p, profile="off")
     try:
-        profiler.around(profiled, rec, lambda: _measure(p, rec, state, started_at, on_step, emit))
+        profiler.around(
+            profiled, rec, lambda: _measure(p, rec, state, started_at, on_step, emit, files)
+        )
     except UsageError:
         raise
     except Exception as exc:  # failure is data
@@ -212,10 +217,11 @@ def _measure(
     started_at: float,
     on_step: Callable[[int], None] | None,
     emit: Emit | None = None,
+    files: WeightFiles = NO_FILES,
 ) -> None:
     import_s = _load(p, rec, state)
     if p.mode == "infer":  # a serving cell: inference calls only (bench/infer.py)
-        _serve(p, rec, state, import_s, emit)
+        _serve(p, rec, state, import_s, emit, files)
         return
     if p.scaling == scale.INDEPENDENT and state.dist is not None:
         _independent(p, rec, state, import_s, started_at)
@@ -227,6 +233,8 @@ def _measure(
         from mxbench.bench import train
 
         train.run(p, arm.prepared, rec)
+        if files.save is not None:  # its final weights, for serving cells (mxbench.trained)
+            save(model, files.save)
         return
 
     initial = convergence.Initial(model) if runs_check(p) else None  # for the one-step check
@@ -331,13 +339,20 @@ def _independent(p: Params, rec: Record, state: CellState, import_s: float,
     state.phases.mark("probe")
 
 
-def _serve(p: Params, rec: Record, state: CellState, import_s: float, emit: Emit | None) -> None:
+def _serve(
+    p: Params,
+    rec: Record,
+    state: CellState,
+    import_s: float,
+    emit: Emit | None,
+    files: WeightFiles,
+) -> None:
     """Time a serving cell's calls, read the device and its memory, then (policies but
     float32, first process) compare its outputs with float32's."""
     from mxbench.bench import infer
 
     assert state.backend is not None
-    served = infer.measure(p, rec, state.backend, state.phases, import_s)
+    served = infer.measure(p, rec, state.backend, state.phases, import_s, files)
     state.model = served.model
     _dtype_settings(rec.settings, served.model, p.policy)
     state.phases.mark("fit_other")
@@ -348,7 +363,7 @@ def _serve(p: Params, rec: Record, state: CellState, import_s: float, emit: Emit
         # which oneDNN kernels ran: their creation log (warm-up calls), filled by
         # profile.around once the cell is measured
         rec.profile = Profile(tool="oneDNN creation log (warm-up calls)", device="cpu")
-    if rec.inference is not None and first_process(p) and infer.needs_gate(p):
+    if rec.inference is not None and first_process(p) and infer.needs_gate(p, files):
         if rec.profile is not None:
             profiler.end_log()  # float32's kernels are not the cell's
         rec.inference.gate = Gate(note="the process ended before the comparison finished")

@@ -1,7 +1,8 @@
 """A serving cell (``mode: infer``): the cell's model, inference calls only, timed one by one.
 
 The model is the training cell's (:func:`mxbench.bench.harness.prepare`: the zoo's or the
-user's, under the cell's dtype policy, from a float32 build's weights), optionally quantized
+user's, under the cell's dtype policy, from a float32 build's weights, or given trained
+weights from a file: :mod:`mxbench.bench.served`), optionally quantized
 in place by Keras (``quantize: int8``: :meth:`keras.Model.quantize`), never compiled for
 training. Each call is timed from the host's side until its result exists as a NumPy array
 (``keras.ops.convert_to_numpy``: the backend has finished, asynchronous dispatch cannot end
@@ -10,19 +11,20 @@ between calls (``call: direct``; Keras' ``predict`` and ``predict_on_batch`` tak
 host, as their users do). Warm-up calls (tracing, compilation) are untimed and counted.
 
 Then, once per cell (its first process) and for every policy but plain float32: the gate
-(:func:`gate`). A float32 build with the same weights and the policy's model are called on
-the same synthetic inputs; the top-1 agreement and the cosine similarity of their outputs
-say whether the policy still serves float32's answers. It runs after the timed calls and
-after the memory reading (:func:`mxbench.bench.cell._probe_device`): neither sees it.
+(:func:`gate`). With loaded weights and a data folder it is top-1 on the folder's validation
+split (every precision, float32's too); else a float32 build with the same weights and the
+policy's model are called on the same synthetic inputs; the top-1 agreement and the cosine
+similarity of their outputs say whether the policy still serves float32's answers. It runs
+after the timed calls and after the memory reading
+(:func:`mxbench.bench.cell._probe_device`): neither sees it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,14 @@ import numpy as np
 from mxbench import latency
 from mxbench.bench import harness
 from mxbench.bench.backends import Backend
+from mxbench.bench.served import (
+    NO_FILES,
+    WeightFiles,
+    gates_on_data,
+    load,
+    no_grad,
+    outputs,
+)
 from mxbench.bench.timing import Phases, summarize
 from mxbench.inference_record import (
     GATE_AGREEMENT,
@@ -44,40 +54,57 @@ from mxbench.params import BASELINE, Params
 from mxbench.results import Metrics, Record, StepStats
 
 GATE_EXAMPLES = 256  # synthetic inputs the gate compares (top-1 agreement in steps of 0.4%)
-GATE_CHUNK = 32  # examples per call of the gate: its memory stays small
 SYNC = "to_numpy"
 
 
 @dataclass
 class Served:
-    """A serving cell's model, as it was timed."""
+    """A serving cell's model, as it was timed, and the weights file it loaded (if any)."""
 
     prepared: harness.Prepared
     quantized: dict[str, int]
+    files: WeightFiles = NO_FILES
 
     @property
     def model(self) -> Any:
         return self.prepared.model
 
 
-def needs_gate(p: Params) -> bool:
-    """Whether the cell's outputs are compared with float32's (``check: on``): any policy
-    but float32, and float32 quantized."""
-    return p.check == "on" and (p.policy != BASELINE or p.quantize != "none")
+def needs_gate(p: Params, files: WeightFiles = NO_FILES) -> bool:
+    """Whether the cell is compared with float32 (``check: on``): any policy but float32,
+    float32 quantized, and every cell whose gate is top-1 on real data (float32's own top-1
+    is the reference of the others)."""
+    differs = p.policy != BASELINE or p.quantize != "none"
+    return p.check == "on" and (differs or gates_on_data(p, files))
 
 
-def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: float) -> Served:
-    """Build the cell's model, time its inference calls, fill the record's ``inference``
-    and ``metrics`` (throughput, warm-up)."""
+def measure(
+    p: Params,
+    rec: Record,
+    backend: Backend,
+    phases: Phases,
+    import_s: float,
+    files: WeightFiles = NO_FILES,
+) -> Served:
+    """Build the cell's model (its weights loaded from ``files.load``, if any), time its
+    inference calls, fill the record's ``inference`` and ``metrics`` (throughput, warm-up)."""
     prepared = harness.prepare(p, harness.set_policy, p.seed)
     model = prepared.model
+    if files.load is not None:  # before quantizing: every precision serves these weights
+        load(model, files.load, p)
     quantized = quantize(model, p.quantize)
-    if p.call != "direct":  # Keras' loops want a compiled model (its jit_compile applies)
+    compiled_fn, xla = None, False
+    if p.call == "compiled":  # the backend's compiler around the forward pass
+        from mxbench.bench.compiled import forward
+
+        compiled_fn, xla = forward(model, backend.name, p.jit_compile)
+    elif p.call != "direct":  # Keras' loops want a compiled model (its jit_compile applies)
         harness.compile_model(prepared, p.jit_compile)
     phases.mark("build")
     x, _ = harness.synthetic_batch(prepared, p)
-    call = caller(model, p.call, x, backend.name)
-    rec.settings.input_device = "device" if p.call == "direct" else "host"
+    call = caller(model, p.call, x, backend.name, compiled_fn)
+    on_device = p.call in ("direct", "compiled")
+    rec.settings.input_device = "device" if on_device else "host"
     phases.mark("data")
     from mxbench.bench import facts
 
@@ -86,7 +113,8 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
     first_s, warm_s, times, window_s = time_calls(call, p.warmup_steps, p.steps, phases)
     steps = summarize(times)  # each call's ms, as the record keeps them
     images_per_s = p.batch_size * len(times) / window_s
-    rec.settings.jit_compile = bool(getattr(model, "jit_compile", False)) and p.call != "direct"
+    keras_loop = bool(getattr(model, "jit_compile", False)) and not on_device
+    rec.settings.jit_compile = xla or keras_loop
     rec.inference = Inference(
         call=p.call,
         sync=SYNC,
@@ -105,6 +133,7 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
         images_per_s=round(images_per_s, 3),
         quantize=None if p.quantize == "none" else p.quantize,
         quantized_layers=quantized,
+        weights_file=files.load,
     )
     rec.metrics = Metrics(
         step_ms=msgspec.convert(steps, StepStats),
@@ -113,7 +142,7 @@ def measure(p: Params, rec: Record, backend: Backend, phases: Phases, import_s: 
         warmup_ms=rec.inference.warmup_ms,
         import_s=round(import_s, 3),
     )
-    return Served(prepared, quantized)
+    return Served(prepared, quantized, files)
 
 
 def quantize(model: Any, mode: str) -> dict[str, int]:
@@ -134,20 +163,12 @@ def quantize(model: Any, mode: str) -> dict[str, int]:
     return dict(sorted(changed.items()))
 
 
-@contextlib.contextmanager
-def _no_grad(backend: str) -> Iterator[None]:
-    """PyTorch records no autograd graph for an inference call (as Keras' predict does)."""
-    if backend != "torch":
-        yield
-        return
-    import torch
-
-    with torch.no_grad():
-        yield
-
-
-def caller(model: Any, call: str, x: Any, backend: str) -> Callable[[], Any]:
-    """One inference call on ``x`` that returns when its result is on the host."""
+def caller(
+    model: Any, call: str, x: Any, backend: str, compiled_fn: Callable[[Any], Any] | None = None
+) -> Callable[[], Any]:
+    """One inference call on ``x`` that returns when its result is on the host; ``direct``
+    and ``compiled`` (``compiled_fn``: :func:`mxbench.bench.compiled.forward`) on ``x``
+    converted to the backend's tensor once."""
     import keras
 
     def host(out: Any) -> Any:
@@ -160,9 +181,14 @@ def caller(model: Any, call: str, x: Any, backend: str) -> Callable[[], Any]:
         return lambda: host(model.predict_on_batch(x))
     placed = keras.tree.map_structure(keras.ops.convert_to_tensor, x)
 
+    def eager(t: Any) -> Any:
+        return model(t, training=False)
+
+    forward = eager if compiled_fn is None else compiled_fn
+
     def direct() -> Any:
-        with _no_grad(backend):
-            return host(model(placed, training=False))
+        with no_grad(backend):
+            return host(forward(placed))
 
     return direct
 
@@ -194,8 +220,14 @@ def time_calls(
 
 
 def gate(p: Params, served: Served, backend: str) -> Gate:
-    """The policy's outputs against a float32 build's with the same weights, on
+    """Top-1 on the data folder's validation split against float32's with the same weights
+    (loaded weights and a data folder: :func:`mxbench.bench.served.data_gate`); else the
+    policy's outputs against a float32 build's with the same weights, on
     :data:`GATE_EXAMPLES` synthetic inputs (seed 1, not the timed batch)."""
+    from mxbench.bench.served import data_gate
+
+    if served.files.load is not None and gates_on_data(p, served.files):
+        return data_gate(p, served.model, served.prepared, backend, served.files.load)
     t0 = time.perf_counter()
     inputs, _ = harness.synthetic_batch(
         served.prepared, msgspec.structs.replace(p, batch_size=GATE_EXAMPLES), seed=1
@@ -205,7 +237,10 @@ def gate(p: Params, served: Served, backend: str) -> Gate:
         msgspec.structs.replace(p, policy=BASELINE, quantize="none"), harness.set_policy, p.seed
     )
     note = "float32 built from the same seed (the weights the policy's build copied)"
-    if not served.quantized:  # the very weights the cell served, in float32
+    if served.files.load is not None:
+        load(base.model, served.files.load, p)
+        note = "float32 loaded from the same weights file"
+    elif not served.quantized:  # the very weights the cell served, in float32
         weights = served.model.get_weights()
         if [w.shape for w in weights] == [w.shape for w in base.model.get_weights()]:
             base.model.set_weights([np.asarray(w, dtype=np.float32) for w in weights])
@@ -221,28 +256,10 @@ def gate(p: Params, served: Served, backend: str) -> Gate:
         passed=passed,
         gate_s=round(time.perf_counter() - t0, 3),
         note=note + "; after the timed calls and the memory reading",
-        **found,
+        top1_agreement=found["top1_agreement"],
+        cosine=found["cosine"],
+        max_abs_diff=found["max_abs_diff"],
     )
-
-
-def outputs(model: Any, x: Any, backend: str) -> np.ndarray:
-    """The model's first output on ``x``, in chunks, as float32 on the host."""
-    import keras
-
-    parts = []
-    n = len(x[0] if isinstance(x, list) else x)
-    for start in range(0, n, GATE_CHUNK):
-        part = slice(start, start + GATE_CHUNK)
-        chunk = keras.tree.map_structure(lambda a, part=part: a[part], x)
-        with _no_grad(backend):
-            out = model(
-                keras.tree.map_structure(keras.ops.convert_to_tensor, chunk), training=False
-            )
-        first = out[0] if isinstance(out, (list, tuple)) else out
-        if isinstance(first, dict):
-            first = next(iter(first.values()))
-        parts.append(np.asarray(keras.ops.convert_to_numpy(first), dtype=np.float32))
-    return np.concatenate(parts)
 
 
 def agreement(ours: np.ndarray, theirs: np.ndarray) -> dict[str, float | None]:

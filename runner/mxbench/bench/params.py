@@ -61,10 +61,10 @@ def validate(p: Params) -> Params:
         from mxbench.bench.data import list_images, validation_split
 
         classes = list_images(p.data)[2]
-        if p.epochs and validation_split(p.data) is None:
+        if validation_split(p.data) is None and (p.epochs or p.mode == "infer"):
             raise UsageError(
-                f"--data {p.data!r}: a training run needs a validation split "
-                "(val/<class>/ or test/<class>/)"
+                f"--data {p.data!r}: a training run (and a serving cell's gate) needs a "
+                "validation split (val/<class>/ or test/<class>/)"
             )
         limit = found.classes
         if limit is not None and len(classes) > limit:

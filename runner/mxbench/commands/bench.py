@@ -24,10 +24,15 @@ from mxbench.params import Params
 if TYPE_CHECKING:
     from mxbench.results import Record
 
+if TYPE_CHECKING:
+    from mxbench.bench.served import WeightFiles
+
 _IMPORTED_AT = time.time()
 
 
-def bench(pair_with: str = "", **options: Any) -> None:
+def bench(
+    pair_with: str = "", save_weights: str = "", weights_file: str = "", **options: Any
+) -> None:
     """Measure one cell (one fresh process) and print one JSON result record on stdout;
     with --pair-with, the cell and the cells of those policies, interleaved (one record
     each, this cell's first)."""
@@ -39,6 +44,7 @@ def bench(pair_with: str = "", **options: Any) -> None:
 
     params = validate(Params(**options))
     others = _pair_with(pair_with, params)
+    files = _weight_files(params, save_weights, weights_file)
     from mxbench.bench.cell import run_cell
     from mxbench.bench.cell_paired import run_paired
     from mxbench.bench.probe import process_start_time
@@ -54,7 +60,9 @@ def bench(pair_with: str = "", **options: Any) -> None:
         if others:
             records = run_paired(params, others, started_at=started, emit=emit)
         else:
-            records = [run_cell(params, started_at=started, on_step=on_step, emit=emit)]
+            records = [
+                run_cell(params, started_at=started, on_step=on_step, emit=emit, files=files)
+            ]
         for record in records:
             emit(record)
     for record in records:
@@ -97,6 +105,26 @@ def _pair_with(text: str, p: Params) -> list[str]:
     return others
 
 
+def _weight_files(p: Params, save: str, load: str) -> WeightFiles:
+    """``--save-weights`` (a training run's first seed) and ``--weights-file`` (the file of
+    ``--weights trained``; a weights file given as ``--weights`` is its own)."""
+    from mxbench.bench.served import WeightFiles
+    from mxbench.errors import UsageError
+    from mxbench.params import WEIGHTS_NONE, WEIGHTS_TRAINED
+
+    if save and not p.training_run:
+        raise UsageError("--save-weights: a training run's (--epochs) final weights only")
+    if p.weights == WEIGHTS_TRAINED and not load:
+        raise UsageError(
+            "--weights trained: give the training run's file as --weights-file (mxbench run "
+            "does: docs/serving.md)"
+        )
+    if load and p.weights != WEIGHTS_TRAINED:
+        raise UsageError("--weights-file: goes with --weights trained")
+    own = p.weights if p.weights not in (WEIGHTS_NONE, WEIGHTS_TRAINED) else None
+    return WeightFiles(save=save or None, load=load or own)
+
+
 PAIR_WITH = inspect.Parameter(
     "pair_with",
     inspect.Parameter.KEYWORD_ONLY,
@@ -127,9 +155,33 @@ def _option(f: params.Field) -> inspect.Parameter:
     )
 
 
+def _path_option(name: str, flag: str, help: str) -> inspect.Parameter:
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option("", flag, help=help),
+        annotation=str,
+    )
+
+
+WEIGHT_OPTIONS = [
+    _path_option(
+        "save_weights",
+        "--save-weights",
+        "A training run: save its final weights here "
+        "(.weights.h5; mxbench run gives the first seed's a file under RESULTS/weights/).",
+    ),
+    _path_option(
+        "weights_file",
+        "--weights-file",
+        "With --weights trained: the training run's weights file to serve.",
+    ),
+]
+
 # typer reads the options from the signature: one per parameter that has a bench flag.
 bench.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [PAIR_WITH, *(_option(f) for f in params.fields() if f.spec.flag)], return_annotation=None
+    [PAIR_WITH, *WEIGHT_OPTIONS, *(_option(f) for f in params.fields() if f.spec.flag)],
+    return_annotation=None,
 )
 
 

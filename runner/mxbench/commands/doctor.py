@@ -149,7 +149,7 @@ def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results:
     from mxbench.engines import to_record
     from mxbench.params import BASELINE
 
-    timing = [c for c in cells if c.search is None and not c.params.epochs]
+    timing = [c for c in cells if c.search is None and not c.params.training_run]
     if not timing:
         typer.echo(f"{engine.host.name}: no timing cell to measure a noise floor with", err=True)
         return

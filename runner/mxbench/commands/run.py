@@ -110,13 +110,15 @@ def run(
     ```
     """
 
+    from mxbench import trained
     from mxbench.cells import expand, searches
     from mxbench.matrix import default_matrix_path, load_matrix
     from mxbench.store import ResultStore
 
     matrix_path = matrix or default_matrix_path()
     mx = load_matrix(matrix_path)
-    cells = expand(mx, host or None)
+    store = ResultStore(results, label)  # training runs' weights for serving cells: trained.py
+    cells = trained.link(expand(mx, host or None), results, store.latest_by_cell)
     hunts = searches(mx, host or None)
 
     if label is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:+@-]{0,99}", label):
@@ -124,7 +126,6 @@ def run(
             f"--label {label[:40]!r}: use up to 100 letters, digits and . _ : + @ - "
             "(starting with a letter or digit)"
         )
-    store = ResultStore(results, label)
     with contextlib.ExitStack() as held:
         if not dry_run:  # one run at a time per results directory (exit 2 if another holds it)
             store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})

@@ -314,7 +314,8 @@ def implausible(cell: Cell, outcome: Outcome, rec: Record) -> str | None:
     step = rec.metrics.step_ms
     if step is None or step.median is None:
         return "the bench printed an ok record without step times"
-    steps = cell.params.epochs or cell.params.steps  # a training run: a sample per epoch
+    p = cell.params
+    steps = p.epochs if p.epochs and p.training_run else p.steps  # a training run: per epoch
     n = step.n if step.n is not None else len(step.samples)
     if n > steps or len(step.samples) > steps:
         return f"implausible record: {max(n, len(step.samples))} timed steps, the cell ran {steps}"

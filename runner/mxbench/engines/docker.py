@@ -17,6 +17,7 @@ GPUs go through device requests; a host without the NVIDIA runtime gets its cell
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import shutil
 import threading
@@ -158,6 +159,22 @@ def data_mount(data: str) -> dict[str, dict[str, str]]:
     if data == "synthetic":
         return {}
     return {data: {"bind": data, "mode": "ro"}}
+
+
+def weights_mounts(cell: Cell) -> dict[str, dict[str, str]]:
+    """The folders of a cell's weights files at the same path (on the docker host): where a
+    training run saves its final weights (read-write), where a serving cell reads them, or
+    the user's weights file (read-only; a folder, not the file, so a file not there yet is
+    not made a directory by the daemon)."""
+    out: dict[str, dict[str, str]] = {}
+    if cell.save_weights:
+        folder = os.path.dirname(cell.save_weights)
+        out[folder] = {"bind": folder, "mode": "rw"}
+    for path in (cell.weights_file, cell.params.weights):
+        if path and path.endswith(".weights.h5"):
+            folder = os.path.dirname(os.path.abspath(path))
+            out.setdefault(folder, {"bind": folder, "mode": "ro"})
+    return out
 
 
 def model_mount(model: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
@@ -396,7 +413,7 @@ class DockerEngine(Engine):
                 command=cell.bench_args(),
                 environment={**model_env, **self.host.env},
                 device_requests=device_requests(self.host.gpus, cell.params.devices),
-                volumes={**data_mount(cell.params.data), **model_volumes},
+                volumes={**data_mount(cell.params.data), **model_volumes, **weights_mounts(cell)},
                 labels={
                     "io.mxbench.cell": cell.key,
                     "io.mxbench.host": cell.host,

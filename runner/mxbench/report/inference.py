@@ -22,13 +22,23 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from dataclasses import field as default
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from mxbench import latency, stats
-from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE, Gate
-from mxbench.params import BASELINE, POLICIES, Params, control, field, names
+from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE, GATE_RELATIVE_TOP1, Gate
+from mxbench.params import (
+    BASELINE,
+    POLICIES,
+    WEIGHTS_NONE,
+    WEIGHTS_TRAINED,
+    Params,
+    control,
+    field,
+    names,
+)
 from mxbench.report import diagnose_infer, why
 from mxbench.report.tables import image_input, last_line
 from mxbench.results import Record
@@ -43,6 +53,7 @@ HEADERS = [
     "p99 ms [95% CI] (n)",
     "images/s",
     "speedup vs float32 [95% CI]",
+    "top-1 (float32's)",
     "top-1 agreement",
     "output cosine",
     "gate",
@@ -52,16 +63,25 @@ PARTS = ("ms", "low_ms", "high_ms", "needs")  # of each percentile, in the CSV
 # The CSV's columns for serving cells (one row per record: mxbench.report.frame).
 COLUMNS = (  # (params.call has its own column, as every parameter)
     *(f"{latency.name(q)}_{part}" for q in latency.QUANTILES for part in PARTS),
+    "top1",
+    "float32_top1",
     "top1_agreement",
     "output_cosine",
     "gate",
+    "gate_kind",
     "speedup_struck",
 )
 
 
 INTEGERS = tuple(c for c in COLUMNS if c.endswith("_needs"))
-FLOATS = (*(c for c in COLUMNS if c.endswith("_ms")), "top1_agreement", "output_cosine")
-TEXTS = ("gate", "speedup_struck")
+FLOATS = (
+    *(c for c in COLUMNS if c.endswith("_ms")),
+    "top1",
+    "float32_top1",
+    "top1_agreement",
+    "output_cosine",
+)
+TEXTS = ("gate", "gate_kind", "speedup_struck")
 
 
 def serving(r: Record) -> bool:
@@ -154,6 +174,13 @@ def struck(rung: Rung) -> str | None:
     if g is None or not g.ran:
         why = g.note if g is not None and g.note else "no gate record"
         return f"no quality figure against float32 ({why})"
+    if g.kind == "data":
+        if g.top1_relative is None or g.top1_relative < GATE_RELATIVE_TOP1:
+            return (
+                f"top-1 {_share(g.top1)} against float32's {_share(g.float32_top1)} with the "
+                f"same weights (below {GATE_RELATIVE_TOP1:.0%} of it)"
+            )
+        return None
     if g.top1_agreement is None or g.top1_agreement < GATE_AGREEMENT:
         return (
             f"top-1 agreement with float32 {_share(g.top1_agreement)} (below {GATE_AGREEMENT:.0%})"
@@ -197,9 +224,20 @@ def title(r: Record) -> str:
     size = f"{hw[0]}x{hw[1]}" if hw else "its own input"
     device = _CONTROL.sub(" ", r.device.name or r.host or "?")
     return (
-        f"{p.model} at {size}, batch {p.batch_size}, call {p.call} "
+        f"{p.model} at {size}, batch {p.batch_size}, call {p.call}{weights_text(p)} "
         f"({_CONTROL.sub(' ', str(r.host))}, {device}, {p.backend})"
     )
+
+
+def weights_text(p: Params) -> str:
+    """``, weights trained under float32 (3 epochs on digits)``: what the cells served."""
+    if p.weights == WEIGHTS_NONE:
+        return ""
+    if p.weights != WEIGHTS_TRAINED:
+        return f", weights {_CONTROL.sub(' ', Path(p.weights).name)}"
+    under = f"under {p.train_policy}" if p.train_policy else "under the served policy"
+    data = _CONTROL.sub(" ", Path(p.data).name)
+    return f", weights trained {under} ({p.epochs} epochs on {data})"
 
 
 def _speedup_cell(rung: Rung) -> str:
@@ -216,7 +254,15 @@ def _speedup_cell(rung: Rung) -> str:
 def _gate_cell(rung: Rung) -> str:
     if rung.baseline:
         return "float32 (reference)"
-    return f"struck: {rung.struck}" if rung.struck else "pass"
+    g = rung.gate
+    which = " (top-1 on data)" if g is not None and g.kind == "data" else " (synthetic agreement)"
+    return f"struck: {rung.struck}" if rung.struck else "pass" + which
+
+
+def _top1_cell(g: Gate | None) -> str:
+    if g is None or g.kind != "data":
+        return DASH
+    return f"{_share(g.top1)} ({_share(g.float32_top1)})"
 
 
 def _row(rung: Rung) -> list[str]:
@@ -229,6 +275,7 @@ def _row(rung: Rung) -> list[str]:
         *(p.text() for p in rung.percentiles),
         _num(rung.images_per_s, 1),
         _speedup_cell(rung),
+        _top1_cell(g),
         DASH if rung.baseline or g is None else _share(g.top1_agreement),
         DASH if rung.baseline or g is None else _num(g.cosine, 4),
         _gate_cell(rung),
@@ -265,9 +312,56 @@ def sections(winners: list[Record]) -> list[Section]:
         said += [f for rung in rungs if (f := failure(rung)) is not None]
         said += diagnose_infer.diagnose(rungs, every)  # why, after what
         out.append(Section(head, list(HEADERS), [_row(g) for g in rungs], said, rungs))
+    out += cross_sections([rungs for rungs, _, _ in answered])
     if out:
         out[-1].sentences.append(NOTE)
     return out
+
+
+def cross_sections(found: list[list[Rung]]) -> list[Section]:
+    """Trained in one precision, served in another: per setup served with ``weights:
+    trained`` (its groups but the training policy), rows the policy the weights were trained
+    under, columns the precision served; each cell its top-1 on the validation split and its
+    speed against float32 serving the same weights (struck where its gate failed)."""
+    tables: dict[bytes, dict[tuple[str, str], Rung]] = {}
+    for rungs in found:
+        for rung in rungs:
+            p = rung.records[0].params
+            if p.weights == WEIGHTS_TRAINED:
+                key = _group_key_of(msgspec.structs.replace(p, train_policy=None))
+                tables.setdefault(key, {})[(p.train_policy or rung.policy, rung.name)] = rung
+    out = []
+    for cells in tables.values():
+        trained = sorted({t for t, _ in cells}, key=POLICIES.index)
+        ladder = sorted({(_rank(r), r.name) for r in cells.values()})
+        served = [name for _, name in ladder]
+        if len(trained) < 2 and not any(t not in n for t, n in cells):
+            continue  # each policy served as trained, under one policy: no cross
+        rows = [[t, *(_cross_cell(cells.get((t, n))) for n in served)] for t in trained]
+        first = next(iter(cells.values())).records[0]
+        head = title(first).replace(weights_text(first.params), "")
+        said = [
+            f"trained under {t}, served under {n}: speedup struck, {r.struck}"
+            for (t, n), r in cells.items()
+            if r.struck
+        ]
+        said.append(
+            "Rows: the policy the weights were trained under; columns: the precision served. "
+            f"Each cell: top-1 on the validation split of {Path(first.params.data).name} "
+            "(float32's with the same weights in brackets) and the speed against float32 "
+            "serving the same weights."
+        )
+        headers = ["trained under / served under", *served]
+        out.append(Section(f"trained x served: {head}", headers, rows, said))
+    return out
+
+
+def _cross_cell(rung: Rung | None) -> str:
+    if rung is None:
+        return DASH
+    if not rung.ok:
+        return ", ".join(sorted({r.status for r in rung.records}))
+    return f"{_top1_cell(rung.gate)} · {_speedup_cell(rung)}"
 
 
 def _answers(winners: list[Record]) -> list[tuple[list[Rung], str, list[str]]]:
@@ -324,8 +418,11 @@ NOTE = (
     "(distribution-free); with too few calls it reads 'needs N queries' "
     f"(MLPerf Inference's stricter rule asks {latency.mlperf_queries(0.9):,} for p90 and "
     f"{latency.mlperf_queries(0.99):,} for p99 at 99%). A speedup stands only where the "
-    f"gate passed: top-1 agreement >= {GATE_AGREEMENT:.0%} and output cosine >= {GATE_COSINE} "
-    "against float32 with the same weights, on synthetic inputs."
+    f"gate passed: with trained (or given) weights and a data folder, top-1 on its validation "
+    f"split at least {GATE_RELATIVE_TOP1:.0%} of float32's with the same weights (MLPerf's "
+    f"rule); else top-1 agreement >= {GATE_AGREEMENT:.0%} and output cosine >= {GATE_COSINE} "
+    "against float32 with the same weights, on synthetic inputs. The gate column says which "
+    "ran."
 )
 
 
@@ -371,9 +468,12 @@ def columns(winners: list[Record]) -> dict[int, dict[str, Any]]:
                 ratio = rung.ratio if r.status == "ok" else None
                 out[id(r)] = {
                     **(figures if r.status == "ok" else {}),
+                    "top1": None if g is None else g.top1,
+                    "float32_top1": None if g is None else g.float32_top1,
                     "top1_agreement": None if g is None else g.top1_agreement,
                     "output_cosine": None if g is None else g.cosine,
                     "gate": None if rung.baseline else "struck" if rung.struck else "pass",
+                    "gate_kind": None if g is None else g.kind,
                     "speedup_struck": rung.struck,
                     "kernels": rung.kernels or None,
                     **_ratio_columns(ratio),
