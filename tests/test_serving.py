@@ -419,3 +419,29 @@ def test_calls_as_slow_at_batch_256_as_at_1_are_dispatch_bound(
     assert bool(found) is said, found
     if said:
         assert "at batch 256" in found[0] and "256x the work" in found[0]
+
+
+def test_what_ran_is_told_from_any_backend_s_profiled_calls(tmp_path: Path) -> None:
+    """The ladder's "kernels" column: oneDNN's ISA where its log was read (TensorFlow and
+    PyTorch on a CPU), else the busiest operation of the profiled window of calls (JAX's
+    XLA:CPU), and nothing from a window that failed."""
+    jax_window = {"tool": "jax.profiler", "device": "cpu", "steps": 3,
+                  "top_ops": [{"name": "conv_general_dilated", "category": "conv_matmul",
+                               "ms_per_step": 33.2, "calls": 9}]}  # fmt: skip
+    torch_window = {"tool": "torch.profiler", "device": "cpu", "steps": 3,
+                    "onednn": {"gemm_isas": {"avx512_core": 1.0}},
+                    "top_ops": [{"name": "aten::mkldnn_convolution", "category": "conv_matmul",
+                                 "ms_per_step": 2.0, "calls": 9}]}  # fmt: skip
+    failed = {**jax_window, "error": "RuntimeError: no trace"}
+    records = []
+    for host, profile in (("jx", jax_window), ("pt", torch_window), ("bad", failed)):
+        for policy in ("float32", "mixed_bfloat16"):
+            r = served(policy, _calls(10.0), agreement=1.0 if policy != "float32" else None)
+            r["host"], r["profile"] = host, profile
+            r["cell"] = f"{host}-{policy}"
+            records.append(r)
+    sections = _doc(tmp_path, records).inference
+    kernels = {s.rungs[0].records[0].host: [r.kernels for r in s.rungs] for s in sections}
+    assert kernels["jx"] == ["busiest: conv_general_dilated (conv_matmul)"] * 2
+    assert kernels["pt"] == ["avx512_core 100%"] * 2
+    assert kernels["bad"] == ["", ""]

@@ -40,15 +40,26 @@ def _latency(rec: dict[str, Any], batch: int) -> dict[str, Any]:
     assert rate == inf["images_per_s"] and rate > 0
     # the rate follows from the calls: batch x calls / the window they fill
     assert rate <= batch * 1000.0 / min(step["samples"]) * 1.01
-    # no training ran: no losses, no optimizer, no profiled window, no one-step check
+    # no training ran: no losses, no optimizer, no one-step check
     assert rec["metrics"]["losses"] == [] and rec["settings"]["loss_scaling"] is False
     assert rec["convergence"] is None
     prof = rec["profile"]
     if rec["params"]["backend"] == "tensorflow":  # the kernels oneDNN created (warm-up)
         assert prof["device"] == "cpu" and prof["breakdown_ms"] == {} and prof["steps"] is None
         assert prof["onednn"]["gemm_isas"] and prof["onednn"]["kernels"]
-    else:
-        assert prof is None
+    else:  # what ran: a profiled window of the cell's own calls, after the timed ones
+        assert prof["error"] is None and prof["steps"] > 0 and prof["device"] == "cpu"
+        assert prof["tool"] == f"{rec['params']['backend']}.profiler"
+        # the window's call split by category (the host's gaps included) is the call; the
+        # convolutions ran in it, and no optimizer did (at batch 1 eager PyTorch spends as
+        # much on Keras' layout copies and its own dispatch as on them)
+        parts = prof["breakdown_ms"]
+        assert sum(parts.values()) == pytest.approx(prof["step_ms"], rel=0.1)
+        assert parts["conv_matmul"] > 0 and parts["optimizer"] == 0
+        assert "conv_matmul" in {op["category"] for op in prof["top_ops"][:3]}
+        if rec["params"]["backend"] == "torch":  # PyTorch's CPU convolutions are oneDNN's
+            assert prof["onednn"]["gemm_isas"]
+        assert rec["metrics"]["phases_s"]["profile"] > 0
     assert rec["metrics"]["peak_memory_bytes"] > 0
     return inf
 

@@ -363,6 +363,10 @@ def _serve(
         # which oneDNN kernels ran: their creation log (warm-up calls), filled by
         # profile.around once the cell is measured
         rec.profile = Profile(tool="oneDNN creation log (warm-up calls)", device="cpu")
+    elif runs_profile(p) and served.call is not None:  # the kernels of a window of calls
+        gpu = rec.device.kind == "gpu"
+        rec.profile = profiler.run(p.backend, served.model, None, gpu=gpu, calls=served.call)
+        state.phases.mark("profile")
     if rec.inference is not None and first_process(p) and infer.needs_gate(p, files):
         if rec.profile is not None:
             profiler.end_log()  # float32's kernels are not the cell's
@@ -510,7 +514,8 @@ def first_process(p: Params) -> bool:
 
 def runs_profile(p: Params) -> bool:
     """Whether this process runs the profiled window (``profile: on``, first process); a
-    serving cell runs none, its profile is TensorFlow's oneDNN creation log alone."""
+    serving cell's is a window of its calls (TensorFlow on a CPU: oneDNN's creation log
+    of its warm-up calls instead)."""
     return p.profile == "on" and first_process(p)
 
 

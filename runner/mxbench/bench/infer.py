@@ -64,6 +64,7 @@ class Served:
     prepared: harness.Prepared
     quantized: dict[str, int]
     files: WeightFiles = NO_FILES
+    call: Callable[[], Any] | None = None  # one timed call, as it was timed
 
     @property
     def model(self) -> Any:
@@ -142,7 +143,7 @@ def measure(
         warmup_ms=rec.inference.warmup_ms,
         import_s=round(import_s, 3),
     )
-    return Served(prepared, quantized, files)
+    return Served(prepared, quantized, files, call)
 
 
 def quantize(model: Any, mode: str) -> dict[str, int]:

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -101,18 +102,30 @@ def add_log(prof: Profile | None, lines: list[str]) -> None:
         prof.onednn = _evidence(lines)
 
 
-def run(backend: str, model: Any, ds: Any, *, gpu: bool, steps: int = STEPS) -> Profile:
-    """Profile ``steps`` training steps of ``model`` on ``ds``; never raises (a failure
-    is the profile's ``error``)."""
+def run(
+    backend: str,
+    model: Any,
+    ds: Any,
+    *,
+    gpu: bool,
+    steps: int = STEPS,
+    calls: Callable[[], Any] | None = None,
+) -> Profile:
+    """Profile ``steps`` training steps of ``model`` on ``ds``, or with ``calls`` (a serving
+    cell's inference call) ``steps`` of those calls; never raises (a failure is the
+    profile's ``error``)."""
     t0 = time.perf_counter()
     keep = os.environ.get(KEEP_ENV)
     trace_dir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mxbench-profile-"))
-    optimizer = str(getattr(model.optimizer, "name", "") or "") or None
+    optimizer = str(getattr(getattr(model, "optimizer", None), "name", "") or "") or None
     prof = Profile(tool=_TOOLS[backend], steps=steps, device="gpu" if gpu else "cpu")
     try:
         trace_dir.mkdir(parents=True, exist_ok=True)
         collect = _COLLECTORS[backend]
-        ops, wall, lines = collect(model, ds, steps, trace_dir, gpu)
+        window: Window = (
+            partial(_fit, model, ds, steps) if calls is None else partial(_calls, calls, steps)
+        )
+        ops, wall, lines = collect(window, trace_dir, gpu, model if calls is None else None, ds)
         s = summarize(ops, wall_s=wall, steps=steps, optimizer=optimizer, gpu=gpu)
         prof.step_ms = round(wall * 1000 / steps, 4)
         prof.breakdown_ms = s.breakdown_ms
@@ -178,14 +191,33 @@ def _fit(
     return marks["end"] - marks["start"]
 
 
+def _calls(call: Callable[[], Any], steps: int, start: Callable[[], None],
+           stop: Callable[[], None]) -> float:  # fmt: skip
+    """``steps`` + 1 inference calls, the profiler on from the second; the profiled
+    seconds."""
+    call()
+    start()
+    try:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            call()
+        return time.perf_counter() - t0
+    finally:
+        stop()
+
+
 Collected = tuple[list[Op], float, list[str]]  # operations, wall seconds, oneDNN log lines
+# the profiled work: given the profiler's start and stop, runs it; its seconds (_fit, _calls)
+Window = Callable[[Callable[[], None], Callable[[], None]], float]
 
 
-def _tensorflow(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
+def _tensorflow(
+    window: Window, trace_dir: Path, gpu: bool, model: Any = None, ds: Any = None
+) -> Collected:
     import tensorflow as tf
 
     experimental = tf.profiler.experimental
-    wall = _fit(model, ds, steps, lambda: experimental.start(str(trace_dir)), experimental.stop)
+    wall = window(lambda: experimental.start(str(trace_dir)), experimental.stop)
     return _xspace_ops(tf_planes(_xplane(trace_dir)), gpu), wall, []
 
 
@@ -210,14 +242,17 @@ def tf_planes(path: Path) -> Planes:
     return planes
 
 
-def _jax(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
+def _jax(
+    window: Window, trace_dir: Path, gpu: bool, model: Any = None, ds: Any = None
+) -> Collected:
+    """``model`` and ``ds``: a training window's, whose library fusions are then named from
+    the compiled training step (a serving window's stay as the profiler names them)."""
     import jax
 
     profiler = jax.profiler
-    wall = _fit(model, ds, steps, lambda: profiler.start_trace(str(trace_dir)),
-                profiler.stop_trace)  # fmt: skip
+    wall = window(lambda: profiler.start_trace(str(trace_dir)), profiler.stop_trace)
     ops = _xspace_ops(jax_planes(_xplane(trace_dir)), gpu)
-    if not gpu and any(_LIBRARY_FUSION.match(o.names[0]) for o in ops):
+    if model is not None and not gpu and any(_LIBRARY_FUSION.match(o.names[0]) for o in ops):
         ops = _name_library_fusions(ops, model, ds)
     return ops, wall, []
 
@@ -325,7 +360,9 @@ def _xspace_ops(planes: Planes, gpu: bool) -> list[Op]:
     return ops + exclusive(host)
 
 
-def _torch(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Collected:
+def _torch(
+    window: Window, trace_dir: Path, gpu: bool, model: Any = None, ds: Any = None
+) -> Collected:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -343,7 +380,7 @@ def _torch(model: Any, ds: Any, steps: int, trace_dir: Path, gpu: bool) -> Colle
         prof.stop()
 
     with onednn.captured_stdout() as lines:
-        wall = _fit(model, ds, steps, start, stop)
+        wall = window(start, stop)
     if os.environ.get(KEEP_ENV):
         prof.export_chrome_trace(str(trace_dir / "torch-trace.json"))
     ops, host = [], []

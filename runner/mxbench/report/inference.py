@@ -57,7 +57,7 @@ HEADERS = [
     "top-1 agreement",
     "output cosine",
     "gate",
-    "kernels (oneDNN)",
+    "kernels",
 ]
 PARTS = ("ms", "low_ms", "high_ms", "needs")  # of each percentile, in the CSV
 # The CSV's columns for serving cells (one row per record: mxbench.report.frame).
@@ -129,9 +129,16 @@ class Rung:
 
     @property
     def kernels(self) -> str:
-        """What ran the convolutions and matmuls (TensorFlow on a CPU: oneDNN's ISA)."""
-        found = next((r.profile for r in self.ok if r.profile and r.profile.onednn), None)
-        return why.kernels_text(found) if found is not None else ""
+        """What ran the convolutions and matmuls: oneDNN's ISA on a CPU, the Tensor Cores'
+        share on a GPU, else the profiled window's busiest operation."""
+        found = [r.profile for r in self.ok if r.profile and not r.profile.error]
+        said = next((t for f in found if (t := why.kernels_text(f))), "")
+        if said or not found:
+            return said
+        top = next((f.top_ops[0] for f in found if f.top_ops), None)
+        if top is None:
+            return ""
+        return f"busiest: {(top.name or '')[:80]} ({top.category})"
 
     @property
     def gate(self) -> Gate | None:
