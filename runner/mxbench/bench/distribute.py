@@ -284,9 +284,11 @@ def _per_replica(variable: Any) -> list[float]:
     return [float(np.asarray(part).reshape(-1)[0]) for part in parts]
 
 
-def _loss_scales(model: Any) -> list[float]:
+def _loss_scales(plan: Plan, model: Any) -> list[float]:
     """The dynamic loss scale per replica, each distinct value once (agreeing replicas:
-    one); empty without a loss-scale optimizer."""
+    one); empty without a loss-scale optimizer. PyTorch's processes: each one's, gathered."""
+    if plan.p.backend == "torch" and plan.processes > 1:
+        return sorted(set(torch_workers.loss_scales(importlib.import_module("torch"), model)))
     scale_var = getattr(getattr(model, "optimizer", None), "dynamic_scale", None)
     if scale_var is None:
         return []
@@ -341,7 +343,7 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
         shared_cores=plan.shared_cores,
         design=design,  # type: ignore[arg-type]
         allreduce_dtype=_allreduce_dtype(model),
-        loss_scale_replicas=_loss_scales(model),
+        loss_scale_replicas=_loss_scales(plan, model),
         weight_checksums=sums,
         notes=list(plan.notes),
         interconnect=interconnect.read(plan.device_names),  # nvidia-smi topo -m, NCCL

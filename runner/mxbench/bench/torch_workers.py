@@ -102,16 +102,29 @@ def average(torch: Any, grads: list[Any]) -> list[Any]:
     return out
 
 
+def gathered(torch: Any, number: float) -> list[float]:
+    """A number from every process, in rank order (a collective: every process calls it)."""
+    dist = torch.distributed
+    nccl = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu"
+    mine = torch.tensor([number], dtype=torch.float64, device=device)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return [float(g.item()) for g in every]
+
+
 def checksums(torch: Any, model: Any) -> list[float]:
     """Every process's sum of its model's trainable weights (in float64), in rank order
-    (every process calls it: a collective)."""
-    dist = torch.distributed
+    (a collective)."""
     with torch.no_grad():
-        values = [w.value.detach() for w in model.trainable_weights]
-        device = values[0].device if values else "cpu"
-        mine = torch.zeros(1, dtype=torch.float64, device=device)
-        for value in values:
-            mine += value.double().sum()
-        gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-        dist.all_gather(gathered, mine)
-    return [float(g.item()) for g in gathered]
+        total = sum(float(w.value.detach().double().sum()) for w in model.trainable_weights)
+    return gathered(torch, total)
+
+
+def loss_scales(torch: Any, model: Any) -> list[float]:
+    """The dynamic loss scale each process holds, in rank order (a collective; empty
+    without a loss-scale optimizer, on every process alike)."""
+    found = getattr(getattr(model, "optimizer", None), "dynamic_scale", None)
+    if found is None:
+        return []
+    return gathered(torch, float(found.value.detach().reshape(-1)[0]))
