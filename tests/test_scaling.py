@@ -322,7 +322,11 @@ def test_a_docker_host_with_too_few_gpus_listed_is_refused() -> None:
     ("yaml", "message"),
     [
         ("axes: {nodes: [1, 2]}", "nodes > 1 needs a Slurm host"),
-        ("benchmark: {nodes: 2, backend: torch}", "Keras 3 has no torch distribution"),
+        (
+            "benchmark: {nodes: 2, devices: 2, backend: torch}",
+            "devices: 2: data parallel is "
+            "not supported yet on the torch backend within one process",
+        ),
         ("benchmark: {nodes: 2, backend: jax}\naxes: {batch_size: [max]}", "one process"),
     ],
 )
@@ -333,8 +337,8 @@ def test_several_processes_are_refused_where_they_cannot_run(yaml: str, message:
     assert message in str(exc.value)
 
 
-@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
-def test_several_processes_run_on_jax_and_tensorflow(backend: str) -> None:
+@pytest.mark.parametrize("backend", ["jax", "tensorflow", "torch"])
+def test_several_processes_run_on_every_backend(backend: str) -> None:
     m = parse_matrix(f"version: 1\nbenchmark: {{backend: {backend}}}\naxes: {{nodes: [1, 2]}}\n"
                      "hosts: [{name: c, engine: slurm, python: /p}]\n")  # fmt: skip
     from mxbench.cells import expand

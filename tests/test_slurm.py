@@ -229,16 +229,18 @@ def test_interrupt_inside_the_poll_loop_cancels_without_help(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+@pytest.mark.parametrize("backend", ["jax", "tensorflow", "torch"])
 def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(
     tmp_path: Path, backend: str
 ) -> None:
     """nodes: 2 on the one-node CI cluster (tasks_per_node: 2): a job of two tasks, srun
     starting the bench in each; JAX: jax.distributed meeting from Slurm's variables, the
     gloo collectives on the CPU; TensorFlow: MultiWorkerMirroredStrategy from a TF_CONFIG
-    each task writes from Slurm's variables, its ring all-reduce over gRPC. One record (the
-    first task's) per cell, of a global batch of 2 x 8, against the one-process cell of the
-    same per-device batch (the map's N = 1)."""
+    each task writes from Slurm's variables, its ring all-reduce over gRPC; PyTorch: a
+    torch.distributed group over gloo from torchrun's variables derived from Slurm's, the
+    gradients all-reduced before the optimizer applies them. One record (the first task's)
+    per cell, of a global batch of 2 x 8, against the one-process cell of the same
+    per-device batch (the map's N = 1)."""
     pytest.importorskip(backend)
     host = _name("nodes")
     bench = ("benchmark: {image_size: 32, steps: 6, warmup_steps: 2, repeats: 1, "
@@ -268,8 +270,13 @@ def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(
     assert {p["devices"] for p in scaling_map["points"]} == {1, 2}, scaling_map
     assert d["shared_cores"]  # two tasks on the one node: one host's cores
     mechanism = {"jax": "keras.distribution.DataParallel",
-                 "tensorflow": "tf.distribute.MultiWorkerMirroredStrategy"}  # fmt: skip
+                 "tensorflow": "tf.distribute.MultiWorkerMirroredStrategy",
+                 "torch": "torch.distributed gradient all_reduce (gloo)"}  # fmt: skip
     assert d["mechanism"] == mechanism[backend], d
     if backend == "tensorflow":  # the workers TF_CONFIG named: the one node, two ports
         (listen,) = [n for n in d["notes"] if n.startswith("TF_CONFIG from Slurm")]
         assert listen.count(f"{d['nodes']}:") == 2, listen
+    if backend == "torch":  # each process fed its own examples: without the all-reduce the
+        sums = d["weight_checksums"]  # two replicas' weights part (tried: 210.5 vs 229.4)
+        assert len(sums) == 2 and sums[0] == sums[1] != 0, sums
+        assert d["allreduce_dtype"] == "float32"

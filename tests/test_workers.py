@@ -1,4 +1,5 @@
-"""TensorFlow's workers from Slurm's variables: the host list, tasks per node, TF_CONFIG.
+"""TensorFlow's workers from Slurm's variables: the host list, tasks per node, TF_CONFIG;
+PyTorch's rendezvous (torchrun's variables) from the same.
 
 Pure functions of the environment; a real two-task job (MultiWorkerMirroredStrategy
 training on the CI's Slurm cluster) is tests/test_slurm.py's."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from mxbench.bench.torch_workers import rendezvous
 from mxbench.bench.workers import (
     PORT_BASE,
     PORT_BLOCKS,
@@ -102,3 +104,20 @@ def test_the_job_level_variables_serve_when_the_steps_are_missing() -> None:
 def test_each_task_of_a_node_takes_its_own_gpus() -> None:
     assert gpu_slice(visible=4, local=1, devices=2) == slice(2, 4)  # the node's GPUs shared
     assert gpu_slice(visible=2, local=1, devices=2) == slice(0, 2)  # bound per task by Slurm
+
+
+def test_torch_meets_at_the_first_node_on_the_jobs_first_port() -> None:
+    """torchrun's variables: rank 0's host (n9, Slurm's first, not n10 by name) on the first
+    port of the job's block (the port TensorFlow's first worker gets), rank and world from
+    Slurm's task id and count."""
+    env = _env(3, SLURM_LOCALID="1")
+    found = rendezvous(env)
+    first = tf_config(env)["cluster"]["worker"][0]
+    assert (
+        f"{found['MASTER_ADDR']}:{found['MASTER_PORT']}"
+        == first
+        == f"n9:{PORT_BASE + 1234 % PORT_BLOCKS * PORT_SPAN}"
+    )
+    assert (found["RANK"], found["WORLD_SIZE"], found["LOCAL_RANK"]) == ("3", "4", "1")
+    with pytest.raises(RuntimeError, match="SLURM_PROCID is not set"):
+        rendezvous({k: v for k, v in env.items() if k != "SLURM_PROCID"})

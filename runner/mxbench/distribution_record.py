@@ -58,8 +58,8 @@ class Distribution(_Part, kw_only=True):
         int,
         Meta(ge=1),
         Doc(
-            "processes the cell trained in (params.nodes: Slurm tasks; jax.distributed "
-            "or TensorFlow's workers)"
+            "processes the cell trained in (params.nodes: Slurm tasks; jax.distributed, "
+            "TensorFlow's workers or a torch.distributed group)"
         ),
     ] = 1
     nodes: Annotated[
@@ -102,6 +102,11 @@ class Distribution(_Part, kw_only=True):
         list[float],
         Doc("the dynamic loss scale as each replica holds it after the timed steps (one "
             "value when they agree; several: the replicas disagreed)"),
+    ] = []  # fmt: skip
+    weight_checksums: Annotated[
+        list[float],
+        Doc("PyTorch across processes: each process's sum of its trainable weights after "
+            "the timed steps, in rank order (equal: the replicas stayed in step)"),
     ] = []  # fmt: skip
     notes: Annotated[
         list[str], Doc("what data parallel changed (TensorFlow: jit_compile turned off)")

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-# The backend's own data-parallel mechanism, by Keras backend (torch: not yet, Keras 3 has
-# no distribution for it), in one process and across several (``nodes``).
+# The backend's own data-parallel mechanism, by Keras backend, in one process and across
+# several (``nodes``). torch: across processes only (Keras 3 has no distribution for it;
+# ours is mxbench.bench.torch_workers, one device per process).
 MECHANISMS = {
     "jax": "keras.distribution.DataParallel",
     "tensorflow": "tf.distribute.MirroredStrategy",
@@ -24,6 +25,7 @@ MECHANISMS = {
 ACROSS_PROCESSES = {
     "jax": "keras.distribution.DataParallel",  # its mesh spans jax.distributed's processes
     "tensorflow": "tf.distribute.MultiWorkerMirroredStrategy",
+    "torch": "torch.distributed gradient all_reduce",  # the process group's backend added
 }
 INDEPENDENT = "independent"  # the scaling of replicas with no all-reduce
 INDEPENDENT_MECHANISM = "independent replicas (no gradient all-reduce)"
@@ -64,24 +66,25 @@ def problem(
     ``nodes`` processes: (the parameter to name, why), or None when it can. ``batch_size``
     may be a search's ``max`` (a word)."""
     if nodes > 1 and backend not in ACROSS_PROCESSES:
-        return ("nodes", f"{nodes}: several processes run on the jax and tensorflow backends "
-                         f"only (Keras 3 has no {backend} distribution); use nodes: 1 on "
-                         f"{backend}")  # fmt: skip
+        known = ", ".join(sorted(ACROSS_PROCESSES))
+        return ("nodes", f"{nodes}: several processes run on the {known} backends only; "
+                         f"use nodes: 1 on {backend}")  # fmt: skip
     if nodes > 1 and scaling == INDEPENDENT:
         return ("scaling", f"{scaling}: independent replicas train in one process (nodes 1)")
     if scaling == INDEPENDENT and isinstance(batch_size, str):
         return ("batch_size", f"{batch_size}: independent replicas need a fixed batch size")
     if nodes > 1 and isinstance(batch_size, str):
         return ("batch_size", f"{batch_size}: a batch-size search runs in one process")
+    if devices > 1 and backend not in MECHANISMS:
+        return (
+            "devices",
+            f"{devices}: data parallel is not supported yet on the {backend} backend within "
+            f"one process (only {' and '.join(sorted(MECHANISMS))}: Keras 3 has no {backend} "
+            f"distribution); use devices: 1 there (several processes: nodes)",
+        )
     devices *= nodes
     if devices <= 1:
         return None
-    if backend not in MECHANISMS:
-        return (
-            "devices",
-            f"{devices}: data parallel is not supported yet on the {backend} backend "
-            f"(only {' and '.join(sorted(MECHANISMS))}); use devices: 1 there",
-        )
     if epochs:
         return ("devices", f"{devices}: training runs (epochs) measure one device (only 1)")
     if scaling == "strong" and isinstance(batch_size, int) and batch_size % devices:

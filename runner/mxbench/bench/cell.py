@@ -184,6 +184,7 @@ def _build(p: Params, rec: Record, state: CellState) -> Arm:
     with in_scope():
         jit = distribute.jit_compile(state.dist, p.jit_compile)
         harness.compile_model(prepared, jit, p.loss_scale, p.steps_per_execution)
+    distribute.replicate(state.dist, model)  # PyTorch's processes: rank 0's weights, averaging
     _dtype_settings(rec.settings, model, p.policy)
     phases.mark("build")
     if p.epochs:  # a training run: no input pipeline of ours
@@ -195,7 +196,7 @@ def _build(p: Params, rec: Record, state: CellState) -> Arm:
         ds = _user_dataset(prepared, fed)
         rec.settings.input_device = "model's dataset"
     elif p.synthetic:
-        x, y = harness.synthetic_batch(prepared, fed)
+        x, y = harness.synthetic_batch(prepared, fed, distribute.rank(p))  # each its own
         assert state.backend is not None
         ds, rec.settings.input_device = state.backend.dataset(x, y)
     else:

@@ -15,9 +15,14 @@
   node of the job coordinates), the CPU's collectives over gloo; ``DataParallel`` spans
   every process's devices. TensorFlow: ``MultiWorkerMirroredStrategy`` from a
   ``TF_CONFIG`` each task writes from Slurm's variables (:mod:`mxbench.bench.workers`).
+  PyTorch (Keras 3 has no torch distribution): ``torch.distributed`` from torchrun's
+  variables each task derives from Slurm's, the weights broadcast from rank 0 and the
+  gradients all-reduced before the model's own optimizer applies them
+  (:mod:`mxbench.bench.torch_workers`; one device per process).
   Each process feeds its own devices' share of the global batch (JAX: Keras's
-  auto-sharding off; TensorFlow: each worker's dataset, distributed from a function), and
-  only the first process prints the record.
+  auto-sharding off; TensorFlow: each worker's dataset, distributed from a function;
+  synthetic examples seeded by the process's rank, so each feeds its own), and only the
+  first process prints the record.
 
 The batch a process feeds is its devices' share of the global one
 (:func:`mxbench.scale.process_batch`: the global batch in one process); each backend splits
@@ -36,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mxbench import scale
-from mxbench.bench import interconnect, workers
+from mxbench.bench import interconnect, torch_workers, workers
 from mxbench.params import Params
 from mxbench.results import Distribution, Record
 
@@ -75,10 +80,15 @@ def before_import(p: Params) -> None:
         _join(importlib.import_module("jax"), p)
 
 
+def rank(p: Params) -> int:
+    """This process's place among its cell's (Slurm's task id; 0 in a cell of one)."""
+    return int(os.environ.get("SLURM_PROCID", "0")) if p.nodes > 1 else 0
+
+
 def first_process(p: Params) -> bool:
     """Whether this process speaks for its cell: always, but in a cell of several processes
     only the first (Slurm's task 0); the others train and keep quiet."""
-    return p.nodes <= 1 or os.environ.get("SLURM_PROCID", "0") == "0"
+    return rank(p) == 0
 
 
 def setup(p: Params) -> Plan | None:
@@ -92,6 +102,8 @@ def setup(p: Params) -> Plan | None:
     versions = {"keras": keras.__version__}
     if p.backend == "jax":
         return _jax(p, versions)
+    if p.backend == "torch":
+        return _torch(p, versions)
     return _tensorflow(p, versions)
 
 
@@ -178,6 +190,30 @@ def _tf_workers(tf: Any, p: Params, versions: dict[str, str]) -> Plan:
     return Plan(p, mechanism, names, shared, versions, p.nodes, strategy, notes=notes)
 
 
+def _torch(p: Params, versions: dict[str, str]) -> Plan:
+    """This Slurm task as one process of a ``torch.distributed`` group (one device each)."""
+    _one_of_the_tasks(p)
+    torch: Any = importlib.import_module("torch")
+    versions["torch"] = str(torch.__version__)
+    group, master = torch_workers.join(torch, p.devices)
+    world = torch.distributed.get_world_size()
+    kind = "cuda" if group == "nccl" else "cpu"
+    names = [f"rank{r}:{kind}" for r in range(world)]
+    notes = [f"process group {group}, rendezvous at {master} (from Slurm's variables)",
+             "weights broadcast from rank 0; gradients averaged by all_reduce before the "
+             "optimizer applies them"]  # fmt: skip
+    shared = group == "gloo" and _tasks_share_a_node()
+    mechanism = f"{scale.ACROSS_PROCESSES['torch']} ({group})"
+    return Plan(p, mechanism, names, shared, versions, p.nodes, notes=notes)
+
+
+def replicate(plan: Plan | None, model: Any) -> None:
+    """After the model is compiled: what the mechanism needs of it (PyTorch's processes:
+    rank 0's weights everywhere, the optimizer averaging gradients; the others: nothing)."""
+    if plan is not None and plan.p.backend == "torch" and plan.processes > 1:
+        torch_workers.replicate(importlib.import_module("torch"), model)
+
+
 def _enough(found: list[Any], p: Params) -> None:
     if len(found) < p.devices:
         raise RuntimeError(
@@ -248,9 +284,11 @@ def _per_replica(variable: Any) -> list[float]:
     return [float(np.asarray(part).reshape(-1)[0]) for part in parts]
 
 
-def _loss_scales(model: Any) -> list[float]:
+def _loss_scales(plan: Plan, model: Any) -> list[float]:
     """The dynamic loss scale per replica, each distinct value once (agreeing replicas:
-    one); empty without a loss-scale optimizer."""
+    one); empty without a loss-scale optimizer. PyTorch's processes: each one's, gathered."""
+    if plan.p.backend == "torch" and plan.processes > 1:
+        return sorted(set(torch_workers.loss_scales(importlib.import_module("torch"), model)))
     scale_var = getattr(getattr(model, "optimizer", None), "dynamic_scale", None)
     if scale_var is None:
         return []
@@ -265,8 +303,18 @@ def _allreduce_dtype(model: Any) -> str | None:
     return str(getattr(weights[0], "dtype", None) or "") or None if weights else None
 
 
-def _replicas(plan: Plan, model: Any) -> int | None:
-    """Replicas holding the variables: TensorFlow's workers each find their own, summed."""
+def _checksums(plan: Plan, model: Any) -> list[float]:
+    """Each PyTorch process's sum of its weights (every process gathers; others: none)."""
+    if plan.p.backend != "torch" or plan.processes <= 1:
+        return []
+    return torch_workers.checksums(importlib.import_module("torch"), model)
+
+
+def _replicas(plan: Plan, model: Any, sums: list[float]) -> int | None:
+    """Replicas holding the variables: TensorFlow's workers each find their own, summed;
+    PyTorch's processes each one, counted by the weights they sent."""
+    if sums:
+        return len(sums)
     found = replicas(model)
     if plan.strategy is None or plan.processes <= 1 or found is None:
         return found
@@ -280,11 +328,12 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
     p = plan.p
     if p.backend == "jax":  # the flags this process ran with: the host devices added
         rec.settings.xla_flags = os.environ.get("XLA_FLAGS")
+    sums = _checksums(plan, model)  # a collective: before anything may differ by process
     rec.distribution = Distribution(
         devices=p.devices,
         processes=plan.processes,
         nodes=os.environ.get("SLURM_JOB_NODELIST") if plan.processes > 1 else None,
-        replicas=_replicas(plan, model),
+        replicas=_replicas(plan, model, sums),
         scaling=p.scaling,
         global_batch=scale.global_batch(p),
         per_device_batch=scale.per_device_batch(p),
@@ -294,7 +343,8 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
         shared_cores=plan.shared_cores,
         design=design,  # type: ignore[arg-type]
         allreduce_dtype=_allreduce_dtype(model),
-        loss_scale_replicas=_loss_scales(model),
+        loss_scale_replicas=_loss_scales(plan, model),
+        weight_checksums=sums,
         notes=list(plan.notes),
         interconnect=interconnect.read(plan.device_names),  # nvidia-smi topo -m, NCCL
     )

@@ -15,6 +15,9 @@ and writes it as ``TF_CONFIG`` before the strategy is made:
   port number ``SLURM_LOCALID``. Two jobs collide only when their ids differ by a multiple
   of :data:`PORT_BLOCKS` and they share a node at once.
 
+The node list and the job's port block serve PyTorch's rendezvous too
+(:mod:`mxbench.bench.torch_workers`).
+
 TensorFlow's own ``SlurmClusterResolver`` is not used: on a host without GPUs it divides by
 a GPU count of 0 (``range`` with step 0), and it orders nodes by name (``n10`` before
 ``n9``) where Slurm ranks tasks in node-list order.
@@ -87,27 +90,37 @@ def task_counts(text: str) -> list[int]:
     return counts
 
 
-def _slurm(env: Mapping[str, str], *names: str) -> str:
+def slurm_var(env: Mapping[str, str], *names: str) -> str:
     for name in names:
         if env.get(name):
             return env[name]
     raise RuntimeError(f"{names[0]} is not set: this process is not a task of a Slurm step")
 
 
+def port_block(env: Mapping[str, str]) -> int:
+    """The first of this job's :data:`PORT_SPAN` ports (from ``SLURM_JOB_ID``)."""
+    return PORT_BASE + int(slurm_var(env, "SLURM_JOB_ID")) % PORT_BLOCKS * PORT_SPAN
+
+
+def step_hosts(env: Mapping[str, str]) -> list[str]:
+    """The step's nodes in Slurm's order (the job's where the step's are not set)."""
+    return expand_nodelist(slurm_var(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"))
+
+
 def tf_config(env: Mapping[str, str]) -> dict[str, Any]:
     """``TF_CONFIG`` of this task: every task's ``host:port`` in rank order, and its own
     index. RuntimeError where Slurm's variables are missing, disagree, or put this task
     elsewhere than the block distribution says."""
-    hosts = expand_nodelist(_slurm(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"))
-    counts = task_counts(_slurm(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"))
-    total = int(_slurm(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"))
-    rank = int(_slurm(env, "SLURM_PROCID"))
+    hosts = step_hosts(env)
+    counts = task_counts(slurm_var(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"))
+    total = int(slurm_var(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"))
+    rank = int(slurm_var(env, "SLURM_PROCID"))
     if len(counts) != len(hosts) or sum(counts) != total:
         raise RuntimeError(f"Slurm's {len(hosts)} node(s) and tasks {counts} disagree with "
                            f"its {total} task(s)")  # fmt: skip
     if max(counts) > PORT_SPAN:
         raise RuntimeError(f"{max(counts)} tasks on one node: at most {PORT_SPAN} here")
-    block = PORT_BASE + int(_slurm(env, "SLURM_JOB_ID")) % PORT_BLOCKS * PORT_SPAN
+    block = port_block(env)
     where = [(h, local) for h, n in zip(hosts, counts, strict=True) for local in range(n)]
     if not 0 <= rank < total:
         raise RuntimeError(f"SLURM_PROCID {rank}: not one of the step's {total} tasks")
