@@ -360,3 +360,20 @@ def test_a_repeat_that_failed_beside_ok_ones_is_a_failure_of_the_report(tmp_path
     (s,) = doc.speed
     assert s.failures == ["batch 32 float32 repeat 2 (OOM): RESOURCE_EXHAUSTED: OOM"]
     assert "repeat 2 (OOM)" in markdown.render(doc) and "repeat 2 (OOM)" in terminal.render(doc)
+
+
+def test_a_plain_training_table_names_no_parameter_left_at_its_default(tmp_path: Path) -> None:
+    """Axes added for other questions (serving's mode, call, quantization and weights; the
+    scaling map's devices, nodes and scaling; loss scaling) are named in a table's setup line
+    only where a matrix chose another value: a plain training table reads as it always did,
+    whatever parameter is added next (a new one that shows at its default fails here)."""
+    path = tmp_path / "r.jsonl"
+    write(path, [rec(policy=p, params={"image_size": 32}) for p in ("float32", "mixed_bfloat16")])
+    loaded = load([path])
+    (table,) = build(loaded.winners)
+    from mxbench.report import annotate
+
+    setup = next(line for line in annotate.lines(table) if line.startswith("setup: "))
+    named = [part.split(" ")[0] for part in setup.removeprefix("setup: ").split(" · ")]
+    assert named == ["model", "image_size", "data", "jit_compile", "backend",
+                     "steps_per_execution", "flip"], setup  # fmt: skip

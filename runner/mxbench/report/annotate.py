@@ -95,7 +95,16 @@ def _takes_tokens(rec: Record) -> bool:
 
 # Setup parameters a table names only away from their defaults (Keras' own loss scaling; a
 # training cell's mode, call and quantization; one device in one process, and its scaling)
-_SAID_WHEN_CHOSEN = ("loss_scale", "mode", "call", "quantize", "devices", "nodes", "scaling")
+_SAID_WHEN_CHOSEN = (
+    "loss_scale",
+    "mode",
+    "call",
+    "quantize",
+    "weights",
+    "devices",
+    "nodes",
+    "scaling",
+)
 
 
 def _not_for_this_model(rec: Record) -> tuple[str, ...]:
