@@ -43,7 +43,7 @@ A100 = {"kind": "gpu", "name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8
 FORMATS = ("markdown", "html", "terminal", "json", "csv")
 # What a document is made from, not a part of it: the records, the tables, how to make the
 # sections (the sections themselves are walked).
-INPUTS = {"loaded", "tables", "makers", "early"}
+INPUTS = {"loaded", "tables", "makers"}
 # What a section is, not what it shows: its kind, its link target, the table it is made from.
 SECTION_INPUTS = {"kind", "anchor", "table"}
 

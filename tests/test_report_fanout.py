@@ -43,35 +43,10 @@ def test_many_items_are_done_by_worker_processes_in_order() -> None:
     # (instant items were all taken by the first worker at times: a flaky count)
     got = _python(_PIDS.format(setup="import time", job="time.sleep(0.002) or (i, os.getpid())"))
     assert got["order"]
-    # forked workers (one fewer than the cores) took runs from the front, and this process
-    # the runs none had started, from the back: at most one process per core in all
-    workers = set(got["pids"]) - {got["parent"]}
-    assert 1 <= len(workers) <= CORES - 1
-    assert len(got["pids"]) <= CORES
-
-
-_OVERLAP = """
-import json, os, time
-from mxbench.report import fanout
-fanout.prepare()
-started = time.perf_counter()
-pending = fanout.Pending(lambda i: (time.sleep(0.004), os.getpid())[1], 500)
-time.sleep(1.0)  # this process's other work: the worker goes on meanwhile
-waited = time.perf_counter()
-out = pending.result()
-print(json.dumps({"collect_s": time.perf_counter() - waited, "pids": sorted(set(out)),
-                  "parent": os.getpid(), "n": len(out)}))
-"""
-
-
-@pytest.mark.skipif(CORES < 2, reason="one usable core: the report stays in one process")
-def test_work_started_early_goes_on_while_this_process_does_something_else() -> None:
-    # 500 items of 4 ms: 2 s of work. Started, then 1 s of this process's own: the worker
-    # did about half meanwhile, so collecting takes well under the 2 s it would alone
-    got = _python(_OVERLAP)
-    assert got["n"] == 500
-    assert got["parent"] in got["pids"] and len(got["pids"]) >= 2
-    assert got["collect_s"] < 1.8
+    assert got["parent"] not in got["pids"]
+    # several workers shared the items (a worker forked after the others took every chunk
+    # is the machine's load, not a fault: at least two, at most one per core)
+    assert 2 <= len(got["pids"]) <= min(CORES, 1000 // (fanout.MIN_ITEMS // 2))
 
 
 def test_a_worker_killed_costs_the_parallelism_not_the_result() -> None:

@@ -135,8 +135,7 @@ def _report(
             f"no result records{which} found in {where}: run `mxbench run` first (or point "
             "--results at result files or the folders above them)"
         )
-    # the first output's sections are made in worker processes while the rest is made
-    doc = document.build(loaded, tables.build(loaded.winners), document.each_of(targets[0][0]))
+    doc = document.build(loaded, tables.build(loaded.winners))
     written: list[Path] = []
     for fmt, path in targets:
         if fmt == "terminal" and path is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from mxbench import stats
 from mxbench.params import BASELINE
@@ -166,11 +166,6 @@ class Document:
     # serving cells: latency percentiles, throughput, the gate (report/inference.py)
     inference: list[inference.Section] = field(default_factory=list)
 
-    # sections being made and rendered already, by (renderer, kind): see :func:`build`
-    early: dict[tuple[Callable[[Section], Any], SectionKind | None], fanout.Pending[Any]] = field(
-        default_factory=dict
-    )
-
     @cached_property
     def sections(self) -> list[Section]:
         return [make() for _, make in self.makers]
@@ -187,22 +182,10 @@ class Document:
         """``render`` of every section (of one ``kind``), in order. Sections not made yet
         are made and rendered in worker processes (:func:`mxbench.report.fanout.fan_out`):
         ``render`` must be a pure function whose result pickles (text, a dict)."""
-        early = self.early.pop((render, kind), None)
-        if early is not None:
-            return early.result()
         if "sections" in self.__dict__:  # made already: render them here
             return [render(s) for s in self.sections if kind in (None, s.kind)]
-        return _rendering(self.makers, render, kind).result()
-
-
-def _rendering(
-    makers: list[tuple[SectionKind, Callable[[], Section]]],
-    render: Callable[[Section], R],
-    kind: SectionKind | None,
-) -> fanout.Pending[R]:
-    """``render`` of every section of ``kind`` (all: None), made and rendered under way."""
-    chosen = [make for k, make in makers if kind in (None, k)]
-    return fanout.Pending(lambda i: render(chosen[i]()), len(chosen))
+        makers = [make for k, make in self.makers if kind in (None, k)]
+        return fanout.fan_out(lambda i: render(makers[i]()), len(makers))
 
 
 _NOT_MEASURED = GridCell("", "none", "")  # one for every empty cell of the grids (immutable)
@@ -318,14 +301,7 @@ def largest(c: capacity.Capacity, anchor: str) -> Section:
     )
 
 
-def build(
-    loaded: Loaded,
-    tables: Sequence[Table],
-    early: tuple[Callable[[Section], Any], SectionKind | None] | None = None,
-) -> Document:
-    """The document of the merged records and their tables. ``early``: the renderer (and
-    kind) a format will ask :meth:`Document.each` for: its sections are made and rendered
-    in worker processes while the grids and the rest are made here."""
+def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
     anchors = {id(t): f"table-{i + 1}" for i, t in enumerate(tables)}
     texts = {id(t): text.speedup_texts(t) for t in tables if t.ratios}
     makers: list[tuple[SectionKind, Callable[[], Section]]] = [
@@ -333,7 +309,6 @@ def build(
     ]
     found = capacity.build(loaded.winners)
     makers += [("largest", partial(largest, c, f"largest-{i + 1}")) for i, c in enumerate(found)]
-    started = {early: _rendering(makers, *early)} if early is not None else {}
     summary = grids(tables, anchors, texts)
     notices = text.notices(loaded) + answers.time_per_run(loaded.winners)
     if tables and not summary:
@@ -350,7 +325,6 @@ def build(
         shares=training.shares(loaded.winners),
         scaling=scaling.build(tables),
         inference=inference.sections(loaded.winners),
-        early=started,
     )
 
 
@@ -370,17 +344,6 @@ def render(doc: Document, fmt: str) -> str:
     module = importlib.import_module(FORMATS[fmt][0])
     out: str = module.render(doc)
     return out
-
-
-def each_of(fmt: str) -> tuple[Callable[[Section], Any], SectionKind | None] | None:
-    """The renderer (and kind) format ``fmt`` gives :meth:`Document.each` first (its
-    module's ``EACH``), for :func:`build`'s ``early``; None where it renders otherwise."""
-    import importlib
-
-    found: tuple[Callable[[Section], Any], SectionKind | None] | None = getattr(
-        importlib.import_module(FORMATS[fmt][0]), "EACH", None
-    )
-    return found
 
 
 def format_of(suffix: str) -> str | None:

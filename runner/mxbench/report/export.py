@@ -160,9 +160,6 @@ def _grid(g: Grid) -> dict[str, Any]:
     }
 
 
-EACH = (_table, "speed")  # what render asks Document.each for first: made early
-
-
 def render(doc: Document) -> str:
     loaded = doc.loaded
     out = {

@@ -2,11 +2,9 @@
 
 A large report is thousands of sections, each a pure function of its table: built and
 rendered one after another they were about half of a 100,000-record report's time
-(benchmarks/report_speed.py). :class:`Pending` hands contiguous runs of them to forked
-workers of a :class:`concurrent.futures.ProcessPoolExecutor` (one fewer than the cores) as
-soon as the items can be made, and this process, once done with what it does meanwhile
-(the answer grids), takes the runs no worker has started; forked workers inherit the merged
-records and tables as they stand, so only the results (text) cross back.
+(benchmarks/report_speed.py). :func:`fan_out` hands contiguous runs of them to forked
+workers of a :class:`concurrent.futures.ProcessPoolExecutor`; forked workers inherit the
+merged records and tables as they stand, so only the results (text) cross back.
 
 It stays in one process where forking is not safe or not worth it: fewer than
 :data:`MIN_ITEMS` items, one usable core, a platform other than Linux, a process that runs
@@ -21,14 +19,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 R = TypeVar("R")
 
 MIN_ITEMS = 256  # below this, forking costs more than it saves
-PARTS = 32  # runs of items: the workers take them from the front, this process from the back
+CHUNKS_PER_WORKER = 4  # runs of items per worker: an uneven run does not hold up the rest
 
 _job: Callable[[int], Any] | None = None  # what the forked workers run (set while they do)
 
@@ -92,54 +90,22 @@ def _run(bounds: tuple[int, int]) -> list[Any]:
     return [_job(i) for i in range(*bounds)]
 
 
-class Pending(Generic[R]):
-    """``[job(0), ..., job(n - 1)]`` under way: forked workers (one fewer than the cores)
-    start on runs of items from the front at once, while this process goes on with other
-    work; :meth:`result` then takes the runs no worker has started, from the back, and
-    collects the rest. Where forking is not safe or not worth it (:func:`can_fork`,
-    :data:`MIN_ITEMS`), nothing starts early and :meth:`result` does every item here.
-    One at a time: a second, started while one is under way, runs here."""
-
-    def __init__(self, job: Callable[[int], R], n: int) -> None:
-        global _job
-        self.job, self.n = job, n
-        self.pool: ProcessPoolExecutor | None = None
-        self.bounds: list[tuple[int, int]] = []
-        self.futures: list[Future[list[R]]] = []
-        cores = min(workers(), -(-n // (MIN_ITEMS // 2)))
-        if n < MIN_ITEMS or cores < 2 or _job is not None or not can_fork():
-            return
-        _job = job
-        parts = min(PARTS, n)
-        self.bounds = [(k * n // parts, (k + 1) * n // parts) for k in range(parts)]
-        import multiprocessing
-
-        self.pool = ProcessPoolExecutor(cores - 1, mp_context=multiprocessing.get_context("fork"))
-        self.futures = [self.pool.submit(_run, b) for b in self.bounds]
-
-    def result(self) -> list[R]:
-        global _job
-        if self.pool is None:
-            return [self.job(i) for i in range(self.n)]
-        runs: list[list[R] | None] = [None] * len(self.bounds)
-        try:
-            for k in reversed(range(len(self.bounds))):  # what no worker has started
-                if not self.futures[k].cancel():
-                    break
-                runs[k] = [self.job(i) for i in range(*self.bounds[k])]
-            for k, future in enumerate(self.futures):
-                if runs[k] is None:
-                    try:
-                        runs[k] = future.result()
-                    except BrokenProcessPool:  # a worker died (killed for memory): here
-                        runs[k] = [self.job(i) for i in range(*self.bounds[k])]
-        finally:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            _job = None
-        return [r for run in runs if run is not None for r in run]
-
-
 def fan_out(job: Callable[[int], R], n: int) -> list[R]:
     """``[job(0), ..., job(n - 1)]``, in order; ``job`` must be a pure function of its
     index whose result pickles (it runs in a forked copy of this process)."""
-    return Pending(job, n).result()
+    cores = min(workers(), -(-n // (MIN_ITEMS // 2)))
+    if n < MIN_ITEMS or cores < 2 or not can_fork():
+        return [job(i) for i in range(n)]
+    global _job
+    _job = job
+    parts = cores * CHUNKS_PER_WORKER
+    bounds = [(k * n // parts, (k + 1) * n // parts) for k in range(parts)]
+    try:
+        import multiprocessing
+
+        with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("fork")) as pool:
+            return [r for run in pool.map(_run, bounds) for r in run]
+    except BrokenProcessPool:  # a worker died (killed for memory): do it here instead
+        return [job(i) for i in range(n)]
+    finally:
+        _job = None

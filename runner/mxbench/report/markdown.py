@@ -224,9 +224,6 @@ LEGEND = (
 )
 
 
-EACH = (section, None)  # what render asks Document.each for: made early (document.build)
-
-
 def render(doc: Document) -> str:
     out = ["# mxbench report", "", escape(doc.counts, limit=None), ""]
     for g in doc.grids:
