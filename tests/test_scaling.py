@@ -94,6 +94,7 @@ def mxbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
             "--batch-size 3: strong scaling",
         ),
         (["--devices", "0"], "--devices 0: expected int >= 1"),
+        (["--allreduce", "bfloat16"], "--allreduce bfloat16: the all-reduce's dtype"),
     ],
 )
 def test_the_bench_refuses_them_too_with_exit_2(args: list[str], message: str) -> None:
@@ -328,6 +329,15 @@ def test_a_docker_host_with_too_few_gpus_listed_is_refused() -> None:
             "not supported yet on the torch backend within one process",
         ),
         ("benchmark: {nodes: 2, backend: jax}\naxes: {batch_size: [max]}", "one process"),
+        (  # the all-reduce's dtype: only where mxbench all-reduces (torch, several processes)
+            "benchmark: {nodes: 2, backend: jax}\naxes: {allreduce: [native, bfloat16]}",
+            "axes.allreduce: bfloat16: the all-reduce's dtype is chosen only where",
+        ),
+        (
+            "benchmark: {nodes: 1, backend: torch, allreduce: float16}",
+            "benchmark.allreduce: float16: the all-reduce's dtype is chosen only where",
+        ),
+        ("benchmark: {nodes: 2, backend: torch, allreduce: int8}", "benchmark.allreduce"),
     ],
 )
 def test_several_processes_are_refused_where_they_cannot_run(yaml: str, message: str) -> None:

@@ -121,3 +121,47 @@ def test_torch_meets_at_the_first_node_on_the_jobs_first_port() -> None:
     assert (found["RANK"], found["WORLD_SIZE"], found["LOCAL_RANK"]) == ("3", "4", "1")
     with pytest.raises(RuntimeError, match="SLURM_PROCID is not set"):
         rendezvous({k: v for k, v in env.items() if k != "SLURM_PROCID"})
+
+
+_AVERAGE = """
+import json, os, socket
+import torch
+import torch.distributed as dist
+from mxbench.bench.torch_workers import average
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+dist.init_process_group("gloo", rank=0, world_size=1)
+grads = [torch.tensor([1.0 + 2**-12, 3.0, 7e4]), None, torch.tensor([[0.1, -0.2]])]
+out = {d: [g if g is None else g.tolist() for g in average(torch, grads, d)]
+       for d in ("native", "bfloat16", "float16")}
+out["dtypes"] = sorted({str(g.dtype) for g in average(torch, grads, "bfloat16") if g is not None})
+print(json.dumps(out))
+"""
+
+
+def test_gradients_are_all_reduced_in_the_dtype_chosen_and_come_back_in_their_own() -> None:
+    """A real gloo process group (one process: the all-reduce is the sum of one): native
+    leaves the gradients as they are; bfloat16 and float16 round them once, as a 16-bit
+    all-reduce does (1 + 2^-12 is 1 in both), and float16's sum overflows past 65504
+    (70,000 becomes inf: the step a loss-scale optimizer skips); a missing gradient stays
+    missing, and the optimizer gets float32 back."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    run = subprocess.run([sys.executable, "-c", _AVERAGE], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    native, bf16, f16 = out["native"], out["bfloat16"], out["float16"]
+    assert native[0] == pytest.approx([1.0 + 2**-12, 3.0, 7e4]) and native[0][0] != 1.0
+    assert native[1] is None and bf16[1] is None and f16[1] is None
+    assert bf16[0][0] == 1.0 and f16[0][0] == 1.0  # rounded once, on the wire
+    assert bf16[0][2] == 70144.0  # bfloat16 keeps float32's range, at 8 bits of mantissa
+    assert f16[0][2] == float("inf")  # float16's range ends at 65504
+    assert bf16[2][0] == pytest.approx([0.1, -0.2], rel=2**-8) and out["dtypes"] == [
+        "torch.float32"
+    ]

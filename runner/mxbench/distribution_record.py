@@ -96,7 +96,8 @@ class Distribution(_Part, kw_only=True):
     allreduce_dtype: Annotated[
         str | None,
         Doc("the dtype the gradients are all-reduced in: their variables' (float32 under "
-            "the mixed policies; no backend here offers another)"),
+            "the mixed policies), or on the torch backend across processes the one params."
+            "allreduce chose (bfloat16, float16: cast for the all-reduce and back)"),
     ] = None  # fmt: skip
     loss_scale_replicas: Annotated[
         list[float],

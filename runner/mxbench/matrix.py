@@ -223,7 +223,7 @@ class _AxesBase(Strict):
 
 _SWEPT = [f for f in params.fields() if f.spec.role != "repeat"]
 # what mxbench.scale.problem judges, in its order
-_SCALE_KEYS = ("backend", "devices", "scaling", "batch_size", "epochs", "nodes")
+_SCALE_KEYS = ("backend", "devices", "scaling", "batch_size", "epochs", "nodes", "allreduce")
 
 if TYPE_CHECKING:  # the generated models, as far as a type checker can know them
     Benchmark = _BenchmarkBase

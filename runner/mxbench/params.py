@@ -30,6 +30,8 @@ Pairing = Literal["paired", "process"]
 OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
 Scaling = Literal["weak", "strong", "independent"]
+# The dtype PyTorch's processes all-reduce their gradients in (mxbench.bench.torch_workers)
+AllReduce = Literal["native", "bfloat16", "float16"]
 Mode = Literal["train", "infer"]
 Call = Literal["direct", "compiled", "predict_on_batch", "predict"]
 Quantize = Literal["none", "int8", "float8", "int4"]
@@ -340,6 +342,15 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
              "no-communication reference of weak scaling and a per-device health sweep; "
              "docs/scaling.md).", flag="--scaling", column="scaling", key_default=False),
     ] = "weak"  # fmt: skip
+    allreduce: Annotated[
+        AllReduce,
+        Spec("Several processes on the torch backend (nodes > 1): the dtype the gradients "
+             "are all-reduced in: native (their own, float32 under the mixed policies), or "
+             "bfloat16 / float16 (cast for the all-reduce and back: half the bytes between "
+             "processes, rounded; float16 overflows where gradients pass 65504). JAX's and "
+             "TensorFlow's mechanisms offer no choice.", flag="--allreduce",
+             column="allreduce", key_default=False),
+    ] = "native"  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0, le=MAX_INT)] | None,
         Spec("Which repetition of the cell (matrix benchmark.repeats > 1); a training run "

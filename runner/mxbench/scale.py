@@ -60,7 +60,7 @@ def process_batch(p: Any) -> int:
 
 def problem(
     backend: str, devices: int, scaling: str, batch_size: Any, epochs: Any = None,
-    nodes: int = 1,
+    nodes: int = 1, allreduce: str = "native",
 ) -> tuple[str, str] | None:  # fmt: skip
     """Why a cell of these values cannot be measured on ``devices`` devices in each of
     ``nodes`` processes: (the parameter to name, why), or None when it can. ``batch_size``
@@ -69,6 +69,11 @@ def problem(
         known = ", ".join(sorted(ACROSS_PROCESSES))
         return ("nodes", f"{nodes}: several processes run on the {known} backends only; "
                          f"use nodes: 1 on {backend}")  # fmt: skip
+    if allreduce != "native" and (backend != "torch" or nodes <= 1):
+        return ("allreduce", f"{allreduce}: the all-reduce's dtype is chosen only where "
+                             "mxbench all-reduces: the torch backend across processes "
+                             "(nodes > 1); JAX's and TensorFlow's mechanisms reduce in the "
+                             "gradients' own dtype")  # fmt: skip
     if nodes > 1 and scaling == INDEPENDENT:
         return ("scaling", f"{scaling}: independent replicas train in one process (nodes 1)")
     if scaling == INDEPENDENT and isinstance(batch_size, str):

@@ -211,7 +211,7 @@ def replicate(plan: Plan | None, model: Any) -> None:
     """After the model is compiled: what the mechanism needs of it (PyTorch's processes:
     rank 0's weights everywhere, the optimizer averaging gradients; the others: nothing)."""
     if plan is not None and plan.p.backend == "torch" and plan.processes > 1:
-        torch_workers.replicate(importlib.import_module("torch"), model)
+        torch_workers.replicate(importlib.import_module("torch"), model, plan.p.allreduce)
 
 
 def _enough(found: list[Any], p: Params) -> None:
@@ -342,7 +342,7 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
         versions=dict(plan.versions),
         shared_cores=plan.shared_cores,
         design=design,  # type: ignore[arg-type]
-        allreduce_dtype=_allreduce_dtype(model),
+        allreduce_dtype=_allreduce_dtype(model) if p.allreduce == "native" else p.allreduce,
         loss_scale_replicas=_loss_scales(plan, model),
         weight_checksums=sums,
         notes=list(plan.notes),

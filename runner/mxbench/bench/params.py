@@ -45,7 +45,9 @@ def validate(p: Params) -> Params:
             f"--steps-per-execution {spe}: Keras runs one step per call on the "
             "torch backend (only 1)"
         )
-    if spread := scale.problem(p.backend, p.devices, p.scaling, p.batch_size, p.epochs, p.nodes):
+    if spread := scale.problem(
+        p.backend, p.devices, p.scaling, p.batch_size, p.epochs, p.nodes, p.allreduce
+    ):
         raise UsageError(f"{params.field(spread[0]).spec.flag} {spread[1]}")
     if p.epochs and p.synthetic:
         raise UsageError(

@@ -94,7 +94,8 @@ def _takes_tokens(rec: Record) -> bool:
 
 
 # Setup parameters a table names only away from their defaults (Keras' own loss scaling; a
-# training cell's mode, call and quantization; one device in one process, and its scaling)
+# training cell's mode, call and quantization; one device in one process, its scaling, and
+# the all-reduce in the gradients' own dtype)
 _SAID_WHEN_CHOSEN = (
     "loss_scale",
     "mode",
@@ -104,6 +105,7 @@ _SAID_WHEN_CHOSEN = (
     "devices",
     "nodes",
     "scaling",
+    "allreduce",
 )
 
 
