@@ -8,7 +8,9 @@ records too, never from a guess:
 - float16 without fast float16: a GPU below compute capability 7.0, or a Turing GTX 16xx
   (compute capability 7.5 without Tensor Cores: the GTX 1660 Ti of tensorflow#44191, whose
   inference became ~4x slower under mixed_float16);
-- float16 on an x86 CPU: emulated, converted to float32 around every operation;
+- float16 on an x86 CPU: emulated (converted to float32 around every operation) where the
+  CPU has no float16 arithmetic; where oneDNN's kernels ran native float16 (AVX512-FP16,
+  AMX-FP16) and it is still slower, the time is not the arithmetic's, and it says so;
 - int8 without VNNI or AMX: the CPU has no 8-bit dot-product instructions, so quantized
   layers convert back and forth around float32 arithmetic;
 - the call is dispatch-bound: a larger batch costs about as much per call as batch 1, so the
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 # /proc/cpuinfo flags of 8-bit integer dot products: AVX512_VNNI, AVX-VNNI, AMX's int8 tiles
 INT8_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+# /proc/cpuinfo flags of float16 arithmetic: AVX512-FP16, AMX's float16 tiles
+FP16_FLAGS = frozenset({"avx512_fp16", "amx_fp16"})
 # a batch this many times larger that costs at most this much more per call: per-call overhead
 DISPATCH_BATCH_RATIO = 16
 DISPATCH_TIME_RATIO = 1.5
@@ -74,10 +78,43 @@ def float16_on_cpu(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | 
     cpu = r.cpu
     if devices.is_x86(cpu.model, cpu.flags, cpu.arch) is not True:
         return None
+    speed = _speed(rungs, FLOAT16)
+    ran = _native16(rungs)
+    if ran is not None:  # the records say the arithmetic was float16's own
+        isa, share = ran
+        return (
+            f"mixed_float16 ran native float16 kernels on this CPU (oneDNN {isa}, {share:.0%} "
+            f"of its convolutions and matmuls in 16 bits){speed}: not emulated, so where it "
+            "is slower, what is not float16 arithmetic sets the call (the casts around each "
+            "layer, whose inputs, outputs and variables stay float32, and the call's other "
+            "work)."
+        )
+    has = FP16_FLAGS & {f.lower() for f in cpu.flags or ()}
+    if has:  # float16 instructions, but no record says they ran
+        return (
+            f"this CPU has float16 arithmetic ({', '.join(sorted(has))}), but no record says "
+            f"mixed_float16's kernels used it{speed}: without it float16 is converted to "
+            "float32 around the arithmetic (profile: on records oneDNN's kernels)."
+        )
     return (
-        "float16 on an x86 CPU is converted to float32 around the arithmetic, so "
-        f"mixed_float16 serving is expected to be slower than float32{_speed(rungs, FLOAT16)}."
+        "float16 on an x86 CPU without float16 arithmetic (no AVX512_FP16, no AMX-FP16) is "
+        f"converted to float32 around the arithmetic, so mixed_float16 serving is expected "
+        f"to be slower than float32{speed}."
     )
+
+
+def _native16(rungs: Sequence[Rung]) -> tuple[str, float] | None:
+    """The oneDNN ISA and native 16-bit share of a float16 rung's kernels, where its
+    records say most of them were native 16-bit (None: not recorded, or not native)."""
+    for rung in rungs:
+        if rung.policy not in FLOAT16:
+            continue
+        for rec in rung.ok:
+            found = rec.profile.onednn if rec.profile is not None else None
+            share = found.native16_share if found is not None else None
+            if found is not None and share is not None and share >= 0.5 and found.gemm_isas:
+                return next(iter(found.gemm_isas)), share
+    return None
 
 
 def int8_without_vnni(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | None:
