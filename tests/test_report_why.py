@@ -141,6 +141,31 @@ def test_amx_kernels_are_named_as_tile_matrix_units() -> None:
     assert "AMX" not in (dg.cpu_kernels(bf16_only) or "AMX")
 
 
+def test_float16_that_ran_natively_is_not_called_emulated() -> None:
+    """A Xeon with AVX512-FP16 (this repository's): where oneDNN's log shows mixed_float16's
+    convolutions and matmuls in native float16, what ran says it (cpu_kernels) and the
+    "emulated" rule stays silent; with the instructions but no log it says no record shows
+    them used; without them, emulated."""
+    fp16_cpu = {**XEON_BF16, "flags": [*XEON_BF16["flags"], "avx512_fp16"]}
+
+    def pair(f16_profile: dict[str, Any] | None, cpu: dict[str, Any]) -> Table:
+        return table([
+            rec("h", "float32", 8, median=100.0, device=CPU, cpu=cpu),
+            rec("h", "mixed_float16", 8, median=150.0, device=CPU, cpu=cpu, profile=f16_profile),
+        ])  # fmt: skip
+
+    native = pair(profile(conv_matmul=50.0, onednn=onednn(1.0, {"avx10_1_512": 1.0})), fp16_cpu)
+    assert dg.float16_emulated_on_cpu(native) is None
+    said = dg.cpu_kernels(native)
+    assert said is not None and "float16 convolutions/matmuls ran on avx10_1_512" in said
+    unprofiled = dg.float16_emulated_on_cpu(pair(None, fp16_cpu))
+    assert unprofiled is not None
+    assert unprofiled.startswith("this CPU has float16 arithmetic (avx512_fp16), but no record")
+    converted = pair(profile(conv_matmul=50.0, onednn=onednn(None, {"avx512_core": 1.0})), fp16_cpu)
+    assert "emulated" in (dg.float16_emulated_on_cpu(converted) or "")  # the log: float32
+    assert "emulated" in (dg.float16_emulated_on_cpu(pair(None, XEON_BF16)) or "")
+
+
 def test_no_tensor_core_kernels_despite_cc_8() -> None:
     def gpu(share: float) -> Table:
         return table([

@@ -19,6 +19,7 @@ from mxbench.report.diagnose_profile import (
     AMX,
     BFLOAT16,
     FLOAT16,
+    NATIVE_16,
     _is_cpu,
     _is_gpu,
     _profiles,
@@ -132,16 +133,32 @@ def tf32_baseline(t: Table) -> str | None:
     )
 
 
+# /proc/cpuinfo flags of float16 arithmetic: AVX512-FP16, AMX's float16 tiles
+FP16_FLAGS = frozenset({"avx512_fp16", "amx_fp16"})
+
+
 def float16_emulated_on_cpu(t: Table) -> str | None:
     if not _is_cpu(t) or not FLOAT16 & set(t.policies):
         return None
     cpu = t.info.cpu
     if devices.is_x86(cpu.model, cpu.flags, cpu.arch) is not True:
         return None
-    text = (
-        "float16 on an x86 CPU is emulated (converted to float32 for every operation), so "
-        f"mixed_float16 is expected to be much slower than float32{_observed(t, FLOAT16)}."
-    )
+    found = [p.onednn for _, _, p in _profiles(t, FLOAT16) if p.onednn is not None]
+    if any((d.native16_share or 0.0) >= NATIVE_16 for d in found):
+        return None  # its kernels ran float16 natively: what ran says it (cpu_kernels)
+    has = sorted(FP16_FLAGS & {f.lower() for f in cpu.flags or ()})
+    if has and not found:  # float16 instructions, and no record of the kernels that ran
+        text = (
+            f"this CPU has float16 arithmetic ({', '.join(has)}), but no record says "
+            "mixed_float16's convolutions and matmuls used it (profile: on records oneDNN's "
+            "kernels); where it is not used, float16 is converted to float32 for every "
+            f"operation{_observed(t, FLOAT16)}."
+        )
+    else:
+        text = (
+            "float16 on an x86 CPU is emulated (converted to float32 for every operation), so "
+            f"mixed_float16 is expected to be much slower than float32{_observed(t, FLOAT16)}."
+        )
     if t.info.settings.jit_compile is False:
         text += (
             " XLA was off here: each operation converts on its own. With jit_compile: on "
