@@ -52,8 +52,10 @@ def test_params_echo_the_arguments(f32: BenchRun) -> None:
         "backend": "tensorflow", "profile": "on", "check": "on", "loss_scale": "auto",
         "steps_per_execution": 1,
         "flip": "none", "epochs": None, "eval_every": 1, "target": None,
-        "mode": "train", "call": "direct", "quantize": "none", "pairing": "paired",
-        "timed_s": 8.0, "devices": 1, "nodes": 1, "scaling": "weak", "repeat": None,
+        "mode": "train", "call": "direct", "quantize": "none", "weights": "none",
+        "train_policy": None, "pairing": "paired",
+        "timed_s": 8.0, "devices": 1, "nodes": 1, "scaling": "weak", "allreduce": "native",
+        "repeat": None,
     }  # fmt: skip
 
 
