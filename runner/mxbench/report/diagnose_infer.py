@@ -80,14 +80,15 @@ def float16_on_cpu(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | 
         return None
     speed = _speed(rungs, FLOAT16)
     ran = _native16(rungs)
+    if ran is not None and not _slower(rungs, FLOAT16):
+        return None  # native float16 and no slower: the kernels column says what ran
     if ran is not None:  # the records say the arithmetic was float16's own
         isa, share = ran
         return (
             f"mixed_float16 ran native float16 kernels on this CPU (oneDNN {isa}, {share:.0%} "
-            f"of its convolutions and matmuls in 16 bits){speed}: not emulated, so where it "
-            "is slower, what is not float16 arithmetic sets the call (the casts around each "
-            "layer, whose inputs, outputs and variables stay float32, and the call's other "
-            "work)."
+            f"of its convolutions and matmuls in 16 bits){speed}: not emulated, so what is "
+            "not float16 arithmetic makes it slower (the casts around each layer, whose "
+            "inputs, outputs and variables stay float32, and the call's other work)."
         )
     has = FP16_FLAGS & {f.lower() for f in cpu.flags or ()}
     if has:  # float16 instructions, but no record says they ran
@@ -100,6 +101,13 @@ def float16_on_cpu(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | 
         "float16 on an x86 CPU without float16 arithmetic (no AVX512_FP16, no AMX-FP16) is "
         f"converted to float32 around the arithmetic, so mixed_float16 serving is expected "
         f"to be slower than float32{speed}."
+    )
+
+
+def _slower(rungs: Sequence[Rung], policies: frozenset[str]) -> bool:
+    """Whether a rung of ``policies`` was measured slower than float32."""
+    return any(
+        rung.ratio is not None and rung.ratio.value < 1 for rung in rungs if rung.policy in policies
     )
 
 
