@@ -260,5 +260,8 @@ def test_cells_of_replicas_run_one_policy_per_process() -> None:
     procs = pair_up(cells)
     weak = [p for p in procs if p.params.scaling == "weak"]
     alone = [p for p in procs if p.params.scaling == "independent"]
-    assert weak and all(len(p.partners) == 1 for p in weak)  # data parallel: paired
-    assert len(alone) == 2 * len(weak) and all(not getattr(p, "partners", None) for p in alone)
+    # data parallel: paired, float32 and the policy at each batch size in one process
+    assert weak and all({c.params.policy for c in p.arms} == {"float32", "mixed_bfloat16"}
+                        for p in weak)  # fmt: skip
+    assert len(alone) == sum(len(p.arms) for p in weak)
+    assert all(not getattr(p, "partners", None) for p in alone)

@@ -83,10 +83,19 @@ def check_paired(recs: list[dict[str, Any]], steps: int) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_a_paired_process_times_both_arms_in_interleaved_windows(backend: str) -> None:
+    """One process, two batch sizes: each batch size a paired pass of its own, the records
+    pass by pass (--batch-size's first), the process's id and phases shared by all."""
     pytest.importorskip({"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}[backend])
-    run = run_bench(*PAIR, "--backend", backend, "--pair-with", "mixed_bfloat16")
+    run = run_bench(*PAIR, "--backend", backend, "--pair-with", "mixed_bfloat16",
+                    "--with-batch-sizes", "4")  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    check_paired(lines(run.stdout), 400)
+    recs = lines(run.stdout)[-4:]
+    assert [r["params"]["batch_size"] for r in recs] == [8, 8, 4, 4]
+    check_paired(recs[:2], 400)
+    check_paired(recs[2:], 400)
+    assert len({r["pairing"]["group"] for r in recs}) == 1  # one process
+    assert all(r["metrics"]["phases_s"] == recs[0]["metrics"]["phases_s"] for r in recs)
+    assert recs[0]["metrics"]["phases_s"]["timed"] >= 2 * 1.5  # both passes' windows
 
 
 def test_pair_with_refuses_what_it_cannot_pair() -> None:
@@ -95,6 +104,10 @@ def test_pair_with_refuses_what_it_cannot_pair() -> None:
         (["--pair-with", "mixed_bfloat16,mixed_bfloat16"], "each policy once"),
         (["--pair-with", "mixed_bfloat16", "--steps-per-execution", "2", "--steps", "4",
           "--warmup-steps", "2"], "one policy per process"),
+        (["--with-batch-sizes", "16"], "goes with --pair-with"),
+        (["--pair-with", "mixed_bfloat16", "--with-batch-sizes", "16,x"], "whole numbers"),
+        (["--pair-with", "mixed_bfloat16", "--batch-size", "16", "--with-batch-sizes", "8,16"],
+         "each batch size once"),
     ):  # fmt: skip
         run = run_bench(*args)
         assert run.returncode == 2 and says in run.stderr, run.stderr[-2000:]
@@ -202,20 +215,45 @@ hosts:
 """
 
 
-def test_a_comparison_becomes_one_process_led_by_float32() -> None:
+def test_a_family_of_comparisons_becomes_one_process_led_by_float32() -> None:
+    """Every batch size of a comparison in one process per repeat: the framework's start
+    paid once per process; float32 leads each batch size's policies in the same order."""
     cells = expand(parse_matrix(MATRIX.format(extra="")))
     procs = pair_up(cells)
-    assert len(procs) == 4 and len(cells) == 12
+    assert len(procs) == 2 and len(cells) == 12
+    policies = ["float32", "mixed_bfloat16", "mixed_float16"]
     for p in procs:
-        assert p.params.policy == "float32"
-        assert [c.params.policy for c in p.partners] == ["mixed_bfloat16", "mixed_float16"]
-        assert {c.params.batch_size for c in p.arms} == {p.params.batch_size}
+        assert [(c.params.policy, c.params.batch_size) for c in p.arms] == [
+            (x, b) for b in (4, 8) for x in policies
+        ]
         assert {c.params.repeat for c in p.arms} == {p.params.repeat}
-        assert p.bench_args()[-2:] == ["--pair-with", "mixed_bfloat16,mixed_float16"]
-    assert [p.params.repeat for p in procs] == [0, 0, 1, 1]  # repeats in order
+        assert p.bench_args()[-4:] == [
+            "--pair-with", "mixed_bfloat16,mixed_float16", "--with-batch-sizes", "8"
+        ]  # fmt: skip
+        assert p.timeout_s == 2 * cells[0].timeout_s  # the process's: two comparisons
+    assert [p.params.repeat for p in procs] == [0, 1]  # repeats in order
     assert sorted(c.key for p in procs for c in p.arms) == sorted(c.key for c in cells)
-    orders = {tuple(p.params.batch_size for p in pair_up(cells)) for _ in range(40)}
+    other = expand(parse_matrix(MATRIX.format(extra="").replace("[4, 8]", "[4]")))
+    other += expand(parse_matrix(MATRIX.format(extra="warmup_steps: 3").replace("[4, 8]", "[4]")))
+    orders = {tuple(p.params.warmup_steps for p in pair_up(other)) for _ in range(40)}
     assert len(orders) > 1  # the processes of a repeat run in a random order
+
+
+def test_a_family_joins_the_repeats_that_remain_and_splits_other_policies() -> None:
+    """``repeats: auto`` adds a process to the comparisons still undecided, whatever
+    repeat each is at: one process for all of them; a batch size whose policies differ
+    is a process of its own."""
+    cells = expand(parse_matrix(MATRIX.format(extra="")))
+    late = [c for c in cells if (c.params.batch_size, c.params.repeat) in ((4, 1), (8, 0))]
+    (proc,) = pair_up(late)
+    assert {(c.params.batch_size, c.params.repeat) for c in proc.arms} == {(4, 1), (8, 0)}
+    fewer = [c for c in cells if c.params.repeat == 0]
+    fewer = [c for c in fewer if c.params.batch_size == 4 or c.params.policy != "mixed_float16"]
+    procs = sorted(pair_up(fewer), key=lambda p: p.params.batch_size)
+    assert [[c.params.policy for c in p.arms] for p in procs] == [
+        ["float32", "mixed_bfloat16", "mixed_float16"], ["float32", "mixed_bfloat16"]
+    ]  # fmt: skip
+    assert all("--with-batch-sizes" not in p.bench_args() for p in procs)
 
 
 def test_what_cannot_be_paired_stays_one_policy_per_process() -> None:
@@ -279,7 +317,7 @@ benchmark:
   repeats: 1
 axes:
   policy: [float32, mixed_bfloat16]
-  batch_size: [4]
+  batch_size: [4, 6]
 hosts:
   - name: box
     engine: local
@@ -300,18 +338,23 @@ def test_a_paired_run_end_to_end_resumes_and_measures_its_noise_floor(tmp_path: 
     proc = mxbench("run", "-m", str(matrix), "-r", str(results))
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = [json.loads(x) for x in (results / "box.jsonl").read_text().splitlines()]
-    assert [r["params"]["policy"] for r in recs] == ["float32", "mixed_bfloat16"]
-    assert recs[0]["pairing"]["group"] == recs[1]["pairing"]["group"]
-    assert recs[0]["run"]["wall_s"] == recs[1]["run"]["wall_s"]  # one process
+    assert [(r["params"]["policy"], r["params"]["batch_size"]) for r in recs] == [
+        ("float32", 4), ("mixed_bfloat16", 4), ("float32", 6), ("mixed_bfloat16", 6)
+    ]  # fmt: skip
+    assert len({r["pairing"]["group"] for r in recs}) == 1  # one process
+    assert len({r["run"]["wall_s"] for r in recs}) == 1
     assert "time to answer: 1 process(es)" in proc.stderr
-    # the policy's record lost: --resume measures the whole paired process again
-    (results / "box.jsonl").write_text(json.dumps(recs[0]) + "\n")
+    # batch 6's policy record lost: --resume measures batch 6's comparison again, alone
+    kept = recs[:3]
+    (results / "box.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
     again = mxbench("run", "-m", str(matrix), "-r", str(results), "--resume")
     assert again.returncode == 0, again.stderr[-3000:]
     after = [json.loads(x) for x in (results / "box.jsonl").read_text().splitlines()]
-    assert [r["params"]["policy"] for r in after[1:]] == ["float32", "mixed_bfloat16"]
+    assert [(r["params"]["policy"], r["params"]["batch_size"]) for r in after[3:]] == [
+        ("float32", 6), ("mixed_bfloat16", 6)
+    ]  # fmt: skip
     assert (
-        after[1]["pairing"]["group"] == after[2]["pairing"]["group"] != recs[0]["pairing"]["group"]
+        after[3]["pairing"]["group"] == after[4]["pairing"]["group"] != recs[0]["pairing"]["group"]
     )
     report = mxbench("report", "--results", str(results), "--markdown")
     assert report.returncode == 0 and "mixed_bfloat16" in report.stdout
@@ -368,23 +411,26 @@ def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
     assert arm.interference is not None and arm.interference.throttle_reasons == ["sw_power_cap"]
 
 
+def line(policy: str, batch_size: int = 4) -> str:
+    """A record line as a paired process prints it."""
+    from mxbench.codec import encode
+    from mxbench.params import Params
+    from mxbench.results import Metrics, Record, StepStats
+
+    step = StepStats(median=10.0, p25=9.0, p75=11.0, min=8.0, max=12.0, n=3,
+                     samples=[9.0, 10.0, 11.0])  # fmt: skip
+    rec = Record(params=Params(policy=policy, batch_size=batch_size), status="ok",
+                 metrics=Metrics(step_ms=step, images_per_s=batch_size * 100.0))  # fmt: skip
+    return encode(rec).decode()
+
+
 def test_a_paired_process_output_is_taken_arm_by_arm_in_order() -> None:
     """Each arm's record is the one printed in its place; the orchestrator stamps params as
     always. A record missing, or records out of order, fail the arms with why; a process
     that printed nothing fails them with its exit code."""
-    from mxbench.codec import encode
     from mxbench.engines import Outcome, to_records
-    from mxbench.params import Params
-    from mxbench.results import Metrics, Record, StepStats
 
-    proc = pair_up(expand(parse_matrix(MATRIX.format(extra=""))))[0]
-
-    def line(policy: str) -> str:
-        step = StepStats(median=10.0, p25=9.0, p75=11.0, min=8.0, max=12.0, n=3,
-                         samples=[9.0, 10.0, 11.0])  # fmt: skip
-        rec = Record(params=Params(policy=policy), status="ok",
-                     metrics=Metrics(step_ms=step, images_per_s=400.0))  # fmt: skip
-        return encode(rec).decode()
+    proc = pair_up(expand(parse_matrix(MATRIX.format(extra="").replace("[4, 8]", "[4]"))))[0]
 
     arms = [c.params.policy for c in proc.arms]
     good = "\n".join(line(p) for p in arms)
@@ -400,3 +446,28 @@ def test_a_paired_process_output_is_taken_arm_by_arm_in_order() -> None:
     assert all("printed 1 record(s) for 3 policies" in (r.error or "") for _, r in short)
     crashed = to_records(proc, Outcome(1, stdout="", stderr="Segmentation fault", wall_s=1.0))
     assert all("exit code 1" in (r.error or "") for _, r in crashed)
+
+
+def test_a_family_process_keeps_the_passes_it_finished() -> None:
+    """A process of two batch sizes: each batch size's records by position among that batch
+    size's (the passes ran in either order); a pass followed by another stands when the
+    process then fails, the unfinished pass's arms fail with the process's end."""
+    from mxbench.engines import Outcome, to_records
+
+    proc = pair_up(expand(parse_matrix(MATRIX.format(extra=""))))[0]
+    arms = [(c.params.policy, c.params.batch_size) for c in proc.arms]
+    eight, four = [a for a in arms if a[1] == 8], [a for a in arms if a[1] == 4]
+    both = "\n".join(line(*a) for a in [*eight, *four])  # batch 8's pass ran first
+    got = to_records(proc, Outcome(0, stdout=both, wall_s=9.0))
+    assert [(c.params.policy, c.params.batch_size, r.status) for c, r in got] == [
+        (*a, "ok") for a in arms
+    ]
+    assert all(r.params.batch_size == c.params.batch_size for c, r in got)
+    died = "\n".join(line(*a) for a in [*eight, four[0]])  # killed in batch 4's pass
+    cut = to_records(proc, Outcome(None, stdout=died, wall_s=9.0, timed_out=True))
+    status = {(c.params.policy, c.params.batch_size): r for c, r in cut}
+    assert all(status[a].status == "ok" for a in eight)
+    assert all(status[a].status == "timeout" for a in four)
+    last = to_records(proc, Outcome(None, stdout="\n".join(line(*a) for a in eight),
+                                    wall_s=9.0, timed_out=True))  # fmt: skip
+    assert all(r.status == "timeout" for _, r in last)  # nothing after it: the end says

@@ -195,9 +195,7 @@ def test_dry_run_explains_auto(tmp_path: Path) -> None:
         "repeats: auto: 3 processes per cell to start, then one more per policy (a paired "
         "process measures them together) until the verdict is clear"
     ) in proc.stdout
-    assert "pairing: paired: 6 of the cells below are measured 2 at a time in 3 process(es)" in (
-        proc.stdout
-    )
+    assert "pairing: paired: 6 of the cells below are measured in 3 process(es)" in proc.stdout
     assert "1 comparison group(s) may grow to 4 processes per policy (8 processes at most" in (
         proc.stdout
     )

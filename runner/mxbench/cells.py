@@ -42,7 +42,8 @@ class Cell:
     model_source: str | None = None
     cost_per_hour: float | None = None  # the host's, stamped on its records
     # The paired design: the cells measured in this cell's process with it (the other
-    # policies of its comparison at the same repeat); this cell is float32's (pair_up).
+    # policies of its comparison, then each other batch size's float32 and policies in the
+    # same order: one process per family, :func:`pair_up`); this cell is float32's.
     partners: tuple[Cell, ...] = field(default=(), hash=False, compare=False)
     # Trained weights on disk (mxbench.trained): the file a training run's first seed saves
     # its final weights to, and the file a ``weights: trained`` serving cell loads.
@@ -54,7 +55,14 @@ class Cell:
         and its partners in the same process."""
         args = self.params.bench_args()
         if self.partners:
-            args += ["--pair-with", ",".join(c.params.policy for c in self.partners)]
+            own = self.params.batch_size
+            policies = [c.params.policy for c in self.partners if c.params.batch_size == own]
+            args += ["--pair-with", ",".join(policies)]
+            more = dict.fromkeys(
+                c.params.batch_size for c in self.partners if c.params.batch_size != own
+            )
+            if more:
+                args += ["--with-batch-sizes", ",".join(str(b) for b in more)]
         if self.save_weights:
             args += ["--save-weights", self.save_weights]
         if self.weights_file:
@@ -291,8 +299,8 @@ def pairable(cell: Cell) -> bool:
 
 
 def _comparison(c: Cell) -> tuple[object, ...]:
-    """What the cells one paired process measures share (a cell that cannot be paired: its
-    own key)."""
+    """What the cells of one paired comparison share (a cell that cannot be paired: its own
+    key)."""
     from mxbench.params import BASELINE
 
     if not pairable(c):
@@ -300,41 +308,52 @@ def _comparison(c: Cell) -> tuple[object, ...]:
     return (c.host, c.image, c.model_source, msgspec.structs.replace(c.params, policy=BASELINE))
 
 
+def _family(c: Cell) -> tuple[object, ...]:
+    """What the comparisons one paired process measures share: all but the policy, the
+    batch size and the repeat (a cell that cannot be paired: its own key)."""
+    from mxbench.params import BASELINE
+
+    if not pairable(c):
+        return (c.key,)
+    same = msgspec.structs.replace(c.params, policy=BASELINE, batch_size=1, repeat=None)
+    return (c.host, c.image, c.model_source, same)
+
+
 def to_run(cells: Sequence[Cell], done: set[str]) -> list[Cell]:
     """The cells of ``cells`` not in ``done`` (``--resume``), and with them every cell of
-    their paired process: a speedup of the paired design comes from one process that measured
-    both arms, so an arm left undone measures its whole process again."""
+    their paired comparison: a speedup of the paired design comes from one process that
+    measured both arms, so an arm left undone measures its whole comparison again."""
     redo = {_comparison(c) for c in cells if c.key not in done}
     return [c for c in cells if c.key not in done or (pairable(c) and _comparison(c) in redo)]
 
 
 def pair_up(cells: Sequence[Cell], rng: random.Random | None = None) -> list[Cell]:
-    """The processes that measure ``cells``: the cells of one comparison (one host, image,
-    repeat and parameters but the policy) that can be paired become one process, float32's
-    cell leading with the others as its partners; every other cell is its own process. The
-    paired processes of one repeat run in a random order (processes are the interval's outer
+    """The processes that measure ``cells``. The paired design: the cells of one comparison
+    (one host, image, repeat and parameters but the policy) are measured together, float32's
+    cell leading with the other policies as its partners; and one process measures a whole
+    family of comparisons (the same but for the batch size: one of each batch size, the
+    k-th repeat of each with the k-th of the others), so that the framework's start is paid
+    once per process, not once per batch size. Every other cell is its own process. The
+    processes run in a random order within a repeat (processes are the interval's outer
     level: no comparison always runs first), repeats in order."""
     from mxbench.params import BASELINE
 
-    groups: dict[tuple[object, ...], list[Cell]] = {}
-    order: list[tuple[object, ...]] = []
-    for c in cells:
-        ident = _comparison(c)
-        if ident not in groups:
-            groups[ident] = []
-            order.append(ident)
-        groups[ident].append(c)
     if not any(pairable(c) for c in cells):
         return list(cells)
+    comparisons: dict[tuple[object, ...], list[Cell]] = {}
+    for c in cells:
+        comparisons.setdefault(_comparison(c), []).append(c)
     out: list[tuple[int, Cell]] = []
-    for ident in order:
-        members = groups[ident]
+    families: dict[tuple[object, ...], list[list[Cell]]] = {}
+    for members in comparisons.values():
         base = next((c for c in members if c.params.policy == BASELINE), None)
         rest = [c for c in members if c is not base]
         if base is None or not rest or not pairable(base):
             out += [(c.params.repeat or 0, c) for c in members]
         else:
-            out.append((base.params.repeat or 0, replace(base, partners=tuple(rest))))
+            families.setdefault(_family(base), []).append([base, *rest])
+    for blocks in families.values():
+        out += [(min(b[0].params.repeat or 0 for b in p), _lead(p)) for p in _processes(blocks)]
     rng = rng or random.Random()
     by_repeat: dict[int, list[Cell]] = {}
     for repeat, c in out:
@@ -346,3 +365,27 @@ def pair_up(cells: Sequence[Cell], rng: random.Random | None = None) -> list[Cel
             rng.shuffle(batch)
         result += batch
     return result
+
+
+def _processes(blocks: list[list[Cell]]) -> list[list[list[Cell]]]:
+    """A family's comparisons (each float32's cell, then its policies) as processes: the
+    k-th repeat of every batch size together, those whose policies are the first's in the
+    same order; a comparison with other policies is a process of its own."""
+    by_size: dict[int, list[list[Cell]]] = {}
+    for b in sorted(blocks, key=lambda b: b[0].params.repeat or 0):
+        by_size.setdefault(b[0].params.batch_size, []).append(b)
+    out: list[list[list[Cell]]] = []
+    for k in range(max(len(v) for v in by_size.values())):
+        row = [v[k] for v in by_size.values() if k < len(v)]
+        policies = [c.params.policy for c in row[0]]
+        out.append([b for b in row if [c.params.policy for c in b] == policies])
+        out += [[b] for b in row if [c.params.policy for c in b] != policies]
+    return out
+
+
+def _lead(process: list[list[Cell]]) -> Cell:
+    """The cell that leads a paired process (its first comparison's float32), with every
+    other cell of the process as its partners and the process's timeout as its own."""
+    lead, *rest = process[0]
+    partners = tuple(rest) + tuple(c for b in process[1:] for c in b)
+    return replace(lead, partners=partners, timeout_s=sum(b[0].timeout_s for b in process))

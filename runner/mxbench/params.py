@@ -311,8 +311,9 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     timed_s: Annotated[
         float,
         Meta(gt=0, le=86400),
-        Spec("Paired measurement: seconds of timed windows per process, every arm together "
-             "(the windows also stop when an arm has `steps` timed steps).", role="precision",
+        Spec("Paired measurement: seconds of timed windows per pass (one batch size of a "
+             "process), every arm together (the windows also stop when an arm has `steps` "
+             "timed steps).", role="precision",
              flag="--timed-s", column="timed s", key_default=False),
     ] = 8.0  # fmt: skip
     devices: Annotated[

@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -60,13 +60,42 @@ from mxbench.version import __version__
 
 
 def run_paired(
-    p: Params, others: list[str], started_at: float | None = None, emit: Emit | None = None
+    p: Params,
+    others: list[str],
+    started_at: float | None = None,
+    emit: Emit | None = None,
+    batch_sizes: Sequence[int] = (),
 ) -> list[Record]:
     """Measure ``p`` (the base arm, float32) and the policies ``others`` in this process,
     in interleaved windows (:mod:`mxbench.bench.paired`): one record per arm, base first.
-    Failure is data as in :func:`run_cell`: every arm's record says it."""
+    ``batch_sizes``: the same comparison at each of those batch sizes too, one pass each
+    after ``p``'s, all passes in a random order (the framework's start paid once); records
+    pass by pass in the given order, ``p``'s first. A pass that ends before the last prints
+    its records at once (a later pass's failure keeps them). Failure is data as in
+    :func:`run_cell`: every arm's record says it."""
     started_at = started_at or probe.process_start_time() or time.time()
     phases = Phases(started_at)
+    group = f"{os.getpid()}-{time.time_ns():x}"  # the process's: every pass's records share it
+    sizes = [p.batch_size, *batch_sizes]
+    passes: dict[int, list[Record]] = {}
+    for n, size in enumerate(random.sample(sizes, len(sizes)), start=1):
+        q = msgspec.structs.replace(p, batch_size=size)
+        passes[size] = _pass(q, others, phases, group, started_at, emit)
+        if n < len(sizes) and emit is not None:
+            for rec in passes[size]:
+                emit(rec)
+    done = phases.done()
+    out = [rec for size in sizes for rec in passes[size]]
+    for rec in out:
+        rec.metrics.phases_s = done
+    return out
+
+
+def _pass(
+    p: Params, others: list[str], phases: Phases, group: str, started_at: float,
+    emit: Emit | None,
+) -> list[Record]:  # fmt: skip
+    """One comparison (one batch size) of a paired process: a record per arm."""
     ps = [p, *(msgspec.structs.replace(p, policy=x) for x in others)]
     recs = [new_record(params=q, status="ok") for q in ps]
     cpu = msgspec.convert(probe.cpu_info(), Cpu)
@@ -82,11 +111,11 @@ def run_paired(
         if profiled:
             profiler.prepare(p.backend)
             with profiler.whole_run(p.backend, True) as lines:
-                _measure_paired(ps, recs, state, started_at, profiled, emit)
+                _measure_paired(ps, recs, state, started_at, profiled, group, emit)
             for rec in recs:
                 profiler.add_log(rec.profile, lines)
         else:
-            _measure_paired(ps, recs, state, started_at, profiled, emit)
+            _measure_paired(ps, recs, state, started_at, profiled, group, emit)
     except UsageError:
         raise
     except Exception as exc:  # failure is data: every arm's record says it
@@ -110,7 +139,7 @@ def run_paired(
 
 def _measure_paired(
     ps: list[Params], recs: list[Record], state: CellState, started_at: float,
-    profiled: bool, emit: Emit | None = None,
+    profiled: bool, group: str, emit: Emit | None = None,
 ) -> None:  # fmt: skip
     """Load, build every arm, run the interleaved windows, fill each arm's record; then the
     profiled windows, after every timed one."""
@@ -128,7 +157,6 @@ def _measure_paired(
     joules = start_energy(state)
     out, fit_s = _windows(arms, plan, state)
     first_window = min(w.start for log_ in out.logs for w in log_.windows)
-    group = f"{os.getpid()}-{time.time_ns():x}"
     overall = _overall([w.interference for log_ in out.logs for w in log_.windows])
     started_perf = started_at - (time.time() - time.perf_counter())  # on the windows' clock
     totals = {"timed": 0.0, "first_step": 0.0, "warmup": 0.0}
@@ -148,8 +176,8 @@ def _measure_paired(
     }
     state.timed_window = (first_window, max(w.end for lg in out.logs for w in lg.windows))
     phases = state.phases
-    phases.out.update(totals)
-    phases.out["fit_other"] = max(0.0, fit_s - sum(totals.values()))
+    for name, spent in (*totals.items(), ("fit_other", max(0.0, fit_s - sum(totals.values())))):
+        phases.out[name] = phases.out.get(name, 0.0) + spent  # a family: every pass's
     phases.last = time.perf_counter()
     _settle_paired(recs, state)
     checked = any(x is not None for x in state.checks)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import typer
 
 from mxbench import params
@@ -31,11 +32,15 @@ _IMPORTED_AT = time.time()
 
 
 def bench(
-    pair_with: str = "", save_weights: str = "", weights_file: str = "", **options: Any
+    pair_with: str = "",
+    with_batch_sizes: str = "",
+    save_weights: str = "",
+    weights_file: str = "",
+    **options: Any,
 ) -> None:
     """Measure one cell (one fresh process) and print one JSON result record on stdout;
     with --pair-with, the cell and the cells of those policies, interleaved (one record
-    each, this cell's first)."""
+    each, this cell's first); with --with-batch-sizes too, the same at those batch sizes."""
     # imported here: every other command starts without the bench's modules
     from mxbench.bench import distribute
     from mxbench.bench.params import validate
@@ -44,6 +49,7 @@ def bench(
 
     params = validate(Params(**options))
     others = _pair_with(pair_with, params)
+    sizes = _with_batch_sizes(with_batch_sizes, params, others)
     files = _weight_files(params, save_weights, weights_file)
     from mxbench.bench.cell import run_cell
     from mxbench.bench.cell_paired import run_paired
@@ -58,7 +64,7 @@ def bench(
                 write_line(real_stdout, encode(record).decode().rstrip("\n"))
 
         if others:
-            records = run_paired(params, others, started_at=started, emit=emit)
+            records = run_paired(params, others, started, emit, sizes)
         else:
             records = [
                 run_cell(params, started_at=started, on_step=on_step, emit=emit, files=files)
@@ -68,7 +74,8 @@ def bench(
     for record in records:
         step = record.step
         summary = (
-            f"{record.params.policy} bs={params.batch_size} {params.image_size}px: {record.status}"
+            f"{record.params.policy} bs={record.params.batch_size} {params.image_size}px: "
+            f"{record.status}"
         )
         typer.echo(summary + (f", median {step.median:.2f} ms/step" if step else ""), err=True)
     # The record is out: skip the interpreter's teardown (the framework's threads and
@@ -105,6 +112,27 @@ def _pair_with(text: str, p: Params) -> list[str]:
     return others
 
 
+def _with_batch_sizes(text: str, p: Params, others: list[str]) -> list[int]:
+    """The batch sizes of ``--with-batch-sizes 32,64``: whole numbers, each once, not the
+    cell's own, and only with ``--pair-with`` (each is a paired pass of this process)."""
+    from mxbench.bench.params import validate
+    from mxbench.errors import UsageError
+
+    words = [x.strip() for x in text.split(",") if x.strip()]
+    if words and not others:
+        raise UsageError("--with-batch-sizes: goes with --pair-with (a paired process)")
+    if not all(w.isdigit() and int(w) > 0 for w in words):
+        raise UsageError(f"--with-batch-sizes {text!r}: expected whole numbers, e.g. 32,64")
+    sizes = [int(w) for w in words]
+    if p.batch_size in sizes or len(set(sizes)) != len(sizes):
+        raise UsageError(
+            f"--with-batch-sizes {text!r}: each batch size once, not --batch-size {p.batch_size}"
+        )
+    for size in sizes:  # every pass's parameters hold as the cell's own do
+        validate(msgspec.structs.replace(p, batch_size=size))
+    return sizes
+
+
 def _weight_files(p: Params, save: str, load: str) -> WeightFiles:
     """``--save-weights`` (a training run's first seed) and ``--weights-file`` (the file of
     ``--weights trained``; a weights file given as ``--weights`` is its own)."""
@@ -124,6 +152,19 @@ def _weight_files(p: Params, save: str, load: str) -> WeightFiles:
     own = p.weights if p.weights not in (WEIGHTS_NONE, WEIGHTS_TRAINED) else None
     return WeightFiles(save=save or None, load=load or own)
 
+
+WITH_BATCH_SIZES = inspect.Parameter(
+    "with_batch_sizes",
+    inspect.Parameter.KEYWORD_ONLY,
+    default=typer.Option(
+        "",
+        "--with-batch-sizes",
+        help="Comma-separated batch sizes also measured in this process (with --pair-with): "
+        "one paired pass each, the passes in a random order; the records pass by pass, "
+        "--batch-size's first.",
+    ),
+    annotation=str,
+)
 
 PAIR_WITH = inspect.Parameter(
     "pair_with",
@@ -180,7 +221,12 @@ WEIGHT_OPTIONS = [
 
 # typer reads the options from the signature: one per parameter that has a bench flag.
 bench.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [PAIR_WITH, *WEIGHT_OPTIONS, *(_option(f) for f in params.fields() if f.spec.flag)],
+    [
+        PAIR_WITH,
+        WITH_BATCH_SIZES,
+        *WEIGHT_OPTIONS,
+        *(_option(f) for f in params.fields() if f.spec.flag),
+    ],
     return_annotation=None,
 )
 

@@ -223,9 +223,9 @@ def _measure(
         if paired:
             print(
                 f"pairing: paired: {sum(len(p.arms) for p in paired)} of the cells below are "
-                f"measured {len(paired[0].arms)} at a time in {len(paired)} process(es), "
-                f"float32 and its policies in interleaved windows; {len(processes)} "
-                "process(es) in all (docs/measuring.md)"
+                f"measured in {len(paired)} process(es), float32 and its policies in "
+                "interleaved windows, every batch size of a comparison in the same process; "
+                f"{len(processes)} process(es) in all (docs/measuring.md)"
             )
         if cells or not hunts:
             _print_plan(cells)

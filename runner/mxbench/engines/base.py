@@ -206,20 +206,34 @@ def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
 def to_records(cell: Cell, outcome: Outcome) -> list[tuple[Cell, Record]]:
     """The result record of each cell ``cell``'s process measured (itself, then its
     partners: :attr:`~mxbench.cells.Cell.arms`), whatever happened. A paired process prints
-    one record per arm, in the arms' order: the last ``len(arms)`` records, by position (each
-    must carry its arm's policy); a missing one is that arm's failure."""
+    one record per arm, in the arms' order: per batch size (a process of several measures
+    them pass by pass), the last records of that batch size, by position (each must carry
+    its arm's policy); a missing one is that arm's failure. A pass's records followed by
+    another pass's are final, whatever ended the process later."""
     if not cell.partners:
         return [(cell, to_record(cell, outcome))]
     printed = bench_records(outcome.stdout) if outcome.stdout else []
-    printed = printed[-len(cell.arms) :]
+    blocks: dict[int, list[Cell]] = {}
+    for arm in cell.arms:
+        blocks.setdefault(arm.params.batch_size, []).append(arm)
     out = []
-    for i, arm in enumerate(cell.arms):
+    for size, arms in blocks.items():
+        mine = [i for i, r in enumerate(printed) if len(blocks) == 1 or r.params.batch_size == size]
+        later = bool(mine) and any(r.params.batch_size != size for r in printed[mine[-1] :])
+        out += _block(arms, [printed[i] for i in mine][-len(arms) :], outcome, later)
+    return out
+
+
+def _block(
+    arms: list[Cell], printed: list[Record], outcome: Outcome, final: bool
+) -> list[tuple[Cell, Record]]:
+    """The records of one comparison of a paired process (``final``: the process went on
+    to another pass after printing them)."""
+    out = []
+    for i, arm in enumerate(arms):
         found: tuple[Record | None, str | None] = (None, None)  # none: its exit code says why
-        if printed and len(printed) < len(cell.arms):
-            found = (
-                None,
-                f"the process printed {len(printed)} record(s) for {len(cell.arms)} policies",
-            )
+        if printed and len(printed) < len(arms):
+            found = (None, f"the process printed {len(printed)} record(s) for {len(arms)} policies")
         elif printed:
             rec = printed[i]
             found = (
@@ -231,12 +245,15 @@ def to_records(cell: Cell, outcome: Outcome) -> list[tuple[Cell, Record]]:
                     f"{arm.params.policy}'s",
                 )
             )
-        out.append((arm, to_record(arm, outcome, found)))
+        out.append((arm, to_record(arm, outcome, found, final)))
     return out
 
 
 def to_record(
-    cell: Cell, outcome: Outcome, printed: tuple[Record | None, str | None] | None = None
+    cell: Cell,
+    outcome: Outcome,
+    printed: tuple[Record | None, str | None] | None = None,
+    final: bool = False,
 ) -> Record:
     """The result record for one attempt, whatever happened.
 
@@ -244,7 +261,8 @@ def to_record(
     the process that printed it (:func:`implausible`), and what is the orchestrator's to say
     (cell, host, engine, image, params, label, source, time, exit code) is stamped here
     (the label by the store), whatever the bench wrote there. ``printed``: the record (or
-    why none) already picked from the output for this cell (a paired process's arm).
+    why none) already picked from the output for this cell (a paired process's arm);
+    ``final``: it stands whatever ended the process (a later pass of it began).
     """
     image = Image(name=cell.image)
     if outcome.image:
@@ -252,10 +270,10 @@ def to_record(
     parsed, why = None, None
     if outcome.stdout:
         parsed, why = printed if printed is not None else bench_output(outcome.stdout)
-        ended = not outcome.timed_out and outcome.status is None
+        ended = final or (not outcome.timed_out and outcome.status is None)
         if parsed is not None and not ended and not parsed.pending:
             parsed, why = None, None  # the process's end says what happened
-        problem = implausible(cell, outcome, parsed) if parsed is not None else None
+        problem = implausible(cell, outcome, parsed, final) if parsed is not None else None
         if problem is not None:
             parsed, why = None, problem
     if parsed is not None and parsed.pending:  # it died after its timed steps
@@ -300,16 +318,17 @@ _WALL_SLACK = 1.1
 _WALL_SLACK_S = 1.0
 
 
-def implausible(cell: Cell, outcome: Outcome, rec: Record) -> str | None:
+def implausible(cell: Cell, outcome: Outcome, rec: Record, final: bool = False) -> str | None:
     """Why the record a bench printed cannot be what that process measured, or None.
 
-    An ``ok`` needs exit code 0, step times in order (min <= p25 <= median <= p75 <= max),
-    no more timed steps than the cell asked for, a rate that follows from its step time, and
-    timed steps that fit in the time the process lived."""
+    An ``ok`` needs exit code 0 (or ``final``: a later pass of the process began), step
+    times in order (min <= p25 <= median <= p75 <= max), no more timed steps than the cell
+    asked for, a rate that follows from its step time, and timed steps that fit in the time
+    the process lived."""
     if rec.status != "ok":
         return None  # the bench's own account of a failure: kept as it said it
     code = outcome.returncode
-    if code is not None and code != 0 and not rec.pending:
+    if code is not None and code != 0 and not rec.pending and not final:
         return f"the bench printed an ok record but exited with code {code}"
     step = rec.metrics.step_ms
     if step is None or step.median is None:
