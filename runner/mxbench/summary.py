@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
@@ -23,6 +24,8 @@ from mxbench.results import Cpu, Device, Image, Metrics, Record, Settings, Softw
 # (benchmarks/report_speed.py --minimal).
 _ABSENT = (Image(), Metrics(), Device(), Cpu(), Software(), Settings())
 _IMAGE, _METRICS, _DEVICE, _CPU, _SOFTWARE, _SETTINGS = _ABSENT
+_RUN: dict[str, Any] = {}
+_PENDING: list[str] = []
 
 
 class Read(Record, kw_only=True, gc=False):
@@ -37,6 +40,8 @@ class Read(Record, kw_only=True, gc=False):
     cpu: Cpu = msgspec.field(default_factory=lambda: _CPU)
     software: Software = msgspec.field(default_factory=lambda: _SOFTWARE)
     settings: Settings = msgspec.field(default_factory=lambda: _SETTINGS)
+    run: dict[str, Any] = msgspec.field(default_factory=lambda: _RUN)
+    pending: list[str] = msgspec.field(default_factory=lambda: _PENDING)
 
     # the timed steps as :func:`mxbench.stats.summarise` makes them: (median ms, the
     # variance of its log); None: not an ok record with a median

@@ -30,6 +30,13 @@ SETUP = params.names("setup")
 # a parameters struct's setup values, from msgspec.structs.astuple of it
 _setup_values = operator.itemgetter(*(Params.__struct_fields__.index(n) for n in SETUP))
 _taken = operator.itemgetter(*SETUP)  # a table's setup values, from its setup
+
+
+def _setup(p: Params) -> dict[str, Any]:
+    """The setup parameters' values, by name (in :data:`SETUP`'s order)."""
+    return dict(zip(SETUP, _setup_values(astuple(p)), strict=True))
+
+
 MAX_RECORD_TEXT = 300  # characters of one value taken from a record (a name, an error's line)
 
 
@@ -422,7 +429,7 @@ def make(slots: Slots) -> Table:
         host=bounded(str(info.host)),
         device=device,
         image=image,
-        setup={name: getattr(info.params, name) for name in SETUP} | image_taken(info),
+        setup=_setup(info.params) | image_taken(info),
         info=info,
         entries={slot: entry(latest_run(recs)) for slot, recs in slots.items()},
         policies=sorted({p for p, _ in slots}, key=_policy_rank),
