@@ -342,6 +342,8 @@ def _add_facts(e: Entry, rec: Record) -> None:
 
 
 def entry(records: list[Record]) -> Entry:
+    if len(records) == 1:  # most slots: one record, its figures as they are
+        return _single(records[0], records)
     ok = [r for r in records if r.status == "ok"]
     e = Entry("ok" if ok else latest(records).status, records=ok or records)
     for rec in e.records:
@@ -360,6 +362,20 @@ def entry(records: list[Record]) -> Entry:
         e.p25, e.p75 = med([s.p25 for s in timed]), med([s.p75 for s in timed])
         counts = [s.n for s in timed if s.n is not None]
         e.n = sum(counts) if counts else None
+    return e
+
+
+def _single(rec: Record, records: list[Record]) -> Entry:
+    """:func:`entry` of a slot of one record (``records``: the list of it)."""
+    if rec.status != "ok":
+        e = Entry(rec.status, records=records)
+        _add_facts(e, rec)
+        return e
+    e = Entry("ok", records=[rec])
+    _add_facts(e, rec)
+    s = rec.step
+    if s is not None:
+        e.median, e.p25, e.p75, e.n = s.median, s.p25, s.p75, s.n
     return e
 
 
