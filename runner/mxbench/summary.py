@@ -20,7 +20,7 @@ from mxbench.results import Cpu, Device, Image, Metrics, Record, Settings, Softw
 
 # The parts a line leaves out, one of each for every record read (:class:`Read`): a record
 # read is never written to (its summaries go into its own fields), and a fleet of small
-# records read faster, in half the memory, than with a default of each part per record
+# records read faster, in under half the memory, than with a default of each part per record
 # (benchmarks/report_speed.py --minimal).
 _ABSENT = (Image(), Metrics(), Device(), Cpu(), Software(), Settings())
 _IMAGE, _METRICS, _DEVICE, _CPU, _SOFTWARE, _SETTINGS = _ABSENT
