@@ -9,7 +9,8 @@ losses each) to a temporary results directory, one JSONL file per host (or one f
      intervals, diagnosis, markdown);
   C. with --baseline DIR (the runner/ folder of an older checkout, put on PYTHONPATH): B
      with that code, for before / after figures under the same load;
-and prints medians with the spread, the ratio B / A, the peak memory of B (its process and
+and prints medians with the spread, the ratio B / A (of wall times, and of CPU seconds with
+the workers': the steadier one on a shared machine), the peak memory of B (its process and
 its workers, summed PSS, Linux; sampled in one more, untimed run; and the process's own
 ru_maxrss), the SHA-256 of every run's output (B's and C's must be one), and B's stages
 timed in one fresh process. The numbers in the records are synthetic: this measures the
@@ -31,6 +32,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -210,14 +212,24 @@ def _pss_kib(pid: int) -> int:
     return total
 
 
-def _time(cmd: list[str], env: dict[str, str] | None = None) -> float:
-    """Wall seconds of one run, left alone while it runs."""
+# CPU seconds (user + system) of each run, its workers included, beside the wall figures:
+# on a shared 2-core machine other people's work stretches B's wall time (several
+# processes) more than A's (one), and CPU time much less
+cpu: dict[str, list[float]] = {}
+
+
+def _time(cmd: list[str], env: dict[str, str] | None = None, name: str = "") -> float:
+    """Wall seconds of one run, left alone while it runs (its CPU seconds into ``cpu``)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env=env, check=False)  # fmt: skip
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         sys.exit(f"{cmd[:4]} failed: {proc.stderr.strip()[-500:]}")
+    used = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+    cpu.setdefault(name, []).append(used)
     return wall
 
 
@@ -253,6 +265,10 @@ def _ratios(name: str, walls: list[float], a: list[float], goal: str = "") -> No
     print(f"{name:32s}{_spread(walls)}")
     print(f"{name[0]} / A: median {statistics.median(ratios):.2f} "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f}){goal}")  # fmt: skip
+    used = [y / x for x, y in zip(cpu["A"], cpu[name[0]], strict=True)]
+    print(f"{name[0]} / A in CPU seconds: median {statistics.median(used):.2f} "
+          f"(min {min(used):.2f}, max {max(used):.2f}); {name[0]} "
+          f"{_spread(cpu[name[0]])}, A {_spread(cpu['A'])}")  # fmt: skip
 
 
 def _memory(name: str, report: list[str], env: dict[str, str] | None) -> None:
@@ -303,11 +319,11 @@ def main() -> None:
         c: list[float] = []
         digests: dict[str, set[str]] = {"B": set(), "C": set()}
         for _ in range(args.repeats):  # alternate, so drift on a shared machine hits all
-            a.append(_time(loads))
-            b.append(_time(report))
+            a.append(_time(loads, name="A"))
+            b.append(_time(report, name="B"))
             digests["B"].add(_digest(out))
             if old is not None:
-                c.append(_time(report, old))
+                c.append(_time(report, old, name="C"))
                 digests["C"].add(_digest(out))
         goal = " (goal <= 4)" if args.minimal else " (goal <= 2)"
         print(f"{'A json.loads of every line':32s}{_spread(a)}")

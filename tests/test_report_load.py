@@ -319,3 +319,27 @@ def test_reading_holds_memory_per_cell_not_per_step(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert len(loaded.winners) == 40 and all(summary.process(w) for w in loaded.winners)
     assert peak < 30 * 2**20, f"peak {peak / 2**20:.0f} MiB while reading"
+
+
+def test_the_parts_records_leave_out_are_shared_and_no_format_writes_to_them(
+    tmp_path: Path,
+) -> None:
+    """A record read without a part gets the one default every record read shares
+    (summary.Read): rendering every format from such records leaves each still equal to a
+    fresh default, or one report's records would change the next one's."""
+    from mxbench.report import document
+    from mxbench.results import Record
+
+    recs = [rec("bare", p, b, minimal=True) for p in ("float32", "mixed_float16") for b in (8, 16)]
+    recs.append(rec("bare", "float16", 8, status="oom", minimal=True))
+    write(tmp_path / "bare.jsonl", recs)
+    loaded = load([tmp_path])
+    first, second = loaded.winners[:2]
+    fresh = Record(params=first.params, status="ok")  # every part its default
+    for part in ("image", "metrics", "device", "cpu", "software", "settings", "run", "pending"):
+        assert getattr(first, part) is getattr(second, part), part
+    doc = document.build(loaded, build(loaded.winners))
+    for fmt in document.FORMATS:
+        assert document.render(doc, fmt)
+    for part in ("image", "metrics", "device", "cpu", "software", "settings", "run", "pending"):
+        assert getattr(first, part) == getattr(fresh, part), part

@@ -11,17 +11,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
 from mxbench import stats
-from mxbench.results import Metrics, Record
+from mxbench.results import Cpu, Device, Image, Metrics, Record, Settings, Software
+
+# The parts a line leaves out, one of each for every record read (:class:`Read`): a record
+# read is never written to (its summaries go into its own fields), and a fleet of small
+# records read faster, in under half the memory, than with a default of each part per record
+# (benchmarks/report_speed.py --minimal).
+_ABSENT = (Image(), Metrics(), Device(), Cpu(), Software(), Settings())
+_IMAGE, _METRICS, _DEVICE, _CPU, _SOFTWARE, _SETTINGS = _ABSENT
+_RUN: dict[str, Any] = {}
+_PENDING: list[str] = []
 
 
 class Read(Record, kw_only=True, gc=False):
     """A record as the report reads it (every field of :class:`Record`, new ones included):
     its step samples and losses are left out (empty lists) once summarised into
-    ``process`` and ``loss``."""
+    ``process`` and ``loss``. A part the line leaves out is a default shared by every
+    record read (never written to)."""
+
+    image: Image = msgspec.field(default_factory=lambda: _IMAGE)
+    metrics: Metrics = msgspec.field(default_factory=lambda: _METRICS)
+    device: Device = msgspec.field(default_factory=lambda: _DEVICE)
+    cpu: Cpu = msgspec.field(default_factory=lambda: _CPU)
+    software: Software = msgspec.field(default_factory=lambda: _SOFTWARE)
+    settings: Settings = msgspec.field(default_factory=lambda: _SETTINGS)
+    run: dict[str, Any] = msgspec.field(default_factory=lambda: _RUN)
+    pending: list[str] = msgspec.field(default_factory=lambda: _PENDING)
 
     # the timed steps as :func:`mxbench.stats.summarise` makes them: (median ms, the
     # variance of its log); None: not an ok record with a median

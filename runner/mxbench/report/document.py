@@ -225,12 +225,19 @@ def grids(
 ) -> list[Grid]:
     """Per compared policy (in the tables' order) its grid over every table that has it."""
     policies = list(dict.fromkeys(p for t in tables for p in t.reduced))
+    failing = {id(t) for t in tables if any(e.status != "ok" for e in t.entries.values())}
     out = []
     for policy in policies:
         having = [t for t in tables if policy in t.reduced]
         batches = sorted({b for t in having for b in t.batches})
         rows = [
-            GridRow(t.title, anchors[id(t)], [verdict(t, policy, b, texts) for b in batches])
+            GridRow(
+                t.title,
+                anchors[id(t)],
+                [verdict(t, policy, b, texts) for b in batches]
+                if t.ratios or id(t) in failing
+                else [_NOT_MEASURED] * len(batches),  # nothing measured, nothing failed
+            )
             for t in having
         ]
         out.append(Grid(policy, batches, rows))

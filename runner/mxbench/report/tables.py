@@ -10,6 +10,7 @@ setup that chooses a table is every parameter whose role is ``setup``
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+from msgspec.structs import astuple
 
 from mxbench import params, stats, summary
 from mxbench.params import BASELINE, POLICIES, Params
@@ -25,6 +27,16 @@ from mxbench.report.load import latest
 from mxbench.results import Device, Image, Record
 
 SETUP = params.names("setup")
+# a parameters struct's setup values, from msgspec.structs.astuple of it
+_setup_values = operator.itemgetter(*(Params.__struct_fields__.index(n) for n in SETUP))
+_taken = operator.itemgetter(*SETUP)  # a table's setup values, from its setup
+
+
+def _setup(p: Params) -> dict[str, Any]:
+    """The setup parameters' values, by name (in :data:`SETUP`'s order)."""
+    return dict(zip(SETUP, _setup_values(astuple(p)), strict=True))
+
+
 MAX_RECORD_TEXT = 300  # characters of one value taken from a record (a name, an error's line)
 
 
@@ -330,6 +342,8 @@ def _add_facts(e: Entry, rec: Record) -> None:
 
 
 def entry(records: list[Record]) -> Entry:
+    if len(records) == 1:  # most slots: one record, its figures as they are
+        return _single(records[0], records)
     ok = [r for r in records if r.status == "ok"]
     e = Entry("ok" if ok else latest(records).status, records=ok or records)
     for rec in e.records:
@@ -351,6 +365,20 @@ def entry(records: list[Record]) -> Entry:
     return e
 
 
+def _single(rec: Record, records: list[Record]) -> Entry:
+    """:func:`entry` of a slot of one record (``records``: the list of it)."""
+    if rec.status != "ok":
+        e = Entry(rec.status, records=records)
+        _add_facts(e, rec)
+        return e
+    e = Entry("ok", records=[rec])
+    _add_facts(e, rec)
+    s = rec.step
+    if s is not None:
+        e.median, e.p25, e.p75, e.n = s.median, s.p25, s.p75, s.n
+    return e
+
+
 Slots = dict[tuple[str, int], list[Record]]  # (policy, batch size) -> records
 
 
@@ -358,23 +386,32 @@ def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
     """The records of each table, tables sorted by host, device, image, setup (numbers by
     value). ``by_device=False``: one table per host, image and setup whatever the records say of the
     device (a trial killed for memory has no device facts; the table takes its ok ones')."""
-    groups: dict[tuple[str, ...], Slots] = {}
-    setups: dict[Params, tuple[str, ...]] = {}  # many records share their parameters
+    groups: dict[tuple[Any, ...], Slots] = {}
+    # A table's records share their setup values, not their parameters (each has its own
+    # policy and batch size): the values are taken as they are, in one call, and a key
+    # names a setup by its number (each setup field has one type: equal values, equal texts)
+    setups: dict[tuple[Any, ...], int] = {}
     for rec in winners:
         p = rec.params
-        setup = setups.get(p)
+        raw = _setup_values(astuple(p))
+        setup = setups.get(raw)
         if setup is None:
-            setup = setups[p] = tuple(str(getattr(p, name)) for name in SETUP)
+            setup = setups[raw] = len(setups)
         device = (rec.device.kind or "", rec.device.name or "") if by_device else ()
-        key = (str(rec.host), *device, rec.image.name or rec.image.id or "", *setup)
+        key = (str(rec.host), *device, rec.image.name or rec.image.id or "", setup)
         slots = groups.get(key)
         if slots is None:
             slots = groups[key] = {}
         slots.setdefault((p.policy, p.batch_size), []).append(rec)
     natural: dict[str, tuple[int, float, str]] = {}  # hosts, names and setups repeat
 
-    def order(key: tuple[str, ...]) -> tuple[tuple[int, float, str], ...]:
-        return tuple(natural.get(v) or natural.setdefault(v, _natural(v)) for v in key)
+    def nat(v: str) -> tuple[int, float, str]:
+        return natural.get(v) or natural.setdefault(v, _natural(v))
+
+    by_setup = [tuple(nat(str(v)) for v in raw) for raw in setups]  # in their numbers' order
+
+    def order(key: tuple[Any, ...]) -> tuple[tuple[int, float, str], ...]:
+        return (*map(nat, key[:-1]), *by_setup[key[-1]])
 
     return [groups[k] for k in sorted(groups, key=order)]
 
@@ -408,7 +445,7 @@ def make(slots: Slots) -> Table:
         host=bounded(str(info.host)),
         device=device,
         image=image,
-        setup={name: getattr(info.params, name) for name in SETUP} | image_taken(info),
+        setup=_setup(info.params) | image_taken(info),
         info=info,
         entries={slot: entry(latest_run(recs)) for slot, recs in slots.items()},
         policies=sorted({p for p, _ in slots}, key=_policy_rank),
@@ -488,8 +525,23 @@ def _tell_apart(built: list[Table]) -> None:
     for group_ in same.values():
         if len(group_) < 2:
             continue
-        told = zip(*([t.told(n) for n in SETUP] for t in group_), strict=True)  # per name
-        names = tuple(n for n, values in zip(SETUP, told, strict=True) if len(set(values)) > 1)
+        names = _differing(group_)
         for t in group_:
             t.distinct = names
             t.__dict__.pop("title", None)  # the cached title, made again with them
+
+
+def _differing(group_: list[Table]) -> tuple[str, ...]:
+    """The setup names whose :meth:`Table.told` differs between the tables: told only where
+    the values asked or taken differ (equal pairs tell the same; most names are the same in
+    every table)."""
+    values = [(*_setup_values(astuple(t.info.params)), *_taken(t.setup)) for t in group_]
+    first, n = values[0], len(SETUP)
+    which = {
+        i % n for v in values[1:] for i, (a, b) in enumerate(zip(first, v, strict=True)) if a != b
+    }
+    return tuple(
+        name
+        for i, name in enumerate(SETUP)
+        if i in which and len({t.told(name) for t in group_}) > 1
+    )

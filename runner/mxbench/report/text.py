@@ -68,11 +68,15 @@ def speedup_texts(t: Table) -> dict[tuple[str, int], str]:
     float32 gave no time (OOM, error); no key where either slot is empty."""
     if BASELINE not in t.policies:
         return {}
-    return {
-        slot: ratio_text(t.ratios.get(slot), t.parity.get(slot)) + across(t, slot)
-        for slot in t.entries
-        if slot[0] != BASELINE and (BASELINE, slot[1]) in t.entries
+    entries, ratios, parity = t.entries, t.ratios, t.parity
+    said = {
+        slot: ratio_text(ratios.get(slot), parity.get(slot))
+        for slot in entries
+        if slot[0] != BASELINE and (BASELINE, slot[1]) in entries
     }
+    if t.mixes_runs:  # (most tables are of one run: nothing to add)
+        said = {slot: text + across(t, slot) for slot, text in said.items()}
+    return said
 
 
 def across(t: Table, slot: tuple[str, int]) -> str:
