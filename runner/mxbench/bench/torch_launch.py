@@ -162,14 +162,14 @@ def run(p: Params, measure: Measure, started_at: float, emit: Callable[[Record],
             writer.close()
             procs.append(proc)
             pipes.append(reader)
-        found = supervise(procs, pipes, emit)
+        found = supervise(procs, pipes, emit, GRACE_S)
     finally:
         stop(procs)
     return outcome(p, found)
 
 
 def supervise(procs: list[Any], pipes: list[Connection], emit: Callable[[Record], None],
-              grace_s: float = GRACE_S) -> Ranks:  # fmt: skip
+              grace_s: float) -> Ranks:  # fmt: skip
     """Wait for every rank's record, or, once one has failed, ``grace_s`` more seconds."""
     found = Ranks(len(procs))
     failed_at: float | None = None
