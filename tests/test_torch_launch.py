@@ -169,3 +169,19 @@ def test_torch_devices_run_one_policy_per_process() -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2 and "torch's --devices > 1" in proc.stderr, proc.stderr
+
+
+def test_a_docker_container_of_torch_ranks_on_gpus_gets_nccl_its_shared_memory() -> None:
+    """NCCL between processes goes through /dev/shm, which Docker holds to 64 MB (NCCL
+    crashes in ncclShmOpen there): such a container asks for more; others keep the default."""
+    from docker.types import HostConfig
+
+    from mxbench.engines.docker import shm_size
+
+    torch_ = Params(backend="torch", devices=2)
+    assert shm_size(["0", "1"], torch_) == "2g" and shm_size("all", torch_) == "2g"
+    assert shm_size("none", torch_) is None  # gloo over loopback: no shared memory
+    assert shm_size("all", Params(backend="jax", devices=2)) is None  # one process
+    assert shm_size("all", Params(backend="torch")) is None
+    assert HostConfig(version="1.41", shm_size="2g")["ShmSize"] == 2 * 1024**3
+    assert "ShmSize" not in HostConfig(version="1.41", shm_size=None)
