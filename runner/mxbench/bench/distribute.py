@@ -210,9 +210,11 @@ def _torch(p: Params, versions: dict[str, str]) -> Plan:
     world = torch.distributed.get_world_size()
     kind = "cuda" if group == "nccl" else "cpu"
     names = [f"rank{r}:{kind}" for r in range(world)]
+    threads = f"{world} processes, {torch.get_num_threads()} CPU thread(s) each"
     notes = [f"process group {group}, rendezvous at {master} ({source})",
              "weights broadcast from rank 0; gradients averaged by all_reduce before the "
              "optimizer applies them"]  # fmt: skip
+    notes += [f"{threads} (OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS')})"] if here else []
     shared = group == "gloo" and (here or _tasks_share_a_node())
     mechanism = f"{scale.ACROSS_PROCESSES['torch']} ({group})"
     return Plan(p, mechanism, names, shared, versions, world, notes=notes)

@@ -80,9 +80,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def threads(world: int, env: Mapping[str, str] = os.environ) -> str:
+    """CPU threads each of ``world`` processes runs (``OMP_NUM_THREADS``): the user's, else
+    an equal share of the CPUs this process may use, at least one (torchrun gives each 1).
+    Every process at the default, all the CPUs, would oversubscribe them ``world`` times
+    over, and gloo's waits spin."""
+    if env.get("OMP_NUM_THREADS"):
+        return env["OMP_NUM_THREADS"]
+    return str(max(1, len(os.sched_getaffinity(0)) // world))
+
+
 def worker_env(rank_: int, world: int, port: int) -> dict[str, str]:
     """What rank ``rank_`` of ``world`` gets on top of the launcher's environment."""
     return {
+        "OMP_NUM_THREADS": threads(world),
         RANK_VAR: str(rank_),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
