@@ -76,7 +76,7 @@ def test_each_replica_trains_on_its_own_device_timed_on_its_own(backend: str) ->
         ("benchmark: {backend: jax, scaling: independent}\n"
          "axes: {devices: [2], batch_size: [max]}", "independent replicas need a fixed batch"),
         ("benchmark: {backend: torch, scaling: independent}\naxes: {devices: [2]}",
-         "not supported yet on the torch backend"),
+         "independent replicas train side by side in one process"),
     ],
 )  # fmt: skip
 def test_the_matrix_refuses_what_independent_replicas_cannot_run(yaml: str, message: str) -> None:

@@ -56,7 +56,10 @@ def test_one_device_keeps_the_cell_keys_of_before() -> None:
     ("yaml", "message"),
     [
         ("axes: {devices: [1, 0]}", "axes.devices"),
-        ("benchmark: {devices: 2, backend: torch}", "not supported yet on the torch backend"),
+        (
+            "benchmark: {devices: 2, backend: torch, scaling: independent}",
+            "independent replicas train side by side in one process",
+        ),
         (
             "benchmark: {devices: 4, scaling: strong}\naxes: {batch_size: [32, 30]}",
             "axes.batch_size: 30: strong scaling splits the global batch over 4 devices",
@@ -88,7 +91,10 @@ def mxbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--devices", "2", "--backend", "torch"], "--devices 2: data parallel is not supported"),
+        (
+            ["--devices", "2", "--backend", "torch", "--nodes", "2"],
+            "--devices 2: the torch backend drives one device per process",
+        ),
         (
             ["--devices", "2", "--scaling", "strong", "--batch-size", "3"],
             "--batch-size 3: strong scaling",
@@ -325,8 +331,7 @@ def test_a_docker_host_with_too_few_gpus_listed_is_refused() -> None:
         ("axes: {nodes: [1, 2]}", "nodes > 1 needs a Slurm host"),
         (
             "benchmark: {nodes: 2, devices: 2, backend: torch}",
-            "devices: 2: data parallel is "
-            "not supported yet on the torch backend within one process",
+            "devices: 2: the torch backend drives one device per process",
         ),
         ("benchmark: {nodes: 2, backend: jax}\naxes: {batch_size: [max]}", "one process"),
         (  # the all-reduce's dtype: only where mxbench all-reduces (torch, several processes)

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench import models, serving
+from mxbench import models, scale, serving
 from mxbench.errors import UsageError
 from mxbench.matrix import Matrix
 from mxbench.params import Params
@@ -292,7 +292,7 @@ def pairable(cell: Cell) -> bool:
         and cell.search is None
         and not p.training_run
         and p.steps_per_execution == 1
-        and p.nodes == 1
+        and scale.processes(p) == 1  # several processes: Slurm's tasks, torch's devices
         and p.scaling != "independent"  # each replica times its own steps (bench/independent)
         and p.mode == "train"  # a serving cell: one policy per process (bench/infer.py)
     )

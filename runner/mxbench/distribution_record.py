@@ -52,18 +52,24 @@ class Distribution(_Part, kw_only=True):
     variables were found on."""
 
     devices: Annotated[
-        int, Meta(ge=1), Doc("devices the cell asked for in each process (params.devices)")
+        int,
+        Meta(ge=1),
+        Doc(
+            "devices the cell asked for in each process (params.devices; torch: on one "
+            "host, each a process of its own)"
+        ),
     ]
     processes: Annotated[
         int,
         Meta(ge=1),
         Doc(
             "processes the cell trained in (params.nodes: Slurm tasks; jax.distributed, "
-            "TensorFlow's workers or a torch.distributed group)"
+            "TensorFlow's workers or a torch.distributed group; torch on one host: one per "
+            "device, started by the bench)"
         ),
     ] = 1
     nodes: Annotated[
-        str | None, Doc("the Slurm job's node list (SLURM_JOB_NODELIST), several processes")
+        str | None, Doc("the Slurm job's node list (SLURM_JOB_NODELIST), several Slurm tasks")
     ] = None
     replicas: Annotated[
         int | None,

@@ -320,9 +320,10 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         int,
         Meta(ge=1, le=MAX_DEVICES),
         Spec("Devices one cell trains on, data parallel through the backend's own mechanism "
-             "(JAX: keras.distribution.DataParallel; TensorFlow: MirroredStrategy). On a CPU "
-             "the host is split into this many devices that share its cores (plumbing, not "
-             "scaling). 1: one device, as always.", flag="--devices", column="dev",
+             "(JAX: keras.distribution.DataParallel; TensorFlow: MirroredStrategy; PyTorch: one "
+             "process per device, started by the bench, gradients all-reduced over gloo or "
+             "NCCL). On a CPU the host is split into this many devices that share its cores "
+             "(plumbing, not scaling). 1: one device, as always.", flag="--devices", column="dev",
              key_default=False),
     ] = 1  # fmt: skip
     nodes: Annotated[
@@ -345,7 +346,7 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     ] = "weak"  # fmt: skip
     allreduce: Annotated[
         AllReduce,
-        Spec("Several processes on the torch backend (nodes > 1): the dtype the gradients "
+        Spec("Several devices on the torch backend (devices or nodes > 1): the dtype the gradients "
              "are all-reduced in: native (their own, float32 under the mixed policies), or "
              "bfloat16 / float16 (cast for the all-reduce and back: half the bytes between "
              "processes, rounded; float16 overflows where gradients pass 65504). JAX's and "

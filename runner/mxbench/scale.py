@@ -16,12 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 # The backend's own data-parallel mechanism, by Keras backend, in one process and across
-# several (``nodes``). torch: across processes only (Keras 3 has no distribution for it;
-# ours is mxbench.bench.torch_workers, one device per process).
+# several (``nodes``). torch: always across processes, one device each (Keras 3 has no
+# distribution for it; ours is mxbench.bench.torch_workers): ``devices: N`` on one host is
+# N processes started by the bench (mxbench.bench.torch_launch), ``nodes: N`` Slurm's tasks.
 MECHANISMS = {
     "jax": "keras.distribution.DataParallel",
     "tensorflow": "tf.distribute.MirroredStrategy",
 }
+ONE_DEVICE_PER_PROCESS = ("torch",)
 ACROSS_PROCESSES = {
     "jax": "keras.distribution.DataParallel",  # its mesh spans jax.distributed's processes
     "tensorflow": "tf.distribute.MultiWorkerMirroredStrategy",
@@ -53,9 +55,16 @@ def per_device_batch(p: Any) -> int:
     return batches(p.batch_size, total_devices(p), p.scaling)[1]
 
 
+def processes(p: Any) -> int:
+    """Processes one cell trains in: Slurm's tasks (``nodes``), and on a backend that drives
+    one device per process (torch) one per device."""
+    per_task = int(p.devices) if p.backend in ONE_DEVICE_PER_PROCESS else 1
+    return int(getattr(p, "nodes", 1)) * per_task
+
+
 def process_batch(p: Any) -> int:
     """Examples one process feeds per step (its devices' share of the global batch)."""
-    return per_device_batch(p) * int(p.devices)
+    return per_device_batch(p) * (total_devices(p) // processes(p))
 
 
 def problem(
@@ -69,24 +78,25 @@ def problem(
         known = ", ".join(sorted(ACROSS_PROCESSES))
         return ("nodes", f"{nodes}: several processes run on the {known} backends only; "
                          f"use nodes: 1 on {backend}")  # fmt: skip
-    if allreduce != "native" and (backend != "torch" or nodes <= 1):
+    if allreduce != "native" and (backend != "torch" or nodes * devices <= 1):
         return ("allreduce", f"{allreduce}: the all-reduce's dtype is chosen only where "
-                             "mxbench all-reduces: the torch backend across processes "
-                             "(nodes > 1); JAX's and TensorFlow's mechanisms reduce in the "
-                             "gradients' own dtype")  # fmt: skip
+                             "mxbench all-reduces: the torch backend on several devices "
+                             "(devices or nodes > 1); JAX's and TensorFlow's mechanisms "
+                             "reduce in the gradients' own dtype")  # fmt: skip
     if nodes > 1 and scaling == INDEPENDENT:
         return ("scaling", f"{scaling}: independent replicas train in one process (nodes 1)")
     if scaling == INDEPENDENT and isinstance(batch_size, str):
         return ("batch_size", f"{batch_size}: independent replicas need a fixed batch size")
     if nodes > 1 and isinstance(batch_size, str):
         return ("batch_size", f"{batch_size}: a batch-size search runs in one process")
-    if devices > 1 and backend not in MECHANISMS:
-        return (
-            "devices",
-            f"{devices}: data parallel is not supported yet on the {backend} backend within "
-            f"one process (only {' and '.join(sorted(MECHANISMS))}: Keras 3 has no {backend} "
-            f"distribution); use devices: 1 there (several processes: nodes)",
-        )
+    if devices > 1 and nodes > 1 and backend in ONE_DEVICE_PER_PROCESS:
+        return ("devices", f"{devices}: the {backend} backend drives one device per process, "
+                           "and across nodes each Slurm task is one process; use devices: 1 "
+                           "with nodes, or devices alone on one host")  # fmt: skip
+    if devices > 1 and scaling == INDEPENDENT and backend in ONE_DEVICE_PER_PROCESS:
+        return ("scaling", f"{scaling}: independent replicas train side by side in one "
+                           f"process, and the {backend} backend drives one device per "
+                           "process")  # fmt: skip
     devices *= nodes
     if devices <= 1:
         return None

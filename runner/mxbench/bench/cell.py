@@ -19,7 +19,15 @@ from typing import Any
 import msgspec
 
 from mxbench import scale
-from mxbench.bench import backends, convergence, distribute, energy, independent, probe
+from mxbench.bench import (
+    backends,
+    convergence,
+    distribute,
+    energy,
+    independent,
+    probe,
+    torch_launch,
+)
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.served import NO_FILES, WeightFiles, save
@@ -101,6 +109,8 @@ def run_cell(
     process killed in one of them (out of memory under a limit) leaves its timed figures.
     ``files``: the weights a training run saves, or a serving cell serves."""
     started_at = started_at or probe.process_start_time() or time.time()
+    if torch_launch.launches(p):  # PyTorch on N devices: N processes, started here
+        return torch_launch.run(p, run_cell, started_at, emit or (lambda _rec: None))
     phases = Phases(started_at)
     rec = new_record(params=p, status="ok")
     rec.cpu = msgspec.convert(probe.cpu_info(), Cpu)

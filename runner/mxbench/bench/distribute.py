@@ -18,7 +18,9 @@
   PyTorch (Keras 3 has no torch distribution): ``torch.distributed`` from torchrun's
   variables each task derives from Slurm's, the weights broadcast from rank 0 and the
   gradients all-reduced before the model's own optimizer applies them
-  (:mod:`mxbench.bench.torch_workers`; one device per process).
+  (:mod:`mxbench.bench.torch_workers`; one device per process). PyTorch's ``devices``
+  on one host are processes too, one per device, which the bench starts itself
+  (:mod:`mxbench.bench.torch_launch`).
   Each process feeds its own devices' share of the global batch (JAX: Keras's
   auto-sharding off; TensorFlow: each worker's dataset, distributed from a function;
   synthetic examples seeded by the process's rank, so each feeds its own), and only the
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mxbench import scale
-from mxbench.bench import interconnect, torch_workers, workers
+from mxbench.bench import interconnect, torch_launch, torch_workers, workers
 from mxbench.params import Params
 from mxbench.results import Distribution, Record
 
@@ -81,8 +83,11 @@ def before_import(p: Params) -> None:
 
 
 def rank(p: Params) -> int:
-    """This process's place among its cell's (Slurm's task id; 0 in a cell of one)."""
-    return int(os.environ.get("SLURM_PROCID", "0")) if p.nodes > 1 else 0
+    """This process's place among its cell's (Slurm's task id, or the rank the torch launch
+    gave it; 0 in a cell of one)."""
+    if p.nodes > 1:
+        return int(os.environ.get("SLURM_PROCID", "0"))
+    return torch_launch.rank() if scale.processes(p) > 1 else 0
 
 
 def first_process(p: Params) -> bool:
@@ -191,20 +196,28 @@ def _tf_workers(tf: Any, p: Params, versions: dict[str, str]) -> Plan:
 
 
 def _torch(p: Params, versions: dict[str, str]) -> Plan:
-    """This Slurm task as one process of a ``torch.distributed`` group (one device each)."""
-    _one_of_the_tasks(p)
+    """This process as one of a ``torch.distributed`` group, one device each: a Slurm task
+    (``nodes``), or one of the processes the bench started on this host (``devices``)."""
+    here = p.nodes == 1
+    if here:
+        found, source = torch_launch.rendezvous(os.environ), "processes started by the bench"
+    else:
+        _one_of_the_tasks(p)
+        found, source = torch_workers.rendezvous(os.environ), "from Slurm's variables"
     torch: Any = importlib.import_module("torch")
     versions["torch"] = str(torch.__version__)
-    group, master = torch_workers.join(torch, p.devices)
+    group, master = torch_workers.join(torch, found, launched_here=here)
     world = torch.distributed.get_world_size()
     kind = "cuda" if group == "nccl" else "cpu"
     names = [f"rank{r}:{kind}" for r in range(world)]
-    notes = [f"process group {group}, rendezvous at {master} (from Slurm's variables)",
+    threads = f"{world} processes, {torch.get_num_threads()} CPU thread(s) each"
+    notes = [f"process group {group}, rendezvous at {master} ({source})",
              "weights broadcast from rank 0; gradients averaged by all_reduce before the "
              "optimizer applies them"]  # fmt: skip
-    shared = group == "gloo" and _tasks_share_a_node()
+    notes += [f"{threads} (OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS')})"] if here else []
+    shared = group == "gloo" and (here or _tasks_share_a_node())
     mechanism = f"{scale.ACROSS_PROCESSES['torch']} ({group})"
-    return Plan(p, mechanism, names, shared, versions, p.nodes, notes=notes)
+    return Plan(p, mechanism, names, shared, versions, world, notes=notes)
 
 
 def replicate(plan: Plan | None, model: Any) -> None:
@@ -332,7 +345,7 @@ def fill(plan: Plan | None, rec: Record, model: Any, design: str) -> None:
     rec.distribution = Distribution(
         devices=p.devices,
         processes=plan.processes,
-        nodes=os.environ.get("SLURM_JOB_NODELIST") if plan.processes > 1 else None,
+        nodes=os.environ.get("SLURM_JOB_NODELIST") if p.nodes > 1 else None,
         replicas=_replicas(plan, model, sums),
         scaling=p.scaling,
         global_batch=scale.global_batch(p),

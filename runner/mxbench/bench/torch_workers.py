@@ -1,4 +1,5 @@
-"""PyTorch across processes: ``torch.distributed`` over a Slurm job's tasks, the gradients
+"""PyTorch across processes: ``torch.distributed`` over a Slurm job's tasks, or over the
+processes the bench starts on one host (:mod:`mxbench.bench.torch_launch`), the gradients
 averaged inside Keras's own fit.
 
 Keras 3 (3.15) has no distribution for its torch backend, so this is ours, kept thin:
@@ -50,18 +51,20 @@ def rendezvous(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def join(torch: Any, devices: int) -> tuple[str, str]:
-    """Meet the cell's other processes: the process group made from Slurm's variables, this
-    task's GPU chosen where there are GPUs. The group's backend and where rank 0 listens."""
-    found = rendezvous(os.environ)
+def join(torch: Any, found: Mapping[str, str], launched_here: bool = False) -> tuple[str, str]:
+    """Meet the cell's other processes: the process group made from torchrun's variables
+    (``found``: :func:`rendezvous` from Slurm's, or those of mxbench's own launch on one
+    host), this process's GPU chosen where there are GPUs (``launched_here``: the processes
+    share the host's GPUs, each that of its local rank; Slurm's tasks: by local rank too,
+    unless Slurm bound one to each). The group's backend and where rank 0 listens."""
     os.environ.update(found)
     group = "nccl" if torch.cuda.is_available() else "gloo"
     if group == "nccl":
-        count = torch.cuda.device_count()
-        mine = workers.gpu_slice(count, int(found["LOCAL_RANK"]), devices)
-        if mine.stop > count:
-            raise RuntimeError(f"task {found['RANK']}: GPU {mine.start} of {count} seen")
-        torch.cuda.set_device(mine.start)
+        count, local = torch.cuda.device_count(), int(found["LOCAL_RANK"])
+        mine = local if launched_here else workers.gpu_slice(count, local, 1).start
+        if mine >= count:
+            raise RuntimeError(f"rank {found['RANK']}: GPU {mine} of the {count} it sees")
+        torch.cuda.set_device(mine)
     dist = torch.distributed
     dist.init_process_group(group, rank=int(found["RANK"]), world_size=int(found["WORLD_SIZE"]))
     return group, f"{found['MASTER_ADDR']}:{found['MASTER_PORT']}"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import typer
 
-from mxbench import params
+from mxbench import params, scale
 from mxbench.params import Params
 
 if TYPE_CHECKING:
@@ -103,10 +103,11 @@ def _pair_with(text: str, p: Params) -> list[str]:
             f"--pair-with {text!r}: each policy once, not --policy {p.policy} "
             "(except alone: an A/A check)"
         )
-    if others and (p.epochs or p.steps_per_execution > 1 or p.nodes > 1 or p.mode != "train"
-                   or p.scaling == "independent"):  # fmt: skip
+    if others and (p.epochs or p.steps_per_execution > 1 or scale.processes(p) > 1
+                   or p.mode != "train" or p.scaling == "independent"):  # fmt: skip
         raise UsageError(
-            "--pair-with: training runs, --steps-per-execution > 1, --nodes > 1, --scaling "
+            "--pair-with: training runs, --steps-per-execution > 1, --nodes > 1, torch's "
+            "--devices > 1, --scaling "
             "independent and --mode infer run one policy per process"
         )
     return others

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from mxbench import models
+from mxbench import models, scale
 from mxbench.engines import docker_ssh, retry, stale
 from mxbench.engines.base import (
     PROBE,
@@ -152,6 +152,16 @@ def device_requests(gpus: str | list[str], devices: int | None = None) -> list[A
         return [DeviceRequest(count=-1 if devices is None else devices, capabilities=[["gpu"]])]
     ids = list(gpus) if devices is None else list(gpus)[:devices]
     return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+
+
+NCCL_SHM = "2g"  # Docker's default /dev/shm is 64 MB; NCCL's shared-memory transport needs more
+
+
+def shm_size(gpus: str | list[str], p: Any) -> str | None:
+    """/dev/shm of a container whose cell runs several processes on its GPUs (PyTorch's
+    devices: NCCL between them through shared memory, which crashes in ``ncclShmOpen`` under
+    Docker's 64 MB); None: Docker's default."""
+    return NCCL_SHM if gpus != "none" and scale.processes(p) > 1 else None
 
 
 def data_mount(data: str) -> dict[str, dict[str, str]]:
@@ -413,6 +423,7 @@ class DockerEngine(Engine):
                 command=cell.bench_args(),
                 environment={**model_env, **self.host.env},
                 device_requests=device_requests(self.host.gpus, cell.params.devices),
+                shm_size=shm_size(self.host.gpus, cell.params),
                 volumes={**data_mount(cell.params.data), **model_volumes, **weights_mounts(cell)},
                 labels={
                     "io.mxbench.cell": cell.key,
