@@ -298,24 +298,17 @@ def pairable(cell: Cell) -> bool:
     )
 
 
-def _comparison(c: Cell) -> tuple[object, ...]:
+def _comparison(c: Cell, family: bool = False) -> tuple[object, ...]:
     """What the cells of one paired comparison share (a cell that cannot be paired: its own
-    key)."""
+    key); ``family``: what the comparisons one paired process measures share, all but the
+    batch size and the repeat too."""
     from mxbench.params import BASELINE
 
     if not pairable(c):
         return (c.key,)
-    return (c.host, c.image, c.model_source, msgspec.structs.replace(c.params, policy=BASELINE))
-
-
-def _family(c: Cell) -> tuple[object, ...]:
-    """What the comparisons one paired process measures share: all but the policy, the
-    batch size and the repeat (a cell that cannot be paired: its own key)."""
-    from mxbench.params import BASELINE
-
-    if not pairable(c):
-        return (c.key,)
-    same = msgspec.structs.replace(c.params, policy=BASELINE, batch_size=1, repeat=None)
+    same = msgspec.structs.replace(c.params, policy=BASELINE)
+    if family:
+        same = msgspec.structs.replace(same, batch_size=1, repeat=None)
     return (c.host, c.image, c.model_source, same)
 
 
@@ -351,7 +344,7 @@ def pair_up(cells: Sequence[Cell], rng: random.Random | None = None) -> list[Cel
         if base is None or not rest or not pairable(base):
             out += [(c.params.repeat or 0, c) for c in members]
         else:
-            families.setdefault(_family(base), []).append([base, *rest])
+            families.setdefault(_comparison(base, family=True), []).append([base, *rest])
     for blocks in families.values():
         out += [(min(b[0].params.repeat or 0 for b in p), _lead(p)) for p in _processes(blocks)]
     rng = rng or random.Random()

@@ -76,11 +76,12 @@ def run_paired(
     started_at = started_at or probe.process_start_time() or time.time()
     phases = Phases(started_at)
     group = f"{os.getpid()}-{time.time_ns():x}"  # the process's: every pass's records share it
+    cpu = msgspec.convert(probe.cpu_info(), Cpu)
     sizes = [p.batch_size, *batch_sizes]
     passes: dict[int, list[Record]] = {}
     for n, size in enumerate(random.sample(sizes, len(sizes)), start=1):
         q = msgspec.structs.replace(p, batch_size=size)
-        passes[size] = _pass(q, others, phases, group, started_at, emit)
+        passes[size] = _pass(q, others, cpu, phases, group, started_at, emit)
         if n < len(sizes) and emit is not None:
             for rec in passes[size]:
                 emit(rec)
@@ -92,13 +93,12 @@ def run_paired(
 
 
 def _pass(
-    p: Params, others: list[str], phases: Phases, group: str, started_at: float,
+    p: Params, others: list[str], cpu: Cpu, phases: Phases, group: str, started_at: float,
     emit: Emit | None,
 ) -> list[Record]:  # fmt: skip
     """One comparison (one batch size) of a paired process: a record per arm."""
     ps = [p, *(msgspec.structs.replace(p, policy=x) for x in others)]
     recs = [new_record(params=q, status="ok") for q in ps]
-    cpu = msgspec.convert(probe.cpu_info(), Cpu)
     for q, rec in zip(ps, recs, strict=True):
         rec.cpu = cpu
         rec.software = Software(python=sys.version.split()[0], backend=p.backend,

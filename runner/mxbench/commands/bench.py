@@ -154,33 +154,6 @@ def _weight_files(p: Params, save: str, load: str) -> WeightFiles:
     return WeightFiles(save=save or None, load=load or own)
 
 
-WITH_BATCH_SIZES = inspect.Parameter(
-    "with_batch_sizes",
-    inspect.Parameter.KEYWORD_ONLY,
-    default=typer.Option(
-        "",
-        "--with-batch-sizes",
-        help="Comma-separated batch sizes also measured in this process (with --pair-with): "
-        "one paired pass each, the passes in a random order; the records pass by pass, "
-        "--batch-size's first.",
-    ),
-    annotation=str,
-)
-
-PAIR_WITH = inspect.Parameter(
-    "pair_with",
-    inspect.Parameter.KEYWORD_ONLY,
-    default=typer.Option(
-        "",
-        "--pair-with",
-        help="Comma-separated policies measured in this "
-        "process with --policy, in interleaved windows (paired design): one "
-        "record per policy, --policy's first.",
-    ),
-    annotation=str,
-)
-
-
 def _option(f: params.Field) -> inspect.Parameter:
     """The typer option of one parameter, from its declaration in :class:`Params`."""
     assert f.spec.flag is not None
@@ -197,7 +170,8 @@ def _option(f: params.Field) -> inspect.Parameter:
     )
 
 
-def _path_option(name: str, flag: str, help: str) -> inspect.Parameter:
+def _text_option(name: str, flag: str, help: str) -> inspect.Parameter:
+    """A string option of the bench's own (not a :class:`Params` field), empty by default."""
     return inspect.Parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,
@@ -206,14 +180,27 @@ def _path_option(name: str, flag: str, help: str) -> inspect.Parameter:
     )
 
 
+PAIR_WITH = _text_option(
+    "pair_with",
+    "--pair-with",
+    "Comma-separated policies measured in this process with --policy, in interleaved "
+    "windows (paired design): one record per policy, --policy's first.",
+)
+WITH_BATCH_SIZES = _text_option(
+    "with_batch_sizes",
+    "--with-batch-sizes",
+    "Comma-separated batch sizes also measured in this process (with --pair-with): one "
+    "paired pass each, the passes in a random order; the records pass by pass, "
+    "--batch-size's first.",
+)
 WEIGHT_OPTIONS = [
-    _path_option(
+    _text_option(
         "save_weights",
         "--save-weights",
         "A training run: save its final weights here "
         "(.weights.h5; mxbench run gives the first seed's a file under RESULTS/weights/).",
     ),
-    _path_option(
+    _text_option(
         "weights_file",
         "--weights-file",
         "With --weights trained: the training run's weights file to serve.",
