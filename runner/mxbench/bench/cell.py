@@ -7,6 +7,7 @@ arguments (:class:`mxbench.errors.UsageError`) escape.
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 import time
@@ -145,7 +146,9 @@ def run_cell(
 
 
 def _load(p: Params, rec: Record, state: CellState) -> float:
-    """Import the backend and Keras (seconds it took)."""
+    """Import the backend and Keras (seconds it took); the first import's objects are frozen
+    out of the garbage collector's sight: each model build's collection (Keras'
+    ``clear_session``) and tracing would otherwise rescan some 450k of them."""
     t0 = time.perf_counter()
     backend = backends.select(p.backend)
     distribute.before_import(p)
@@ -163,6 +166,8 @@ def _load(p: Params, rec: Record, state: CellState) -> float:
     import keras
 
     rec.software.keras = keras.__version__
+    if not gc.get_freeze_count():  # the first import of this process, not a later pass's
+        gc.freeze()  # the framework's import-time objects: never rescanned by the collector
     state.phases.mark("import")
     return time.perf_counter() - t0
 
@@ -294,21 +299,41 @@ def _metrics(
     spe = p.steps_per_execution
     total = p.warmup_steps + p.steps
     wall_minus_perf = time.time() - time.perf_counter()
-    stats = summarize([d / spe for d in parts["timed"]])
+    fill_metrics(
+        rec, model,
+        step_s=[d / spe for d in parts["timed"]],
+        examples=scale.global_batch(p) * p.steps,  # every device's
+        window_s=parts["window_s"],  # sustained: the window
+        first_s=parts["first_step_s"],
+        warmup_s=parts["warmup_s"],
+        startup_s=parts["first_timed_start"] + wall_minus_perf - started_at,
+        import_s=import_s,
+        losses=[log_.step_loss(k) for k in range(p.warmup_steps // spe, total // spe)],
+    )  # fmt: skip
+
+
+def fill_metrics(
+    rec: Record, model: Any, *, step_s: list[float], examples: int, window_s: float,
+    first_s: float, warmup_s: float, startup_s: float, import_s: float, losses: list[float],
+) -> None:  # fmt: skip
+    """The record's metrics (and its jit setting) from one measurement: each timed step's
+    seconds, the ``examples`` they took in ``window_s``, the first step's and the whole
+    warm-up's seconds, the seconds from the process's start to the first timed step, and
+    each timed step's loss (a measurement of one cell or one arm of a paired process)."""
     flops = rec.model.flops_per_example if rec.model else None
-    batch = scale.global_batch(p)  # every device's examples
-    images_per_s = batch * p.steps / parts["window_s"]  # sustained: the window
+    images_per_s = examples / window_s
+    finite = [_finite(x) for x in losses]
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
-        step_ms=msgspec.convert(stats, StepStats),
+        step_ms=msgspec.convert(summarize(step_s), StepStats),
         images_per_s=round(images_per_s, 3),
-        first_step_ms=round(parts["first_step_s"] * 1000.0, 3),
-        warmup_ms=round(parts["warmup_s"] * 1000.0, 3),
-        startup_s=round(parts["first_timed_start"] + wall_minus_perf - started_at, 3),
+        first_step_ms=round(first_s * 1000.0, 3),
+        warmup_ms=round(warmup_s * 1000.0, 3),
+        startup_s=round(startup_s, 3),
         import_s=round(import_s, 3),
-        loss_first=log_.step_loss(p.warmup_steps // spe),
-        loss_last=log_.step_loss(total // spe - 1),
-        losses=[_finite(log_.step_loss(k)) for k in range(p.warmup_steps // spe, total // spe)],
+        loss_first=finite[0] if finite else None,
+        loss_last=finite[-1] if finite else None,
+        losses=finite,
         loss_scale=_loss_scale(model),
         train_flops_per_image=flops,
         achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
