@@ -30,30 +30,27 @@ from mxbench.bench.cell import (
     _build,
     _drop_initial,
     _emit,
-    _finite,
     _load,
-    _loss_scale,
     _probe_device,
     check,
+    fill_metrics,
     is_oom,
     runs_check,
     runs_profile,
     start_energy,
 )
 from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.timing import Phases, StepLog, summarize
+from mxbench.bench.timing import Phases, StepLog
 from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError
 from mxbench.params import Params
 from mxbench.results import (
     Cpu,
     Interference,
-    Metrics,
     Pairing,
     Record,
     Settings,
     Software,
-    StepStats,
     Window,
 )
 from mxbench.version import __version__
@@ -227,7 +224,7 @@ def _fill_arm(
     """One arm's metrics from its windows (``started_perf``: the process's start on the
     windows' clock; ``totals``: the process's timed, first-step and warm-up seconds, added
     to); the number of timed steps."""
-    q, model, windows = arm.p, arm.model, log_.windows
+    q, windows = arm.p, log_.windows
     durations = []
     for w in windows:
         marks = [w.start, *w.ends]
@@ -240,26 +237,14 @@ def _fill_arm(
     totals["timed"] += window_s
     totals["first_step"] += first_s
     totals["warmup"] += warm[-1] - warm[0] - first_s
-    images_per_s = scale.global_batch(q) * steps / window_s  # every device's examples
-    flops = rec.model.flops_per_example if rec.model else None
     # the arm's timed steps follow its warm-up back to back (windows of k steps each)
     means = StepLog(mean_losses=[log_.losses[k] for k in sorted(log_.losses)])
-    losses = [_finite(means.step_loss(k)) for k in range(plan.warmup, plan.warmup + steps)]
-    rec.settings.jit_compile = bool(model.jit_compile)
-    rec.metrics = Metrics(
-        step_ms=msgspec.convert(summarize(durations), StepStats),
-        images_per_s=round(images_per_s, 3),
-        first_step_ms=round(first_s * 1000.0, 3),
-        warmup_ms=round((warm[-1] - warm[0]) * 1000.0, 3),
-        startup_s=round(windows[0].start - started_perf, 3),
-        import_s=round(import_s, 3),
-        loss_first=losses[0] if losses else None,
-        loss_last=losses[-1] if losses else None,
-        losses=losses,
-        loss_scale=_loss_scale(model),
-        train_flops_per_image=flops,
-        achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
-    )
+    fill_metrics(
+        rec, arm.model, step_s=durations, examples=scale.global_batch(q) * steps,
+        window_s=window_s, first_s=first_s, warmup_s=warm[-1] - warm[0],
+        startup_s=windows[0].start - started_perf, import_s=import_s,
+        losses=[means.step_loss(k) for k in range(plan.warmup, plan.warmup + steps)],
+    )  # fmt: skip
     return steps
 
 
