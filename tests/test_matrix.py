@@ -234,6 +234,22 @@ def test_repeats_make_distinct_cells() -> None:
     assert [c.params.repeat for c in cells] == [0, 1, 2]
 
 
+def test_a_label_names_every_parameter_that_tells_cells_apart() -> None:
+    """Progress lines, `auto`'s messages and errors name a cell by its label: a parameter the
+    matrix sweeps is in it, or two cells would read the same."""
+    m = parse_matrix(
+        LOCAL + "benchmark: {backend: torch, devices: 2, repeats: 1}\naxes:\n  policy: [float32]\n"
+        "  batch_size: [8]\n  allreduce: [native, bfloat16]\n  image_size: [32, 48]\n"
+    )
+    labels = [c.label() for c in expand(m)]
+    assert len(set(labels)) == len(labels) == 4
+    assert "box torch float32 bs=8 devices=2 image_size=32 allreduce=bfloat16" in labels
+    plain = parse_matrix(
+        LOCAL + "benchmark: {repeats: 1}\naxes: {policy: [float32], batch_size: [8, 16]}\n"
+    )
+    assert [c.label() for c in expand(plain)] == ["box float32 bs=8", "box float32 bs=16"]
+
+
 def test_slurm_container_image_is_part_of_the_key() -> None:
     base = "hosts:\n  - name: c\n    engine: slurm\n    container_image: {}\n"
     a = expand(parse_matrix(base.format("tf:2.21")))

@@ -49,6 +49,8 @@ class Cell:
     # its final weights to, and the file a ``weights: trained`` serving cell loads.
     save_weights: str | None = field(default=None, hash=False, compare=False)
     weights_file: str | None = field(default=None, hash=False, compare=False)
+    # the parameters the matrix sweeps beyond those every label names (:func:`_shown`)
+    shown: tuple[str, ...] = field(default=(), hash=False, compare=False)
 
     def bench_args(self) -> list[str]:
         """Arguments of ``mxbench bench`` that measure this cell (after the word ``bench``),
@@ -84,7 +86,8 @@ class Cell:
         model = "" if p.model == "blog-cnn" else f" {Path(p.model).name}"
         policy = "" if group else f" {p.policy}"
         devices = f" devices={p.devices}" if p.devices > 1 else ""
-        return f"{self.host}{img}{backend}{model}{policy} bs={p.batch_size}{devices}{rep}"
+        swept = "".join(f" {name}={getattr(p, name)}" for name in self.shown)
+        return f"{self.host}{img}{backend}{model}{policy} bs={p.batch_size}{devices}{swept}{rep}"
 
 
 def cell_key(
@@ -204,6 +207,7 @@ def _cell(
     spec: Any,
     params: Params,
     source: str | None,
+    shown: tuple[str, ...] = (),
 ) -> Cell:
     return Cell(
         host=host.name,
@@ -215,13 +219,25 @@ def _cell(
         key=cell_key(host.name, image, spec, params, host.limits(), source),
         model_source=source,
         cost_per_hour=host.cost_per_hour,
+        shown=shown,
     )
+
+
+# what every cell's label names already (Cell.label)
+_LABELLED = frozenset({"model", "policy", "batch_size", "backend", "devices", "repeat"})
+
+
+def _shown(matrix: Matrix) -> tuple[str, ...]:
+    """The parameters the matrix gives several values that a cell's label would not name
+    (``allreduce``, ``image_size``, ...): the label names them, so no two cells share one."""
+    return tuple(k for k, v in matrix.sweep().items() if len(v) > 1 and k not in _LABELLED)
 
 
 def expand(matrix: Matrix, hosts: list[str] | None = None) -> list[Cell]:
     """Every cell of a fixed batch size, in plan order (searches: :func:`searches`)."""
+    shown = _shown(matrix)
     return [
-        _cell(matrix, host, image, spec, Params(**combo), source)
+        _cell(matrix, host, image, spec, Params(**combo), source, shown)
         for host, image, spec, combo, source in _placements(matrix, hosts)
         if combo["batch_size"] != SEARCH
     ]
@@ -251,7 +267,7 @@ def searches(matrix: Matrix, hosts: list[str] | None = None) -> list[Search]:
                     "steps": min(combo["steps"], TRIAL_STEPS),
                 }
             )
-            template = _cell(matrix, host, image, spec, params, source)
+            template = _cell(matrix, host, image, spec, params, source, _shown(matrix))
             out.append(Search(replace(template, search=config), config, host.limits()))
     return out
 
