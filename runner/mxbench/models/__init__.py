@@ -171,8 +171,20 @@ def _zoo_facts(name: str) -> Facts:
     return _read_facts(name, Path(found.origin))
 
 
+def _tree(path: Path) -> ast.Module:
+    """The module's syntax tree, parsed once per version of the file (a matrix's check, its
+    cells' facts and the report all read a user's model)."""
+    st = path.stat()
+    return _parsed(path, st.st_mtime_ns, st.st_size)
+
+
+@cache
+def _parsed(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_bytes(), filename=str(path))
+
+
 def _read_facts(model: str, path: Path) -> Facts:
-    tree = ast.parse(path.read_bytes(), filename=str(path))
+    tree = _tree(path)
     values: dict[str, Any] = {}
     for node in tree.body:
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
@@ -366,7 +378,7 @@ def check(model: str) -> str | None:
     except FileNotFoundError as exc:
         return f"model {str(ep)!r}: {exc}"
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        tree = _tree(path)
     except (SyntaxError, ValueError) as exc:
         return f"model {str(ep)!r}: {path} does not parse: {exc}"
     defined = {
