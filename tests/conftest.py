@@ -99,7 +99,9 @@ def ssh_ok() -> bool:
         return False
 
 
-def mxbench(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def mxbench(
+    *args: str, cwd: Path | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mxbench", *args],
         capture_output=True,
@@ -203,3 +205,14 @@ def built(ctx: Path) -> dict:
     state = "reused" if "reused" in out.stdout else "built"
     print(f"\nmxbench build (cpu image): {seconds:.1f} s ({state})")
     return {"matrix": m, "tag": tag, "stdout": out.stdout, "seconds": seconds}
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """scikit-learn's digits as an image folder, written by the real command."""
+    pytest.importorskip("sklearn")
+    root = tmp_path_factory.mktemp("data") / "digits"
+    run = mxbench("data", "digits", str(root))
+    assert run.returncode == 0, run.stderr
+    assert "wrote 1,797 digit images" in run.stdout
+    return root

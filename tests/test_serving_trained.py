@@ -15,14 +15,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench_helpers import run_bench
+from conftest import mxbench
 from mxbench import trained
 from mxbench.cells import expand
 from mxbench.errors import UsageError
@@ -48,22 +47,6 @@ def build(image_size):
 """
 TRAIN = ["--image-size", "8", "--batch-size", "8", "--epochs", "3", "--profile", "off"]
 SERVE = ["--mode", "infer", "--image-size", "8", "--batch-size", "1", "--steps", "8"]
-
-
-def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mxbench", *args], capture_output=True, text=True, cwd=cwd,
-        timeout=600,
-    )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("sklearn")
-    root = tmp_path_factory.mktemp("data") / "digits"
-    run = _cli("data", "digits", str(root))
-    assert run.returncode == 0, run.stderr
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -221,15 +204,15 @@ def test_mxbench_run_trains_then_serves_and_reports_the_cross(
         axes="  train_policy: [float32, mixed_bfloat16]",
     ).replace("model: blog-cnn, image_size: 16", f"model: '{model}', image_size: 8")  # fmt: skip
     matrix.write_text(text)
-    done = _cli("run", "--matrix", str(matrix), "--results", str(tmp_path / "r"), cwd=tmp_path)
+    done = mxbench("run", "--matrix", str(matrix), "--results", str(tmp_path / "r"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    report = _cli("report", "--results", str(tmp_path / "r"), "--markdown")
+    report = mxbench("report", "--results", str(tmp_path / "r"), "--markdown")
     assert report.returncode == 0, report.stderr
     (cross,) = [line for line in report.stdout.splitlines() if "trained x served: " in line]
     assert "overflow.py:build at 8x8, batch 8, call direct" in cross
     assert "| float32 " in report.stdout and "| mixed_bfloat16 " in report.stdout
     rows = list(csv.DictReader(io.StringIO(
-        _cli("report", "--results", str(tmp_path / "r"), "--csv").stdout
+        mxbench("report", "--results", str(tmp_path / "r"), "--csv").stdout
     )))  # fmt: skip
     final = {r["policy"]: float(r["final_val_metric"]) for r in rows if r["mode"] == "train"}
     for r in (r for r in rows if r["mode"] == "infer"):

@@ -8,8 +8,6 @@ import itertools
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
@@ -17,33 +15,13 @@ import numpy as np
 import pytest
 
 from bench_helpers import run_bench
+from conftest import mxbench
 from mxbench.errors import UsageError
 from mxbench.matrix import parse_matrix
 from mxbench.params import Params
 from mxbench.results import Record
 
 pytest.importorskip("PIL")
-
-
-def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mxbench", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=600,
-    )
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """scikit-learn's digits as an image folder, written by the real command."""
-    pytest.importorskip("sklearn")
-    root = tmp_path_factory.mktemp("data") / "digits"
-    run = _cli("data", "digits", str(root))
-    assert run.returncode == 0, run.stderr
-    assert "wrote 1,797 digit images" in run.stdout
-    return root
 
 
 def test_digits_are_the_real_dataset_split_by_class(digits: Path) -> None:
@@ -69,9 +47,9 @@ def test_digits_are_the_real_dataset_split_by_class(digits: Path) -> None:
 def test_data_command_refuses_what_it_would_overwrite(tmp_path: Path) -> None:
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("mine")
-    run = _cli("data", "digits", str(tmp_path / "full"))
+    run = mxbench("data", "digits", str(tmp_path / "full"))
     assert run.returncode == 2 and "not an empty folder" in run.stderr
-    run = _cli("data", "digits", str(tmp_path / "new"), "--split", "holdout")
+    run = mxbench("data", "digits", str(tmp_path / "new"), "--split", "holdout")
     assert run.returncode == 2 and "--split 'holdout'" in run.stderr
 
 
@@ -406,18 +384,18 @@ def test_report_renders_the_training_section(tmp_path: Path) -> None:
     (tmp_path / "r" / "h.jsonl").write_bytes(
         b"".join(msgspec.json.encode(r) + b"\n" for r in records)
     )
-    md = _cli("report", "--results", str(tmp_path / "r"), "--markdown")
+    md = mxbench("report", "--results", str(tmp_path / "r"), "--markdown")
     assert md.returncode == 0, md.stderr
     assert "## Training run: blog-cnn on digits at 32x32, batch 32, 3 epochs" in md.stdout
     assert "mixed_bfloat16 reaches 92%" not in md.stdout and "reaches 90% in 1.00×" in md.stdout
     page = tmp_path / "r.html"
-    html = _cli("report", "--results", str(tmp_path / "r"), "--html", "--output", str(page))
+    html = mxbench("report", "--results", str(tmp_path / "r"), "--html", "--output", str(page))
     assert html.returncode == 0, html.stderr
     text = page.read_text()
     assert 'alt="validation accuracy against epoch and training time' in text
     assert text.count("data:image/png;base64,") >= 1
-    as_json = json.loads(_cli("report", "--results", str(tmp_path / "r"), "--json").stdout)
+    as_json = json.loads(mxbench("report", "--results", str(tmp_path / "r"), "--json").stdout)
     (section,) = as_json["training"]
     assert section["rows"][1]["reached"] == "2/2" and section["sentences"]
-    plain = _cli("report", "--results", str(tmp_path / "r"), "--output", str(tmp_path / "r.txt"))
+    plain = mxbench("report", "--results", str(tmp_path / "r"), "--output", str(tmp_path / "r.txt"))
     assert plain.returncode == 0 and "Training run: blog-cnn" in (tmp_path / "r.txt").read_text()
