@@ -57,10 +57,6 @@ def test_one_device_keeps_the_cell_keys_of_before() -> None:
     [
         ("axes: {devices: [1, 0]}", "axes.devices"),
         (
-            "benchmark: {devices: 2, backend: torch, scaling: independent}",
-            "independent replicas train side by side in one process",
-        ),
-        (
             "benchmark: {devices: 4, scaling: strong}\naxes: {batch_size: [32, 30]}",
             "axes.batch_size: 30: strong scaling splits the global batch over 4 devices",
         ),

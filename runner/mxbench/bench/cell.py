@@ -31,7 +31,7 @@ from mxbench.bench import (
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.served import NO_FILES, WeightFiles, save
-from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
+from mxbench.bench.timing import Phases, StepLog, split, step_timer, window_figures
 from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError, pip_install
 from mxbench.inference_record import Gate
@@ -110,7 +110,8 @@ def run_cell(
     ``files``: the weights a training run saves, or a serving cell serves."""
     started_at = started_at or probe.process_start_time() or time.time()
     if torch_launch.launches(p):  # PyTorch on N devices: N processes, started here
-        return torch_launch.run(p, run_cell, started_at, emit or (lambda _rec: None))
+        merge = independent.merge if p.scaling == scale.INDEPENDENT else None
+        return torch_launch.run(p, run_cell, started_at, emit or (lambda _rec: None), merge)
     phases = Phases(started_at)
     rec = new_record(params=p, status="ok")
     rec.cpu = msgspec.convert(probe.cpu_info(), Cpu)
@@ -293,25 +294,18 @@ def _metrics(
     log (the losses)."""
     spe = p.steps_per_execution
     total = p.warmup_steps + p.steps
-    wall_minus_perf = time.time() - time.perf_counter()
-    stats = summarize([d / spe for d in parts["timed"]])
     flops = rec.model.flops_per_example if rec.model else None
     batch = scale.global_batch(p)  # every device's examples
-    images_per_s = batch * p.steps / parts["window_s"]  # sustained: the window
+    found = window_figures(parts, batch, p.steps, spe, started_at, flops)  # the window's
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
-        step_ms=msgspec.convert(stats, StepStats),
-        images_per_s=round(images_per_s, 3),
-        first_step_ms=round(parts["first_step_s"] * 1000.0, 3),
-        warmup_ms=round(parts["warmup_s"] * 1000.0, 3),
-        startup_s=round(parts["first_timed_start"] + wall_minus_perf - started_at, 3),
+        **{**found, "step_ms": msgspec.convert(found["step_ms"], StepStats)},
         import_s=round(import_s, 3),
         loss_first=log_.step_loss(p.warmup_steps // spe),
         loss_last=log_.step_loss(total // spe - 1),
         losses=[_finite(log_.step_loss(k)) for k in range(p.warmup_steps // spe, total // spe)],
         loss_scale=_loss_scale(model),
         train_flops_per_image=flops,
-        achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
     )
 
 
@@ -532,5 +526,6 @@ def runs_profile(p: Params) -> bool:
 
 def runs_check(p: Params) -> bool:
     """Whether this process runs the one-step check (``check: on``, a policy other than
-    float32, first process)."""
-    return p.check == "on" and p.policy != BASELINE and first_process(p) and p.mode == "train"
+    float32, first process; independent replicas in several processes: the first's)."""
+    ran = p.check == "on" and p.policy != BASELINE and first_process(p) and p.mode == "train"
+    return ran and (p.scaling != scale.INDEPENDENT or distribute.rank(p) == 0)  # on replica 0

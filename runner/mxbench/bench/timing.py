@@ -136,6 +136,24 @@ def split(log: StepLog, warmup_steps: int) -> dict[str, Any]:
     }
 
 
+def window_figures(parts: dict[str, Any], batch: int, steps: int, spe: int, started_at: float,
+                   flops: float | None) -> dict[str, Any]:  # fmt: skip
+    """The metrics a fit's parts (:func:`split`) give: the step statistics (a step of
+    ``spe`` per Keras call), images/s sustained over the window (``batch``: a step's
+    examples over every device), the warm-up, the start-up since ``started_at`` (wall
+    clock), and the achieved TFLOP/s (``flops`` per example; None: not known)."""
+    wall_minus_perf = time.time() - time.perf_counter()
+    images_per_s = batch * steps / parts["window_s"]
+    return {
+        "step_ms": summarize([d / spe for d in parts["timed"]]),
+        "images_per_s": round(images_per_s, 3),
+        "first_step_ms": round(parts["first_step_s"] * 1000.0, 3),
+        "warmup_ms": round(parts["warmup_s"] * 1000.0, 3),
+        "startup_s": round(parts["first_timed_start"] + wall_minus_perf - started_at, 3),
+        "achieved_tflops": round(flops * images_per_s / 1e12, 6) if flops else None,
+    }
+
+
 # Where a cell process's wall time goes, in order (the record's ``metrics.phases_s``).
 PHASES = {
     "start": "process start -> the cell begins (interpreter, importing mxbench)",
