@@ -93,10 +93,6 @@ def problem(
         return ("batch_size", f"{batch_size}: independent replicas need a fixed batch size")
     if nodes > 1 and isinstance(batch_size, str):
         return ("batch_size", f"{batch_size}: a batch-size search runs in one process")
-    if devices > 1 and nodes > 1 and backend in ONE_DEVICE_PER_PROCESS:
-        return ("devices", f"{devices}: the {backend} backend drives one device per process, "
-                           "and across nodes each Slurm task is one process; use devices: 1 "
-                           "with nodes, or devices alone on one host")  # fmt: skip
     devices *= nodes
     if devices <= 1:
         return None

@@ -147,11 +147,15 @@ def _tasks_share_a_node() -> bool:
 
 
 def _one_of_the_tasks(p: Params) -> None:
-    """RuntimeError outside a Slurm job of ``nodes`` tasks."""
-    tasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS")
-    if tasks != str(p.nodes):
+    """RuntimeError outside a Slurm job of the cell's processes (``nodes`` tasks; torch:
+    ``nodes`` x ``devices``, one per device)."""
+    tasks, want = (
+        os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS"),
+        scale.processes(p),
+    )
+    if tasks != str(want):
         raise RuntimeError(
-            f"nodes {p.nodes}: this process is not one of a Slurm job's {p.nodes} tasks "
+            f"nodes {p.nodes}: this process is not one of a Slurm job's {want} tasks "
             f"(SLURM_NTASKS={tasks}); several processes run through a Slurm host"
         )
 
