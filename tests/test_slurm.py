@@ -247,9 +247,9 @@ def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(
     pytest.importorskip(backend)
     host = _name("nodes")
     torch = backend == "torch"
-    bench = ("benchmark: {image_size: 32, steps: 6, warmup_steps: 2, repeats: 1, "
-             f"backend: {backend}, profile: 'off', check: 'off'"
-             + (", devices: 2}\n" if torch else "}\n"))  # fmt: skip
+    steps = "steps: 3, warmup_steps: 1, devices: 2" if torch else "steps: 6, warmup_steps: 2"
+    bench = (f"benchmark: {{image_size: 32, {steps}, repeats: 1, backend: {backend}, "
+             "profile: 'off', check: 'off'}\n")  # fmt: skip
     extra = "tasks_per_node: 2" + ("\nsbatch_options: [--overcommit]" if torch else "")
     matrix = _matrix(tmp_path, bench, "float32", host, extra)
     matrix.write_text(
