@@ -41,11 +41,13 @@ def mxbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
 # ------------------------------------------------------------------ real cells, two devices
 
 
-@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+@pytest.mark.parametrize("backend", ["jax", "tensorflow", "torch"])
 def test_each_replica_trains_on_its_own_device_timed_on_its_own(backend: str) -> None:
     """Two replicas, each built and trained on its host device or logical CPU (its
     variables found there after training), no all-reduce; the record as one is the
-    slowest replica's steps over the common window."""
+    slowest replica's steps over the common window. PyTorch: each replica a process the
+    bench started (bench/torch_launch.py), in no process group, the record merged by the
+    launcher from both processes' step logs."""
     small = ["--image-size", "32", "--warmup-steps", "1", "--steps", "4", "--profile", "off"]
     proc = mxbench("bench", *small, "--backend", backend, "--devices", "2", "--scaling",
                    "independent", "--batch-size", "8", "--policy", "mixed_bfloat16")  # fmt: skip
@@ -53,7 +55,8 @@ def test_each_replica_trains_on_its_own_device_timed_on_its_own(backend: str) ->
     r = json.loads(proc.stdout.splitlines()[-1])
     assert r["status"] == "ok", r.get("error")
     d = r["distribution"]
-    names = ["cpu:0", "cpu:1"] if backend == "jax" else ["CPU:0", "CPU:1"]
+    names = {"jax": ["cpu:0", "cpu:1"], "tensorflow": ["CPU:0", "CPU:1"],
+             "torch": ["rank0:cpu", "rank1:cpu"]}[backend]  # fmt: skip
     assert d["scaling"] == "independent" and d["mechanism"] == scale.INDEPENDENT_MECHANISM
     assert [x["device"] for x in d["replica_timings"]] == names
     assert [x["variables_on"] for x in d["replica_timings"]] == names  # really there
@@ -68,6 +71,9 @@ def test_each_replica_trains_on_its_own_device_timed_on_its_own(backend: str) ->
     assert 0 < r["metrics"]["images_per_s"] <= each * 1.001
     assert r["convergence"]["check"] == "scored"  # the one-step check, on the first replica
     assert "the devices are not GPUs" in d["interconnect"]["unreadable"][0]  # said, not guessed
+    if backend == "torch":  # two processes, no group: nothing gathered, nothing averaged
+        assert d["processes"] == 2 and d["weight_checksums"] == [] and d["shared_cores"]
+        assert "no process group" in d["notes"][0]
 
 
 @pytest.mark.parametrize(
@@ -75,8 +81,8 @@ def test_each_replica_trains_on_its_own_device_timed_on_its_own(backend: str) ->
     [
         ("benchmark: {backend: jax, scaling: independent}\n"
          "axes: {devices: [2], batch_size: [max]}", "independent replicas need a fixed batch"),
-        ("benchmark: {backend: torch, scaling: independent}\naxes: {devices: [2]}",
-         "independent replicas train side by side in one process"),
+        ("benchmark: {backend: torch, scaling: independent}\n"
+         "axes: {devices: [2], allreduce: [bfloat16]}", "independent replicas all-reduce nothing"),
     ],
 )  # fmt: skip
 def test_the_matrix_refuses_what_independent_replicas_cannot_run(yaml: str, message: str) -> None:
@@ -248,7 +254,9 @@ def test_a_real_map_with_its_reference(tmp_path: Path) -> None:
 def test_replicas_have_weak_scalings_batches_in_one_process() -> None:
     assert scale.batches(16, 4, scale.INDEPENDENT) == (64, 16)
     assert scale.problem("jax", 2, scale.INDEPENDENT, 8, None, nodes=2) == (
-        "scaling", "independent: independent replicas train in one process (nodes 1)")  # fmt: skip
+        "scaling", "independent: independent replicas run on one host (nodes 1)")  # fmt: skip
+    assert scale.problem("torch", 2, scale.INDEPENDENT, 8, None, nodes=2)[0] == "scaling"  # type: ignore[index]
+    assert scale.problem("torch", 2, scale.INDEPENDENT, 8) is None  # a process per replica
     assert scale.problem("tensorflow", 1, scale.INDEPENDENT, 8) is None  # a one-device cell
 
 

@@ -57,10 +57,6 @@ def test_one_device_keeps_the_cell_keys_of_before() -> None:
     [
         ("axes: {devices: [1, 0]}", "axes.devices"),
         (
-            "benchmark: {devices: 2, backend: torch, scaling: independent}",
-            "independent replicas train side by side in one process",
-        ),
-        (
             "benchmark: {devices: 4, scaling: strong}\naxes: {batch_size: [32, 30]}",
             "axes.batch_size: 30: strong scaling splits the global batch over 4 devices",
         ),
@@ -92,8 +88,17 @@ def mxbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
     ("args", "message"),
     [
         (
-            ["--devices", "2", "--backend", "torch", "--nodes", "2"],
-            "--devices 2: the torch backend drives one device per process",
+            [
+                "--devices",
+                "2",
+                "--backend",
+                "torch",
+                "--scaling",
+                "independent",
+                "--allreduce",
+                "bfloat16",
+            ],
+            "--allreduce bfloat16: independent replicas all-reduce nothing",
         ),
         (
             ["--devices", "2", "--scaling", "strong", "--batch-size", "3"],
@@ -329,10 +334,6 @@ def test_a_docker_host_with_too_few_gpus_listed_is_refused() -> None:
     ("yaml", "message"),
     [
         ("axes: {nodes: [1, 2]}", "nodes > 1 needs a Slurm host"),
-        (
-            "benchmark: {nodes: 2, devices: 2, backend: torch}",
-            "devices: 2: the torch backend drives one device per process",
-        ),
         ("benchmark: {nodes: 2, backend: jax}\naxes: {batch_size: [max]}", "one process"),
         (  # the all-reduce's dtype: only where mxbench all-reduces (torch, several processes)
             "benchmark: {nodes: 2, backend: jax}\naxes: {allreduce: [native, bfloat16]}",
@@ -365,7 +366,7 @@ def test_a_cell_of_several_processes_is_one_job_of_as_many_tasks() -> None:
     """The batch script: srun starts the bench once per task; the job asks for the tasks,
     tasks_per_node to a node; cells of one process keep their one task."""
     from mxbench.cells import expand
-    from mxbench.engines.slurm_script import bench_command, sbatch_directives
+    from mxbench.engines.slurm_script import bench_command, sbatch_directives, tasks
 
     m = parse_matrix(
         "version: 1\nbenchmark: {backend: jax}\naxes: {nodes: [1, 4]}\n"
@@ -383,6 +384,17 @@ def test_a_cell_of_several_processes_is_one_job_of_as_many_tasks() -> None:
     assert "--ntasks=4" in opts and "--ntasks-per-node=2" in opts
     assert "--ntasks=1" in sbatch_directives(m.hosts[0], [one], Path("/w"), "a0", True)  # type: ignore[arg-type]
     assert scale.global_batch(four.params) == 4 * bs and scale.process_batch(four.params) == bs
+    # torch drives a device per process: nodes x devices tasks, each node its nodes' devices
+    m = parse_matrix(
+        "version: 1\nbenchmark: {backend: torch, devices: 2}\naxes: {nodes: [2, 4]}\n"
+        "hosts: [{name: c, engine: slurm, python: /opt/py, tasks_per_node: 2}]\n"
+    )
+    by_nodes = {c.params.nodes: c for c in expand(m)}
+    two, four = by_nodes[2], by_nodes[4]
+    assert bench_command(m.hosts[0], four)[:2] == ["srun", "--ntasks=8"]  # type: ignore[arg-type]
+    assert tasks(m.hosts[0], [four]) == ["--ntasks=8", "--ntasks-per-node=4"]  # type: ignore[arg-type]
+    assert tasks(m.hosts[0], [two]) == ["--ntasks=4", "--nodes=1"]  # type: ignore[arg-type]
+    assert scale.process_batch(four.params) == four.params.batch_size
 
 
 def test_communication_bound_is_said_on_devices_of_their_own_only(tmp_path: Path) -> None:

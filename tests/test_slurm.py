@@ -240,12 +240,18 @@ def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(
     torch.distributed group over gloo from torchrun's variables derived from Slurm's, the
     gradients all-reduced before the optimizer applies them. One record (the first task's)
     per cell, of a global batch of 2 x 8, against the one-process cell of the same
-    per-device batch (the map's N = 1)."""
+    per-device batch (the map's N = 1). PyTorch, one device per process, with devices: 2:
+    two nodes' worth of two devices each is a job of four tasks (one node: the host's
+    --overcommit puts them on its 2 CPUs), against the one task that starts its own two
+    processes (bench/torch_launch.py)."""
     pytest.importorskip(backend)
     host = _name("nodes")
-    bench = ("benchmark: {image_size: 32, steps: 6, warmup_steps: 2, repeats: 1, "
-             f"backend: {backend}, profile: 'off', check: 'off'}}\n")  # fmt: skip
-    matrix = _matrix(tmp_path, bench, "float32", host, "tasks_per_node: 2")
+    torch = backend == "torch"
+    steps = "steps: 3, warmup_steps: 1, devices: 2" if torch else "steps: 6, warmup_steps: 2"
+    bench = (f"benchmark: {{image_size: 32, {steps}, repeats: 1, backend: {backend}, "
+             "profile: 'off', check: 'off'}\n")  # fmt: skip
+    extra = "tasks_per_node: 2" + ("\nsbatch_options: [--overcommit]" if torch else "")
+    matrix = _matrix(tmp_path, bench, "float32", host, extra)
     matrix.write_text(
         matrix.read_text().replace("batch_size: [8]", "batch_size: [8], nodes: [1, 2]")
     )
@@ -258,16 +264,18 @@ def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(
     two = records[2]
     assert two["status"] == "ok", two["error"]
     d = two["distribution"]
-    assert d["processes"] == 2 and d["replicas"] == 2, d  # the variables on both processes
-    assert d["global_batch"] == 16 and d["per_device_batch"] == 8
-    assert len(d["device_names"]) == 2 and d["nodes"]
+    n = 4 if torch else 2  # processes of the nodes: 2 cell
+    assert d["processes"] == n and d["replicas"] == n, d  # the variables on every process
+    assert d["global_batch"] == 8 * n and d["per_device_batch"] == 8
+    assert len(d["device_names"]) == n and d["nodes"]
     assert two["run"]["slurm"]["state"] == "COMPLETED"
-    assert records[1]["distribution"] is None
+    one = records[1]["distribution"]
+    assert one is None if not torch else one["processes"] == 2, one
     out = subprocess.run([sys.executable, "-m", "mxbench", "report", "-r", str(results),
                           "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     (scaling_map,) = json.loads(out.stdout)["scaling"]
-    assert {p["devices"] for p in scaling_map["points"]} == {1, 2}, scaling_map
+    assert {p["devices"] for p in scaling_map["points"]} == {n // 2, n}, scaling_map
     assert d["shared_cores"]  # two tasks on the one node: one host's cores
     mechanism = {"jax": "keras.distribution.DataParallel",
                  "tensorflow": "tf.distribute.MultiWorkerMirroredStrategy",
@@ -277,6 +285,6 @@ def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(
         (listen,) = [n for n in d["notes"] if n.startswith("TF_CONFIG from Slurm")]
         assert listen.count(f"{d['nodes']}:") == 2, listen
     if backend == "torch":  # each process fed its own examples: without the all-reduce the
-        sums = d["weight_checksums"]  # two replicas' weights part (tried: 210.5 vs 229.4)
-        assert len(sums) == 2 and sums[0] == sums[1] != 0, sums
+        sums = d["weight_checksums"]  # replicas' weights part (tried: 210.5 vs 229.4)
+        assert len(sums) == 4 and len(set(sums)) == 1 and sums[0] != 0, sums
         assert d["allreduce_dtype"] == "float32"

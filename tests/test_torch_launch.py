@@ -132,6 +132,35 @@ def test_the_first_failure_is_the_cells_and_the_rest_are_stopped(
     assert rec.error == f"rank 1 of 2 processes: {why}; rank(s) 0 stopped after it"
 
 
+def meets_late_on_rank_1(p: Params, started_at: float, emit: Any) -> Record:
+    """A rank's measure: rank 1 comes to the meeting 1 s late; each sends as its log when it
+    arrived and when it left (the host's monotonic clock, one for every process)."""
+    if torch_launch.rank() == 1:
+        time.sleep(1)
+    arrived = time.monotonic()
+    torch_launch.meet()
+    torch_launch.share_log((arrived, time.monotonic()))
+    return new_record(params=p, status="ok")
+
+
+def test_independent_ranks_leave_the_meeting_together_and_their_logs_merge() -> None:
+    """The barrier of independent replicas across processes (their timed windows start
+    together): nobody leaves before the last has come; every rank's log reaches the merge,
+    in rank order."""
+    got: list[Any] = []
+
+    def merge(p: Params, records: list[Record], logs: list[Any], started_at: float) -> Record:
+        got.extend(logs)
+        return records[0]
+
+    p = Params(backend="torch", devices=2, scaling="independent")
+    rec = torch_launch.run(p, meets_late_on_rank_1, time.time(), lambda _rec: None, merge)
+    assert rec.status == "ok", rec.error
+    (came0, left0), (came1, left1) = got
+    assert came1 - came0 > 0.5  # rank 1 was late ...
+    assert min(left0, left1) >= came1  # ... and rank 0 waited for it
+
+
 def test_torch_devices_are_processes_each_feeding_its_own_batch() -> None:
     """A torch process drives one device: its batch is the per-device one (a JAX or
     TensorFlow process feeds all its devices' share)."""

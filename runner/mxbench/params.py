@@ -332,7 +332,8 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         Spec("Processes one cell trains in, data parallel across them (Slurm hosts: one "
              "task each, launched by srun, placed tasks_per_node to a node; JAX: "
              "jax.distributed, TensorFlow: MultiWorkerMirroredStrategy, both from Slurm's "
-             "variables), each on `devices` devices. 1: one process, as always.",
+             "variables), each on `devices` devices (PyTorch: `devices` tasks each, one "
+             "per device). 1: one process, as always.",
              flag="--nodes", column="nodes", key_default=False),
     ] = 1  # fmt: skip
     scaling: Annotated[

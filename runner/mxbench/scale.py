@@ -6,7 +6,8 @@ gets and the global batch is ``devices x batch_size``. Strong scaling holds the 
 ``batch_size`` is the global batch and each device gets ``batch_size / devices``.
 Independent replicas (``scaling: independent``, tf_cnn_benchmarks' ``independent``) have weak
 scaling's batches, but each device trains a replica of its own with no gradient all-reduce:
-the no-communication reference (:mod:`mxbench.bench.independent`).
+the no-communication reference (:mod:`mxbench.bench.independent`; torch: one process per
+replica, as its data parallel's).
 
 Light on purpose (the bench imports it inside images): params only.
 """
@@ -83,20 +84,15 @@ def problem(
                              "mxbench all-reduces: the torch backend on several devices "
                              "(devices or nodes > 1); JAX's and TensorFlow's mechanisms "
                              "reduce in the gradients' own dtype")  # fmt: skip
+    if allreduce != "native" and scaling == INDEPENDENT:
+        return ("allreduce", f"{allreduce}: independent replicas all-reduce nothing; "
+                             "use allreduce: native with scaling: independent")  # fmt: skip
     if nodes > 1 and scaling == INDEPENDENT:
-        return ("scaling", f"{scaling}: independent replicas train in one process (nodes 1)")
+        return ("scaling", f"{scaling}: independent replicas run on one host (nodes 1)")
     if scaling == INDEPENDENT and isinstance(batch_size, str):
         return ("batch_size", f"{batch_size}: independent replicas need a fixed batch size")
     if nodes > 1 and isinstance(batch_size, str):
         return ("batch_size", f"{batch_size}: a batch-size search runs in one process")
-    if devices > 1 and nodes > 1 and backend in ONE_DEVICE_PER_PROCESS:
-        return ("devices", f"{devices}: the {backend} backend drives one device per process, "
-                           "and across nodes each Slurm task is one process; use devices: 1 "
-                           "with nodes, or devices alone on one host")  # fmt: skip
-    if devices > 1 and scaling == INDEPENDENT and backend in ONE_DEVICE_PER_PROCESS:
-        return ("scaling", f"{scaling}: independent replicas train side by side in one "
-                           f"process, and the {backend} backend drives one device per "
-                           "process")  # fmt: skip
     devices *= nodes
     if devices <= 1:
         return None

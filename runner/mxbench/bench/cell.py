@@ -32,7 +32,7 @@ from mxbench.bench import (
 from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.served import NO_FILES, WeightFiles, save
-from mxbench.bench.timing import Phases, StepLog, split, step_timer, summarize
+from mxbench.bench.timing import Phases, StepLog, split, step_timer, window_figures
 from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError, pip_install
 from mxbench.inference_record import Gate
@@ -111,7 +111,8 @@ def run_cell(
     ``files``: the weights a training run saves, or a serving cell serves."""
     started_at = started_at or probe.process_start_time() or time.time()
     if torch_launch.launches(p):  # PyTorch on N devices: N processes, started here
-        return torch_launch.run(p, run_cell, started_at, emit or (lambda _rec: None))
+        merge = independent.merge if p.scaling == scale.INDEPENDENT else None
+        return torch_launch.run(p, run_cell, started_at, emit or (lambda _rec: None), merge)
     phases = Phases(started_at)
     rec = new_record(params=p, status="ok")
     rec.cpu = msgspec.convert(probe.cpu_info(), Cpu)
@@ -298,45 +299,28 @@ def _metrics(
     log (the losses)."""
     spe = p.steps_per_execution
     total = p.warmup_steps + p.steps
-    wall_minus_perf = time.time() - time.perf_counter()
-    fill_metrics(
-        rec, model,
-        step_s=[d / spe for d in parts["timed"]],
-        examples=scale.global_batch(p) * p.steps,  # every device's
-        window_s=parts["window_s"],  # sustained: the window
-        first_s=parts["first_step_s"],
-        warmup_s=parts["warmup_s"],
-        startup_s=parts["first_timed_start"] + wall_minus_perf - started_at,
-        import_s=import_s,
-        losses=[log_.step_loss(k) for k in range(p.warmup_steps // spe, total // spe)],
-    )  # fmt: skip
+    flops = rec.model.flops_per_example if rec.model else None
+    found = window_figures(parts, scale.global_batch(p), p.steps, spe, started_at, flops)
+    losses = [log_.step_loss(k) for k in range(p.warmup_steps // spe, total // spe)]
+    fill_metrics(rec, model, found, import_s, losses)
 
 
 def fill_metrics(
-    rec: Record, model: Any, *, step_s: list[float], examples: int, window_s: float,
-    first_s: float, warmup_s: float, startup_s: float, import_s: float, losses: list[float],
-) -> None:  # fmt: skip
-    """The record's metrics (and its jit setting) from one measurement: each timed step's
-    seconds, the ``examples`` they took in ``window_s``, the first step's and the whole
-    warm-up's seconds, the seconds from the process's start to the first timed step, and
-    each timed step's loss (a measurement of one cell or one arm of a paired process)."""
-    flops = rec.model.flops_per_example if rec.model else None
-    images_per_s = examples / window_s
+    rec: Record, model: Any, found: dict[str, Any], import_s: float, losses: list[float]
+) -> None:
+    """The record's metrics (and its jit setting) from one measurement's figures
+    (:func:`mxbench.bench.timing.figures`) and each timed step's loss: a cell's or one arm's
+    of a paired process."""
     finite = [_finite(x) for x in losses]
     rec.settings.jit_compile = bool(model.jit_compile)
     rec.metrics = Metrics(
-        step_ms=msgspec.convert(summarize(step_s), StepStats),
-        images_per_s=round(images_per_s, 3),
-        first_step_ms=round(first_s * 1000.0, 3),
-        warmup_ms=round(warmup_s * 1000.0, 3),
-        startup_s=round(startup_s, 3),
+        **{**found, "step_ms": msgspec.convert(found["step_ms"], StepStats)},
         import_s=round(import_s, 3),
         loss_first=finite[0] if finite else None,
         loss_last=finite[-1] if finite else None,
         losses=finite,
         loss_scale=_loss_scale(model),
-        train_flops_per_image=flops,
-        achieved_tflops=round(flops * images_per_s / 1e12, 6) if flops else None,
+        train_flops_per_image=rec.model.flops_per_example if rec.model else None,
     )
 
 
@@ -557,5 +541,6 @@ def runs_profile(p: Params) -> bool:
 
 def runs_check(p: Params) -> bool:
     """Whether this process runs the one-step check (``check: on``, a policy other than
-    float32, first process)."""
-    return p.check == "on" and p.policy != BASELINE and first_process(p) and p.mode == "train"
+    float32, first process; independent replicas in several processes: the first's)."""
+    ran = p.check == "on" and p.policy != BASELINE and first_process(p) and p.mode == "train"
+    return ran and (p.scaling != scale.INDEPENDENT or distribute.rank(p) == 0)  # on replica 0

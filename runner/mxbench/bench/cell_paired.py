@@ -40,7 +40,7 @@ from mxbench.bench.cell import (
     start_energy,
 )
 from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.timing import Phases, StepLog
+from mxbench.bench.timing import Phases, StepLog, figures
 from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError
 from mxbench.params import Params
@@ -239,12 +239,11 @@ def _fill_arm(
     totals["warmup"] += warm[-1] - warm[0] - first_s
     # the arm's timed steps follow its warm-up back to back (windows of k steps each)
     means = StepLog(mean_losses=[log_.losses[k] for k in sorted(log_.losses)])
-    fill_metrics(
-        rec, arm.model, step_s=durations, examples=scale.global_batch(q) * steps,
-        window_s=window_s, first_s=first_s, warmup_s=warm[-1] - warm[0],
-        startup_s=windows[0].start - started_perf, import_s=import_s,
-        losses=[means.step_loss(k) for k in range(plan.warmup, plan.warmup + steps)],
-    )  # fmt: skip
+    flops = rec.model.flops_per_example if rec.model else None
+    found = figures(durations, scale.global_batch(q) * steps, window_s, first_s,
+                    warm[-1] - warm[0], windows[0].start - started_perf, flops)  # fmt: skip
+    losses = [means.step_loss(k) for k in range(plan.warmup, plan.warmup + steps)]
+    fill_metrics(rec, arm.model, found, import_s, losses)
     return steps
 
 

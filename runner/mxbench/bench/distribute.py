@@ -65,6 +65,13 @@ class Plan:
     distribution: Any = None  # Keras's DataParallel (JAX)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def torch_group(self) -> bool:
+        """PyTorch's processes in one ``torch.distributed`` group (independent replicas'
+        processes have none: nothing is broadcast, averaged or gathered)."""
+        return (self.p.backend == "torch" and self.processes > 1
+                and self.mechanism != scale.INDEPENDENT_MECHANISM)  # fmt: skip
+
 
 def xla_flags(current: str | None, devices: int) -> str:
     """``XLA_FLAGS`` with N host devices, the user's other flags kept (an earlier device
@@ -140,11 +147,15 @@ def _tasks_share_a_node() -> bool:
 
 
 def _one_of_the_tasks(p: Params) -> None:
-    """RuntimeError outside a Slurm job of ``nodes`` tasks."""
-    tasks = os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS")
-    if tasks != str(p.nodes):
+    """RuntimeError outside a Slurm job of the cell's processes (``nodes`` tasks; torch:
+    ``nodes`` x ``devices``, one per device)."""
+    tasks, want = (
+        os.environ.get("SLURM_NTASKS") or os.environ.get("SLURM_NPROCS"),
+        scale.processes(p),
+    )
+    if tasks != str(want):
         raise RuntimeError(
-            f"nodes {p.nodes}: this process is not one of a Slurm job's {p.nodes} tasks "
+            f"nodes {p.nodes}: this process is not one of a Slurm job's {want} tasks "
             f"(SLURM_NTASKS={tasks}); several processes run through a Slurm host"
         )
 
@@ -210,20 +221,25 @@ def _torch(p: Params, versions: dict[str, str]) -> Plan:
     world = torch.distributed.get_world_size()
     kind = "cuda" if group == "nccl" else "cpu"
     names = [f"rank{r}:{kind}" for r in range(world)]
-    threads = f"{world} processes, {torch.get_num_threads()} CPU thread(s) each"
     notes = [f"process group {group}, rendezvous at {master} ({source})",
              "weights broadcast from rank 0; gradients averaged by all_reduce before the "
              "optimizer applies them"]  # fmt: skip
-    notes += [f"{threads} (OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS')})"] if here else []
+    notes += [threads_note(torch, world)] if here else []
     shared = group == "gloo" and (here or _tasks_share_a_node())
     mechanism = f"{scale.ACROSS_PROCESSES['torch']} ({group})"
     return Plan(p, mechanism, names, shared, versions, world, notes=notes)
 
 
+def threads_note(torch: Any, world: int) -> str:
+    """What the record says of the CPU threads of the bench's ``world`` torch processes."""
+    each = f"{world} processes, {torch.get_num_threads()} CPU thread(s) each"
+    return f"{each} (OMP_NUM_THREADS {os.environ.get('OMP_NUM_THREADS')})"
+
+
 def replicate(plan: Plan | None, model: Any) -> None:
     """After the model is compiled: what the mechanism needs of it (PyTorch's processes:
     rank 0's weights everywhere, the optimizer averaging gradients; the others: nothing)."""
-    if plan is not None and plan.p.backend == "torch" and plan.processes > 1:
+    if plan is not None and plan.torch_group:
         torch_workers.replicate(importlib.import_module("torch"), model, plan.p.allreduce)
 
 
@@ -300,7 +316,7 @@ def _per_replica(variable: Any) -> list[float]:
 def _loss_scales(plan: Plan, model: Any) -> list[float]:
     """The dynamic loss scale per replica, each distinct value once (agreeing replicas:
     one); empty without a loss-scale optimizer. PyTorch's processes: each one's, gathered."""
-    if plan.p.backend == "torch" and plan.processes > 1:
+    if plan.torch_group:
         return sorted(set(torch_workers.loss_scales(importlib.import_module("torch"), model)))
     scale_var = getattr(getattr(model, "optimizer", None), "dynamic_scale", None)
     if scale_var is None:
@@ -318,7 +334,7 @@ def _allreduce_dtype(model: Any) -> str | None:
 
 def _checksums(plan: Plan, model: Any) -> list[float]:
     """Each PyTorch process's sum of its weights (every process gathers; others: none)."""
-    if plan.p.backend != "torch" or plan.processes <= 1:
+    if not plan.torch_group:
         return []
     return torch_workers.checksums(importlib.import_module("torch"), model)
 

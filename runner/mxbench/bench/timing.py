@@ -136,6 +136,36 @@ def split(log: StepLog, warmup_steps: int) -> dict[str, Any]:
     }
 
 
+def window_figures(parts: dict[str, Any], batch: int, steps: int, spe: int, started_at: float,
+                   flops: float | None) -> dict[str, Any]:  # fmt: skip
+    """:func:`figures` of a fit's parts (:func:`split`): a step of ``spe`` per Keras call,
+    ``batch`` a step's examples over every device, the start-up since ``started_at`` (wall
+    clock)."""
+    wall_minus_perf = time.time() - time.perf_counter()
+    return figures(
+        [d / spe for d in parts["timed"]], batch * steps, parts["window_s"],
+        parts["first_step_s"], parts["warmup_s"],
+        parts["first_timed_start"] + wall_minus_perf - started_at, flops,
+    )  # fmt: skip
+
+
+def figures(step_s: list[float], examples: int, window_s: float, first_s: float,
+            warmup_s: float, startup_s: float, flops: float | None) -> dict[str, Any]:  # fmt: skip
+    """The metrics a measurement's timings give: the step statistics (each timed step's
+    seconds), images/s sustained over the timed ``window_s`` (``examples`` in it), the first
+    step's and the whole warm-up's seconds, the seconds from the process's start to the
+    first timed step, and the achieved TFLOP/s (``flops`` per example; None: not known)."""
+    images_per_s = examples / window_s
+    return {
+        "step_ms": summarize(step_s),
+        "images_per_s": round(images_per_s, 3),
+        "first_step_ms": round(first_s * 1000.0, 3),
+        "warmup_ms": round(warmup_s * 1000.0, 3),
+        "startup_s": round(startup_s, 3),
+        "achieved_tflops": round(flops * images_per_s / 1e12, 6) if flops else None,
+    }
+
+
 # Where a cell process's wall time goes, in order (the record's ``metrics.phases_s``).
 PHASES = {
     "start": "process start -> the cell begins (interpreter, importing mxbench)",

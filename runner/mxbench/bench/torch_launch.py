@@ -16,6 +16,11 @@ the gradients). Here the bench process the engine started (local or Docker: the 
   NCCL with GPU k on a host with GPUs.
 - **One record**: rank 0's (sent back over a pipe, as are its records before the extra
   phases, which the launcher prints as they come); the other ranks' serve to tell a failure.
+- **Independent replicas** (``scaling: independent``): the same N processes, each training a
+  replica of its own with no process group (:mod:`mxbench.bench.independent`). Their timed
+  windows start together (:func:`meet`: each rank, once warmed up, waits on its pipe until
+  the launcher has heard from every one), each sends its step log, and the cell's record is
+  rank 0's with the replicas' figures as one (``merge``, passed in, as ``measure`` is).
 - **A failure ends the cell, bounded**: a rank that sends an error record, raises, or dies
   (a signal, the kernel's out-of-memory killer) is the cell's failure; the others get
   :data:`GRACE_S` seconds to finish (they are usually stuck in a collective with the rank
@@ -27,6 +32,7 @@ the gradients). Here the bench process the engine started (local or Docker: the 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -48,6 +54,11 @@ GRACE_S = 20.0  # after a failure: how long the other ranks get to come back
 STOP_S = 5.0  # after SIGTERM: how long before SIGKILL
 
 Measure = Callable[..., Record]  # run_cell's shape: (p, started_at=, emit=) -> Record
+# independent replicas: (p, records, step logs, started_at) -> the cell's record, in rank order
+Merge = Callable[[Params, list[Record], list[Any], float], Record]
+MEET_S = 3600.0  # a rank waiting this long for the others' warm-up: they have failed
+
+_link: Connection | None = None  # a launched process's end of its pipe to the launcher
 
 
 def launches(p: Params, env: Mapping[str, str] = os.environ) -> bool:
@@ -104,11 +115,30 @@ def worker_env(rank_: int, world: int, port: int) -> dict[str, str]:
     }
 
 
+def meet(timeout_s: float = MEET_S) -> None:
+    """Wait until every launched process has called this (the launcher answers all of them
+    at once). RuntimeError outside a launched process, or after ``timeout_s``."""
+    if _link is None:
+        raise RuntimeError("not a process of mxbench bench's torch launch: nobody to meet")
+    _link.send(("met", None))
+    if not _link.poll(timeout_s):
+        raise RuntimeError(f"the other ranks did not reach the timed steps in {timeout_s:.0f} s")
+    _link.recv()
+
+
+def share_log(log: Any) -> None:
+    """Send this process's step log to the launcher (independent replicas' timings)."""
+    if _link is not None:
+        _link.send(("log", log))
+
+
 def _work(measure: Measure, p: Params, started_at: float, env: dict[str, str],
           out: Connection) -> None:  # fmt: skip
     """One launched process: rank ``env[RANK_VAR]`` measures the cell and sends its record
     (rank 0: also those before the extra phases); an exception escaping the measure is sent
     as its text."""
+    global _link
+    _link = out
     os.environ.update(env)
     speaks = env[RANK_VAR] == "0"
 
@@ -133,10 +163,18 @@ class Ranks:
     records: dict[int, Record] = field(default_factory=dict)
     failures: list[tuple[int, str, str]] = field(default_factory=list)  # rank, status, why
     done: set[int] = field(default_factory=set)
+    met: set[int] = field(default_factory=set)  # ranks waiting in :func:`meet`
+    logs: dict[int, Any] = field(default_factory=dict)  # independent replicas' step logs
 
     def take(self, r: int, kind: str, payload: Any, emit: Callable[[Record], None]) -> None:
         if kind == "partial":
             emit(decode(payload))
+            return
+        if kind == "met":
+            self.met.add(r)
+            return
+        if kind == "log":
+            self.logs[r] = payload
             return
         self.done.add(r)
         if kind == "raised":
@@ -157,25 +195,30 @@ class Ranks:
         self.failures.append((r, "error", why))
 
 
-def run(p: Params, measure: Measure, started_at: float, emit: Callable[[Record], None]) -> Record:
-    """Measure the cell in ``devices`` processes, one per device: rank 0's record, or the
-    first failure's (see the module's docstring)."""
+def run(p: Params, measure: Measure, started_at: float, emit: Callable[[Record], None],
+        merge: Merge | None = None) -> Record:  # fmt: skip
+    """Measure the cell in ``devices`` processes, one per device: rank 0's record (``merge``
+    of every rank's, where given and every rank sent its step log), or the first failure's
+    (see the module's docstring)."""
     ctx = multiprocessing.get_context("spawn")
     port, world = free_port(), scale.processes(p)
     procs, pipes = [], []
     try:
         for r in range(world):
-            reader, writer = ctx.Pipe(duplex=False)
+            mine, theirs = ctx.Pipe()  # theirs: records and logs up, the meeting's answer down
             env = worker_env(r, world, port)
-            proc = ctx.Process(target=_work, args=(measure, p, started_at, env, writer),
+            proc = ctx.Process(target=_work, args=(measure, p, started_at, env, theirs),
                                name=f"mxbench-torch-rank{r}")  # fmt: skip
             proc.start()
-            writer.close()
+            theirs.close()
             procs.append(proc)
-            pipes.append(reader)
+            pipes.append(mine)
         found = supervise(procs, pipes, emit, GRACE_S)
     finally:
         stop(procs)
+    if merge is not None and not found.failures and len(found.logs) == world == len(found.records):
+        return merge(p, [found.records[r] for r in range(world)],
+                     [found.logs[r] for r in range(world)], started_at)  # fmt: skip
     return outcome(p, found)
 
 
@@ -202,9 +245,18 @@ def supervise(procs: list[Any], pipes: list[Connection], emit: Callable[[Record]
                     break
             if r not in found.done and not procs[r].is_alive():
                 found.died(r, procs[r].exitcode)
+            if len(found.met) == found.world:  # every rank at the meeting: all go on at once
+                found.met.clear()
+                _answer(pipes)
         if found.failures and failed_at is None:
             failed_at = time.monotonic()
     return found
+
+
+def _answer(pipes: list[Connection]) -> None:
+    for pipe in pipes:
+        with contextlib.suppress(OSError):  # a rank gone since: the failure is told apart
+            pipe.send(("go", None))
 
 
 def _whose(handle: Any, pipes: list[Connection], procs: list[Any]) -> int:

@@ -58,16 +58,24 @@ def join(torch: Any, found: Mapping[str, str], launched_here: bool = False) -> t
     share the host's GPUs, each that of its local rank; Slurm's tasks: by local rank too,
     unless Slurm bound one to each). The group's backend and where rank 0 listens."""
     os.environ.update(found)
-    group = "nccl" if torch.cuda.is_available() else "gloo"
-    if group == "nccl":
-        count, local = torch.cuda.device_count(), int(found["LOCAL_RANK"])
-        mine = local if launched_here else workers.gpu_slice(count, local, 1).start
-        if mine >= count:
-            raise RuntimeError(f"rank {found['RANK']}: GPU {mine} of the {count} it sees")
-        torch.cuda.set_device(mine)
+    group = "nccl" if own_gpu(torch, found, launched_here) is not None else "gloo"
     dist = torch.distributed
     dist.init_process_group(group, rank=int(found["RANK"]), world_size=int(found["WORLD_SIZE"]))
     return group, f"{found['MASTER_ADDR']}:{found['MASTER_PORT']}"
+
+
+def own_gpu(torch: Any, found: Mapping[str, str], launched_here: bool) -> int | None:
+    """This process's GPU, made torch's current device (None: torch sees no GPU): that of
+    its local rank (``launched_here``: the processes share the host's GPUs; Slurm's tasks:
+    by local rank too, unless Slurm bound one to each). RuntimeError: fewer GPUs than that."""
+    if not torch.cuda.is_available():
+        return None
+    count, local = torch.cuda.device_count(), int(found["LOCAL_RANK"])
+    mine = local if launched_here else workers.gpu_slice(count, local, 1).start
+    if mine >= count:
+        raise RuntimeError(f"rank {found['RANK']}: GPU {mine} of the {count} it sees")
+    torch.cuda.set_device(mine)
+    return int(mine)
 
 
 def replicate(torch: Any, model: Any, dtype: str = "native") -> None:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mxbench import scale
 from mxbench.engines import stale
 from mxbench.params import control
 
@@ -45,7 +46,7 @@ def bench_command(host: SlurmHost, cell: Cell) -> list[str]:
     """The argv that runs one cell on a node: the shared interpreter or a container."""
     args = ["bench", *cell.bench_args()]
     image = host.container_image
-    tasks = cell.params.nodes  # a cell of several processes: srun starts one per task
+    tasks = scale.processes(cell.params)  # a cell of several processes: srun starts each
     # block: ranks fill each node in node-list order (TensorFlow's TF_CONFIG counts on it)
     several = ["--kill-on-bad-exit=1", "--distribution=block"] if tasks > 1 else []
     launch = ["srun", f"--ntasks={tasks}", *several] if tasks > 1 else []
@@ -73,13 +74,26 @@ def time_limit(host: SlurmHost, cells: Sequence[Cell]) -> str:
 
 
 def tasks(host: SlurmHost, cells: Sequence[Cell]) -> list[str]:
-    """The tasks of a submission: one, or a cell's ``nodes`` processes, ``tasks_per_node``
-    to a node (the engine submits cells of one ``nodes`` together; a check of them all,
+    """The tasks of a submission: one, or a cell's processes (:func:`mxbench.scale.processes`:
+    its ``nodes``, each torch's ``devices`` processes), ``tasks_per_node`` of its ``nodes``
+    to a node (the engine submits cells of one shape together; a check of them all,
     sbatch --test-only, asks for the largest)."""
-    nodes = max(c.params.nodes for c in cells)
-    if nodes == 1:
+    count = max(scale.processes(c.params) for c in cells)
+    if count == 1:
         return ["--ntasks=1"]
-    return [f"--ntasks={nodes}", f"--ntasks-per-node={min(nodes, host.tasks_per_node)}"]
+    if all(c.params.nodes <= host.tasks_per_node for c in cells):
+        # one node holds them all; said so, not as tasks per node, which Slurm refuses
+        # beyond a node's CPUs even under the host's --overcommit
+        return [f"--ntasks={count}", "--nodes=1"]
+    per_node = max(_per_node(host, c) for c in cells)
+    return [f"--ntasks={count}", f"--ntasks-per-node={per_node}"]
+
+
+def _per_node(host: SlurmHost, cell: Cell) -> int:
+    """A cell's processes on one node: ``tasks_per_node`` of its ``nodes``, each its
+    processes (torch: one per device)."""
+    p = cell.params
+    return min(p.nodes, host.tasks_per_node) * scale.processes(p) // p.nodes
 
 
 def gres(host: SlurmHost, cells: Sequence[Cell]) -> str | None:
