@@ -257,9 +257,14 @@ def _tree(top: Path, bad: list[BadLine], room: int) -> list[Path]:
         dirs[:] = keep
         for name in sorted(n for n in names if n.endswith(".jsonl")):
             f = here / name
-            if f.is_symlink():
+            try:  # one look at the name itself: a link is not followed, so it is not stat'ed
+                st = os.lstat(f)
+            except OSError as exc:
+                bad.append(BadLine(f, 0, f"cannot read ({exc.strerror})"))
+                continue
+            if stat.S_ISLNK(st.st_mode):
                 bad.append(BadLine(f, 0, "a symbolic link (not followed; name it to read it)"))
-            elif _readable(f, bad):
+            elif _readable(f, bad, st):
                 if len(out) >= room:
                     bad.append(BadLine(top, 0, f"more than {MAX_FILES} result files (stopped)"))
                     return out
@@ -272,10 +277,11 @@ def folders(files: Iterable[Path]) -> list[Path]:
     return list(dict.fromkeys(f.parent for f in files))
 
 
-def _readable(path: Path, bad: list[BadLine]) -> bool:
-    """A regular file we may read (never opened here: a FIFO would block)."""
+def _readable(path: Path, bad: list[BadLine], st: os.stat_result | None = None) -> bool:
+    """A regular file we may read (never opened here: a FIFO would block); ``st``: its
+    status, when taken already."""
     try:
-        st = path.stat()
+        st = path.stat() if st is None else st
     except OSError as exc:
         bad.append(BadLine(path, 0, f"cannot read ({exc.strerror})"))
         return False
