@@ -73,6 +73,7 @@ class Reader:
         self._waiting: list[Read] = []
         self._shared: dict[Any, Any] = {}
         self._held = 0  # samples waiting
+        self._before: Read | None = None  # the record taken last (:meth:`_share`)
 
     def decode(self, line: bytes) -> Read:
         """One line as a :class:`Read` record, or :class:`BadRecord` (the reason
@@ -113,6 +114,8 @@ class Reader:
         rec.loss = _loss_total(m.losses, m)
         if self.lean:
             rec = self._lean(rec)
+        else:
+            self._share(rec)
         step = rec.step
         if step is not None and step.median is not None:
             if samples:
@@ -130,6 +133,25 @@ class Reader:
         if len(self._waiting) >= BATCH or self._held >= SAMPLES:
             self.flush()
         return rec
+
+    def _share(self, rec: Read) -> None:
+        """The parts of ``rec`` equal to those of the record taken before it become that
+        record's: a host's records (one file, one after another) mostly share their
+        device, CPU, software and image (about 3.6 KB of each full record of
+        benchmarks/report_speed.py). A record read is never written to but its metrics."""
+        before, self._before = self._before, rec
+        if before is None:
+            return
+        if rec.device == before.device:
+            rec.device = before.device
+        if rec.cpu == before.cpu:
+            rec.cpu = before.cpu
+        if rec.software == before.software:
+            rec.software = before.software
+        if rec.image == before.image:
+            rec.image = before.image
+        if rec.settings == before.settings:
+            rec.settings = before.settings
 
     def _lean(self, rec: Read) -> Read:
         """Only what a table's numbers and a comparison read (no cpu, software, model, run,
