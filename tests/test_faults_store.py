@@ -131,6 +131,31 @@ def test_lines_read_a_chunk_at_a_time_are_the_files_lines(
         assert [b.lineno for b in bad] == too_long, data
 
 
+def test_a_small_file_is_read_whole_to_its_bound_and_a_larger_one_is_left_to_the_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read_small`` reads in pieces of the file's size as it was when opened: a file that
+    grew since (its size said less) is still read to its end, or found too large."""
+    from mxbench import store
+
+    path = tmp_path / "h.jsonl"
+    for size in (0, 1, 9, 10, 11, 25):
+        path.write_bytes(b"x" * size)
+        assert store.read_small(path, [], 10) == (b"x" * size if size <= 10 else None), size
+    grown = os.fstat  # the file grows between its size being taken and its reading
+
+    def stale(fd: int) -> os.stat_result:
+        st = grown(fd)
+        return os.stat_result((*st[:6], 3, *st[7:]))  # st_size: 3
+
+    monkeypatch.setattr(store.os, "fstat", stale)
+    for size, want in ((8, b"x" * 8), (10, b"x" * 10), (11, None)):
+        path.write_bytes(b"x" * size)
+        assert store.read_small(path, [], 10) == want, size
+    bad: list[BadLine] = []
+    assert store.read_small(tmp_path / "gone.jsonl", bad, 10) == b"" and len(bad) == 1
+
+
 # ---------------------------------------------------------------- a full disk
 
 

@@ -343,3 +343,41 @@ def test_the_parts_records_leave_out_are_shared_and_no_format_writes_to_them(
         assert document.render(doc, fmt)
     for part in ("image", "metrics", "device", "cpu", "software", "settings", "run", "pending"):
         assert getattr(first, part) == getattr(fresh, part), part
+
+
+def test_equal_parts_of_records_read_one_after_another_are_one_and_no_format_writes_to_them(
+    tmp_path: Path,
+) -> None:
+    """A record whose device, CPU, software, image or settings equal those of the record
+    read before it shares them (summary.Read is never written to); a part that differs is
+    its own. Every format rendered, each record's parts still equal its line's."""
+    from mxbench import codec
+    from mxbench.report import document
+
+    cpu = {"model": "Xeon", "arch": "x86_64", "cores": 8, "flags": ["avx2", "fma"]}
+    software = {"python": "3.11.7", "tensorflow": "2.21.0", "cuda": "12.5"}
+    image = {"name": "gpu", "id": "sha256:" + "ab" * 32}
+    other = {"kind": "gpu", "name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"}
+    recs = [
+        rec("h", p, b, cpu=cpu, software=software, image=image)
+        for p in ("float32", "mixed_float16")
+        for b in (8, 16)
+    ]
+    recs.append(rec("h", "float32", 32, cpu=cpu, software=software, image=image, device=other))
+    path = write(tmp_path / "h.jsonl", recs)
+    lines = [codec.decode(line) for line in path.read_bytes().splitlines()]
+    loaded = load([tmp_path])
+    got = sorted(loaded.winners, key=lambda r: (r.params.batch_size, r.params.policy))
+    a, b = got[0], got[3]  # float32 at 8 and mixed_float16 at 16: not read one after another
+    for part in ("device", "cpu", "software", "image", "settings"):
+        assert getattr(a, part) is getattr(b, part), part
+    a100 = got[-1]
+    assert a100.cpu is a.cpu and a100.device is not a.device
+    assert a100.device.name == "NVIDIA A100-SXM4-40GB" and a.device.name == "Tesla V100-SXM2-16GB"
+    doc = document.build(loaded, build(loaded.winners))
+    for fmt in document.FORMATS:
+        assert document.render(doc, fmt)
+    by_cell = {r.cell: r for r in lines}
+    for r in loaded.winners:
+        for part in ("device", "cpu", "software", "image", "settings"):
+            assert getattr(r, part) == getattr(by_cell[r.cell], part), (r.cell, part)

@@ -9,9 +9,10 @@ rule of ``repeats: auto`` (:mod:`mxbench.repeats`) judges the same summaries.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -26,6 +27,13 @@ _ABSENT = (Image(), Metrics(), Device(), Cpu(), Software(), Settings())
 _IMAGE, _METRICS, _DEVICE, _CPU, _SOFTWARE, _SETTINGS = _ABSENT
 _RUN: dict[str, Any] = {}
 _PENDING: list[str] = []
+T = TypeVar("T")
+
+
+def _always(part: T) -> Callable[[], T]:
+    """A default factory that returns ``part`` itself, called in C (a lambda was a
+    Python call per absent part of every record decoded)."""
+    return itertools.repeat(part).__next__
 
 
 class Read(Record, kw_only=True, gc=False):
@@ -34,14 +42,14 @@ class Read(Record, kw_only=True, gc=False):
     ``process`` and ``loss``. A part the line leaves out is a default shared by every
     record read (never written to)."""
 
-    image: Image = msgspec.field(default_factory=lambda: _IMAGE)
-    metrics: Metrics = msgspec.field(default_factory=lambda: _METRICS)
-    device: Device = msgspec.field(default_factory=lambda: _DEVICE)
-    cpu: Cpu = msgspec.field(default_factory=lambda: _CPU)
-    software: Software = msgspec.field(default_factory=lambda: _SOFTWARE)
-    settings: Settings = msgspec.field(default_factory=lambda: _SETTINGS)
-    run: dict[str, Any] = msgspec.field(default_factory=lambda: _RUN)
-    pending: list[str] = msgspec.field(default_factory=lambda: _PENDING)
+    image: Image = msgspec.field(default_factory=_always(_IMAGE))
+    metrics: Metrics = msgspec.field(default_factory=_always(_METRICS))
+    device: Device = msgspec.field(default_factory=_always(_DEVICE))
+    cpu: Cpu = msgspec.field(default_factory=_always(_CPU))
+    software: Software = msgspec.field(default_factory=_always(_SOFTWARE))
+    settings: Settings = msgspec.field(default_factory=_always(_SETTINGS))
+    run: dict[str, Any] = msgspec.field(default_factory=_always(_RUN))
+    pending: list[str] = msgspec.field(default_factory=_always(_PENDING))
 
     # the timed steps as :func:`mxbench.stats.summarise` makes them: (median ms, the
     # variance of its log); None: not an ok record with a median

@@ -36,7 +36,7 @@ from mxbench.codec import BadRecord
 from mxbench.errors import UsageError
 from mxbench.results import Device, Image, Metrics, Pairing, Record, Settings, StepStats
 from mxbench.store import BadLine
-from mxbench.summary import Read, _loss_total
+from mxbench.summary import _METRICS, Read, _loss_total
 
 _EPOCH = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
@@ -73,6 +73,7 @@ class Reader:
         self._waiting: list[Read] = []
         self._shared: dict[Any, Any] = {}
         self._held = 0  # samples waiting
+        self._before: Read | None = None  # the record taken last (:meth:`_share`)
 
     def decode(self, line: bytes) -> Read:
         """One line as a :class:`Read` record, or :class:`BadRecord` (the reason
@@ -106,11 +107,15 @@ class Reader:
     def _take(self, rec: Read) -> Read:
         """A decoded record summarised as the report keeps it."""
         m = rec.metrics
+        if m is _METRICS and not self.lean:
+            return rec  # no metrics in its line (the shared default): nothing to summarise
         step_ms = m.step_ms
         samples = step_ms.samples if step_ms is not None else []
         rec.loss = _loss_total(m.losses, m)
         if self.lean:
             rec = self._lean(rec)
+        else:
+            self._share(rec)
         step = rec.step
         if step is not None and step.median is not None:
             if samples:
@@ -128,6 +133,25 @@ class Reader:
         if len(self._waiting) >= BATCH or self._held >= SAMPLES:
             self.flush()
         return rec
+
+    def _share(self, rec: Read) -> None:
+        """The parts of ``rec`` equal to those of the record taken before it become that
+        record's: a host's records (one file, one after another) mostly share their
+        device, CPU, software and image (about 3.6 KB of each full record of
+        benchmarks/report_speed.py). A record read is never written to but its metrics."""
+        before, self._before = self._before, rec
+        if before is None:
+            return
+        if rec.device == before.device:
+            rec.device = before.device
+        if rec.cpu == before.cpu:
+            rec.cpu = before.cpu
+        if rec.software == before.software:
+            rec.software = before.software
+        if rec.image == before.image:
+            rec.image = before.image
+        if rec.settings == before.settings:
+            rec.settings = before.settings
 
     def _lean(self, rec: Read) -> Read:
         """Only what a table's numbers and a comparison read (no cpu, software, model, run,
@@ -257,9 +281,14 @@ def _tree(top: Path, bad: list[BadLine], room: int) -> list[Path]:
         dirs[:] = keep
         for name in sorted(n for n in names if n.endswith(".jsonl")):
             f = here / name
-            if f.is_symlink():
+            try:  # one look at the name itself: a link is not followed, so it is not stat'ed
+                st = os.lstat(f)
+            except OSError as exc:
+                bad.append(BadLine(f, 0, f"cannot read ({exc.strerror})"))
+                continue
+            if stat.S_ISLNK(st.st_mode):
                 bad.append(BadLine(f, 0, "a symbolic link (not followed; name it to read it)"))
-            elif _readable(f, bad):
+            elif _readable(f, bad, st):
                 if len(out) >= room:
                     bad.append(BadLine(top, 0, f"more than {MAX_FILES} result files (stopped)"))
                     return out
@@ -272,10 +301,11 @@ def folders(files: Iterable[Path]) -> list[Path]:
     return list(dict.fromkeys(f.parent for f in files))
 
 
-def _readable(path: Path, bad: list[BadLine]) -> bool:
-    """A regular file we may read (never opened here: a FIFO would block)."""
+def _readable(path: Path, bad: list[BadLine], st: os.stat_result | None = None) -> bool:
+    """A regular file we may read (never opened here: a FIFO would block); ``st``: its
+    status, when taken already."""
     try:
-        st = path.stat()
+        st = path.stat() if st is None else st
     except OSError as exc:
         bad.append(BadLine(path, 0, f"cannot read ({exc.strerror})"))
         return False

@@ -27,8 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from mxbench import stats, summary
 from mxbench.report.tables import Entry
 from mxbench.results import Record
@@ -149,6 +147,8 @@ def sweep(policy: str, batch_size: int, records: Sequence[Record]) -> Health | N
     n = len(timed[0])
     if n < 2:
         return None
+    import numpy as np  # here, as in mxbench.stats: most reports sweep no replicas
+
     groups: list[list[stats.Process]] = [[] for _ in range(n)]
     for t in timed:  # each record: every replica's k-th step against the others' k-th
         steps = [list(x.step_ms) for x in t]

@@ -86,7 +86,8 @@ class Entry:
     tflops_max: float | None = None  # the best achieved TFLOP/s recorded
     tf32_off: bool = False  # a record ran with TF32 disabled
     pure_float16: bool = False  # a record ran pure float16 (no master weights, no scaling)
-    throttled: set[str] = field(default_factory=set)  # NVML throttle reasons seen
+    # NVML throttle reasons seen (one empty set for every entry without: most of them)
+    throttled: frozenset[str] = frozenset()
     temperature_max: float | None = None  # the hottest the GPU got in a timed window, °C
 
     @property
@@ -335,7 +336,7 @@ def _add_facts(e: Entry, rec: Record) -> None:
         e.pure_float16 = True
     health = m.gpu_health
     if health is not None:
-        e.throttled.update(health.throttle_reasons)
+        e.throttled = e.throttled.union(health.throttle_reasons)
         hot = health.temperature_max_c
         if hot is not None and (e.temperature_max is None or hot > e.temperature_max):
             e.temperature_max = hot

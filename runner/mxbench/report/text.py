@@ -114,12 +114,14 @@ def table_rows(
     headers += [convergence.header(p) for p in checked]
     rows = []
     entries, policies, reduced = t.entries, t.policies, t.reduced
+    plain = not t.mixes_runs and not t.parity  # (most tables) no run mark, no loss verdict
     for b in t.batches:
         row = [str(b)]
         for p in policies:
             e = entries.get((p, b))
             rate = e.images_per_s(b) if e is not None else None
-            row += [_with_loss(t, (p, b), e), "" if rate is None else stats.figure(rate, 0)]
+            cell = cell_text(e) if plain else _with_loss(t, (p, b), e)
+            row += [cell, "" if rate is None else stats.figure(rate, 0)]
         if reduced:
             row += [texts.get((p, b), "") for p in reduced]
         if checked:
