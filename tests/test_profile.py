@@ -540,7 +540,7 @@ def test_the_breakdown_agrees_with_an_independent_count_of_the_raw_trace(
     """The record's figures against tests/profile_count.py's count of the kept trace (another
     reader, another rule for what an operation is, another own-time algorithm): the
     operations' own times, the busy time and the convolutions' share agree; on blog-cnn, a
-    conv-dominated model, TF's and JAX's convolutions hold most of the busy time, and
+    conv-dominated model, TF's and JAX's convolutions are the largest part of the work, and
     "other" stays small on every backend. Wrappers counted as work (the step function, the
     executor: each the whole step) fail every one of these."""
     run, trace = profiled(backend)
@@ -558,7 +558,10 @@ def test_the_breakdown_agrees_with_an_independent_count_of_the_raw_trace(
     assert busy == pytest.approx(count.busy_s * 1000 / steps, rel=0.1)
     assert bd["conv_matmul"] / busy == pytest.approx(count.conv_s / count.ops_s, abs=0.1)
     if backend != "torch":  # Keras' PyTorch BatchNormalization: separate mean/var ATen ops
-        assert bd["conv_matmul"] > 0.5 * busy, bd
+        # the largest part of the work (its share moves with the load: over half quiet, 45%
+        # in a full run beside other work; the share itself is checked just above)
+        work = {k: v for k, v in bd.items() if k != "host_gap"}
+        assert max(work, key=work.__getitem__) == "conv_matmul", bd
     assert bd["other"] <= 0.15 * step, bd
     if backend == "jax":  # XLA's own kernels: no oneDNN log to read
         assert prof["onednn"] is None and prof["tool"] == "jax.profiler"

@@ -137,7 +137,8 @@ grads = [torch.tensor([1.0 + 2**-12, 3.0, 7e4]), None, torch.tensor([[0.1, -0.2]
 out = {d: [g if g is None else g.tolist() for g in average(torch, grads, d)]
        for d in ("native", "bfloat16", "float16")}
 out["dtypes"] = sorted({str(g.dtype) for g in average(torch, grads, "bfloat16") if g is not None})
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+dist.destroy_process_group()  # else gloo's threads may abort the exit ("terminate called ...")
 """
 
 
