@@ -250,6 +250,7 @@ def searches(matrix: Matrix, hosts: list[str] | None = None) -> list[Search]:
     """One search per ``max`` batch size, repeats aside (a search is its own repetition)."""
     config = matrix.benchmark.batch_search
     out: list[Search] = []
+    shown = _shown(matrix)
     for host, image, spec, combo, source in _placements(matrix, hosts):
         if combo["batch_size"] == SEARCH and not combo["repeat"]:
             # a trial answers "does it fit": no profiled window, no one-step check (either
@@ -267,7 +268,7 @@ def searches(matrix: Matrix, hosts: list[str] | None = None) -> list[Search]:
                     "steps": min(combo["steps"], TRIAL_STEPS),
                 }
             )
-            template = _cell(matrix, host, image, spec, params, source, _shown(matrix))
+            template = _cell(matrix, host, image, spec, params, source, shown)
             out.append(Search(replace(template, search=config), config, host.limits()))
     return out
 
