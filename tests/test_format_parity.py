@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import html as html_module
 import io
 import json
@@ -43,7 +44,8 @@ A100 = {"kind": "gpu", "name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8
 FORMATS = ("markdown", "html", "terminal", "json", "csv")
 # What a document is made from, not a part of it: the records, the tables, how to make the
 # sections (the sections themselves are walked).
-INPUTS = {"loaded", "tables", "makers"}
+# (the speedup texts show in the grids and sections; the sections are walked per kind)
+INPUTS = {"loaded", "tables", "makers", "anchors", "texts", "sections"}
 # What a section is, not what it shows: its kind, its link target, the table it is made from.
 SECTION_INPUTS = {"kind", "anchor", "table"}
 
@@ -314,11 +316,11 @@ def needles(value: Any) -> list[str]:
 def parts(doc: Document) -> dict[str, list[str]]:
     """Every part of the document, walked from its dataclasses: the document's own fields,
     then each section field per kind of section (over the sections of that kind)."""
-    out = {
-        f.name: needles(getattr(doc, f.name))
-        for f in dataclasses.fields(Document)
-        if f.name not in INPUTS
-    }
+    # its fields, and what it makes on first use (its cached properties)
+    names = [f.name for f in dataclasses.fields(Document)] + [
+        name for name, v in vars(Document).items() if isinstance(v, functools.cached_property)
+    ]
+    out = {name: needles(getattr(doc, name)) for name in names if name not in INPUTS}
     for kind in get_args(SectionKind):
         sections = [s for s in doc.sections if s.kind == kind]
         for f in dataclasses.fields(Section):

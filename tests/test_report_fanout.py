@@ -43,10 +43,42 @@ def test_many_items_are_done_by_worker_processes_in_order() -> None:
     # (instant items were all taken by the first worker at times: a flaky count)
     got = _python(_PIDS.format(setup="import time", job="time.sleep(0.002) or (i, os.getpid())"))
     assert got["order"]
-    assert got["parent"] not in got["pids"]
-    # several workers shared the items (a worker forked after the others took every chunk
-    # is the machine's load, not a fault: at least two, at most one per core)
+    # this process and its workers shared the items: at least one worker beside this
+    # process, at most one process per core
+    assert got["parent"] in got["pids"]
     assert 2 <= len(got["pids"]) <= min(CORES, 1000 // (fanout.MIN_ITEMS // 2))
+
+
+_MEANWHILE = """
+import json, os, time
+from mxbench.report import fanout
+fanout.prepare()
+parent, seen = os.getpid(), []
+def meanwhile():
+    time.sleep(0.3)  # the workers have started on the items by now
+    seen.append(os.getpid())
+    {fail}
+try:
+    out = fanout.fan_out(lambda i: (time.time(), os.getpid()), 1000, meanwhile)
+    workers = [t for t, p in out if p != parent]
+    print(json.dumps({{"seen": seen == [parent], "before": bool(workers) and min(workers) < end,
+                       "failed": False}}))
+except ValueError as exc:
+    print(json.dumps({{"seen": seen == [parent], "failed": str(exc)}}))
+"""
+
+
+@pytest.mark.skipif(CORES < 2, reason="one usable core: the report stays in one process")
+def test_this_process_does_its_other_work_while_the_workers_start() -> None:
+    fail = "global end; end = time.time()"
+    got = _python(_MEANWHILE.format(fail=fail))
+    # meanwhile ran here, once, and a worker did items before it ended
+    assert got == {"seen": True, "before": True, "failed": False}
+
+
+def test_a_failure_meanwhile_is_raised_and_ends_the_workers() -> None:
+    got = _python(_MEANWHILE.format(fail="raise ValueError('meanwhile broke')"))
+    assert got == {"seen": True, "failed": "meanwhile broke"}
 
 
 def test_a_worker_killed_costs_the_parallelism_not_the_result() -> None:

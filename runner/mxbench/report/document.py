@@ -146,25 +146,59 @@ class Section:
         return [text for _, text in self.diagnosis_rules]
 
 
+# id(table) -> its text.speedup_texts, for the tables with a speedup (the grids' details);
+# a table without one has only dashes, made with its section
+Texts = dict[int, dict[tuple[str, int], str]]
+
+
 @dataclass
 class Document:
+    """The sections are made from :attr:`makers` (one per table, then one per largest-batch
+    search): once, on first use of :attr:`sections`, or in worker processes by :meth:`each`
+    when a renderer needs only what it makes of them. Everything else is made on first use
+    too, so that a renderer makes it while the workers make the sections
+    (:func:`mxbench.report.markdown.render`)."""
+
     loaded: Loaded
     tables: Sequence[Table]
-    counts: str  # records, files, folders, cells, tables
-    definitions: str  # how to read the numbers
-    notices: list[str]  # older attempts hidden, lines skipped
-    grids: list[Grid]
-    # how to make each section, in order (one per table, then one per largest-batch
-    # search): made once, on first use of :attr:`sections`, or in worker processes by
-    # :meth:`each` when a renderer needs only what it makes of them
     makers: list[tuple[SectionKind, Callable[[], Section]]]
-    # training runs to an accuracy; input and host-overhead A/Bs (report/training.py)
-    training: list[training.Section] = field(default_factory=list)
-    shares: list[str] = field(default_factory=list)
-    # the speedup x scale map: tables that differ only in devices (report/scaling.py)
-    scaling: list[scaling.Map] = field(default_factory=list)
-    # serving cells: latency percentiles, throughput, the gate (report/inference.py)
-    inference: list[inference.Section] = field(default_factory=list)
+    anchors: dict[int, str]  # id(table) -> its section's anchor
+    texts: Texts  # the tables' speedup texts (sections and grids share them)
+    definitions: str = text.DEFINITIONS  # how to read the numbers
+
+    @cached_property
+    def counts(self) -> str:
+        """Records, files, folders, cells, tables."""
+        return text.counts(self.loaded, self.tables)
+
+    @cached_property
+    def grids(self) -> list[Grid]:
+        return grids(self.tables, self.anchors, self.texts)
+
+    @cached_property
+    def notices(self) -> list[str]:
+        """Older attempts hidden, lines skipped, where the time went, why no summary."""
+        said = text.notices(self.loaded) + answers.time_per_run(self.loaded.winners)
+        return [text.NO_SUMMARY, *said] if self.tables and not self.grids else said
+
+    @cached_property
+    def training(self) -> list[training.Section]:
+        """Training runs to an accuracy; input and host-overhead A/Bs (report/training.py)."""
+        return training.sections(self.loaded.winners)
+
+    @cached_property
+    def shares(self) -> list[str]:
+        return training.shares(self.loaded.winners)
+
+    @cached_property
+    def scaling(self) -> list[scaling.Map]:
+        """The speedup x scale map: tables that differ only in devices (report/scaling.py)."""
+        return scaling.build(self.tables)
+
+    @cached_property
+    def inference(self) -> list[inference.Section]:
+        """Serving cells: latency percentiles, throughput, the gate (report/inference.py)."""
+        return inference.sections(self.loaded.winners)
 
     @cached_property
     def sections(self) -> list[Section]:
@@ -178,20 +212,25 @@ class Document:
     def largest(self) -> list[Section]:
         return [s for s in self.sections if s.kind == "largest"]
 
-    def each(self, render: Callable[[Section], R], kind: SectionKind | None = None) -> list[R]:
+    def each(
+        self,
+        render: Callable[[Section], R],
+        kind: SectionKind | None = None,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> list[R]:
         """``render`` of every section (of one ``kind``), in order. Sections not made yet
         are made and rendered in worker processes (:func:`mxbench.report.fanout.fan_out`):
-        ``render`` must be a pure function whose result pickles (text, a dict)."""
+        ``render`` must be a pure function whose result pickles (text, a dict).
+        ``meanwhile``: the renderer's other work, done here while the workers start."""
         if "sections" in self.__dict__:  # made already: render them here
+            if meanwhile is not None:
+                meanwhile()
             return [render(s) for s in self.sections if kind in (None, s.kind)]
         makers = [make for k, make in self.makers if kind in (None, k)]
-        return fanout.fan_out(lambda i: render(makers[i]()), len(makers))
+        return fanout.fan_out(lambda i: render(makers[i]()), len(makers), meanwhile)
 
 
 _NOT_MEASURED = GridCell("", "none", "")  # one for every empty cell of the grids (immutable)
-# id(table) -> its text.speedup_texts, for the tables with a speedup (the grids' details);
-# a table without one has only dashes, made with its section
-Texts = dict[int, dict[tuple[str, int], str]]
 
 
 def verdict(t: Table, policy: str, batch: int, texts: Texts | None = None) -> GridCell:
@@ -316,23 +355,7 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
     ]
     found = capacity.build(loaded.winners)
     makers += [("largest", partial(largest, c, f"largest-{i + 1}")) for i, c in enumerate(found)]
-    summary = grids(tables, anchors, texts)
-    notices = text.notices(loaded) + answers.time_per_run(loaded.winners)
-    if tables and not summary:
-        notices.insert(0, text.NO_SUMMARY)
-    return Document(
-        loaded=loaded,
-        tables=tables,
-        counts=text.counts(loaded, tables),
-        definitions=text.DEFINITIONS,
-        notices=notices,
-        grids=summary,
-        makers=makers,
-        training=training.sections(loaded.winners),
-        shares=training.shares(loaded.winners),
-        scaling=scaling.build(tables),
-        inference=inference.sections(loaded.winners),
-    )
+    return Document(loaded=loaded, tables=tables, makers=makers, anchors=anchors, texts=texts)
 
 
 # format name -> (module of its renderer, the file suffixes it is chosen by)

@@ -225,17 +225,21 @@ LEGEND = (
 
 
 def render(doc: Document) -> str:
-    out = ["# mxbench report", "", escape(doc.counts, limit=None), ""]
-    for g in doc.grids:
-        out.append(grid(g))
-    if doc.grids:
-        out += [LEGEND, ""]
-    out += [escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""]
-    out += doc.each(section)
-    out += scaling_section(doc.scaling)
-    out += training_section(doc.training, doc.shares)
-    out += serving_section(doc.inference)
-    return "\n".join(out)
+    head = ["# mxbench report", ""]
+    tail: list[str] = []
+
+    def rest() -> None:  # made here while worker processes make the sections
+        head.extend([escape(doc.counts, limit=None), ""])
+        head.extend(grid(g) for g in doc.grids)
+        if doc.grids:
+            head.extend([LEGEND, ""])
+        head.extend([escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""])
+        tail.extend(scaling_section(doc.scaling))
+        tail.extend(training_section(doc.training, doc.shares))
+        tail.extend(serving_section(doc.inference))
+
+    sections = doc.each(section, meanwhile=rest)
+    return "\n".join([*head, *sections, *tail])
 
 
 def _compare_table(part: Part) -> str:
