@@ -107,6 +107,7 @@ _SAID_WHEN_CHOSEN = (
     "scaling",
     "allreduce",
 )
+_DEFAULTS = {name: params.field(name).default for name in _SAID_WHEN_CHOSEN}
 
 
 def _not_for_this_model(rec: Record) -> tuple[str, ...]:
@@ -155,9 +156,8 @@ def lines(table: Table) -> list[str]:
     several = (table.setup.get("devices") or 1) * (table.setup.get("nodes") or 1) > 1
     hidden += tuple(  # said only when a matrix chose another than the default
         name
-        for name in _SAID_WHEN_CHOSEN
-        if table.setup.get(name) == params.field(name).default
-        and not (name == "scaling" and several)
+        for name, default in _DEFAULTS.items()
+        if table.setup.get(name) == default and not (name == "scaling" and several)
     )
     setup = " · ".join(
         f"{k} {bounded(str(v))}"

@@ -386,8 +386,8 @@ WHOLE_BYTES = store.READ_CHUNK
 
 def _records(reader: Reader, path: Path, bad: list[BadLine]) -> Iterator[tuple[int, Read]]:
     """(line number, record) of one file: a small file's lines decoded at once when every
-    one is a record of this version (line numbers then matter to nobody: 0), else line by
-    line, lines that are not records said into ``bad``."""
+    one is a record of this version that can stand for a cell (line numbers then matter to
+    nobody: 0), else line by line, lines that are not records said into ``bad``."""
     data = store.read_small(path, bad, WHOLE_BYTES)
     if data is not None:
         fast = reader.decode_all(data)
@@ -421,7 +421,7 @@ def load(
         try:
             for lineno, rec in _records(reader, path, out.bad):
                 out.read += 1
-                why = rec.problem()
+                why = rec.problem() if lineno else None  # (line 0: checked in decode_all)
                 if why:
                     out.bad.append(BadLine(path, lineno, why))
                     continue

@@ -279,8 +279,11 @@ class Table:
         backend = self.setup.get("backend")
         if backend and backend != params.field("backend").default:
             parts.append(f"backend {backend}")
-        parts += [f"{name} {bounded(self.told(name))}" for name in self.distinct]
-        return " · ".join(parts)
+        return " · ".join(parts + self._distinct_parts())
+
+    def _distinct_parts(self) -> list[str]:
+        """The title's last parts: the setup values that tell it from a like table's."""
+        return [f"{name} {bounded(self.told(name))}" for name in self.distinct]
 
     def told(self, name: str) -> str:
         """A setup value as the cells asked for it, and as the model took it where that
@@ -372,7 +375,7 @@ def _single(rec: Record, records: list[Record]) -> Entry:
         e = Entry(rec.status, records=records)
         _add_facts(e, rec)
         return e
-    e = Entry("ok", records=[rec])
+    e = Entry("ok", records)
     _add_facts(e, rec)
     s = rec.step
     if s is not None:
@@ -448,7 +451,10 @@ def make(slots: Slots) -> Table:
         image=image,
         setup=_setup(info.params) | image_taken(info),
         info=info,
-        entries={slot: entry(latest_run(recs)) for slot, recs in slots.items()},
+        entries={  # (most slots: one record, its own entry)
+            slot: _single(recs[0], recs) if len(recs) == 1 else entry(latest_run(recs))
+            for slot, recs in slots.items()
+        },
         policies=sorted({p for p, _ in slots}, key=_policy_rank),
         batches=sorted({b for _, b in slots}),
         cells=slots,
@@ -528,8 +534,9 @@ def _tell_apart(built: list[Table]) -> None:
             continue
         names = _differing(group_)
         for t in group_:
+            base = t.title  # (made above, without them)
             t.distinct = names
-            t.__dict__.pop("title", None)  # the cached title, made again with them
+            t.title = " · ".join([base, *t._distinct_parts()])
 
 
 def _differing(group_: list[Table]) -> tuple[str, ...]:
