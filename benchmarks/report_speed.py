@@ -332,6 +332,12 @@ def main() -> None:
         if old is not None:
             _ratios("C the same, --baseline code", c, a)
             _memory("C", report, old)
+            # each round's B against its own C: the change, with the machine's drift between
+            # rounds taken out
+            change = [y / x for x, y in zip(c, b, strict=True)]
+            print(f"B / C, round by round: median {statistics.median(change):.3f} "
+                  f"(min {min(change):.3f}, max {max(change):.3f}); B faster in "
+                  f"{sum(r < 1 for r in change)} of {len(change)}")  # fmt: skip
         print("output sha256: " + "; ".join(f"{k} {sorted(v)}" for k, v in digests.items() if v))
         if len(digests["B"] | digests["C"]) != 1:
             sys.exit("the report's output differs between runs or from the baseline's")
