@@ -401,8 +401,18 @@ def group(winners: list[Record], by_device: bool = True) -> list[Slots]:
         setup = setups.get(raw)
         if setup is None:
             setup = setups[raw] = len(setups)
-        device = (rec.device.kind or "", rec.device.name or "") if by_device else ()
-        key = (str(rec.host), *device, rec.image.name or rec.image.id or "", setup)
+        image = rec.image.name or rec.image.id or ""
+        if by_device:
+            device = rec.device
+            key: tuple[Any, ...] = (
+                str(rec.host),
+                device.kind or "",
+                device.name or "",
+                image,
+                setup,
+            )
+        else:
+            key = (str(rec.host), image, setup)
         slots = groups.get(key)
         if slots is None:
             slots = groups[key] = {}
@@ -492,11 +502,14 @@ def build(winners: list[Record]) -> list[Table]:
     pairs = []
     groups: list[list[stats.Process]] = []
     for t in built:
-        means = {slot: mean_loss(e) for slot, e in t.entries.items()}
-        for (policy, batch), other in t.entries.items():
-            base = t.entries.get((BASELINE, batch))
+        entries = t.entries
+        means = {slot: m for slot, e in entries.items() if (m := mean_loss(e)) is not None}
+        if not means and not any(e.median for e in entries.values()):
+            continue  # no loss, no step time: no parity, no speedup
+        for (policy, batch), other in entries.items():
+            base = entries.get((BASELINE, batch))
             ref = means.get((BASELINE, batch)) if policy != BASELINE else None
-            loss = parity(means[policy, batch], ref)
+            loss = parity(means.get((policy, batch)), ref)
             if loss is not None:
                 t.parity[policy, batch] = loss
             if policy != BASELINE and base is not None and base.median and other.median:
