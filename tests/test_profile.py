@@ -320,6 +320,30 @@ def test_exec_log_gives_the_isa_and_native_share_by_time() -> None:
     assert e.reorder_ms == pytest.approx(0.5) and e.gemm_ms == pytest.approx(5.0)
 
 
+_F16 = "src:f16::blocked:acdb::f0 wei:f16:a:blocked:AcdB32a2b::f0 dst:f16::blocked:acdb::f0"
+
+
+def test_reference_loops_are_counted_by_pass() -> None:
+    """PyTorch's float16 training on an AVX512-FP16 Xeon (this repository's, oneDNN 3.7):
+    forward and data gradient on brgemm kernels, the weight gradient on ref:any; the log
+    says which pass ran on the reference loops and how much of the work that was."""
+    log = [
+        f"{_EXEC},convolution,brg_conv_fwd:avx10_1_512,forward_training,{_F16},,"
+        f"alg:convolution_direct,{_CONV1},2.0",
+        f"{_EXEC},convolution,brgconv_strided:avx10_1_512,backward_data,{_F16},,"
+        f"alg:convolution_direct,{_CONV1},3.0",
+        f"{_EXEC},convolution,ref:any,backward_weights,{_F16},,alg:convolution_direct,"
+        f"{_CONV1},90.0",
+        f"{_EXEC},matmul,ref:any,undef,{_F32},,,8x10:10x128,5.0",
+    ]
+    e = onednn.evidence(onednn.parse(log))
+    assert e is not None and e.gemm_isas == {"ref": 0.95, "avx10_1_512": 0.05}
+    assert e.ref_passes == {"backward_weights": 0.9, "undef": 0.05}
+    assert e.native16_share == pytest.approx(5 / 95, abs=1e-4)
+    plain = onednn.evidence(onednn.parse(log[:2]))
+    assert plain is not None and plain.ref_passes == {}
+
+
 def test_creation_log_weighs_each_distinct_primitive_by_its_arithmetic() -> None:
     log = [
         line.replace("primitive,exec", "primitive,create:cache_miss").rsplit(",", 1)[0] + ",0.1"

@@ -179,6 +179,11 @@ class OneDnnEvidence(_Part):
     gemm_ms: Annotated[float | None, Doc("oneDNN convolutions/matmuls, window total")] = None
     primitives: Count | None = None
     kernels: Annotated[list[str], Doc('"convolution brg_conv_fwd:avx512_core_bf16 bf16"')] = []
+    ref_passes: Annotated[
+        dict[str, float],
+        Doc("pass (forward_training, backward_data, backward_weights) -> share of the "
+            "convolution/matmul weight that ran on oneDNN's reference loops (ref) in it"),
+    ] = {}  # fmt: skip
 
 
 class Profile(_Part):

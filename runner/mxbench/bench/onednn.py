@@ -188,6 +188,9 @@ class Evidence:
     gemm_ms: float | None  # time in convolutions / matmuls (exec lines)
     primitives: int
     examples: list[str]  # a few distinct kernels: "convolution brg_conv_fwd:avx512_core_bf16 bf16"
+    # pass (forward_training, backward_data, backward_weights, ...) -> share of the
+    # convolution/matmul weight on oneDNN's reference loops (``ref``) in that pass
+    ref_passes: dict[str, float]
 
 
 def evidence(prims: list[Primitive]) -> Evidence | None:
@@ -214,6 +217,10 @@ def evidence(prims: list[Primitive]) -> Evidence | None:
     w16 = sum(w[id(p)] for p in sixteen)
     native = sum(w[id(p)] for p in sixteen if p.native16)
     examples = sorted({f"{p.kind} {p.impl} {p.src_dtype}" for p in gemm})[:8]
+    ref: dict[str, float] = {}
+    for p in gemm:
+        if p.isa == "ref":
+            ref[p.prop] = ref.get(p.prop, 0.0) + w[id(p)]
     return Evidence(
         weight=weight,
         gemm_isas={k: round(v / total, 4) for k, v in sorted(isas.items(), key=lambda kv: -kv[1])}
@@ -227,6 +234,9 @@ def evidence(prims: list[Primitive]) -> Evidence | None:
         gemm_ms=round(total, 4) if weight == "time" else None,
         primitives=len(chosen),
         examples=examples,
+        ref_passes={k: round(v / total, 4) for k, v in sorted(ref.items(), key=lambda kv: -kv[1])}
+        if total > 0
+        else {},
     )
 
 

@@ -160,6 +160,7 @@ def _evidence(lines: list[str]) -> OneDnnEvidence | None:
         gemm_ms=found.gemm_ms,
         primitives=found.primitives,
         kernels=found.examples,
+        ref_passes=found.ref_passes,
     )
 
 

@@ -20,6 +20,7 @@ from mxbench.report.diagnose_profile import (
     BFLOAT16,
     FLOAT16,
     NATIVE_16,
+    REFERENCE_SHARE,
     _is_cpu,
     _is_gpu,
     _profiles,
@@ -27,6 +28,7 @@ from mxbench.report.diagnose_profile import (
     cpu_kernels,
     launch_bound,
     measured_memory_bound,
+    on_reference,
     tensor_core_kernels,
 )
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
@@ -146,6 +148,8 @@ def float16_emulated_on_cpu(t: Table) -> str | None:
     found = [p.onednn for _, _, p in _profiles(t, FLOAT16) if p.onednn is not None]
     if any((d.native16_share or 0.0) >= NATIVE_16 for d in found):
         return None  # its kernels ran float16 natively: what ran says it (cpu_kernels)
+    if any(on_reference(d) >= REFERENCE_SHARE for d in found):
+        return None  # its kernels ran on oneDNN's reference loops: cpu_kernels says so
     has = sorted(FP16_FLAGS & {f.lower() for f in cpu.flags or ()})
     if has and not found:  # float16 instructions, and no record of the kernels that ran
         text = (

@@ -9,7 +9,7 @@ from mxbench.bench import onednn
 from mxbench.report.annotate import gpu_cc
 from mxbench.report.tables import Table
 from mxbench.report.why import profile_of
-from mxbench.results import Profile
+from mxbench.results import OneDnnEvidence, Profile
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})
@@ -25,6 +25,33 @@ AMX = (
     "reason bf16 can be 2x or more faster than float32"
 )
 NATIVE_16 = 0.5  # share of 16-bit conv/matmul work on native kernels to call it native
+# share of conv/matmul work on oneDNN's reference loops (plain C++, no vector kernel) that the
+# kernels' sentence leads with: on this repository's Xeon PyTorch's float16 weight gradients
+# ran there, 2182 ms for a convolution whose forward took 2 ms (docs/why.md)
+REFERENCE_SHARE = 0.25
+# oneDNN's passes (its verbose log's propagation kind), as the sentences name them
+PASSES = {
+    "forward_training": "the forward pass",
+    "forward_inference": "the forward pass",
+    "forward": "the forward pass",
+    "backward_data": "the data gradients",
+    "backward_weights": "the weight gradients",
+    "backward": "the gradients",
+}
+
+
+def on_reference(d: OneDnnEvidence) -> float:
+    """The share of the convolution/matmul work that ran on oneDNN's reference loops."""
+    return d.gemm_isas.get("ref", 0.0)
+
+
+def _passes(shares: dict[str, float]) -> str:
+    """``: the weight gradients 97%, the forward pass 1%`` (nothing when not recorded)."""
+    said: dict[str, float] = {}
+    for name, share in shares.items():
+        what = PASSES.get(name, name)
+        said[what] = said.get(what, 0.0) + share
+    return ": " + ", ".join(f"{k} {v:.0%}" for k, v in said.items()) if said else ""
 
 
 def _is_gpu(t: Table) -> bool:
@@ -70,7 +97,13 @@ def cpu_kernels(t: Table) -> str | None:
         of = "time" if d.weight == "time" else "arithmetic"
         created = created or d.weight == "flops"
         isas = ", ".join(f"{isa} {share:.0%}" for isa, share in list(d.gemm_isas.items())[:3])
-        if d.native16_share is None:
+        if (ref := on_reference(d)) >= REFERENCE_SHARE:
+            parts.append(
+                f"{policy} at batch {b}: {ref:.0%} of the convolutions/matmuls' {of} ran on "
+                f"oneDNN's reference loops (ref: plain C++, no vector kernel for them on this "
+                f"CPU{_passes(d.ref_passes)}), many times slower than any vector kernel"
+            )
+        elif d.native16_share is None:
             parts.append(
                 f"{policy} at batch {b}: the convolutions/matmuls ran in float32 ({isas} of "
                 f"their {of}): no {what} kernel"
