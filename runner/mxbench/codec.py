@@ -114,7 +114,7 @@ def decode(line: bytes | str) -> Record:
 
 
 def _bounded(rec: Record) -> Record:
-    if _depth(rec.run) > MAX_DEPTH:  # the one free-form part: readers copy and render it
+    if too_deep(rec.run):  # the one free-form part: readers copy and render it
         raise BadRecord(f"'run' nested deeper than {MAX_DEPTH} levels")
     return rec
 
@@ -285,6 +285,12 @@ def upgrade(obj: dict[str, Any]) -> dict[str, Any]:
 # million timed steps (params.MAX_STEPS) and their losses is about 40 MB.
 MAX_LINE_BYTES = 64 * 2**20
 MAX_DEPTH = 16
+
+
+def too_deep(value: Any) -> bool:
+    """Whether ``value`` nests deeper than :data:`MAX_DEPTH` levels (what a record's one
+    free-form part, ``run``, may not: readers copy and render it)."""
+    return _depth(value) > MAX_DEPTH
 
 
 def _depth(value: Any, level: int = 0) -> int:
