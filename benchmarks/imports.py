@@ -14,12 +14,16 @@ that makes it, so the import hides in a function to dodge the circle at import t
 docs/DESIGN forbids: move the code instead). A lazy import that closes no circle (a command
 keeping TensorFlow or pandas out of ``mxbench --help``) points down and is fine.
 
+A private name (a leading underscore) is its room's own: no room takes another's, by an
+import or as ``room._name`` (a name other rooms use is a contract, with a public name).
+
 Also counts the sizes the house keeps small: modules over 600 lines, functions over 80.
 
     python benchmarks/imports.py [--list]      # counts; --list: every room by floor, and
                                                # the largest modules and functions
 
-Exit 1 when there is a circle, an arrow up, or a room or function over its size.
+Exit 1 when there is a circle, an arrow up, a private name taken across rooms, or a room or
+function over its size.
 """
 
 from __future__ import annotations
@@ -63,6 +67,16 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+def _source(node: ast.ImportFrom, room: str, is_package: bool) -> str:
+    """The dotted name ``from ... import`` reads from in ``room`` (a relative one resolved)."""
+    base = node.module or ""
+    if node.level:
+        here = room.split(".") if is_package else room.split(".")[:-1]
+        here = here[: len(here) - (node.level - 1)]
+        base = ".".join([*here, base] if base else here)
+    return base
+
+
 def _imports(
     tree: ast.Module, room: str, is_package: bool, rooms: dict[str, Path]
 ) -> tuple[set[str], set[str]]:
@@ -73,11 +87,7 @@ def _imports(
     def names(node: ast.Import | ast.ImportFrom) -> set[str]:
         if isinstance(node, ast.Import):
             return {a.name for a in node.names if a.name in rooms}
-        base = node.module or ""
-        if node.level:
-            here = room.split(".") if is_package else room.split(".")[:-1]
-            here = here[: len(here) - (node.level - 1)]
-            base = ".".join([*here, base] if base else here)
+        base = _source(node, room, is_package)
         out = set()
         for alias in node.names:  # ``from a import b``: the room a.b, else the room a
             member = f"{base}.{alias.name}"
@@ -153,9 +163,13 @@ def _sccs(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def _rooms(root: Path) -> dict[str, Path]:
+    """The package's modules under ``root``, by room name."""
+    return {_room_name(p, root): p for p in sorted((root / PACKAGE).rglob("*.py"))}
+
+
 def draw(root: Path = ROOT) -> House:
-    paths = sorted((root / PACKAGE).rglob("*.py"))
-    rooms = {_room_name(p, root): p for p in paths}
+    rooms = _rooms(root)
     house = House(rooms)
     for room, path in rooms.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -177,6 +191,99 @@ def draw(root: Path = ROOT) -> House:
         (r, t) for r in rooms for t in house.lazy[r] if component_of[t] == component_of[r]
     )
     return house
+
+
+def _private(name: str) -> bool:
+    """A name its module keeps to itself: a leading underscore (a dunder is Python's)."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _hidden_from(room: str, target: str) -> bool:
+    """Whether the room ``target`` is a private module (or in a private package) that
+    ``room`` is outside of: a private module is its own package's (``models._applications``
+    for the models)."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        package = ".".join(parts[:i])
+        if _private(part) and room != package and not room.startswith(package + "."):
+            return True
+    return False
+
+
+def _reaches(
+    tree: ast.Module, room: str, is_package: bool, rooms: dict[str, Path]
+) -> dict[str, int]:
+    """The private names of other rooms that ``tree`` takes (see :func:`private_reaches`),
+    each with the first line that does."""
+    out: dict[str, int] = {}
+    bound: dict[str, str] = {}  # a name this module binds to a room, by an import
+
+    def found(name: str, node: ast.AST) -> None:
+        line = getattr(node, "lineno", 0)
+        out[name] = min(out.get(name, line), line)
+
+    def take(owner: str, name: str, node: ast.AST) -> None:
+        """Taking ``owner.name`` (``owner`` a room): found when it is private."""
+        member = f"{owner}.{name}"
+        if member in rooms:  # a module
+            private = _hidden_from(room, member)
+        else:
+            private = owner != room and _private(name)
+        if private:
+            found(member, node)
+
+    imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+    for node in imports:  # every import: lazy and under TYPE_CHECKING too
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in rooms and _hidden_from(room, alias.name):
+                    found(alias.name, node)
+                head = alias.name.split(".")[0]
+                if alias.asname and alias.name in rooms:
+                    bound[alias.asname] = alias.name
+                elif not alias.asname and head in rooms:
+                    bound[head] = head
+            continue
+        base = _source(node, room, is_package)
+        if base not in rooms:
+            continue
+        if _hidden_from(room, base):
+            found(base, node)
+        for alias in node.names:
+            if f"{base}.{alias.name}" in rooms:
+                bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+            take(base, alias.name, node)
+
+    def room_of(node: ast.expr) -> str | None:
+        """The room an expression names through the bound names (``codec``, ``mxbench.x``)."""
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        if isinstance(node, ast.Attribute) and (head := room_of(node.value)) is not None:
+            return f"{head}.{node.attr}" if f"{head}.{node.attr}" in rooms else None
+        return None
+
+    for node in ast.walk(tree):  # ``room._name``
+        if isinstance(node, ast.Attribute) and (owner := room_of(node.value)) is not None:
+            take(owner, node.attr, node)
+    return out
+
+
+def private_reaches(root: Path = ROOT) -> list[str]:
+    """Where a room takes a private name (a leading underscore) of another room, each as
+    ``path:line room._name``, what the house forbids: a name other rooms use is a contract,
+    and gets a public name (and a docstring saying what it promises). Taking is importing it
+    (``from``, relative, one name or a parenthesised list, at module level, in a function
+    or under ``if TYPE_CHECKING:``) or reaching it as ``room._name`` through a name an
+    import bound to the room; importing a private module from outside its package counts
+    too (within it, the module is the package's own)."""
+    out = []
+    rooms = _rooms(root)
+    for room, path in rooms.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found = _reaches(tree, room, path.name == "__init__.py", rooms)
+        where = sorted(found.items(), key=lambda item: (item[1], item[0]))
+        out += [f"{path.relative_to(root)}:{line} {name}" for name, line in where]
+    return out
 
 
 @dataclass
@@ -220,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=8, help="largest modules/functions shown")
     args = parser.parse_args(argv)
     house = draw()
+    reaches = private_reaches()
     modules = module_sizes()
     functions = function_sizes()
     big_modules = [s for s in modules if s.lines > MAX_MODULE_LINES]
@@ -240,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     for source, target in house.arrows_up:
         print(f"  arrow up: {source} (floor {house.floors[source]}) -> {target} "
               f"(floor {house.floors[target]})")  # fmt: skip
+    print(f"private names taken across rooms: {len(reaches)}")
+    for reach in reaches:
+        print(f"  {reach}")
     print(f"modules over {MAX_MODULE_LINES} lines: {len(big_modules)}; "
           f"functions over {MAX_FUNCTION_LINES} lines: {len(big_functions)}")  # fmt: skip
     shown_modules = modules[: args.top] if args.list else big_modules
@@ -248,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {s.lines:5}  {s.where}")
     for s in shown_functions:
         print(f"  {s.lines:5}  {s.where}")
-    bad = house.circles or house.arrows_up or big_modules or big_functions
+    bad = house.circles or house.arrows_up or reaches or big_modules or big_functions
     return 1 if bad else 0
 
 

@@ -31,7 +31,7 @@ CHILD = r"""
 import json, statistics as st, sys, time
 import msgspec
 from mxbench.bench import cell_paired, paired, probe
-from mxbench.bench.cell import CellState, _build, _load
+from mxbench.bench.cell import CellState, build_arm, load_backend
 from mxbench.bench.timing import Phases
 from mxbench.codec import new_record
 from mxbench.params import Params
@@ -54,8 +54,8 @@ else:
     ps = [p, msgspec.structs.replace(p, policy=policy)]
     recs = [new_record(params=q, status="ok") for q in ps]
     state = CellState(phases)
-    _load(p, recs[0], state)
-    arms = [_build(q, rec, state) for q, rec in zip(ps, recs)]
+    load_backend(p, recs[0], state)
+    arms = [build_arm(q, rec, state) for q, rec in zip(ps, recs)]
     for _ in range(blocks):
         plan = paired.Plan(warmup=2, max_steps=2000, timed_s=timed_s)
         got, _ = cell_paired._windows(arms, plan, state)

@@ -36,7 +36,7 @@ from mxbench.params import Params
 def synced_timer(log: timing.StepLog, on_step: Any = None, warmup_steps: int = 0) -> Any:
     """The Step 12 callback: batch ends on the training thread, a device sync per step."""
 
-    class SyncedTimer(timing._callback_base()):  # type: ignore[misc]
+    class SyncedTimer(timing.callback_base()):  # type: ignore[misc]
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             if log.begin is None:
                 log.begin = time.perf_counter()

@@ -1,5 +1,6 @@
-"""The house: rooms on their floors (benchmarks/imports.py draws them). Static and fast: the
-package's source is parsed, nothing is imported."""
+"""The house: rooms on their floors (benchmarks/imports.py draws them), each keeping its
+private names to itself. Static and fast: the package's source is parsed, nothing is
+imported."""
 
 from __future__ import annotations
 
@@ -55,6 +56,57 @@ def test_the_drawing_finds_what_it_must() -> None:
     assert house.arrows_up == [("mxbench.low", "mxbench.sub.high")]
     assert house.floors["mxbench.top"] > house.floors["mxbench.sub.high"]
     assert house.eager["mxbench.top"] == {"mxbench.sub.high"}  # TYPE_CHECKING is no arrow
+
+
+def test_no_module_takes_another_modules_private_name() -> None:
+    assert tool.private_reaches() == []
+
+
+def test_the_private_names_taken_are_found() -> None:
+    """Known truth: every way a module takes another's private name, and what is allowed."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = Path(tmp) / "mxbench"
+        (pkg / "sub").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "sub" / "__init__.py").write_text("")
+        (pkg / "sub" / "_hidden.py").write_text("a = 1\n")
+        (pkg / "sub" / "inside.py").write_text(  # a private module is its package's own
+            "from mxbench.sub._hidden import a\nfrom mxbench.sub import _hidden\n"
+        )
+        (pkg / "low.py").write_text(  # its own private names: its own business
+            "from mxbench.low import _x\n\ndef _own():\n    from mxbench import low\n"
+            "    return low._x, low._y\n"
+        )
+        (pkg / "top.py").write_text(
+            "from typing import TYPE_CHECKING\n"
+            "import mxbench.low\n"
+            "import mxbench.low as lo\n"
+            "from mxbench import low\n"
+            "from mxbench.low import (\n"
+            "    __all__,\n"
+            "    _x,\n"
+            ")\n"
+            "from .sub._hidden import a\n"
+            "\n"
+            "if TYPE_CHECKING:\n"
+            "    from mxbench.low import _y\n"
+            "\n"
+            "def f():\n"
+            "    from mxbench import low as other\n"
+            "    return low._z, lo._w, mxbench.low._v, other._u, low.public, low.__name__\n"
+        )
+        found = tool.private_reaches(Path(tmp))
+    assert found == [
+        "mxbench/top.py:5 mxbench.low._x",
+        "mxbench/top.py:9 mxbench.sub._hidden",
+        "mxbench/top.py:12 mxbench.low._y",
+        "mxbench/top.py:16 mxbench.low._u",
+        "mxbench/top.py:16 mxbench.low._v",
+        "mxbench/top.py:16 mxbench.low._w",
+        "mxbench/top.py:16 mxbench.low._z",
+    ]
 
 
 def test_no_module_over_600_lines() -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from mxbench.params import DEFAULT_IMAGE_SIZE, Params
-from mxbench.results import SCHEMA, Image, Record, Status, _Part, unknown_schema
+from mxbench.results import SCHEMA, Image, Part, Record, Status, unknown_schema
 
 
 def now_iso() -> str:
@@ -114,7 +114,7 @@ def decode(line: bytes | str) -> Record:
 
 
 def _bounded(rec: Record) -> Record:
-    if _depth(rec.run) > MAX_DEPTH:  # the one free-form part: readers copy and render it
+    if too_deep(rec.run):  # the one free-form part: readers copy and render it
         raise BadRecord(f"'run' nested deeper than {MAX_DEPTH} levels")
     return rec
 
@@ -164,7 +164,7 @@ HISTORY: dict[str, str] = {
 _json_decoder = msgspec.json.Decoder()
 
 
-def _part_of(hint: Any) -> tuple[type[_Part], bool] | None:
+def _part_of(hint: Any) -> tuple[type[Part], bool] | None:
     """The record part a field holds (through Annotated and ``| None``), and whether a list
     of them; None: not a part."""
     while typing.get_origin(hint) is typing.Annotated:
@@ -175,13 +175,13 @@ def _part_of(hint: Any) -> tuple[type[_Part], bool] | None:
     if typing.get_origin(hint) is list:
         inner = _part_of(typing.get_args(hint)[0])
         return (inner[0], True) if inner is not None and not inner[1] else None
-    return (hint, False) if isinstance(hint, type) and issubclass(hint, _Part) else None
+    return (hint, False) if isinstance(hint, type) and issubclass(hint, Part) else None
 
 
 @functools.cache
 def _null_shape(
     kind: type[msgspec.Struct],
-) -> tuple[tuple[str, ...], tuple[tuple[str, type[_Part], bool], ...]]:
+) -> tuple[tuple[str, ...], tuple[tuple[str, type[Part], bool], ...]]:
     """Of a record part's fields: those whose default is not None (a null there means "not
     recorded"), and those that hold parts (a part, or a list of them), to walk into."""
     fields = msgspec.structs.fields(kind)
@@ -285,6 +285,12 @@ def upgrade(obj: dict[str, Any]) -> dict[str, Any]:
 # million timed steps (params.MAX_STEPS) and their losses is about 40 MB.
 MAX_LINE_BYTES = 64 * 2**20
 MAX_DEPTH = 16
+
+
+def too_deep(value: Any) -> bool:
+    """Whether ``value`` nests deeper than :data:`MAX_DEPTH` levels (what a record's one
+    free-form part, ``run``, may not: readers copy and render it)."""
+    return _depth(value) > MAX_DEPTH
 
 
 def _depth(value: Any, level: int = 0) -> int:

@@ -7,10 +7,10 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from mxbench.record_part import Doc, Positive, _Part
+from mxbench.record_part import Doc, Part, Positive
 
 
-class Replica(_Part, kw_only=True):
+class Replica(Part, kw_only=True):
     """One independent replica (``scaling: independent``): its device, timed on its own."""
 
     device: Annotated[str, Doc("the device, as the framework names it (cpu:1, GPU:0)")]
@@ -25,7 +25,7 @@ class Replica(_Part, kw_only=True):
     ] = []
 
 
-class Interconnect(_Part, kw_only=True):
+class Interconnect(Part, kw_only=True):
     """How the devices are linked, where it can be read (``nvidia-smi topo -m``, NCCL)."""
 
     topology: Annotated[
@@ -47,7 +47,7 @@ class Interconnect(_Part, kw_only=True):
     ] = []
 
 
-class Distribution(_Part, kw_only=True):
+class Distribution(Part, kw_only=True):
     """Data parallel over several devices: what was asked, and what the trained model's
     variables were found on."""
 

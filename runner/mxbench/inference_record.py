@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mxbench.record_part import Count, Doc, Positive, _Part
+from mxbench.record_part import Count, Doc, Part, Positive
 
 # The quality gate: a policy's outputs against float32's on the same weights and inputs.
 GATE_AGREEMENT = 0.99  # top-1 agreement at least this (MLPerf: 99% of float32's quality)
@@ -13,7 +13,7 @@ GATE_COSINE = 0.99  # cosine similarity of the outputs at least this
 GATE_RELATIVE_TOP1 = 0.99  # on real data: top-1 at least this share of float32's
 
 
-class LatencyPercentile(_Part):
+class LatencyPercentile(Part):
     """One percentile of the per-call latency (mxbench.latency): its value and
     distribution-free interval, or null where the calls cannot support it."""
 
@@ -28,7 +28,7 @@ class LatencyPercentile(_Part):
     ] = None
 
 
-class Gate(_Part):
+class Gate(Part):
     """The policy against a float32 build with the same weights, after the timed calls and
     after the memory reading (never in either): top-1 on a data folder's validation split
     (kind data: loaded weights), else the outputs on the same synthetic inputs."""
@@ -61,7 +61,7 @@ class Gate(_Part):
     note: Annotated[str | None, Doc("why it did not run, or what it left out")] = None
 
 
-class Inference(_Part):
+class Inference(Part):
     """A serving cell (params.mode infer): inference calls only, timed one by one; each
     call's time (ms) is a step in metrics.step_ms."""
 

@@ -8,10 +8,10 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from mxbench.record_part import Doc, Positive, _Part
+from mxbench.record_part import Doc, Part, Positive
 
 
-class Interference(_Part):
+class Interference(Part):
     """What else the machine did during a timed window, per second of its wall time
     (mxbench.bench.interference): cores' worth of CPU."""
 
@@ -31,7 +31,7 @@ class Interference(_Part):
     ] = False
 
 
-class Window(_Part):
+class Window(Part):
     """One timed window of a paired process: ``steps`` steps of one arm, alone on the
     process, between two device syncs."""
 
@@ -43,7 +43,7 @@ class Window(_Part):
     interference: Interference = msgspec.field(default_factory=Interference)
 
 
-class Pairing(_Part):
+class Pairing(Part):
     """How a paired process measured this arm: the arms of one comparison in one process,
     in short windows in a randomised balanced order (mxbench.bench.paired)."""
 

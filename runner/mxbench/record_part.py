@@ -20,7 +20,7 @@ def Doc(text: str) -> Meta:
     return Meta(description=text)
 
 
-class _Part(msgspec.Struct, kw_only=True, gc=False):
+class Part(msgspec.Struct, kw_only=True, gc=False):
     """A sub-object of the record. Every field is written (null when unknown); a line that
     lacks one (an older mxbench, a hand-made record) reads it back as its default.
 

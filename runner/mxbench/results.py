@@ -19,7 +19,7 @@ from mxbench.distribution_record import Distribution, Interconnect, Replica
 from mxbench.inference_record import Inference
 from mxbench.pairing_record import Interference, Pairing, Window
 from mxbench.params import Params
-from mxbench.record_part import Count, Doc, Positive, _Part
+from mxbench.record_part import Count, Doc, Part, Positive
 from mxbench.search import BatchSearch
 
 __all__ = [
@@ -29,10 +29,10 @@ __all__ = [
     "Interconnect",
     "Interference",
     "Pairing",
+    "Part",
     "Positive",
     "Replica",
     "Window",
-    "_Part",
 ]
 
 SCHEMA = "mxbench.result/2"  # the version this mxbench writes (HISTORY: every version)
@@ -43,7 +43,7 @@ STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout", "unsupported")
 FINAL_STATUSES = frozenset({"ok", "oom"})
 
 
-class StepStats(_Part):
+class StepStats(Part):
     """Milliseconds per timed step (warm-up excluded)."""
 
     median: Positive | None = None
@@ -56,7 +56,7 @@ class StepStats(_Part):
     samples: Annotated[list[Positive], Doc("every timed step, in order (ms): the raw samples")] = []
 
 
-class GpuHealth(_Part):
+class GpuHealth(Part):
     """NVML readings of the GPU that ran the timed steps, over those steps."""
 
     sm_clock_mhz: Annotated[float | None, Doc("median SM clock")] = None
@@ -73,7 +73,7 @@ class GpuHealth(_Part):
     samples: Annotated[int, Doc("NVML polls inside the timed steps")] = 0
 
 
-class Metrics(_Part):
+class Metrics(Part):
     step_ms: StepStats | None = None
     images_per_s: Positive | None = None
     first_step_ms: Annotated[float | None, Doc("the first warm-up step (tracing, compilation)")] = (
@@ -145,7 +145,7 @@ CATEGORY_NAMES: dict[str, str] = {
 }
 
 
-class TopOp(_Part):
+class TopOp(Part):
     """One of the operations that took the most time in the profiled window."""
 
     name: str | None = None
@@ -154,7 +154,7 @@ class TopOp(_Part):
     calls: Count | None = None
 
 
-class OneDnnEvidence(_Part):
+class OneDnnEvidence(Part):
     """Which oneDNN kernels ran the CPU's convolutions and matmuls (its verbose log)."""
 
     weight: Annotated[
@@ -186,7 +186,7 @@ class OneDnnEvidence(_Part):
     ] = {}  # fmt: skip
 
 
-class Profile(_Part):
+class Profile(Part):
     """The profiled window: a few training steps after the timed ones under the backend's
     own profiler (mxbench.bench.profile), and where their time went."""
 
@@ -225,7 +225,7 @@ class Profile(_Part):
     error: Annotated[str | None, Doc("why the window gave no breakdown")] = None
 
 
-class Convergence(_Part):
+class Convergence(Part):
     """Whether the policy still trains like float32 (mxbench.bench.convergence): the steps its
     loss scaler skipped, and a one-step check of its gradient against float32's from the same
     initial weights and batch, done after the timed steps."""
@@ -275,13 +275,13 @@ class Convergence(_Part):
     note: Annotated[str | None, Doc("why the check could not score; what it left out")] = None
 
 
-class PresentGpu(_Part):
+class PresentGpu(Part):
     name: str | None = None
     compute_capability: str | None = None
     uuid: str | None = None
 
 
-class Device(_Part):
+class Device(Part):
     """What the timed steps ran on, as the framework used it (not just what was present)."""
 
     kind: Literal["gpu", "cpu"] | None = None
@@ -303,7 +303,7 @@ class Device(_Part):
     ] = None
 
 
-class Cpu(_Part):
+class Cpu(Part):
     model: str | None = None
     arch: Annotated[str | None, Doc("platform.machine(): x86_64, aarch64, ...")] = None
     cores: Annotated[Count | None, Doc("usable by this process")] = None
@@ -317,7 +317,7 @@ class Cpu(_Part):
     ] = None
 
 
-class Software(_Part):
+class Software(Part):
     python: str | None = None
     backend: Annotated[str | None, Doc("Keras backend")] = None
     mxbench: str | None = None
@@ -335,7 +335,7 @@ class Software(_Part):
     is_cuda_build: bool | None = None
 
 
-class Settings(_Part):
+class Settings(Part):
     """What changes the numbers besides the params."""
 
     policy: str | None = None
@@ -359,14 +359,14 @@ class Settings(_Part):
     ] = None
 
 
-class Image(_Part):
+class Image(Part):
     name: Annotated[str | None, Doc("the matrix's image name (or a Slurm container image)")] = None
     id: Annotated[str | None, Doc("the Docker image id")] = None
     labels: Annotated[dict[str, str], Doc("io.mxbench.* provenance labels")] = {}
     runtime: Annotated[str | None, Doc("Slurm container runtime (pyxis, apptainer)")] = None
 
 
-class OffMultipleOf8(_Part):
+class OffMultipleOf8(Part):
     """A GEMM dimension of one layer that is not a multiple of 8."""
 
     layer: str | None = None
@@ -377,14 +377,14 @@ class OffMultipleOf8(_Part):
     value: int | None = None
 
 
-class PolicyOverride(_Part):
+class PolicyOverride(Part):
     """A layer whose dtype policy is not the global one (an output head kept in float32)."""
 
     layer: str | None = None
     policy: str | None = None
 
 
-class ModelInfo(_Part):
+class ModelInfo(Part):
     """What the bench found out about the model (any model: the zoo's or the user's)."""
 
     name: Annotated[str | None, Doc("the model parameter: a zoo name or an entry point")] = None
@@ -443,7 +443,7 @@ class ModelInfo(_Part):
     ] = []  # fmt: skip
 
 
-class TrainPoint(_Part):
+class TrainPoint(Part):
     """One evaluation of a training run (after ``epoch`` epochs)."""
 
     epoch: int = 0
@@ -457,7 +457,7 @@ class TrainPoint(_Part):
     val_metric: Annotated[float | None, Doc("the metric on the validation split")] = None
 
 
-class Training(_Part):
+class Training(Part):
     """A training run (``epochs`` set): its curve, and when it reached the target."""
 
     metric: Annotated[str, Doc("what val_metric measures (accuracy)")] = "accuracy"

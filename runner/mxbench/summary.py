@@ -84,10 +84,19 @@ def loss(rec: Record) -> tuple[float, int] | None:
     alone for records written before per-step losses); None: no loss recorded."""
     if isinstance(rec, Read):
         return rec.loss
-    return _loss_total(rec.metrics.losses, rec.metrics)
+    return loss_total(rec.metrics.losses, rec.metrics)
 
 
-def _loss_total(losses: list[float | None], m: Metrics) -> tuple[float, int] | None:
+def metrics_left_out(rec: Read) -> bool:
+    """Whether the line of ``rec`` left out its metrics: its ``metrics`` is then the default
+    every such record read shares (nothing to summarise, never to be written to)."""
+    return rec.metrics is _METRICS
+
+
+def loss_total(losses: list[float | None], m: Metrics) -> tuple[float, int] | None:
+    """(sum, count) of ``losses``, a record's per-step losses (``m`` its metrics: when
+    ``losses`` is empty, its first and last loss stand for them); the sum is NaN when a loss
+    is None (not finite); None: no loss recorded."""
     if not losses:
         if m.loss_first is None and m.loss_last is None:
             return None

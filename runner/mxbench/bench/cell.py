@@ -134,19 +134,19 @@ def run_cell(
         rec.error = tail(f"{type(exc).__name__}: {exc}")
     if not state.probed:  # a failure before the timed steps ended
         phases.mark("fit_other")
-        _probe_device(rec, state)
+        probe_device(rec, state)
         phases.mark("probe")
     for c in filter(None, state.checks):  # after the timed steps, the memory probe, the profile
         # the one-step check against float32: once per cell, not per repeat
         rec.convergence = check(p, c) if runs_check(p) else c.found
-    _drop_initial(state)
+    drop_initial(state)
     phases.mark("check")
     rec.metrics.phases_s = phases.done()
     rec.time = now_iso()
     return rec
 
 
-def _load(p: Params, rec: Record, state: CellState) -> float:
+def load_backend(p: Params, rec: Record, state: CellState) -> float:
     """Import the backend and Keras (seconds it took); the first import's objects are frozen
     out of the garbage collector's sight: each model build's collection (Keras'
     ``clear_session``) and tracing would otherwise rescan some 450k of them."""
@@ -188,7 +188,7 @@ class Arm:
         return self.prepared.model
 
 
-def _build(p: Params, rec: Record, state: CellState) -> Arm:
+def build_arm(p: Params, rec: Record, state: CellState) -> Arm:
     """Build, compile and feed the model of ``p`` (its policy); the record's model facts."""
     from mxbench.bench import data, facts, harness
 
@@ -236,14 +236,14 @@ def _measure(
     emit: Emit | None = None,
     files: WeightFiles = NO_FILES,
 ) -> None:
-    import_s = _load(p, rec, state)
+    import_s = load_backend(p, rec, state)
     if p.mode == "infer":  # a serving cell: inference calls only (bench/infer.py)
         _serve(p, rec, state, import_s, emit, files)
         return
     if p.scaling == scale.INDEPENDENT and state.dist is not None:
         _independent(p, rec, state, import_s, started_at)
         return
-    arm = _build(p, rec, state)
+    arm = build_arm(p, rec, state)
     model, ds, x, y = arm.model, arm.ds, arm.x, arm.y
     phases = state.phases
     if p.epochs:  # a training run to an accuracy, not a timing cell (bench/train.py)
@@ -279,16 +279,16 @@ def _measure(
     distribute.fill(state.dist, rec, model, "process")
     # the device and the peak memory now: the training's, before anything else runs
     phases.mark("fit_other")
-    _probe_device(rec, state)
+    probe_device(rec, state)
     state.probed = True
     phases.mark("probe")
     pending = [name for name, on in (("profile", runs_profile(p)), ("check", runs_check(p))) if on]
-    _emit(emit, rec, pending, phases)
+    emit_pending(emit, rec, pending, phases)
     if runs_profile(p):  # after the timed window, never inside it
         gpu = state.backend is not None and state.backend.model_on_gpu(model)
         rec.profile = profiler.run(p.backend, model, ds, gpu=gpu)
         phases.mark("profile")
-        _emit(emit, rec, pending[1:], phases)
+        emit_pending(emit, rec, pending[1:], phases)
 
 
 def _metrics(
@@ -333,7 +333,7 @@ def _independent(p: Params, rec: Record, state: CellState, import_s: float,
     examples would say a wrong figure per image)."""
     plan = state.dist
     one = msgspec.structs.replace(p, devices=1)  # what each replica is: batch_size its own
-    arms = independent.build(plan, lambda: _build(one, rec, state))
+    arms = independent.build(plan, lambda: build_arm(one, rec, state))
     model = state.model = arms[0].model
     initial = convergence.Initial(model) if runs_check(p) else None
     state.initial = [initial]
@@ -354,7 +354,7 @@ def _independent(p: Params, rec: Record, state: CellState, import_s: float,
     distribute.fill(plan, rec, model, "process")
     independent.fill(p, rec, plan, arms, parts)
     state.phases.mark("fit_other")
-    _probe_device(rec, state)
+    probe_device(rec, state)
     state.probed = True
     state.phases.mark("probe")
 
@@ -376,7 +376,7 @@ def _serve(
     state.model = served.model
     _dtype_settings(rec.settings, served.model, p.policy)
     state.phases.mark("fit_other")
-    _probe_device(rec, state)  # the memory answer: before the gate builds float32's model
+    probe_device(rec, state)  # the memory answer: before the gate builds float32's model
     state.probed = True
     state.phases.mark("probe")
     if runs_profile(p) and p.backend == "tensorflow" and rec.device.kind == "cpu":
@@ -391,7 +391,7 @@ def _serve(
         if rec.profile is not None:
             profiler.end_log()  # float32's kernels are not the cell's
         rec.inference.gate = Gate(note="the process ended before the comparison finished")
-        _emit(emit, rec, ["gate"], state.phases)
+        emit_pending(emit, rec, ["gate"], state.phases)
         rec.inference.gate = infer.gate(p, served, state.backend.name)
         state.phases.mark("check")
 
@@ -402,7 +402,7 @@ def check(p: Params, c: CheckInputs) -> Convergence:
     return convergence.check(p, c.found, c.model, c.initial, c.batch)
 
 
-def _emit(emit: Emit | None, rec: Record, pending: list[str], phases: Phases) -> None:
+def emit_pending(emit: Emit | None, rec: Record, pending: list[str], phases: Phases) -> None:
     """Print the record as measured so far, naming the phases still to run (none: nothing
     to print, the final record follows)."""
     if emit is None or not pending:
@@ -458,7 +458,7 @@ def _gpu_util(rec: Record, state: CellState) -> None:
         rec.metrics.gpu_health = sampler.health(*window, uuid=rec.device.uuid)
 
 
-def _probe_device(rec: Record, state: CellState) -> None:
+def probe_device(rec: Record, state: CellState) -> None:
     """Device, GPU utilisation and peak memory; never turns a measured record into a failure."""
     try:
         nvml, driver = probe.nvml_gpus()
@@ -517,7 +517,7 @@ def _on_gpu(state: CellState) -> bool:
     return bool(backend is not None and model is not None and backend.model_on_gpu(model))
 
 
-def _drop_initial(state: CellState) -> None:
+def drop_initial(state: CellState) -> None:
     """The one-step check's initial weights on disk are not needed past the check (or a
     failure)."""
     for initial in state.initial:

@@ -27,14 +27,14 @@ from mxbench.bench.cell import (
     CellState,
     CheckInputs,
     Emit,
-    _build,
-    _drop_initial,
-    _emit,
-    _load,
-    _probe_device,
+    build_arm,
     check,
+    drop_initial,
+    emit_pending,
     fill_metrics,
     is_oom,
+    load_backend,
+    probe_device,
     runs_check,
     runs_profile,
     start_energy,
@@ -125,7 +125,7 @@ def _pass(
     for rec, c in zip(recs, state.checks, strict=False):
         if c is not None:
             rec.convergence = check(rec.params, c)
-    _drop_initial(state)
+    drop_initial(state)
     phases.mark("check")
     done = phases.done()
     for rec in recs:
@@ -140,8 +140,8 @@ def _measure_paired(
 ) -> None:  # fmt: skip
     """Load, build every arm, run the interleaved windows, fill each arm's record; then the
     profiled windows, after every timed one."""
-    import_s = _load(ps[0], recs[0], state)
-    arms = [_build(q, rec, state) for q, rec in zip(ps, recs, strict=True)]
+    import_s = load_backend(ps[0], recs[0], state)
+    arms = [build_arm(q, rec, state) for q, rec in zip(ps, recs, strict=True)]
     for rec in recs[1:]:  # what loading the framework found holds for every arm
         rec.software = msgspec.structs.replace(recs[0].software)
         rec.settings.tf32 = recs[0].settings.tf32
@@ -180,14 +180,14 @@ def _measure_paired(
     checked = any(x is not None for x in state.checks)
     pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
     for rec in recs:
-        _emit(emit, rec, pending, phases)
+        emit_pending(emit, rec, pending, phases)
     if profiled:  # after every timed window, never inside one
         for arm, rec in zip(arms, recs, strict=True):
             gpu = state.backend is not None and state.backend.model_on_gpu(arm.model)
             rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu)
         phases.mark("profile")
         for rec in recs:
-            _emit(emit, rec, pending[1:], phases)
+            emit_pending(emit, rec, pending[1:], phases)
 
 
 def _windows(arms: list[Arm], plan: paired.Plan, state: CellState) -> tuple[paired.Outcome, float]:
@@ -289,7 +289,7 @@ def _settle_paired(recs: list[Record], state: CellState) -> None:
     (or it failed)."""
     state.phases.mark("fit_other")
     for rec in recs:
-        _probe_device(rec, state)
+        probe_device(rec, state)
         _gpu_windows(rec, state)
         # one process held every arm: its peak is theirs together, not one policy's (the
         # memory answer comes from a process of one policy: pairing: process, the search)

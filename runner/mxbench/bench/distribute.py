@@ -116,7 +116,7 @@ def setup(p: Params) -> Plan | None:
         return _jax(p, versions)
     if p.backend == "torch":
         return _torch(p, versions)
-    return _tensorflow(p, versions)
+    return tensorflow_plan(p, versions)
 
 
 def _jax(p: Params, versions: dict[str, str]) -> Plan:
@@ -126,7 +126,7 @@ def _jax(p: Params, versions: dict[str, str]) -> Plan:
     versions["jax"] = jax.__version__
     local = jax.local_devices()
     gpus = [d for d in local if d.platform == "gpu"]
-    _enough(gpus or local, p)
+    enough_devices(gpus or local, p)
     mine = {d.id for d in (gpus or local)[: p.devices]}
     chosen = [d for d in jax.devices() if d.id in mine or d.process_index != jax.process_index()]
     chosen = chosen if p.nodes > 1 else chosen[: p.devices]
@@ -170,7 +170,10 @@ def _join(jax: Any, p: Params) -> None:
     jax.distributed.initialize()
 
 
-def _tensorflow(p: Params, versions: dict[str, str]) -> Plan:
+def tensorflow_plan(p: Params, versions: dict[str, str]) -> Plan:
+    """The TensorFlow plan of ``p``'s devices: ``MirroredStrategy`` over this host's GPUs, or
+    over its CPU split into ``devices`` logical devices (jit_compile off); a Slurm worker of
+    ``MultiWorkerMirroredStrategy`` when ``nodes`` > 1. Records the version in ``versions``."""
     tf: Any = importlib.import_module("tensorflow")
     versions["tensorflow"] = tf.__version__
     if p.nodes > 1:
@@ -187,7 +190,7 @@ def _tensorflow(p: Params, versions: dict[str, str]) -> Plan:
         notes.append(JIT_OFF)
     kind = "GPU" if gpus else "CPU"
     found = tf.config.list_logical_devices(kind)
-    _enough(found, p)
+    enough_devices(found, p)
     names = [f"{kind}:{i}" for i in range(p.devices)]
     strategy = tf.distribute.MirroredStrategy(names)
     mechanism = scale.MECHANISMS["tensorflow"]
@@ -243,7 +246,9 @@ def replicate(plan: Plan | None, model: Any) -> None:
         torch_workers.replicate(importlib.import_module("torch"), model, plan.p.allreduce)
 
 
-def _enough(found: list[Any], p: Params) -> None:
+def enough_devices(found: list[Any], p: Params) -> None:
+    """RuntimeError when ``found``, the devices the backend can use, are fewer than the cell's
+    ``devices`` (an error record: the host's, not the matrix's)."""
     if len(found) < p.devices:
         raise RuntimeError(
             f"devices {p.devices}: this host has {len(found)} device(s) the backend can use"

@@ -43,7 +43,7 @@ import msgspec
 
 from mxbench import scale
 from mxbench.bench import distribute, torch_launch, torch_workers
-from mxbench.bench.timing import StepLog, _callback_base, split, step_timer, window_figures
+from mxbench.bench.timing import StepLog, callback_base, split, step_timer, window_figures
 from mxbench.params import Params
 from mxbench.results import Record, Replica, StepStats
 
@@ -65,10 +65,10 @@ def setup(p: Params) -> distribute.Plan | None:
         versions["jax"] = jax.__version__
         local = jax.local_devices()
         gpus = [d for d in local if d.platform == "gpu"]
-        distribute._enough(gpus or local, p)
+        distribute.enough_devices(gpus or local, p)
         names = [f"{d.platform}:{d.id}" for d in (gpus or local)[: p.devices]]
         return distribute.Plan(p, scale.INDEPENDENT_MECHANISM, names, not gpus, versions)
-    plan = distribute._tensorflow(p, versions)  # the devices split as data parallel's are
+    plan = distribute.tensorflow_plan(p, versions)  # the devices split as data parallel's are
     plan.strategy, plan.mechanism = None, scale.INDEPENDENT_MECHANISM
     if distribute.JIT_OFF in plan.notes:
         plan.notes.append("independent replicas: jit_compile off as data parallel's is on "
@@ -128,7 +128,7 @@ def _aligned(meet: Callable[[], Any], warmup_steps: int) -> Any:
     if warmup_steps <= 0:
         warmed.set()
 
-    class Aligned(_callback_base()):  # type: ignore[misc]
+    class Aligned(callback_base()):  # type: ignore[misc]
         async_safe = True  # as the step timer: no device sync per step
 
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:

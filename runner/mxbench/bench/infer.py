@@ -16,7 +16,7 @@ split (every precision, float32's too); else a float32 build with the same weigh
 policy's model are called on the same synthetic inputs; the top-1 agreement and the cosine
 similarity of their outputs say whether the policy still serves float32's answers. It runs
 after the timed calls and after the memory reading
-(:func:`mxbench.bench.cell._probe_device`): neither sees it.
+(:func:`mxbench.bench.cell.probe_device`): neither sees it.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mxbench.bench import interference
+from mxbench.bench.timing import callback_base
 from mxbench.results import Interference
 
 WINDOW_S = 0.25  # a window's target length: short against the seconds the noise moves in
@@ -115,12 +116,6 @@ class Plan:
     k: int = 0  # steps per window, set after the warm-up
 
 
-def _callback_base() -> Any:
-    import keras
-
-    return keras.callbacks.Callback
-
-
 def gate(arm: int, log: ArmLog, turns: Turnstile, plan: Plan, rounds: list[tuple[int, int]]) -> Any:
     """The Keras callback that holds arm ``arm``'s fit at its turnstile. ``rounds``: the
     coordinator's current (round, position) for the arm, read when a window starts."""
@@ -136,7 +131,7 @@ def gate(arm: int, log: ArmLog, turns: Turnstile, plan: Plan, rounds: list[tuple
 
     state: dict[str, Any] = {"window": None, "snap": None}
 
-    class Gate(_callback_base()):  # type: ignore[misc]
+    class Gate(callback_base()):  # type: ignore[misc]
         async_safe = True  # batch ends may run on worker threads: no device sync per step
 
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:

@@ -64,9 +64,9 @@ LOG_END = "mxbench: the cell's own kernels end here"
 def end_log() -> None:
     """Mark the end of the cell's own kernels in TensorFlow's oneDNN log (C's buffers
     flushed first, so that the mark follows every line before it)."""
-    from mxbench.bench.stdio import _flush
+    from mxbench.bench.stdio import flush
 
-    _flush()
+    flush()
     os.write(1, (LOG_END + "\n").encode())
 
 

@@ -42,14 +42,14 @@ def capture_fd(fd: int, limit: int = -1) -> Iterator[Captured]:
     """Collect what is written to descriptor ``fd`` meanwhile (C and C++ libraries' writes
     included: C's stdio buffers are flushed first and at the end), at most ``limit`` bytes."""
     out = Captured()
-    _flush()
+    flush()
     saved = os.dup(fd)
     with tempfile.TemporaryFile() as tmp:
         os.dup2(tmp.fileno(), fd)
         try:
             yield out
         finally:
-            _flush()
+            flush()
             os.dup2(saved, fd)
             os.close(saved)
             tmp.seek(0)
@@ -68,7 +68,10 @@ def capture_stderr() -> Iterator[Captured]:
         sys.stderr.flush()
 
 
-def _flush() -> None:
+def flush() -> None:
+    """Flush Python's stdout and stderr, then C's stdio buffers (what C and C++ libraries
+    wrote, when the C library can be reached), so that what was written so far is on the
+    descriptors."""
     sys.stdout.flush()
     sys.stderr.flush()
     with suppress(Exception):

@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _callback_base() -> Any:
+def callback_base() -> Any:
+    """Keras's ``Callback`` class, imported when first asked (this module loads without
+    Keras): the base of the callbacks that time and hold ``fit``'s steps."""
     import keras
 
     return keras.callbacks.Callback
@@ -69,7 +71,7 @@ def step_timer(
     if warmup_steps <= 0:
         warmed.set()
 
-    class StepTimer(_callback_base()):  # type: ignore[misc]
+    class StepTimer(callback_base()):  # type: ignore[misc]
         async_safe = True  # batch ends may run on worker threads: no device sync per step
 
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:

@@ -21,14 +21,14 @@ from mxbench.report.diagnose_profile import (
     FLOAT16,
     NATIVE_16,
     REFERENCE_SHARE,
-    _is_cpu,
-    _is_gpu,
-    _profiles,
     cast_overhead,
     cpu_kernels,
+    is_cpu,
+    is_gpu,
     launch_bound,
     measured_memory_bound,
     on_reference,
+    profiles,
     tensor_core_kernels,
 )
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
@@ -85,7 +85,7 @@ def _observed(t: Table, policies: frozenset[str]) -> str:
 
 def no_fp16_tensor_cores(t: Table) -> str | None:
     cap, _ = gpu_cc(t)
-    if not _is_gpu(t) or cap is None or not FLOAT16 & set(t.policies):
+    if not is_gpu(t) or cap is None or not FLOAT16 & set(t.policies):
         return None
     if cap.fp16_tensor_cores and devices.without_tensor_cores(t.device.name):
         return (
@@ -111,7 +111,7 @@ def no_fp16_tensor_cores(t: Table) -> str | None:
 
 def no_bf16_tensor_cores(t: Table) -> str | None:
     cap, _ = gpu_cc(t)
-    if not _is_gpu(t) or cap is None or cap.bf16_tensor_cores or not BFLOAT16 & set(t.policies):
+    if not is_gpu(t) or cap is None or cap.bf16_tensor_cores or not BFLOAT16 & set(t.policies):
         return None
     return (
         f"No bfloat16 Tensor Cores: compute capability {cap.label} < 8.0; mixed_bfloat16 "
@@ -121,7 +121,7 @@ def no_bf16_tensor_cores(t: Table) -> str | None:
 
 def tf32_baseline(t: Table) -> str | None:
     cap, _ = gpu_cc(t)
-    if not _is_gpu(t) or cap is None or not cap.tf32 or BASELINE not in t.policies:
+    if not is_gpu(t) or cap is None or not cap.tf32 or BASELINE not in t.policies:
         return None
     if any(e.tf32_off for (p, _), e in t.entries.items() if p == BASELINE):
         return None
@@ -140,12 +140,12 @@ FP16_FLAGS = frozenset({"avx512_fp16", "amx_fp16"})
 
 
 def float16_emulated_on_cpu(t: Table) -> str | None:
-    if not _is_cpu(t) or not FLOAT16 & set(t.policies):
+    if not is_cpu(t) or not FLOAT16 & set(t.policies):
         return None
     cpu = t.info.cpu
     if devices.is_x86(cpu.model, cpu.flags, cpu.arch) is not True:
         return None
-    found = [p.onednn for _, _, p in _profiles(t, FLOAT16) if p.onednn is not None]
+    found = [p.onednn for _, _, p in profiles(t, FLOAT16) if p.onednn is not None]
     if any((d.native16_share or 0.0) >= NATIVE_16 for d in found):
         return None  # its kernels ran float16 natively: what ran says it (cpu_kernels)
     if any(on_reference(d) >= REFERENCE_SHARE for d in found):
@@ -173,9 +173,9 @@ def float16_emulated_on_cpu(t: Table) -> str | None:
 
 
 def bf16_on_cpu(t: Table) -> str | None:
-    if not _is_cpu(t) or not BFLOAT16 & set(t.policies):
+    if not is_cpu(t) or not BFLOAT16 & set(t.policies):
         return None
-    if any(p.onednn is not None for _, _, p in _profiles(t, BFLOAT16)):
+    if any(p.onednn is not None for _, _, p in profiles(t, BFLOAT16)):
         return None  # the kernels that ran say it (cpu_kernels)
     native = devices.native_bf16(t.info.cpu.flags)
     if native is None:
@@ -208,7 +208,7 @@ def bf16_on_cpu(t: Table) -> str | None:
 
 
 def overhead_bound(t: Table) -> str | None:
-    if _profiles(t):
+    if profiles(t):
         return None  # measured instead (launch_bound)
     short = sorted(
         (b, e.median)
@@ -244,7 +244,7 @@ def dims_not_multiple_of_8(t: Table) -> str | None:
     """The layers whose GEMM dimensions keep them off Tensor Core kernels (on a GPU that has
     them, with a 16-bit policy in the table)."""
     cap, _ = gpu_cc(t)
-    if not _is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
+    if not is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
         return None
     if not (FLOAT16 | BFLOAT16) & set(t.policies):
         return None
@@ -288,7 +288,7 @@ def memory_bound(t: Table) -> str | None:
     share = model.memory_bound_share if model is not None else None
     if model is None or share is None or share < MEMORY_BOUND_SHARE:
         return None
-    if not (FLOAT16 | BFLOAT16) & set(t.policies) or _profiles(t):
+    if not (FLOAT16 | BFLOAT16) & set(t.policies) or profiles(t):
         return None  # with a profiled window: measured_memory_bound
     return (
         f"Memory-bound: normalization, activation, depthwise, pooling and elementwise layers "
@@ -317,7 +317,7 @@ def model_warnings(t: Table) -> str | None:
 def batch_not_multiple_of_8(t: Table) -> str | None:
     cap, _ = gpu_cc(t)
     odd = [b for b in t.batches if b % 8]
-    if not odd or not _is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
+    if not odd or not is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
         return None
     return (
         f"Batch size {', '.join(map(str, odd))} is not a multiple of 8: Tensor Core kernels "
@@ -351,7 +351,7 @@ def silent_cpu_fallback(t: Table) -> str | None:
     dev = t.device
     gpus = dev.present_gpus
     framework = FRAMEWORKS.get(dev.framework or t.info.params.backend, "the framework")
-    if _is_cpu(t) and not gpus and t.image.labels.get("io.mxbench.target") == "gpu":
+    if is_cpu(t) and not gpus and t.image.labels.get("io.mxbench.target") == "gpu":
         # The GPU image, and not a GPU in sight: the container got none (the host has no
         # gpus: setting, no NVIDIA runtime, or no driver), and the framework said nothing.
         return (
@@ -360,7 +360,7 @@ def silent_cpu_fallback(t: Table) -> str | None:
             "on the CPU: give the host gpus: all (with the NVIDIA container runtime) and "
             "check nvidia-smi on it."
         )
-    if dev.used_gpu is not False and not (_is_cpu(t) and gpus):
+    if dev.used_gpu is not False and not (is_cpu(t) and gpus):
         return None
     names = (
         ", ".join(
@@ -459,7 +459,7 @@ def _peak_key(policy: str, cap: devices.Capability | None, tf32: bool) -> str | 
 
 
 def achieved_vs_peak(t: Table) -> str | None:
-    peaks = devices.peaks(t.device.name) if _is_gpu(t) else None
+    peaks = devices.peaks(t.device.name) if is_gpu(t) else None
     if not peaks:
         return None
     cap, _ = gpu_cc(t)

@@ -54,18 +54,20 @@ def _passes(shares: dict[str, float]) -> str:
     return ": " + ", ".join(f"{k} {v:.0%}" for k, v in said.items()) if said else ""
 
 
-def _is_gpu(t: Table) -> bool:
+def is_gpu(t: Table) -> bool:
+    """Whether the table's device is a GPU."""
     return t.device.kind == "gpu"
 
 
-def _is_cpu(t: Table) -> bool:
+def is_cpu(t: Table) -> bool:
+    """Whether the table's device is a CPU."""
     return t.device.kind == "cpu"
 
 
 # ---- Evidence: the profiled window (record.profile) -------------------------------------
 
 
-def _profiles(t: Table, policies: frozenset[str] | None = None) -> list[tuple[str, int, Profile]]:
+def profiles(t: Table, policies: frozenset[str] | None = None) -> list[tuple[str, int, Profile]]:
     """(policy, batch, profile) of every slot with a usable profiled window."""
     if "profile" not in t.carries:
         return []
@@ -86,10 +88,10 @@ def _share(p: Profile, *categories: str) -> float:
 
 def cpu_kernels(t: Table) -> str | None:
     """Which oneDNN kernels ran the 16-bit convolutions/matmuls (its verbose log)."""
-    if not _is_cpu(t):
+    if not is_cpu(t):
         return None
     parts, created = [], False
-    for policy, b, p in _profiles(t, FLOAT16 | BFLOAT16):
+    for policy, b, p in profiles(t, FLOAT16 | BFLOAT16):
         d = p.onednn
         if d is None or not d.gemm_isas:
             continue
@@ -125,7 +127,7 @@ def cpu_kernels(t: Table) -> str | None:
                 f"{of} ({isas})"
             )
     if not parts:
-        if t.info.params.backend == "jax" and _profiles(t, BFLOAT16):
+        if t.info.params.backend == "jax" and profiles(t, BFLOAT16):
             return (
                 "Kernels (JAX on a CPU): XLA compiles its own kernels (Eigen, XNNPACK), which "
                 "oneDNN's log does not see; whether bf16 ran natively cannot be read from it. "
@@ -139,11 +141,11 @@ def cpu_kernels(t: Table) -> str | None:
 def tensor_core_kernels(t: Table) -> str | None:
     """From kernel names: did the 16-bit convolutions/matmuls run on Tensor Cores?"""
     cap, _ = gpu_cc(t)
-    if not _is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
+    if not is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
         return None
     found = [
         (pol, b, p.tensor_core_share)
-        for pol, b, p in _profiles(t, FLOAT16 | BFLOAT16)
+        for pol, b, p in profiles(t, FLOAT16 | BFLOAT16)
         if p.tensor_core_share is not None
     ]
     if not found:
@@ -164,7 +166,7 @@ def tensor_core_kernels(t: Table) -> str | None:
 
 
 def cast_overhead(t: Table) -> str | None:
-    found = [(pol, b, _share(p, "cast"), p) for pol, b, p in _profiles(t, FLOAT16 | BFLOAT16)]
+    found = [(pol, b, _share(p, "cast"), p) for pol, b, p in profiles(t, FLOAT16 | BFLOAT16)]
     big = [(pol, b, s) for pol, b, s, _ in found if s >= CAST_SHARE]
     if not big:
         return None
@@ -177,7 +179,7 @@ def cast_overhead(t: Table) -> str | None:
 
 
 def measured_memory_bound(t: Table) -> str | None:
-    found = [(pol, b, _share(p, "elementwise_norm")) for pol, b, p in _profiles(t)]
+    found = [(pol, b, _share(p, "elementwise_norm")) for pol, b, p in profiles(t)]
     big = [(pol, b, s) for pol, b, s in found if s >= MEASURED_MEMORY_BOUND]
     if not big or not (FLOAT16 | BFLOAT16) & set(t.policies):
         return None
@@ -190,12 +192,12 @@ def measured_memory_bound(t: Table) -> str | None:
 
 
 def launch_bound(t: Table) -> str | None:
-    found = [(pol, b, _share(p, "host_gap")) for pol, b, p in _profiles(t)]
+    found = [(pol, b, _share(p, "host_gap")) for pol, b, p in profiles(t)]
     big = [(pol, b, s) for pol, b, s in found if s >= HOST_GAP_SHARE]
     if not big:
         return None
     shown = "; ".join(f"{pol} {s:.0%} at batch {b}" for pol, b, s in big[:6])
-    where = "kernel launches" if _is_gpu(t) else "dispatching operations"
+    where = "kernel launches" if is_gpu(t) else "dispatching operations"
     return (
         f"Launch/overhead-bound (measured): nothing ran for {shown} of the step (Python, "
         f"{where}, synchronisation). No precision change speeds that up; larger batches, "

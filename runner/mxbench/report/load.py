@@ -36,7 +36,7 @@ from mxbench.codec import BadRecord
 from mxbench.errors import UsageError
 from mxbench.results import Device, Image, Metrics, Pairing, Record, Settings, StepStats
 from mxbench.store import BadLine
-from mxbench.summary import _METRICS, Read, _loss_total
+from mxbench.summary import Read, loss_total, metrics_left_out
 
 _EPOCH = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
@@ -59,7 +59,7 @@ def _nested(run: dict[str, Any]) -> bool:
     measured only when a value is a dict or a list)."""
     for v in run.values():
         if type(v) in (dict, list):
-            return codec._depth(run) > codec.MAX_DEPTH
+            return codec.too_deep(run)
     return False
 
 
@@ -107,11 +107,11 @@ class Reader:
     def _take(self, rec: Read) -> Read:
         """A decoded record summarised as the report keeps it."""
         m = rec.metrics
-        if m is _METRICS and not self.lean:
+        if metrics_left_out(rec) and not self.lean:
             return rec  # no metrics in its line (the shared default): nothing to summarise
         step_ms = m.step_ms
         samples = step_ms.samples if step_ms is not None else []
-        rec.loss = _loss_total(m.losses, m)
+        rec.loss = loss_total(m.losses, m)
         if self.lean:
             rec = self._lean(rec)
         else:
