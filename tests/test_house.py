@@ -36,22 +36,25 @@ def test_no_import_circles_and_no_lazy_import_closes_one() -> None:
     assert house.arrows_up == [], house.arrows_up
 
 
-def test_the_drawing_finds_what_it_must() -> None:
-    """Known truth: a circle of two rooms closed by a lazy import, one room above both."""
-    import tempfile
+def _package(root: Path, files: dict[str, str]) -> Path:
+    """A fixture package ``mxbench`` (with a subpackage ``sub``) of these modules under
+    ``root``, the folder the tool reads."""
+    pkg = root / "mxbench"
+    (pkg / "sub").mkdir(parents=True)
+    for name, text in {"__init__.py": "", "sub/__init__.py": "", **files}.items():
+        (pkg / name).write_text(text)
+    return root
 
-    with tempfile.TemporaryDirectory() as tmp:
-        pkg = Path(tmp) / "mxbench"
-        (pkg / "sub").mkdir(parents=True)
-        (pkg / "__init__.py").write_text("")
-        (pkg / "sub" / "__init__.py").write_text("")
-        (pkg / "low.py").write_text("def f():\n    from mxbench.sub import high\n")
-        (pkg / "sub" / "high.py").write_text("from mxbench import low\n")
-        (pkg / "top.py").write_text(
-            "from typing import TYPE_CHECKING\nfrom mxbench.sub import high\n"
-            "if TYPE_CHECKING:\n    from mxbench import nowhere\n"
-        )
-        house = tool.draw(Path(tmp))
+
+def test_the_drawing_finds_what_it_must(tmp_path: Path) -> None:
+    """Known truth: a circle of two rooms closed by a lazy import, one room above both."""
+    root = _package(tmp_path, {
+        "low.py": "def f():\n    from mxbench.sub import high\n",
+        "sub/high.py": "from mxbench import low\n",
+        "top.py": "from typing import TYPE_CHECKING\nfrom mxbench.sub import high\n"
+                  "if TYPE_CHECKING:\n    from mxbench import nowhere\n",
+    })  # fmt: skip
+    house = tool.draw(root)
     assert house.circles == [["mxbench.low", "mxbench.sub.high"]]
     assert house.arrows_up == [("mxbench.low", "mxbench.sub.high")]
     assert house.floors["mxbench.top"] > house.floors["mxbench.sub.high"]
@@ -62,24 +65,16 @@ def test_no_module_takes_another_modules_private_name() -> None:
     assert tool.private_reaches() == []
 
 
-def test_the_private_names_taken_are_found() -> None:
+def test_the_private_names_taken_are_found(tmp_path: Path) -> None:
     """Known truth: every way a module takes another's private name, and what is allowed."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        pkg = Path(tmp) / "mxbench"
-        (pkg / "sub").mkdir(parents=True)
-        (pkg / "__init__.py").write_text("")
-        (pkg / "sub" / "__init__.py").write_text("")
-        (pkg / "sub" / "_hidden.py").write_text("a = 1\n")
-        (pkg / "sub" / "inside.py").write_text(  # a private module is its package's own
-            "from mxbench.sub._hidden import a\nfrom mxbench.sub import _hidden\n"
-        )
-        (pkg / "low.py").write_text(  # its own private names: its own business
-            "from mxbench.low import _x\n\ndef _own():\n    from mxbench import low\n"
-            "    return low._x, low._y\n"
-        )
-        (pkg / "top.py").write_text(
+    root = _package(tmp_path, {
+        "sub/_hidden.py": "a = 1\n",
+        # a private module is its package's own
+        "sub/inside.py": "from mxbench.sub._hidden import a\nfrom mxbench.sub import _hidden\n",
+        # its own private names: its own business
+        "low.py": "from mxbench.low import _x\n\ndef _own():\n    from mxbench import low\n"
+                  "    return low._x, low._y\n",
+        "top.py": (
             "from typing import TYPE_CHECKING\n"
             "import mxbench.low\n"
             "import mxbench.low as lo\n"
@@ -96,8 +91,9 @@ def test_the_private_names_taken_are_found() -> None:
             "def f():\n"
             "    from mxbench import low as other\n"
             "    return low._z, lo._w, mxbench.low._v, other._u, low.public, low.__name__\n"
-        )
-        found = tool.private_reaches(Path(tmp))
+        ),
+    })  # fmt: skip
+    found = tool.private_reaches(root)
     assert found == [
         "mxbench/top.py:5 mxbench.low._x",
         "mxbench/top.py:9 mxbench.sub._hidden",

@@ -55,7 +55,7 @@ from mxbench.report import fanout
 fanout.prepare()
 parent, seen = os.getpid(), []
 def meanwhile():
-    time.sleep(0.3)  # the workers have started on the items by now
+    time.sleep(1.0)  # the workers have started on the items by now (a loaded machine too)
     seen.append(os.getpid())
     {fail}
 try:
