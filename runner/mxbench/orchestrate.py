@@ -90,15 +90,27 @@ def group_by_host(cells: Sequence[Cell]) -> dict[str, list[Cell]]:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def stop_signals() -> Iterator[None]:
+    """SIGINT (Ctrl-C) and SIGTERM raise :class:`KeyboardInterrupt` in the main thread while
+    the block runs, whatever this process inherited: a run started from a script in the
+    background, by ``nohup`` or by a CI runner begins with SIGINT *ignored* (POSIX shells do
+    that to background jobs, and exec keeps it), and Python then leaves Ctrl-C ignored too;
+    a ``kill -INT`` of such a run used to change nothing while its cells ran on (the cause of
+    the Ctrl-C cases that hung for 90 s in CI). Only the main thread can install handlers:
+    elsewhere the block changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, was in previous.items():
+            signal.signal(sig, was)
 
 
 def plan_hosts(
@@ -380,7 +392,7 @@ def run_cells(
         threading.Thread(target=fleet.run_machine, args=(ws,), name=f"mxbench {m}", daemon=True)
         for m, ws in groups.items()
     ]
-    with _sigterm_as_interrupt():
+    with stop_signals():
         try:
             for thread in threads:
                 thread.start()

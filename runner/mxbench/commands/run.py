@@ -126,13 +126,20 @@ def run(
             f"--label {label[:40]!r}: use up to 100 letters, digits and . _ : + @ - "
             "(starting with a letter or digit)"
         )
-    with contextlib.ExitStack() as held:
-        if not dry_run:  # one run at a time per results directory (exit 2 if another holds it)
-            store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
-            held.enter_context(store.lock())
-        summary = _measure(
-            mx, cells, hunts, store, matrix, matrix_path, resume, dry_run, max_parallel
-        )
+    from mxbench.orchestrate import RunSummary, stop_signals
+
+    # Ctrl-C (or SIGINT/SIGTERM from a script) stops the run in any phase, even where the run
+    # was started with SIGINT ignored: what is measured is kept, the resume command printed.
+    with stop_signals(), contextlib.ExitStack() as held:
+        try:
+            if not dry_run:  # one run at a time per results directory (exit 2 if held)
+                store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
+                held.enter_context(store.lock())
+            summary = _measure(
+                mx, cells, hunts, store, matrix, matrix_path, resume, dry_run, max_parallel
+            )
+        except KeyboardInterrupt:  # before the cells began (checks, plans): nothing measured
+            summary = RunSummary(interrupted=True)
     if summary is None:
         return
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
