@@ -8,8 +8,12 @@ after starting them, so a broken setup can never turn into a silently green run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import random
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 PYTHON = sys.executable
@@ -32,13 +37,38 @@ def slurm_up() -> bool:
     return res.returncode == 0 and any(s in res.stdout for s in ("idle", "mix", "alloc"))
 
 
+def long_steps() -> int:
+    """A step count for a cell that never ends on its own, unique to the caller: found by
+    :func:`long_benches`, it is this test's, never a bench another test left (a shared count
+    once let a leftover of an earlier test make the next one send its Ctrl-C too early)."""
+    return random.randrange(900_000, 1_000_000)
+
+
 def long_benches(steps: int) -> list[str]:
     """Bench processes of a cell of ``steps`` steps on this machine, whatever started them
     (the host's process table shows those in containers and Slurm jobs too)."""
     out = subprocess.run(
-        ["pgrep", "-af", f"bench.*--steps {steps}"], capture_output=True, text=True
+        ["pgrep", "-af", f"bench.*--steps {steps}( |$)"], capture_output=True, text=True
     )
     return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+
+
+def owned_processes(run_pid: int, steps: int | None = None) -> list[str]:
+    """The processes an ``mxbench run`` of pid ``run_pid`` started on this machine, found by
+    the owner every engine stamps on its work (:data:`mxbench.engines.stale.ENV`, inherited
+    by what a bench starts); with ``steps``, those of a cell of that many steps."""
+    from mxbench.engines import stale
+
+    mine = f"{socket.gethostname()}/{run_pid}/"
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if not proc.environ().get(stale.ENV, "").startswith(mine):
+                continue
+            line = " ".join(proc.info["cmdline"] or [])
+            if steps is None or re.search(f"--steps {steps}( |$)", line):
+                found.append(f"{proc.pid} {line[:160]}")
+    return found
 
 
 def require_service(available: bool, what: str) -> None:
@@ -216,3 +246,83 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert run.returncode == 0, run.stderr
     assert "wrote 1,797 digit images" in run.stdout
     return root
+
+
+# --- nothing a test starts outlives it -----------------------------------------------------
+
+
+def _kill_tree(procs: list[psutil.Process]) -> list[str]:
+    """SIGKILL each process, and its process group where it leads one (a bench runs in a
+    session of its own)."""
+    killed = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            killed.append(f"pid {proc.pid} ({' '.join(proc.cmdline())[:120]})")
+            if os.getpgid(proc.pid) == proc.pid:  # a group of its own (never pytest's)
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
+    psutil.wait_procs(procs, timeout=10)
+    return killed
+
+
+@functools.cache
+def _services() -> tuple[bool, bool]:
+    """Whether a Docker engine and a Slurm controller answer (once a session)."""
+    return docker_ok(), slurm_up()
+
+
+def _owned_by_a_gone_run() -> list[str]:
+    """Containers and Slurm jobs whose owner (the ``mxbench run`` that made them, labelled
+    by :mod:`mxbench.engines.stale`) no longer runs: removed / cancelled, and named."""
+    from mxbench.engines import stale
+
+    left = []
+    docker_up, slurm_running = _services()
+    if docker_up:
+        import docker
+
+        client = docker.from_env(timeout=30)
+        found = client.containers.list(all=True, sparse=True, filters={"label": stale.LABEL})
+        for c in found:
+            if stale.gone((c.attrs.get("Labels") or {}).get(stale.LABEL, "")):
+                with contextlib.suppress(docker.errors.APIError):
+                    client.containers.get(c.id).remove(force=True)
+                    left.append(f"container {c.short_id}")
+    if slurm_running:
+        out = subprocess.run(["squeue", "-h", "-o", "%i|%k"], capture_output=True, text=True)
+        prefix = f"{stale.LABEL}="
+        for line in out.stdout.splitlines():
+            job, _, comment = line.partition("|")
+            if comment.startswith(prefix) and stale.gone(comment.removeprefix(prefix)):
+                subprocess.run(["scancel", job], capture_output=True)
+                left.append(f"Slurm job {job}")
+    return left
+
+
+@pytest.fixture(autouse=True)
+def nothing_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Whatever a test started is gone when it ends, passed or failed: the processes it
+    started that still run (an ``mxbench run`` that hung, its benches in their own process
+    groups) are killed, then the bench processes, containers and Slurm jobs of runs that no
+    longer exist are swept by their owner label. Fixtures of a wider scope were set up
+    before this one and are left alone. What had to be removed is named in a warning: a
+    later test never runs beside an earlier one's work (a CI run once carried three such
+    benches for 12-17 minutes, at a load of 8-12 on 2 cores)."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    new = [p for p in me.children(recursive=True) if p.pid not in before]
+    left = _kill_tree(new)
+    from mxbench.engines import stale
+
+    swept = stale.sweep_processes("test teardown")
+    if swept:
+        left.append(f"{swept} bench process(es) of a run that no longer exists")
+    left += _owned_by_a_gone_run()
+    if left:
+        import warnings
+
+        warnings.warn(
+            f"{request.node.nodeid} left work running; removed: {'; '.join(left)}", stacklevel=1
+        )

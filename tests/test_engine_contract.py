@@ -28,12 +28,11 @@ from typing import Any
 
 import pytest
 
-from conftest import BASE_IMAGE, long_benches, require_service, slurm_up
+from conftest import BASE_IMAGE, long_benches, long_steps, require_service, slurm_up
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
 
-LONG = 999_999  # steps of a cell that never finishes on its own (found by pgrep)
 
 
 @dataclass
@@ -135,10 +134,11 @@ def _records(results: Path, host: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def _nothing_left(rig: Rig, host: str, within_s: float = 30) -> None:
+def _nothing_left(rig: Rig, host: str, steps: int | None, within_s: float = 30) -> None:
+    """No bench of ``steps`` steps (this test's own count), container or job of ``host``."""
     deadline = time.monotonic() + within_s
     while True:
-        left = long_benches(LONG) + rig.leftovers(host)
+        left = (long_benches(steps) if steps else []) + rig.leftovers(host)
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -187,7 +187,8 @@ def test_a_cell_past_its_time_is_a_timeout_record_and_killed(rig: Rig, tmp_path:
     host = _host(rig)
     # Slurm enforces whole minutes (checked every 30 s): about 75 s for this one.
     limit = {"time_limit": "1"} if rig.engine == "slurm" else {"timeout_s": 3}
-    matrix = rig.matrix(tmp_path, host, {"steps": LONG}, {}, **limit)
+    long = long_steps()
+    matrix = rig.matrix(tmp_path, host, {"steps": long}, {}, **limit)
     results = tmp_path / "results"
     t0 = time.monotonic()
     proc = rig.run("run", "-m", str(matrix), "-r", str(results))
@@ -195,7 +196,7 @@ def test_a_cell_past_its_time_is_a_timeout_record_and_killed(rig: Rig, tmp_path:
     assert time.monotonic() - t0 < 240
     [record] = _records(results, host)
     assert record["status"] == "timeout", record.get("error")
-    _nothing_left(rig, host)
+    _nothing_left(rig, host, long)
 
 
 def test_a_cell_past_the_memory_limit_is_an_oom_record(rig: Rig, tmp_path: Path) -> None:
@@ -216,17 +217,18 @@ def test_a_cell_past_the_memory_limit_is_an_oom_record(rig: Rig, tmp_path: Path)
     if rig.engine != "slurm":  # Slurm words its own memory kill
         assert f"memory_limit of {limit}" in record["error"], record["error"]
         assert record["run"]["memory_limit_bytes"] == 1536 * 2**20
-    _nothing_left(rig, host)
+    _nothing_left(rig, host, None)
 
 
 def test_ctrl_c_keeps_finished_records_and_leaves_nothing_running(rig: Rig, tmp_path: Path) -> None:
     host = _host(rig)
-    matrix = rig.matrix(tmp_path, host, {"timeout_s": 900}, {"steps": [2, LONG]})
+    long = long_steps()
+    matrix = rig.matrix(tmp_path, host, {"timeout_s": 900}, {"steps": [2, long]})
     results = tmp_path / "results"
     proc = rig.start("run", "-m", str(matrix), "-r", str(results))
     try:
         deadline = time.monotonic() + 300
-        while not (_records(results, host) and long_benches(LONG)):
+        while not (_records(results, host) and long_benches(long)):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the short cell never finished"
             time.sleep(0.3)
@@ -239,8 +241,8 @@ def test_ctrl_c_keeps_finished_records_and_leaves_nothing_running(rig: Rig, tmp_
     assert "--resume" in err and "Traceback" not in err
     [record] = _records(results, host)
     assert record["status"] == "ok" and record["params"]["steps"] == 2
-    _nothing_left(rig, host)
+    _nothing_left(rig, host, long)
 
     plan = rig.run("run", "-m", str(matrix), "-r", str(results), "--resume", "--dry-run")
     assert plan.returncode == 0, plan.stderr[-3000:]
-    assert "1 cell(s) already done" in plan.stdout and str(LONG) in plan.stdout
+    assert "1 cell(s) already done" in plan.stdout and str(long) in plan.stdout

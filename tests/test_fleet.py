@@ -22,6 +22,7 @@ import pytest
 from conftest import (
     SSH,
     long_benches,
+    long_steps,
     matrix_text,
     mxbench,
     records,
@@ -34,7 +35,6 @@ from conftest import (
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
 
-LONG = 999_999  # steps of a cell that never ends on its own (found by pgrep)
 
 
 def _interval(record: dict) -> tuple[float, float]:
@@ -211,6 +211,7 @@ def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
 
     require_service(slurm_up(), "a Slurm controller (slurmctld + slurmd + munge)")
     tag = os.urandom(3).hex()
+    long = long_steps()
     hosts = (
         f"  - {{name: loc-{tag}, engine: local}}\n"
         f"  - {{name: dock-{tag}, engine: docker, images: [cpu]}}\n"
@@ -219,7 +220,7 @@ def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
     m = ctx / f"ctrl-c-{tag}.yaml"
     m.write_text(
         matrix_text(hosts, timeout_s=900).replace("steps: 3,", "").replace(
-            "axes: {", f"axes: {{steps: [2, {LONG}], "
+            "axes: {", f"axes: {{steps: [2, {long}], "
         )
     )  # fmt: skip
     results = tmp_path / "results"
@@ -230,9 +231,9 @@ def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 400
-        while not (len(records(results)) == 3 and len(long_benches(LONG)) >= 3):
+        while not (len(records(results)) == 3 and len(long_benches(long)) >= 3):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, (records(results), long_benches(LONG))
+            assert time.monotonic() < deadline, (records(results), long_benches(long))
             time.sleep(0.5)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -256,7 +257,7 @@ def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
             ["squeue", "-h", "-n", f"mxbench-slu-{tag}", "-o", "%i %T"],
             capture_output=True, text=True, check=True,
         ).stdout.split()  # fmt: skip
-        left = long_benches(LONG) + [c.short_id for c in containers] + jobs
+        left = long_benches(long) + [c.short_id for c in containers] + jobs
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.5)
