@@ -34,7 +34,6 @@ pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
 
 
-
 @dataclass
 class Rig:
     """One engine, as the contract sees it."""

@@ -36,7 +36,6 @@ pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
 
 
-
 def _interval(record: dict) -> tuple[float, float]:
     def t(key: str) -> float:
         return dt.datetime.fromisoformat(record[key]).timestamp()
