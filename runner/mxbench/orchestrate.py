@@ -33,6 +33,7 @@ from mxbench.engines import (
     EngineUnavailable,
     Outcome,
     engine_class,
+    retry,
     to_record,
     to_records,
 )
@@ -154,9 +155,15 @@ def machines(works: Sequence[HostWork]) -> dict[str, list[HostWork]]:
         except Exception:  # unreachable or broken: prepare() says why, for this host only
             return f"{work.engine.name}:{work.name}"
 
-    with ThreadPoolExecutor(max_workers=max(1, len(works))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, len(works)))
+    try:
         for work, name in zip(works, pool.map(machine, works), strict=True):
             work.machine = name
+    except KeyboardInterrupt:  # no waiting for a daemon that does not answer: retries end
+        retry.STOPPING.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     groups: dict[str, list[HostWork]] = {}
     for work in works:
         groups.setdefault(work.machine, []).append(work)
@@ -381,6 +388,7 @@ def run_cells(
     ``--resume``; ``max_parallel``: at most this many hosts at once, default all; ``auto``:
     the comparison groups of ``repeats: auto``, which get processes added after the cells)."""
     began = time.monotonic()
+    retry.STOPPING.clear()
     works = plan_hosts(matrix, cells, searches, auto)
     groups = machines(works)
     limit = max_parallel or max(1, len(works))
@@ -417,6 +425,7 @@ def _cancel_all(
     get :data:`CANCEL_GRACE_S` to clean up (a second Ctrl-C meanwhile is ignored, so that
     no job or container is left behind)."""
     fleet.stop.set()
+    retry.STOPPING.set()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         for engine in engines:

@@ -13,6 +13,7 @@ user's decision (``mxbench run --resume``), and the earlier attempt stays in the
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,6 +25,19 @@ WAIT_MAX_S = 8.0
 BOUNDS = f"{ATTEMPTS} attempts, {WAIT_FIRST_S:g}-2-4 s apart"
 
 T = TypeVar("T")
+
+# Set while the run stops (Ctrl-C, SIGTERM): a wait between attempts ends at once, with
+# :class:`Stopped`, so that no host keeps the run waiting seconds for a retry nobody wants.
+STOPPING = threading.Event()
+
+
+class Stopped(Exception):
+    """The run is stopping: the retry's wait was cut short (the host's work is not done)."""
+
+
+def _sleep(seconds: float) -> None:
+    if STOPPING.wait(seconds):
+        raise Stopped("the run was interrupted")
 
 
 def _say(what: str) -> Callable[[tenacity.RetryCallState], None]:
@@ -56,6 +70,7 @@ def _policy(what: str, attempts: int, **kw: Any) -> tenacity.Retrying:
         stop=tenacity.stop_after_attempt(attempts),
         wait=tenacity.wait_exponential(multiplier=WAIT_FIRST_S, max=WAIT_MAX_S),
         before_sleep=_say(what),
+        sleep=_sleep,
         reraise=True,
         **kw,
     )
