@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -267,23 +268,31 @@ def _kill_tree(procs: list[psutil.Process]) -> list[str]:
 
 
 @functools.cache
-def _services() -> tuple[bool, bool]:
-    """Whether a Docker engine and a Slurm controller answer (once a session)."""
-    return docker_ok(), slurm_up()
+def _services() -> tuple[Any, bool]:
+    """A Docker client where an engine answers (else None), and whether a Slurm controller
+    answers: found once a session, the client kept (making one costs a round trip)."""
+    client = None
+    if docker_ok():
+        import docker
+
+        client = docker.from_env(timeout=30)
+    return client, slurm_up()
 
 
 def _owned_by_a_gone_run() -> list[str]:
     """Containers and Slurm jobs whose owner (the ``mxbench run`` that made them, labelled
     by :mod:`mxbench.engines.stale`) no longer runs: removed / cancelled, and named."""
+    import docker
+
     from mxbench.engines import stale
 
     left = []
-    docker_up, slurm_running = _services()
-    if docker_up:
-        import docker
-
-        client = docker.from_env(timeout=30)
-        found = client.containers.list(all=True, sparse=True, filters={"label": stale.LABEL})
+    client, slurm_running = _services()
+    if client is not None:
+        try:
+            found = client.containers.list(all=True, sparse=True, filters={"label": stale.LABEL})
+        except (docker.errors.DockerException, OSError):  # a test stopped or cut the daemon
+            found = []
         for c in found:
             if stale.gone((c.attrs.get("Labels") or {}).get(stale.LABEL, "")):
                 with contextlib.suppress(docker.errors.APIError):

@@ -4,9 +4,13 @@ side, and the energy and cost columns.
 Each profiled window (``record.profile``, :mod:`mxbench.bench.profile`) splits a step into
 categories: convolutions/matmuls, memory-bound work (elementwise, normalization), casts,
 layout changes, the optimizer, input waiting, other operations, and the host gap (nothing
-ran: Python, launches, waits). The profiler slows a step down, so the report shows each
-category's *share* of the profiled step applied to the timed median step: the bar's length
-is the step time of the table, its parts where that time went.
+ran: Python, launches, waits). The bar's length is the timed median step of the table; its
+parts are the operations' milliseconds per step as profiled, and the gap is the rest:
+timed step - busy time (:func:`split`). The profiler's own cost (its window ran slower than
+the timed steps) lands in no category: a profiled step's *shares* applied to the timed step
+would count that cost as launch overhead (an H200's JAX step, 2.88 ms of kernels in a 2.90
+ms timed step, read "nothing ran 44%" that way). Where the profiled operations alone take
+longer than the timed step, they are scaled down into it and the gap is zero.
 
 Which kernels did the convolutions: on a GPU the share of their time in Tensor Core kernels
 (judged from kernel names: a heuristic), on a CPU the share of 16-bit work on kernels with
@@ -34,9 +38,18 @@ class Bar:
     parts: dict[str, float]  # category -> ms of the timed step
     kernels: str  # "Tensor Cores 87% (by name)", "avx512_core_amx 100% (AMX tiles), native …"
     cost_s: float | None  # what the profiled window cost
+    profiled_ms: float | None = None  # a profiled step, the profiler on
+    busy_ms: float = 0.0  # the profiled operations' time per step (some operation ran)
 
     def share(self, category: str) -> float:
         return self.parts.get(category, 0.0) / self.step_ms if self.step_ms else 0.0
+
+    @property
+    def profiler_cost(self) -> float | None:
+        """How much slower the profiled step ran than the timed one (0.78: +78%)."""
+        if not self.profiled_ms or not self.step_ms:
+            return None
+        return self.profiled_ms / self.step_ms - 1.0
 
 
 def profile_of(records: list[Record]) -> Profile | None:
@@ -90,23 +103,45 @@ def bars(t: Table) -> list[Bar]:
             parts = split(e.median, p) if e is not None and p is not None else None
             if e is None or e.median is None or p is None or parts is None:
                 continue
-            out.append(Bar(policy, b, e.median, parts, kernels_text(p), p.cost_s))
+            busy = busy_ms(p)
+            out.append(Bar(policy, b, e.median, parts, kernels_text(p), p.cost_s, p.step_ms, busy))
     return out
 
 
+GAP = "host_gap"
+
+
+def busy_ms(p: Profile) -> float:
+    """The profiled operations' time per step: every category but the gap (wall-clock time
+    in which some operation ran; operations side by side on several threads count once)."""
+    return sum(v for c, v in p.breakdown_ms.items() if c != GAP)
+
+
 def split(step_ms: float | None, p: Profile) -> dict[str, float] | None:
-    """A timed step split by the profiled window's shares: category -> ms (None: nothing
-    to split)."""
-    total = sum(p.breakdown_ms.values())
-    if not step_ms or total <= 0:
+    """The timed step in milliseconds per category: the operations' profiled times, and
+    the gap = timed step - busy time; where the operations took longer than the timed step
+    (the profiler slowed them), they are scaled into it and the gap is 0 (None: nothing to
+    split)."""
+    busy = busy_ms(p)
+    if not step_ms or busy <= 0:
         return None
-    return {c: step_ms * p.breakdown_ms.get(c, 0.0) / total for c in CATEGORIES}
+    scale = min(1.0, step_ms / busy)
+    parts = {c: p.breakdown_ms.get(c, 0.0) * scale for c in CATEGORIES if c != GAP}
+    parts[GAP] = max(step_ms - busy, 0.0)
+    return {c: parts[c] for c in CATEGORIES}
+
+
+# The profiler's own cost the table's note names: a profiled step this much slower than
+# the timed one (its trace hooks, the extra syncs), which no category of the bar contains.
+PROFILER_COST_SAID = 0.25
 
 
 NOTE = (
-    "Where the time goes (ms per step): each category's share of a profiled window (a few "
-    "steps after the timed ones, under the backend's profiler) applied to the timed median "
-    "step. Operations count by their own time (what ran inside them excluded; step functions, "
+    "Where the time goes (ms per step): the timed median step, split into the operations' "
+    "own times per step in a profiled window (a few steps after the timed ones, under the backend's "
+    "profiler); nothing ran = the timed step less those times (where they exceed it, they "
+    "are scaled into it). Operations count by their own time (what ran inside them "
+    "excluded; step functions, "
     "executors and other wrappers are no operations). "
     "Categories come from operation and kernel names; Tensor Core shares from kernel names "
     "(a heuristic); CPU kernels from oneDNN's verbose log."
@@ -130,6 +165,18 @@ def note(found: list[Bar]) -> str:
     said = NOTE
     if costs:
         said += f" The profiled windows cost {min(costs):.1f}–{max(costs):.1f} s per cell."
+    slowed = [b for b in found if (b.profiler_cost or 0.0) >= PROFILER_COST_SAID]
+    if slowed:
+        shown = "; ".join(
+            f"{b.policy} at batch {b.batch} {b.profiled_ms:.2f} ms against {b.step_ms:.2f} "
+            f"ms timed (+{b.profiler_cost:.0%})"
+            for b in slowed[:4]
+        )
+        more = ", …" if len(slowed) > 4 else ""
+        said += (
+            f" The profiler's own cost: a profiled step ran slower ({shown}{more}); that "
+            "time is in no category, the gap included."
+        )
     return said
 
 
