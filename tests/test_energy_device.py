@@ -10,11 +10,8 @@ seam (the list of GPUs NVML would report, and a counter object).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +86,55 @@ def test_a_gpu_cell_reads_its_own_gpu_on_a_host_of_several() -> None:
     assert energy.gpu_counter(None, nvml=nvml) is None  # two GPUs: none is taken for it
 
 
+@pytest.mark.parametrize(
+    ("gpus", "env", "count", "expected"),
+    [
+        (TWO, {}, 2, [0, 1]),  # nothing set: devices 0 and 1
+        (TWO, {"CUDA_VISIBLE_DEVICES": "1,0"}, 2, [1, 0]),
+        (TWO, {"CUDA_VISIBLE_DEVICES": "1"}, 2, None),  # two devices, one visible: no figure
+        (TWO, {"CUDA_VISIBLE_DEVICES": "0,0"}, 2, None),  # not two boards
+        (MIXED, {}, 2, None),  # CUDA's fastest-first order: no guess
+        (TWO, {"CUDA_VISIBLE_DEVICES": "GPU-bbbb,GPU-aaaa"}, 2, [1, 0]),
+        (TWO, {"CUDA_VISIBLE_DEVICES": "1"}, 1, [1]),  # one device: used_gpu's rule
+    ],
+)
+def test_a_cell_on_several_gpus_matches_every_one_or_none(
+    gpus: list[dict[str, Any]], env: dict[str, str], count: int, expected: list[int] | None
+) -> None:
+    found = probe.used_gpus(gpus, count, {}, env)
+    assert ([g["index"] for g in found] if found else None) == expected
+
+
+def test_a_counter_of_several_gpus_is_their_sum_or_nothing() -> None:
+    """Energy per image on N devices: N boards' joules over N devices' examples. One GPU's
+    counter divided by every device's examples read N times too low."""
+    nvml = FakeNvml()
+    both = energy.gpu_counter(["GPU-aaaa-0", "GPU-bbbb-1"], nvml=nvml)
+    assert both is not None and both.read() == 1.0 + 2.0  # 1000 mJ and 2000 mJ
+    assert energy.gpu_counter(["GPU-aaaa-0", "GPU-cccc-9"], nvml=nvml) is None
+    assert energy.gpu_counter(["GPU-aaaa-0", "GPU-aaaa-0"], nvml=nvml) is None
+
+
+def test_a_process_is_charged_its_own_devices_examples() -> None:
+    """The examples a process's joules are divided by: its own devices' (scale.process_batch),
+    for every layout a cell can have (one process driving N devices, one process per device,
+    several nodes): N devices' joules over N devices' examples."""
+    from mxbench import scale
+    from mxbench.params import Params
+
+    for backend, devices, nodes, scaling, per_process in [
+        ("tensorflow", 2, 1, "weak", 2 * 32),  # one process drives both devices
+        ("torch", 2, 1, "weak", 32),  # one process per device
+        ("torch", 2, 2, "strong", 32 // 4),  # 4 devices share the global 32
+        ("jax", 1, 1, "weak", 32),
+    ]:
+        p = Params(backend=backend, devices=devices, nodes=nodes, scaling=scaling,
+                   batch_size=32)  # fmt: skip
+        counted = scale.total_devices(p) // scale.processes(p)  # the GPUs a process reads
+        assert scale.process_batch(p) == per_process, (backend, devices, nodes)
+        assert scale.process_batch(p) == scale.per_device_batch(p) * counted
+
+
 def test_a_cpu_cell_never_reads_a_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     def no(*_: Any, **__: Any) -> None:
         raise AssertionError("a CPU cell read a GPU's counter")
@@ -111,42 +157,44 @@ def test_a_gpu_cell_whose_gpu_is_unknown_counts_nothing(monkeypatch: pytest.Monk
     assert energy.start(gpu=True, uuid=None) is None
 
 
-class _SteadyPackage:
-    """A CPU package drawing a known, steady power: a powercap tree whose ``energy_uj`` a
-    thread advances (replaced atomically, as the kernel's file never reads half-written).
-    RAPL cannot exist on this VM; the file it reads is the seam."""
-
-    def __init__(self, root: Path, watts: float) -> None:
-        self.zone, self.watts = root / "intel-rapl:0", watts
-        self.zone.mkdir(parents=True)
-        (self.zone / "max_energy_range_uj").write_text(f"{2**40}\n")
-        self._stop, self._t0 = threading.Event(), time.monotonic()
-        self._write()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _write(self) -> None:
-        tmp = self.zone / "energy_uj.tmp"
-        tmp.write_text(f"{int((time.monotonic() - self._t0) * self.watts * 1e6)}\n")
-        os.replace(tmp, self.zone / "energy_uj")
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.005):
-            self._write()
-
-    def __enter__(self) -> _SteadyPackage:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-_WITH_POWERCAP = """
-import sys
+# A CPU package whose power depends on which arm of a paired process holds the turn: the
+# bench's own coordinator (paired.Turnstile.grant) switches it, a thread in the same process
+# advances energy_uj every 5 ms. RAPL cannot exist on this VM; the file it reads is the seam.
+_WITH_ARM_POWER = """
+import os, sys, threading, time
 from pathlib import Path
-from mxbench.bench import energy
-energy.POWERCAP = Path(sys.argv.pop(1))
+from mxbench.bench import energy, paired
+root, watts = Path(sys.argv.pop(1)), [float(w) for w in sys.argv.pop(1).split(",")]
+energy.POWERCAP = root
+zone = root / "intel-rapl:0"
+zone.mkdir(parents=True)
+(zone / "max_energy_range_uj").write_text(f"{2**40}\\n")
+lock, now = threading.Lock(), {"arm": None, "uj": 0.0, "t": time.monotonic()}
+
+def advance(arm=None, switch=False):
+    with lock:
+        t = time.monotonic()
+        w = watts[now["arm"]] if now["arm"] is not None else 10.0
+        now["uj"] += (t - now["t"]) * w * 1e6
+        now["t"] = t
+        if switch:
+            now["arm"] = arm
+        tmp = zone / "energy_uj.tmp"
+        tmp.write_text(f"{int(now['uj'])}\\n")
+        os.replace(tmp, zone / "energy_uj")
+
+advance()
+grant = paired.Turnstile.grant
+def granted(self, arm):
+    advance(arm, switch=True)
+    grant(self, arm)
+paired.Turnstile.grant = granted
+
+def tick():
+    while True:
+        time.sleep(0.005)
+        advance()
+threading.Thread(target=tick, daemon=True).start()
 from mxbench.cli import main
 sys.argv = ["mxbench", *sys.argv[1:]]
 main()
@@ -155,24 +203,28 @@ main()
 
 @pytest.mark.slow
 def test_a_paired_arm_is_charged_its_own_windows_energy(tmp_path: Path) -> None:
-    """Paired (the default design): each arm's joules are its own windows', not the whole
-    interleaved span's (which would charge each arm about twice). At a steady 50 W an arm's
-    joules per step are 50 W x its mean window time per step."""
+    """Paired (the default design): each arm's joules are its own windows', read at the
+    hand-offs between arms: with float32 drawing 30 W and mixed_bfloat16 90 W while each
+    holds the turn, an arm's joules per step are its own wattage x its mean window time per
+    step. Readings every 0.1 s interpolated across 0.25 s windows mixed the arms (and so did
+    a test with one wattage for both, which could not fail)."""
     pytest.importorskip("torch")
+    watts = {"float32": 30.0, "mixed_bfloat16": 90.0}
     args = ["--backend", "torch", "--image-size", "32", "--batch-size", "8", "--steps",
-            "400", "--warmup-steps", "2", "--timed-s", "1.5", "--profile", "off",
+            "400", "--warmup-steps", "2", "--timed-s", "2.5", "--profile", "off",
             "--check", "off", "--pair-with", "mixed_bfloat16"]  # fmt: skip
-    with _SteadyPackage(tmp_path, watts=50.0):
-        run = subprocess.run([sys.executable, "-c", _WITH_POWERCAP, str(tmp_path), "bench",
-                              *args], capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", _WITH_ARM_POWER, str(tmp_path),
+                          ",".join(str(w) for w in watts.values()), "bench", *args],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     recs = [json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")]
     recs = [r for r in recs if not r.get("pending")]
-    assert [r["params"]["policy"] for r in recs] == ["float32", "mixed_bfloat16"]
+    assert [r["params"]["policy"] for r in recs] == list(watts)
     for r in recs:
         m, windows = r["metrics"], r["pairing"]["windows"]
         steps = sum(w["steps"] for w in windows)
         own_s = sum(w["ms"] * w["steps"] for w in windows) / 1000
+        truth = watts[r["params"]["policy"]] * own_s / steps
         assert m["energy_source"] == "rapl"
-        assert m["energy_j_per_step"] == pytest.approx(50.0 * own_s / steps, rel=0.1)
+        assert m["energy_j_per_step"] == pytest.approx(truth, rel=0.08), r["params"]["policy"]
         assert m["energy_j_per_image"] == pytest.approx(m["energy_j_per_step"] / 8, rel=1e-3)

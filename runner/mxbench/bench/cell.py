@@ -262,7 +262,7 @@ def _measure(
     timer = step_timer(log_, on_step, p.warmup_steps)
     sampler = state.util = HealthSampler()
     sampler.start()
-    joules = start_energy(state)
+    joules = start_energy(state, p)
     try:
         model.fit(ds, epochs=1, steps_per_epoch=total, verbose=0, shuffle=False, callbacks=[timer])
     finally:
@@ -274,7 +274,7 @@ def _measure(
     state.checks = [CheckInputs(found, model, initial, (x, y) if x is not None else ds)]
     state.timed_window = (parts["first_timed_start"], log_.ends[-1])
     _metrics(p, rec, model, log_, parts, import_s, started_at)
-    batch = scale.global_batch(p)  # every device's examples
+    batch = scale.process_batch(p)  # the examples of the devices whose joules were read
     energy.fill(rec.metrics, joules, [state.timed_window], p.steps, batch)
     distribute.fill(state.dist, rec, model, "process")
     # the device and the peak memory now: the training's, before anything else runs
@@ -468,7 +468,8 @@ def probe_device(rec: Record, state: CellState) -> None:
         if backend is not None:
             fw_gpus = backend.accepted_gpus()
             used = backend.model_on_gpu(model) if model is not None else bool(fw_gpus)
-        gpu = state.gpu if state.gpu_known else _used_gpu(state) if used else None
+        found = _used_gpus(state, 1) if used and not state.gpu_known else None
+        gpu = state.gpu if state.gpu_known else found[0] if found else None
         rec.device = msgspec.convert(
             probe.device_record(
                 nvml=nvml,
@@ -496,20 +497,24 @@ def probe_device(rec: Record, state: CellState) -> None:
         print(f"mxbench bench: device probe failed: {exc!r}", file=sys.stderr)
 
 
-def start_energy(state: CellState) -> energy.Counter | None:
-    """A running energy counter of the device the built model trains on (the GPU it was
-    matched to, else the CPU package), before the timed steps; ``state.gpu`` says which."""
-    state.gpu, state.gpu_known = _used_gpu(state), True  # whose energy the steps are charged
-    return energy.start(gpu=_on_gpu(state), uuid=(state.gpu or {}).get("uuid"))
+def start_energy(state: CellState, p: Params) -> energy.Counter | None:
+    """A running energy counter of the devices this process trains on (every GPU it was
+    matched to, summed, else the CPU package), before the timed steps; ``state.gpu`` says
+    which GPU is the first. Its joules are charged to this process's examples
+    (:func:`mxbench.scale.process_batch`)."""
+    gpus = _used_gpus(state, scale.total_devices(p) // scale.processes(p))
+    state.gpu, state.gpu_known = (gpus[0] if gpus else None), True  # whose energy is charged
+    uuids = [str(g.get("uuid")) for g in gpus] if gpus else None
+    return energy.start(gpu=_on_gpu(state), uuid=uuids)
 
 
-def _used_gpu(state: CellState) -> dict[str, Any] | None:
-    """The NVML GPU the model trains on (None: on the CPU, or not to be told apart)."""
+def _used_gpus(state: CellState, count: int) -> list[dict[str, Any]] | None:
+    """The NVML GPUs the model trains on (None: on the CPU, or not all to be told apart)."""
     if not _on_gpu(state):
         return None
     nvml, _ = probe.nvml_gpus()
     assert state.backend is not None
-    return probe.used_gpu(nvml, probe.framework_gpu(state.backend.name))
+    return probe.used_gpus(nvml, count, probe.framework_gpu(state.backend.name))
 
 
 def _on_gpu(state: CellState) -> bool:

@@ -151,8 +151,8 @@ def _measure_paired(
     plan = paired.Plan(
         warmup=max(1, ps[0].warmup_steps), max_steps=ps[0].steps, timed_s=ps[0].timed_s
     )
-    joules = start_energy(state)
-    out, fit_s = _windows(arms, plan, state)
+    joules = start_energy(state, ps[0])
+    out, fit_s = _windows(arms, plan, state, joules.mark if joules is not None else None)
     first_window = min(w.start for log_ in out.logs for w in log_.windows)
     overall = _overall([w.interference for log_ in out.logs for w in log_.windows])
     started_perf = started_at - (time.time() - time.perf_counter())  # on the windows' clock
@@ -160,7 +160,7 @@ def _measure_paired(
     for i, (arm, rec, log_) in enumerate(zip(arms, recs, out.logs, strict=True)):
         steps = _fill_arm(arm, rec, log_, plan, started_perf, import_s, totals)
         spans = [(w.start, w.end) for w in log_.windows]  # the arm's own windows only
-        energy.fill(rec.metrics, joules, spans, steps, scale.global_batch(arm.p))
+        energy.fill(rec.metrics, joules, spans, steps, scale.process_batch(arm.p))
         distribute.fill(state.dist, rec, arm.model, "paired")
         rec.pairing = _pairing(arms, out, i, first_window, group, overall)
         init = state.initial[i]
@@ -190,10 +190,12 @@ def _measure_paired(
             emit_pending(emit, rec, pending[1:], phases)
 
 
-def _windows(arms: list[Arm], plan: paired.Plan, state: CellState) -> tuple[paired.Outcome, float]:
+def _windows(
+    arms: list[Arm], plan: paired.Plan, state: CellState, handoff: Callable[[], None] | None
+) -> tuple[paired.Outcome, float]:
     """The interleaved windows of every arm (each a ``fit()`` call of a few steps, with the
     arm's callback), under the health sampler; what they measured and the seconds they
-    took in all."""
+    took in all. ``handoff``: called at each window's start and end (the energy reading)."""
 
     def fitter(arm: Arm) -> Callable[[Any, int], None]:
         def fit(callback: Any, steps: int) -> None:
@@ -206,7 +208,7 @@ def _windows(arms: list[Arm], plan: paired.Plan, state: CellState) -> tuple[pair
     sampler.start()
     began = time.perf_counter()
     try:
-        out = paired.run([fitter(a) for a in arms], plan, random.Random())
+        out = paired.run([fitter(a) for a in arms], plan, random.Random(), handoff)
     finally:
         sampler.stop()
     return out, time.perf_counter() - began

@@ -11,8 +11,13 @@ NVML's for the GPU the framework trained on (matched by UUID or PCI bus id, see
   sub-zones are parts of them.
 
 A thread reads the counter every ``interval_s`` from before the first step to after the
-last; :meth:`Counter.joules` interpolates it at the window's two marks. Where no counter is
-readable nothing is recorded, and nothing runs.
+last, and the paired design reads it at every hand-off between arms too (:meth:`Counter.mark`,
+at each window's start and end): an arm's joules are then read at its own windows' edges, not
+interpolated across the other arm's (0.1 s readings at 0.25 s hand-offs mixed them).
+:meth:`Counter.joules` interpolates between the readings around a mark. A cell on several
+GPUs reads every one of them (:func:`gpu_counter`: their sum) and charges its own examples;
+where one of them cannot be read, nothing is recorded. Where no counter is readable nothing
+is recorded, and nothing runs.
 """
 
 from __future__ import annotations
@@ -76,12 +81,20 @@ class Counter:
 
     def __init__(self, read: Callable[[], float], source: str, interval_s: float = INTERVAL_S):
         self.read, self.source, self.interval_s = read, source, interval_s
-        self.samples: list[tuple[float, float]] = []  # (perf_counter, joules)
+        self.samples: list[tuple[float, float]] = []  # (perf_counter, joules), in time order
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # the sampler thread and the arms' marks append
 
     def _sample(self) -> None:
-        self.samples.append((time.perf_counter(), self.read()))
+        with self._lock:
+            self.samples.append((time.perf_counter(), self.read()))
+
+    def mark(self) -> None:
+        """A reading now (a hand-off between a paired process's arms); a failing read is
+        left to the sampler's readings around it."""
+        with contextlib.suppress(Exception):
+            self._sample()
 
     def _run(self) -> None:
         with contextlib.suppress(Exception):  # the counter went away: keep what was read
@@ -122,24 +135,35 @@ def cpu_counter(root: Path | None = None) -> Counter | None:
     return Counter(rapl.read, "rapl") if rapl else None
 
 
-def gpu_counter(uuid: str | None = None, nvml: Any = None) -> Counter | None:
-    """A counter of the GPU ``uuid`` (the only one when None), or None without NVML."""
+def gpu_counter(uuid: str | Sequence[str] | None = None, nvml: Any = None) -> Counter | None:
+    """A counter of the GPU ``uuid`` (the only one when None), or of every GPU of a list of
+    UUIDs (their sum: a cell on N GPUs draws the energy of N boards); None without NVML, or
+    when any of them is not found or not counted."""
     if nvml is None:
         try:
             nvml = importlib.import_module("pynvml")  # nvidia-ml-py
         except ImportError:
             return None
+    wanted = [uuid] if isinstance(uuid, str) else list(uuid) if uuid is not None else None
     try:
         nvml.nvmlInit()
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-        if uuid is not None:
-            handles = [h for h in handles if _uuid(nvml, h) == uuid]
-        if len(handles) != 1:
+        if wanted is None:
+            chosen = handles if len(handles) == 1 else []
+        else:
+            by_uuid = {_uuid(nvml, h): h for h in handles}
+            chosen = [by_uuid[u] for u in wanted if u in by_uuid]
+            if len(chosen) != len(wanted) or len(set(wanted)) != len(wanted):
+                return None
+        if not chosen:
             return None
-        read = nvml_counter(nvml, handles[0])
+        reads = [nvml_counter(nvml, h) for h in chosen]
     except Exception:
         return None
-    return Counter(read, "nvml") if read is not None else None
+    if any(r is None for r in reads):
+        return None
+    counted = [r for r in reads if r is not None]
+    return Counter(lambda: sum(r() for r in counted), "nvml")
 
 
 def _uuid(nvml: Any, handle: Any) -> str:
@@ -147,10 +171,11 @@ def _uuid(nvml: Any, handle: Any) -> str:
     return u.decode() if isinstance(u, bytes) else str(u)
 
 
-def start(gpu: bool, uuid: str | None) -> Counter | None:
-    """A running counter of the device that runs the cell: the GPU ``uuid``'s (NVML) for a
-    cell on a GPU, the CPU packages' (RAPL) for a cell on the CPU. A GPU cell whose GPU is not
-    known (``uuid`` None) counts nothing: another device's joules would be charged to it."""
+def start(gpu: bool, uuid: str | Sequence[str] | None) -> Counter | None:
+    """A running counter of the devices that run the cell: the GPU ``uuid``'s (NVML; a list:
+    every GPU the process trains on, summed) for a cell on GPUs, the CPU packages' (RAPL) for
+    a cell on the CPU. A GPU cell whose GPUs are not all known (``uuid`` None) counts nothing:
+    another device's joules, or one device's for N devices' examples, would be charged."""
     counter = (gpu_counter(uuid) if uuid is not None else None) if gpu else cpu_counter()
     if counter is not None:
         try:

@@ -116,9 +116,19 @@ class Plan:
     k: int = 0  # steps per window, set after the warm-up
 
 
-def gate(arm: int, log: ArmLog, turns: Turnstile, plan: Plan, rounds: list[tuple[int, int]]) -> Any:
+def gate(
+    arm: int,
+    log: ArmLog,
+    turns: Turnstile,
+    plan: Plan,
+    rounds: list[tuple[int, int]],
+    handoff: Callable[[], None] | None = None,
+) -> Any:
     """The Keras callback that holds arm ``arm``'s fit at its turnstile. ``rounds``: the
-    coordinator's current (round, position) for the arm, read when a window starts."""
+    coordinator's current (round, position) for the arm, read when a window starts;
+    ``handoff``: called right after a window's start and right after its end (a reading of
+    the energy counter at the hand-offs between arms)."""
+    mark = handoff or (lambda: None)
     done = threading.Condition()
     finished: list[float] = []  # completion time of each step, by step index
 
@@ -145,6 +155,8 @@ def gate(arm: int, log: ArmLog, turns: Turnstile, plan: Plan, rounds: list[tuple
             if not at_boundary:
                 return
             end = synced(batch)  # the sync: every step so far has finished
+            if batch > plan.warmup:
+                mark()  # the window's end: its energy is read before the next arm's turn
             snap = interference.snapshot()
             if batch == plan.warmup:
                 log.warm_ends = finished[:batch]
@@ -170,6 +182,7 @@ def gate(arm: int, log: ArmLog, turns: Turnstile, plan: Plan, rounds: list[tuple
             state["where"] = rounds[arm]
             state["snap"] = interference.snapshot()
             state["window"] = time.perf_counter()
+            mark()
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             ready = time.perf_counter()  # the logs are numbers: the step has finished
@@ -196,16 +209,18 @@ def run(
     fits: Sequence[Callable[[Any, int], None]],
     plan: Plan,
     rng: random.Random,
+    handoff: Callable[[], None] | None = None,
 ) -> Outcome:
     """Run each arm's fit (``fits[i](callback, steps_per_epoch)``) on its own thread under the
-    turnstile: warm-ups one after another, then rounds of windows in random orders."""
+    turnstile: warm-ups one after another, then rounds of windows in random orders
+    (``handoff``: called at every window's start and end)."""
     n = len(fits)
     turns = Turnstile()
     logs = [ArmLog() for _ in range(n)]
     where: list[tuple[int, int]] = [(0, 0)] * n
     threads = []
     for i, fit in enumerate(fits):
-        callback = gate(i, logs[i], turns, plan, where)
+        callback = gate(i, logs[i], turns, plan, where, handoff)
 
         def target(
             fit: Callable[[Any, int], None] = fit, cb: Any = callback, log: ArmLog = logs[i]

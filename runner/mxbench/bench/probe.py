@@ -168,16 +168,45 @@ def used_gpu(
         if bus and g.get("bus_id") and g["bus_id"] == bus_id(bus):
             return g
     first = env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    if first.isdigit():
+    return _visible(first, nvml, env)
+
+
+def _visible(entry: str, nvml: list[dict[str, Any]], env: dict[str, str]) -> dict[str, Any] | None:
+    """The NVML GPU of one ``CUDA_VISIBLE_DEVICES`` entry (see :func:`used_gpu`), or None."""
+    if entry.isdigit():
         by_order = (
             env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" or len({g.get("name") for g in nvml}) == 1
         )
-        index = int(first)
+        index = int(entry)
         return nvml[index] if by_order and index < len(nvml) else None
-    if first.startswith("GPU-"):
-        found = [g for g in nvml if str(g.get("uuid", "")).startswith(first)]
+    if entry.startswith("GPU-"):
+        found = [g for g in nvml if str(g.get("uuid", "")).startswith(entry)]
         return found[0] if len(found) == 1 else None
     return None  # MIG-..., or nothing visible
+
+
+def used_gpus(
+    nvml: list[dict[str, Any]],
+    count: int,
+    identity: dict[str, str | None] | None = None,
+    env: dict[str, str] | None = None,
+) -> list[dict[str, Any]] | None:
+    """The NVML GPUs of a process that trains on its first ``count`` devices: one is
+    :func:`used_gpu`'s; several are the first ``count`` entries of ``CUDA_VISIBLE_DEVICES``
+    (unset: devices 0 to count-1), each by :func:`used_gpu`'s rules. None when any of them
+    cannot be told (one device's counter for N devices' examples would be N times too low)."""
+    if count <= 1:
+        one = used_gpu(nvml, identity, env)
+        return [one] if one is not None else None
+    env = dict(os.environ) if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    entries = [e.strip() for e in visible.split(",")] if visible else [str(i) for i in range(count)]
+    if len(entries) < count:
+        return None
+    found = [_visible(e, nvml, env) for e in entries[:count]]
+    if any(g is None for g in found) or len({id(g) for g in found}) != count:
+        return None
+    return [g for g in found if g is not None]
 
 
 def framework_gpu(backend: str) -> dict[str, str | None]:

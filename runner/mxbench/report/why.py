@@ -138,11 +138,10 @@ PROFILER_COST_SAID = 0.25
 
 NOTE = (
     "Where the time goes (ms per step): the timed median step, split into the operations' "
-    "own times per step in a profiled window (a few steps after the timed ones, under the backend's "
-    "profiler); nothing ran = the timed step less those times (where they exceed it, they "
-    "are scaled into it). Operations count by their own time (what ran inside them "
-    "excluded; step functions, "
-    "executors and other wrappers are no operations). "
+    "own times per step in a profiled window (a few steps after the timed ones, under the "
+    "backend's profiler); nothing ran = the timed step less those times (where they exceed "
+    "it, they are scaled into it). Operations count by their own time (what ran inside them "
+    "excluded; step functions, executors and other wrappers are no operations). "
     "Categories come from operation and kernel names; Tensor Core shares from kernel names "
     "(a heuristic); CPU kernels from oneDNN's verbose log."
 )
