@@ -4,10 +4,13 @@ On a machine in use the noise moves at the scale of seconds: two processes measu
 apart see different machines, and a ratio of their step times carries that drift whole. Here
 every arm (float32 and each policy it is compared with) is built once in the same process and
 trained in its own ``model.fit`` call on its own thread; a turnstile lets exactly one arm run
-at a time, in *windows* of ``k`` steps, in rounds whose order is drawn at random (each round a
-random permutation of the arms: A B, B A, B A, A B, ...). The speedup of a round is the base
-window's time per step over the arm's, from windows seconds apart at most; what a burst of
-load does to one window of a round and not to the other is seen by the interference probe
+at a time, in *windows* of ``k`` steps, in rounds in a randomised balanced order
+(:func:`balanced_orders`: blocks of n rounds for n arms, each block the n rotations of a
+random permutation in a random order, so that over every block each arm runs in each
+position once: A B, B A, B A, A B, ...; independent shuffles per round were not balanced).
+The speedup of a round is the base window's time per step over the arm's, from windows
+seconds apart at most; what a burst of load does to one window of a round and not to the
+other is seen by the interference probe
 (:mod:`mxbench.bench.interference`), which marks the window.
 
 No per-window setup cost: each arm's ``fit`` starts once (its data adapter, callbacks and the
@@ -30,7 +33,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,9 +253,9 @@ def run(
     order: list[str] = []
     timed = 0.0
     rounds = 0
+    orders = balanced_orders(n, rng)
     while (rounds + 1) * plan.k <= plan.max_steps and (rounds < MIN_ROUNDS or timed < plan.timed_s):
-        perm = list(range(n))
-        rng.shuffle(perm)
+        perm = next(orders)
         for pos, arm in enumerate(perm):
             where[arm] = (rounds, pos)
             step(arm)
@@ -267,6 +270,19 @@ def run(
     if failed is not None:
         raise failed
     return Outcome(logs, "".join(order), plan.k, rounds)
+
+
+def balanced_orders(n: int, rng: random.Random) -> Iterator[list[int]]:
+    """Round orders of ``n`` arms, endlessly, in blocks of ``n`` rounds: a block is the ``n``
+    cyclic rotations of a random permutation, in a random order. Over each block every arm
+    holds every position once (a drift across the block falls on every arm alike); the
+    first position of a round is still unpredictable to the arms."""
+    while True:
+        perm = list(range(n))
+        rng.shuffle(perm)
+        block = [perm[i:] + perm[:i] for i in range(n)]
+        rng.shuffle(block)
+        yield from block
 
 
 def window_steps(logs: Sequence[ArmLog], plan: Plan) -> int:
