@@ -139,6 +139,11 @@ def rows(c: Capacity) -> tuple[list[str], list[list[str]]]:
     return headers, out
 
 
+# A policy's largest batch at least this many times float32's: mixed precision "lets this
+# device train larger batches" (above 1 and below it: "fits only a little more").
+LARGER = 1.3
+
+
 def diagnosis(c: Capacity) -> str | None:
     """What mixed precision does to the largest batch here, in one sentence."""
     base = c.fits.get(BASELINE)
@@ -154,13 +159,13 @@ def diagnosis(c: Capacity) -> str | None:
         return None
     best = max((c.ratio(p) or 0.0) for p in c.fits if p != BASELINE)
     where = "GPU" if c.table.device.kind == "gpu" else "CPU"
-    if best >= 1.3:
+    if best >= LARGER:
         verdict = (
             "mixed precision lets this device train larger batches: activations are kept in "
             "16 bits, while the float32 master weights, optimizer state and framework memory "
             "are not halved, so the gain stays below 2x"
         )
-    elif best > 1.05:
+    elif best > 1:  # a larger batch fit, if a little: never "does not fit a larger batch"
         verdict = (
             "mixed precision fits only a little more: most of this process's memory is not "
             "16-bit activations (framework, weights, workspace)"

@@ -19,7 +19,6 @@ from mxbench.report.diagnose_profile import (
     AMX,
     BFLOAT16,
     FLOAT16,
-    NATIVE_16,
     REFERENCE_SHARE,
     cast_overhead,
     cpu_kernels,
@@ -30,6 +29,7 @@ from mxbench.report.diagnose_profile import (
     on_reference,
     profiles,
     tensor_core_kernels,
+    tensor_core_policies,
 )
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 from mxbench.results import ModelInfo, OffMultipleOf8
@@ -146,8 +146,10 @@ def float16_emulated_on_cpu(t: Table) -> str | None:
     if devices.is_x86(cpu.model, cpu.flags, cpu.arch) is not True:
         return None
     found = [p.onednn for _, _, p in profiles(t, FLOAT16) if p.onednn is not None]
-    if any((d.native16_share or 0.0) >= NATIVE_16 for d in found):
-        return None  # its kernels ran float16 natively: what ran says it (cpu_kernels)
+    if any((d.native16_share or 0.0) > 0 for d in found):
+        # some of its kernels ran float16 natively, so not every operation was converted:
+        # what ran says how much (cpu_kernels)
+        return None
     if any(on_reference(d) >= REFERENCE_SHARE for d in found):
         return None  # its kernels ran on oneDNN's reference loops: cpu_kernels says so
     has = sorted(FP16_FLAGS & {f.lower() for f in cpu.flags or ()})
@@ -242,11 +244,8 @@ def _dims(found: list[OffMultipleOf8], most: int = 6) -> str:
 
 def dims_not_multiple_of_8(t: Table) -> str | None:
     """The layers whose GEMM dimensions keep them off Tensor Core kernels (on a GPU that has
-    them, with a 16-bit policy in the table)."""
-    cap, _ = gpu_cc(t)
-    if not is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
-        return None
-    if not (FLOAT16 | BFLOAT16) & set(t.policies):
+    them, with a 16-bit policy in the table whose type they serve)."""
+    if not tensor_core_policies(t):
         return None
     model = _model(t)
     if model is None or not model.off_multiple_of_8:
@@ -315,9 +314,11 @@ def model_warnings(t: Table) -> str | None:
 
 
 def batch_not_multiple_of_8(t: Table) -> str | None:
-    cap, _ = gpu_cc(t)
-    odd = [b for b in t.batches if b % 8]
-    if not odd or not is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
+    """The batch sizes of the 16-bit policies that could use Tensor Cores here, and cannot
+    fully: not multiples of 8."""
+    fast = tensor_core_policies(t)
+    odd = sorted({b for p, b in t.entries if p in fast and b % 8})
+    if not odd:
         return None
     return (
         f"Batch size {', '.join(map(str, odd))} is not a multiple of 8: Tensor Core kernels "
@@ -439,9 +440,22 @@ def loss_parity(t: Table) -> str | None:
     return " ".join(parts) or None
 
 
+# loss_scale values that leave pure float16 without loss scaling (auto: Keras scales
+# mixed_float16 only)
+UNSCALED = frozenset({"auto", "none"})
+
+
 def pure_float16(t: Table) -> str | None:
-    if "float16" not in t.policies and not any(e.pure_float16 for e in t.entries.values()):
+    pure = [e for (p, _), e in t.entries.items() if p == "float16" or e.pure_float16]
+    if not pure:
         return None
+    scales = {r.params.loss_scale for e in pure for r in e.records}
+    if scales and not scales & UNSCALED:  # every record scaled its loss: that part is not so
+        return (
+            "Pure float16: no float32 master weights, so updates too small for a float16 "
+            f"weight are lost; its loss scaling (loss_scale {', '.join(sorted(scales))}) keeps "
+            "small gradients from underflowing, not that. Use mixed_float16."
+        )
     return (
         "Pure float16 (the Stack Overflow case): no float32 master weights and no loss "
         "scaling, so small gradients underflow and updates are lost; use mixed_float16."

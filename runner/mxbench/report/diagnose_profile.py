@@ -6,7 +6,7 @@ the convolutions and matmuls, Tensor Core use, casts, memory-bound and launch-bo
 from __future__ import annotations
 
 from mxbench.bench import onednn
-from mxbench.report import why
+from mxbench.report import devices, why
 from mxbench.report.annotate import gpu_cc
 from mxbench.report.tables import Table
 from mxbench.report.why import profile_of
@@ -19,6 +19,7 @@ MEASURED_MEMORY_BOUND = 0.40  # elementwise + normalization
 CAST_SHARE = 0.05  # casts under a 16-bit policy
 HOST_GAP_SHARE = 0.30  # nothing ran: launches, Python, waits
 NO_TENSOR_CORES = 0.05  # Tensor Core share of conv/matmul time below this: none
+MOST_TENSOR_CORES = 0.5  # ... at least this in every profiled slot: they ran "most" of it
 # What AMX is, in the sentences that name it (the bench measured mixed_bfloat16 2.26x float32
 # on AMX, blog-cnn at 128 px, batch 16)
 AMX = (
@@ -147,14 +148,30 @@ def cpu_kernels(t: Table) -> str | None:
     return f"Kernels that ran (oneDNN's verbose log{how}): " + "; ".join(parts) + "."
 
 
-def tensor_core_kernels(t: Table) -> str | None:
-    """From kernel names: did the 16-bit convolutions/matmuls run on Tensor Cores?"""
+def tensor_core_policies(t: Table) -> frozenset[str]:
+    """The table's 16-bit policies whose type this GPU has Tensor Cores for: none below
+    compute capability 7.0 or on a Turing GPU built without them (GTX 16xx), float16 only
+    below 8.0 (no bfloat16 Tensor Cores)."""
     cap, _ = gpu_cc(t)
-    if not is_gpu(t) or cap is None or not cap.fp16_tensor_cores:
+    if not is_gpu(t) or cap is None or devices.without_tensor_cores(t.device.name):
+        return frozenset()
+    fast = (FLOAT16 if cap.fp16_tensor_cores else frozenset()) | (
+        BFLOAT16 if cap.bf16_tensor_cores else frozenset()
+    )
+    return fast & frozenset(t.policies)
+
+
+def tensor_core_kernels(t: Table) -> str | None:
+    """From kernel names: did the 16-bit convolutions/matmuls run on Tensor Cores (judged
+    only for the policies whose type this GPU has Tensor Cores for: bfloat16 on a Volta
+    takes no Tensor Core kernel by design, which no_bf16_tensor_cores says)?"""
+    cap, _ = gpu_cc(t)
+    fast = tensor_core_policies(t)
+    if cap is None or not fast:
         return None
     found = [
         (pol, b, p.tensor_core_share)
-        for pol, b, p in profiles(t, FLOAT16 | BFLOAT16)
+        for pol, b, p in profiles(t, fast)
         if p.tensor_core_share is not None
     ]
     if not found:
@@ -168,8 +185,9 @@ def tensor_core_kernels(t: Table) -> str | None:
             "multiples of 8, the layout and the library versions."
         )
     shown = "; ".join(f"{pol} at batch {b}: {s:.0%}" for pol, b, s in found)
+    most = "most" if all(s >= MOST_TENSOR_CORES for _, _, s in found) else "part"
     return (
-        f"Tensor Core kernels ran most of the convolution/matmul time ({shown}; judged "
+        f"Tensor Core kernels ran {most} of the convolution/matmul time ({shown}; judged "
         "from kernel names, a heuristic)."
     )
 
