@@ -14,9 +14,10 @@ Welch's t over processes, each side's spread floored at what the processes' own 
 (one process on a side: the steps' normal interval, and no verdict), around the log of the
 printed ratio. The printed figures are medians, not means, over processes: a median of k >= 3
 values varies more than their mean (for normal values by up to pi/2 in variance, its limit),
-so each side's variance is taken :data:`MEDIAN_FACTOR` times larger there. Simulated with a
-process SD of 0.07 in the log rate, the interval then holds the truth in 97-98 % of 20,000
-draws at k = 2...6 a side (centred on the medians without the factor: 92.7 % at k = 5).
+so each side's variance is taken :data:`MEDIAN_FACTOR` times larger there. Simulated with
+process SDs of 0.05-0.09 in the log rate, the interval then holds the truth in 97.0-98.2 % of
+tables at k = 2...6 a side, and 92.2-93.9 % at k = 5 and 6 without the factor
+(``benchmarks/scaling_interval.py``, ``benchmarks/records/scaling-interval.md``).
 """
 
 from __future__ import annotations
