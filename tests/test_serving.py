@@ -692,3 +692,17 @@ def test_dispatch_bound_needs_the_whole_interval_under_the_limit(tmp_path: Path)
     (ratio,) = stats.judge([(big.rungs[0].processes, one.rungs[0].processes)])
     assert ratio is not None and ratio.value < 1.5 < ratio.high
     assert not [s for s in big.sentences if s.startswith("Dispatch-bound")]
+
+
+def test_the_docs_name_the_serving_rules_and_thresholds() -> None:
+    """docs/serving.md names each diagnosis rule and the thresholds the code uses."""
+    from mxbench.report import diagnose_infer
+
+    doc = " ".join((Path(__file__).resolve().parents[1] / "docs/serving.md").read_text().split())
+    for rule in ("No fast float16", "float16 on an x86 CPU", "int8 without VNNI or AMX",
+                 "Dispatch-bound calls", "Calls are not independent"):  # fmt: skip
+        assert f"**{rule}**" in doc, rule
+    assert f"at least {diagnose_infer.DISPATCH_BATCH_RATIO}x larger (`DISPATCH_BATCH_RATIO`)" in doc
+    assert f"at most {diagnose_infer.DISPATCH_TIME_RATIO}x the small batch's" in doc
+    assert f"[0, {latency.MAX_RHO}], `MAX_RHO`" in doc
+    assert "(`DISPATCH_TIME_RATIO`" in doc
