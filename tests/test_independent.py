@@ -192,6 +192,9 @@ def test_the_map_shows_the_reference_and_the_health_line_in_every_format(
     assert [p.devices for p in m.points] == [1, 2]  # data parallel's; the replicas beside
     kept = two.reference.kept if two.reference else None
     assert kept is not None and kept.judged and kept.low < 0.80 < kept.high < 0.9
+    assert two.reference is not None and not two.reference.flagged  # 80%: nothing to doubt
+    assert not any("above 105%" in cell for row in m.rows for cell in row)
+    assert not any(n.startswith("kept of independent above") for n in m.notes)
     assert m.headers[-2:] == scaling_reference.HEADERS
     (fine, slow) = [h for h, _ in m.health]
     assert fine.slow == [] and slow.slow == [2] and slow.devices[2] == "gpu:2"
@@ -242,7 +245,9 @@ def test_a_real_map_with_its_reference(tmp_path: Path) -> None:
     two = m.points[1]
     assert two.reference is not None and two.reference.images_per_s
     assert two.reference.kept is not None and not two.reference.kept.judged  # one process
-    assert m.rows[1][-1].endswith("%") and m.rows[1][-2]
+    kept = m.rows[1][-1]  # "93%", or "147% above 105% (flagged)" on shared cores
+    assert kept.split(" ")[0].endswith("%") and m.rows[1][-2]
+    assert kept.endswith("above 105% (flagged)") is two.reference.flagged
     ((health, records),) = m.health
     assert health.devices == ["CPU:0", "CPU:1"] and len(records) == 1
     line = next(n for n in m.notes if n.startswith("health sweep (float32 at batch 8, 2 replica"))

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from mxbench import latency, serving
+from mxbench import latency, serving, stats
 from mxbench.cells import expand, pair_up
 from mxbench.codec import decode
 from mxbench.errors import UsageError
@@ -253,21 +253,164 @@ def test_the_gate_strikes_a_speedup_whose_outputs_disagree(tmp_path: Path) -> No
     assert answers.lines(doc.tables) == [] and doc.grids == []
 
 
-def test_percentiles_pool_the_processes_and_say_what_they_rest_on(tmp_path: Path) -> None:
-    records = [
-        served("float32", _calls(10.0, n=200), repeat=0),
-        served("float32", _calls(10.0, n=200), repeat=1),
-        served("mixed_bfloat16", _calls(5.0, n=100), agreement=1.0, repeat=0),
-        served("mixed_bfloat16", _calls(5.0, n=100), agreement=1.0, repeat=1),
-    ]
+def _nearest(times: list[float], q: float) -> float:
+    return sorted(times)[max(1, math.ceil(q * len(times))) - 1]
+
+
+def _one_process(times: list[float], q: float) -> tuple[float, float, float] | int:
+    """A process's ``q`` percentile with its 95% interval, computed here (scipy's binomial):
+    the ranks of Bin(m, q), m the calls' effective number for it (the lag-1 autocorrelation
+    of "at most the percentile", clipped to [0, 0.95]), scaled to the n calls; where m
+    calls cannot hold it, the calls it needs (an int)."""
+    import numpy as np
+    from scipy.stats import binom
+
+    n, cut = len(times), _nearest(times, q)
+    ind = np.array([t <= cut for t in times], dtype=float)
+    c = ind - ind.mean()
+    rho = min(max(float((c[1:] * c[:-1]).sum() / (c * c).sum()), 0.0), 0.95)
+    exact = n * (1 - rho) / (1 + rho)
+    m = math.floor(exact + 1e-9)
+    cdf = binom.cdf(np.arange(m), m, q)
+    lows = [k + 1 for k in range(m) if cdf[k] <= 0.025]
+    highs = [k + 1 for k in range(m) if 1 - cdf[k] <= 0.025]
+    if not lows or not highs:
+        least = next(k for k in range(1, 10_000) if max(q, 1 - q) ** k <= 0.025)
+        return max(least, math.ceil(least * n / exact - 1e-9))
+    low, high = max(lows), min(highs)
+    if m != n:
+        low, high = max(1, math.floor(low * n / m)), min(n, math.ceil(high * n / m))
+    ordered = sorted(times)
+    return cut, ordered[low - 1], ordered[high - 1]
+
+
+def _across(processes: list[list[float]], q: float) -> tuple[float, float, float]:
+    """Several processes' ``q`` percentile, computed here: the geometric mean of theirs,
+    Student's t (k - 1 df) over their logs, floored at their own intervals' spread."""
+    from scipy.stats import norm, t
+
+    own = [_one_process(x, q) for x in processes]
+    assert all(isinstance(x, tuple) for x in own)
+    logs = [math.log(x[0]) for x in own]  # type: ignore[index]
+    floor = sum(((math.log(x[2]) - math.log(x[1])) / (2 * norm.ppf(0.975))) ** 2
+                for x in own) / len(own)  # type: ignore[index]  # fmt: skip
+    k, mean = len(logs), sum(logs) / len(logs)
+    spread = max(sum((x - mean) ** 2 for x in logs) / (k - 1), floor)
+    half = t.ppf(0.975, k - 1) * math.sqrt(spread / k)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def test_percentiles_are_each_process_s_with_an_interval_over_processes(tmp_path: Path) -> None:
+    """Two processes of float32 whose calls sit at 10 ms and 12 ms: pooled as independent
+    calls their p50 read 11.xx with an interval of a few hundredths (n=400), as if one process
+    had made all 400 calls. Each process's own, then Student's t over the two: the interval
+    the processes' difference asks for, computed here from the raw calls."""
+    calls = {
+        ("float32", 0): _calls(10.0, n=200), ("float32", 1): _calls(12.0, n=200),
+        ("mixed_bfloat16", 0): _calls(5.0, n=100), ("mixed_bfloat16", 1): _calls(6.0, n=100),
+    }  # fmt: skip
+    records = [served(policy, times, agreement=None if policy == "float32" else 1.0, repeat=k)
+               for (policy, k), times in calls.items()]  # fmt: skip
     (section,) = _doc(tmp_path, records).inference
     base, bf16 = section.rows
-    assert base[3].endswith("(n=400)") and "needs" not in base[3]  # p99 of 400 calls
-    assert bf16[3] == "needs 368 queries (n=200)"
-    assert bf16[1].endswith("(n=200)") and "[" in bf16[1]
+    for row, policy in ((base, "float32"), (bf16, "mixed_bfloat16")):
+        value, low, high = _across([calls[policy, 0], calls[policy, 1]], 0.5)
+        n = len(calls[policy, 0])
+        assert row[1] == f"{value:.2f} [{low:.2f}–{high:.2f}] (n=2×{n})", row[1]
+    value, low, high = _across([calls["float32", 0], calls["float32", 1]], 0.9)
+    assert base[2] == f"{value:.2f} [{low:.2f}–{high:.2f}] (n=2×200)"
+    assert high / low > 1.5  # 10 ms against 12 ms: one degree of freedom, and it says so
+    # p99 of 200 calls a process: no order statistic holds it, pooled to 400 or not
+    assert base[3] == f"needs {_one_process(calls['float32', 0], 0.99)} queries a process (n=2×200)"
+    assert bf16[3] == "needs 368 queries a process (n=2×100)"
     rung = section.rungs[1]
     assert rung.ratio is not None and rung.ratio.judged  # two processes per side: a verdict
     assert 1.9 < rung.ratio.value < 2.1
+    (p50,) = [p for p in json.loads(document.render(_doc(tmp_path, records), "json"))[
+        "inference"][0]["precisions"][0]["percentiles"] if p["q"] == 0.5]  # fmt: skip
+    assert (p50["processes"], p50["over"], p50["n"]) == (2, "processes", 400)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_latency_intervals_hold_their_level_with_process_effects_and_drift(k: int) -> None:
+    """Calibration: k processes of 200 calls, each process offset by SD 0.07 in the log (the
+    drift study's spread between processes) and its calls autocorrelated (AR(1), rho 0.6,
+    SD 0.1 in the log). The truth, a typical process's p50 and p90, is the stationary
+    distribution's (exp(z_q · 0.1) x 10 ms). The intervals over processes hold it in at least
+    93% of 300 draws; the calls pooled as independent held it in under 60%."""
+    import random
+    from statistics import NormalDist
+
+    rng = random.Random(k)
+    truth = {q: 10.0 * math.exp(NormalDist().inv_cdf(q) * 0.1) for q in (0.5, 0.9)}
+    held = dict.fromkeys(truth, 0)
+    pooled = dict.fromkeys(truth, 0)
+    for _ in range(300):
+        processes = []
+        for _ in range(k):
+            offset, x, calls = rng.gauss(0, 0.07), rng.gauss(0, 0.1), []
+            for _ in range(200):
+                x = 0.6 * x + rng.gauss(0, 0.1 * math.sqrt(1 - 0.36))
+                calls.append(10.0 * math.exp(offset + x))
+            processes.append(calls)
+        for q, true in truth.items():
+            found = latency.across(processes, q)
+            assert found.low is not None and found.high is not None
+            held[q] += found.low <= true <= found.high
+            every = latency.percentile([t for c in processes for t in c], q)
+            pooled[q] += (every.low or 0) <= true <= (every.high or 0)
+    assert min(held.values()) >= 0.93 * 300, held
+    assert max(pooled.values()) < 0.6 * 300, pooled
+
+
+def test_one_process_s_interval_counts_calls_that_are_slow_together(tmp_path: Path) -> None:
+    """One process whose calls drift (a slow stretch, then a fast one): neighbouring calls
+    agree, so they are worth fewer than their number, and the interval widens by what the
+    calls' own autocorrelation says, computed here; a slow stretch of the last 10% leaves
+    p90 needing more calls than 300. Calls without such runs keep the textbook interval of
+    independent calls."""
+    drift = [10.0 + 2.0 * (i < 150) + 0.5 * ((i * 37) % 100) / 100 for i in range(300)]
+    flat = _calls(10.0, n=300)
+    (section,) = _doc(tmp_path, [served("float32", drift)]).inference
+    (row,) = section.rows
+    value, low, high = _one_process(drift, 0.5)  # type: ignore[misc]
+    assert row[1] == f"{value:.2f} [{low:.2f}–{high:.2f}] (n=300)"
+    textbook = latency.percentile(drift, 0.5)
+    assert (textbook.high or 0) - (textbook.low or 0) < high - low  # wider than independent
+    tail = [10.0 + 2.0 * (i >= 270) + 0.5 * ((i * 37) % 100) / 100 for i in range(300)]
+    (section,) = _doc(tmp_path, [served("float32", tail)]).inference
+    needs = _one_process(tail, 0.9)
+    assert isinstance(needs, int) and needs > 300
+    assert section.rows[0][2] == f"needs {needs} queries (n=300)"
+    assert latency.percentile(tail, 0.9).supported  # as independent calls, 300 would do
+    (section,) = _doc(tmp_path, [served("float32", flat)]).inference
+    (row,) = section.rows
+    textbook = latency.percentile(flat, 0.5)
+    assert row[1] == f"{textbook.value:.2f} [{textbook.low:.2f}–{textbook.high:.2f}] (n=300)"
+    assert _one_process(flat, 0.5) == (textbook.value, textbook.low, textbook.high)
+
+
+def test_the_speedup_is_the_ratio_of_the_printed_p50s(tmp_path: Path) -> None:
+    """float32's processes at 10 and 14 ms, mixed_bfloat16's at 5 and 7 ms with twice the
+    spread of calls: the speedup is float32's p50 as printed over the policy's (each the
+    geometric mean of the processes' own p50s, computed here), with a verdict over the
+    processes."""
+    calls = {
+        ("float32", 0): _calls(10.0, n=200), ("float32", 1): _calls(14.0, n=200),
+        ("mixed_bfloat16", 0): _calls(5.0, n=200, spread=0.5),
+        ("mixed_bfloat16", 1): _calls(7.0, n=200, spread=0.5),
+    }  # fmt: skip
+    records = [served(policy, times, agreement=None if policy == "float32" else 1.0, repeat=k)
+               for (policy, k), times in calls.items()]  # fmt: skip
+    (section,) = _doc(tmp_path, records).inference
+    p50 = {policy: math.sqrt(_nearest(calls[policy, 0], 0.5) * _nearest(calls[policy, 1], 0.5))
+           for policy in ("float32", "mixed_bfloat16")}  # fmt: skip
+    rung = section.rungs[1]
+    assert rung.ratio is not None and rung.ratio.judged
+    assert rung.ratio.value == pytest.approx(p50["float32"] / p50["mixed_bfloat16"], rel=1e-9)
+    base, bf16 = section.rows
+    printed = float(base[1].split()[0]) / float(bf16[1].split()[0])
+    assert float(bf16[5].split()[0]) == pytest.approx(printed, abs=0.006)
 
 
 def test_the_serving_section_shows_in_every_format(tmp_path: Path) -> None:
@@ -450,24 +593,116 @@ def test_what_ran_is_told_from_any_backend_s_profiled_calls(tmp_path: Path) -> N
 def test_float16_on_a_cpu_with_float16_arithmetic_says_what_ran(tmp_path: Path) -> None:
     """This repository's Xeon has AVX512-FP16: oneDNN ran mixed_float16's kernels in native
     float16 (avx10_1_512) and serving was still 0.64x float32 (examples/serving-trained).
-    The diagnosis says what ran, not "emulated"; where no record says, it says that."""
+    The diagnosis says what ran, not "emulated", where two processes a side show it slower;
+    where no record says, it says that."""
     fp16 = {"model": "Intel(R) Xeon(R) Processor", "flags": ["avx2", "fma", "avx512_fp16"]}
     native = {"tool": "oneDNN creation log (warm-up calls)", "device": "cpu",
               "onednn": {"gemm_isas": {"avx10_1_512": 1.0}, "native16_share": 1.0}}  # fmt: skip
-    f16 = _on(served("mixed_float16", _calls(6.25), agreement=1.0), cpu=fp16)
-    f16["profile"] = native
-    said = _diagnosis(tmp_path, [_on(served("float32", _calls(4.0)), cpu=fp16), f16])
+
+    def f16(ms: float, k: int) -> dict[str, Any]:
+        r = _on(served("mixed_float16", _calls(ms), agreement=1.0, repeat=k), cpu=fp16)
+        r["profile"] = native
+        return r
+
+    def f32(ms: float, k: int) -> dict[str, Any]:
+        return _on(served("float32", _calls(ms), repeat=k), cpu=fp16)
+
+    said = _diagnosis(tmp_path, [f32(4.0, 0), f32(4.1, 1), f16(6.25, 0), f16(6.3, 1)])
     (line,) = [s for s in said if s.startswith("mixed_float16 ran")]
     ran = "(oneDNN avx10_1_512, 100% of its convolutions and matmuls in 16 bits)"
     assert line.startswith(f"mixed_float16 ran native float16 kernels on this CPU {ran}")
-    assert "0.64x the speed of float32" in line and "emulated" not in line.split(":")[0]
-    faster = _on(served("mixed_float16", _calls(3.2), agreement=1.0), cpu=fp16)
-    faster["profile"] = native  # ResNet-50 at batch 64 here: 1.25x, natively
-    said = _diagnosis(tmp_path, [_on(served("float32", _calls(4.0)), cpu=fp16), faster])
+    assert "(measured: mixed_float16 0.65x [0.58–0.72] the speed of float32, slower)" in line
+    assert "emulated" not in line.split(":")[0]
+    faster = f16(3.2, 0)  # ResNet-50 at batch 64 here: 1.25x, natively
+    said = _diagnosis(tmp_path, [f32(4.0, 0), faster])
     rule = ("mixed_float16 ran", "float16 on an x86", "this CPU has float16")
     assert not [s for s in said if s.startswith(rule)], said  # nothing to explain
     unprofiled = _on(served("mixed_float16", _calls(6.25), agreement=1.0), cpu=fp16)
-    said = _diagnosis(tmp_path, [_on(served("float32", _calls(4.0)), cpu=fp16), unprofiled])
+    said = _diagnosis(tmp_path, [f32(4.0, 0), unprofiled])
     assert any(
         s.startswith("this CPU has float16 arithmetic (avx512_fp16), but no record") for s in said
     ), said
+    (line,) = [s for s in said if s.startswith("this CPU has float16")]
+    assert "0.64x the speed of float32, one process a side: no verdict" in line
+
+
+@pytest.mark.parametrize(
+    ("f32_ms", "f16_ms"),
+    [
+        ((4.0,), (6.25,)),  # one process a side: 0.64x, no interval to hold it
+        ((4.0, 4.4), (4.6, 4.2)),  # two a side, 0.95x with an interval holding 1
+    ],
+)
+def test_slower_is_said_only_where_the_interval_shows_it(
+    tmp_path: Path, f32_ms: tuple[float, ...], f16_ms: tuple[float, ...]
+) -> None:
+    """The native-float16 sentence explains why mixed_float16 is slower: it says nothing
+    where the records do not show it slower (before, a point estimate under 1 sufficed)."""
+    fp16 = {"model": "Intel(R) Xeon(R) Processor", "flags": ["avx2", "fma", "avx512_fp16"]}
+    native = {"tool": "oneDNN creation log (warm-up calls)", "device": "cpu",
+              "onednn": {"gemm_isas": {"avx10_1_512": 1.0}, "native16_share": 1.0}}  # fmt: skip
+    records = [
+        _on(served("float32", _calls(ms), repeat=k), cpu=fp16) for k, ms in enumerate(f32_ms)
+    ]
+    for k, ms in enumerate(f16_ms):
+        r = _on(served("mixed_float16", _calls(ms), agreement=1.0, repeat=k), cpu=fp16)
+        r["profile"] = native
+        records.append(r)
+    doc = _doc(tmp_path, records)
+    (section,) = doc.inference
+    ratio = section.rungs[1].ratio
+    assert ratio is not None and ratio.verdict in ("too few processes", "no clear difference")
+    said = section.sentences
+    assert not [s for s in said if s.startswith("mixed_float16 ran")], said
+    assert not [s for s in inference.lines(doc.loaded.winners) if "slower" in s]
+
+
+@pytest.mark.parametrize(
+    ("call", "path", "advice"),
+    [
+        ("direct", "(call direct: eager, operation by operation)", "call: compiled"),
+        ("compiled", "(call compiled: tf.function;", "larger batches spread it"),
+        ("predict_on_batch", "Keras' own loop around its predict function", "call: compiled"),
+    ],
+)
+def test_the_dispatch_sentence_knows_the_call_path(
+    tmp_path: Path, call: str, path: str, advice: str
+) -> None:
+    """Dispatch-bound calls said of the call path the records name: eager operation by
+    operation only for the direct call (before, "eager" was said for compiled calls too)."""
+    records = [
+        served("float32", _calls(13.0), call=call),
+        _on(served("float32", _calls(13.2), call=call), batch=256),
+    ]
+    (line,) = [s for s in _diagnosis(tmp_path, records) if s.startswith("Dispatch-bound")]
+    assert path in line and advice in line, line
+    assert ("eager" in line) is (call == "direct")
+
+
+def test_dispatch_bound_needs_the_whole_interval_under_the_limit(tmp_path: Path) -> None:
+    """Batch 256's two processes at 11 and 22 ms against batch 1's at 13 and 13.5: the p50s'
+    ratio is 1.17, under 1.5, but two processes this far apart cannot say it is: no
+    sentence (the pooled calls' p50s, 13.2 against 14.5, said "dispatch-bound")."""
+    records = [served("float32", _calls(ms), repeat=k) for k, ms in enumerate((13.0, 13.5))]
+    records += [_on(served("float32", _calls(ms), repeat=k), batch=256)
+                for k, ms in enumerate((11.0, 22.0))]  # fmt: skip
+    doc = _doc(tmp_path, records)
+    big = next(s for s in doc.inference if s.rungs[0].records[0].params.batch_size == 256)
+    one = next(s for s in doc.inference if s.rungs[0].records[0].params.batch_size == 1)
+    (ratio,) = stats.judge([(big.rungs[0].processes, one.rungs[0].processes)])
+    assert ratio is not None and ratio.value < 1.5 < ratio.high
+    assert not [s for s in big.sentences if s.startswith("Dispatch-bound")]
+
+
+def test_the_docs_name_the_serving_rules_and_thresholds() -> None:
+    """docs/serving.md names each diagnosis rule and the thresholds the code uses."""
+    from mxbench.report import diagnose_infer
+
+    doc = " ".join((Path(__file__).resolve().parents[1] / "docs/serving.md").read_text().split())
+    for rule in ("No fast float16", "float16 on an x86 CPU", "int8 without VNNI or AMX",
+                 "Dispatch-bound calls", "Calls are not independent"):  # fmt: skip
+        assert f"**{rule}**" in doc, rule
+    assert f"at least {diagnose_infer.DISPATCH_BATCH_RATIO}x larger (`DISPATCH_BATCH_RATIO`)" in doc
+    assert f"at most {diagnose_infer.DISPATCH_TIME_RATIO}x the small batch's" in doc
+    assert f"[0, {latency.MAX_RHO}], `MAX_RHO`" in doc
+    assert "(`DISPATCH_TIME_RATIO`" in doc

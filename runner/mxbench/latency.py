@@ -19,11 +19,29 @@ queries; p99: 270,336): its rule bounds the *error* of the percentile's rank (a 
 (1 - q) / 20) and rounds up to a multiple of 8,192; the rule here only asks that an interval
 exist. Both are said where the report prints percentiles.
 
-Pure Python (math): the bench computes these inside an image, the report from the samples.
+**Dependence.** The binomial holds for independent calls. A process's calls are not: a
+slow stretch (another process on the core, a clock that drops, a collector) makes several
+neighbouring calls slow together: in the committed H200 serving records the lag-1
+autocorrelation of the log call times is 0.78-0.96 under JAX. With ``dependent=True`` (the report's
+choice) the interval is the binomial's over the *effective* calls,
+``n (1 - rho) / (1 + rho)``, rho the lag-1 autocorrelation of the indicator "this call took
+at most the percentile" (the series whose count the binomial describes; clipped to
+[0, 0.95]), its ranks scaled back to the n calls; a percentile they cannot support needs as
+many more calls. Processes differ by more than their calls say (the drift study in
+docs/measuring.md), so across several processes (:func:`across`) the percentile is each
+process's own, the figure their geometric mean and the interval Student's t over processes
+of their logs, each process's spread floored at what its own interval says: the same two
+levels as the step times' intervals (:mod:`mxbench.stats`). A block bootstrap would handle
+the dependence inside a process but not the processes' own offsets, and resampling 2-3
+processes has too few distinct draws to hold a level.
+
+Pure Python (math) but :func:`across` (scipy's t quantile, imported when it runs): the bench
+computes percentiles inside an image, the report from the samples.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -39,7 +57,8 @@ MLPERF_ROUND = 1 << 13  # MLPerf rounds its query counts up to a multiple of 8,1
 @dataclass(frozen=True)
 class Percentile:
     """One quantile of ``n`` times: its value and interval (ms), or None where ``n`` cannot
-    support it at ``level`` (``needs``: the queries that would)."""
+    support it at ``level`` (``needs``: the queries that would, per process). ``counts``:
+    the calls of each process it comes from, where more than one (:func:`across`)."""
 
     q: float
     n: int
@@ -48,6 +67,7 @@ class Percentile:
     value: float | None = None
     low: float | None = None
     high: float | None = None
+    counts: tuple[int, ...] = ()
 
     @property
     def supported(self) -> bool:
@@ -57,13 +77,30 @@ class Percentile:
     def name(self) -> str:
         return name(self.q)
 
+    @property
+    def processes(self) -> int:
+        return max(1, len(self.counts))
+
+    @property
+    def over(self) -> str:
+        """What its interval is over: ``processes`` (two or more), else ``calls`` (one)."""
+        return "processes" if self.processes > 1 else "calls"
+
     def text(self, places: int = 2) -> str:
-        """``1.23 [1.20–1.31] (n=500)``, or ``needs 368 queries (n=100)``."""
+        """``1.23 [1.20–1.31] (n=500)``, ``… (n=2×250)`` over two processes, or
+        ``needs 368 queries (n=100)`` (``… queries a process`` over several)."""
+        calls = f"n={self.n}"
+        if self.processes > 1:
+            same = len(set(self.counts)) == 1
+            calls = (
+                f"n={self.processes}×{self.counts[0]}"
+                if same
+                else "n=" + "+".join(map(str, self.counts))
+            )
         if self.value is None or self.low is None or self.high is None:
-            return f"needs {self.needs} queries (n={self.n})"
-        return (
-            f"{self.value:.{places}f} [{self.low:.{places}f}–{self.high:.{places}f}] (n={self.n})"
-        )
+            each = " a process" if self.processes > 1 else ""
+            return f"needs {self.needs} queries{each} ({calls})"
+        return f"{self.value:.{places}f} [{self.low:.{places}f}–{self.high:.{places}f}] ({calls})"
 
 
 def name(q: float) -> str:
@@ -127,17 +164,52 @@ def bounds(n: int, q: float, level: float = LEVEL) -> tuple[int, int] | None:
     return low, high
 
 
-def percentile(times: Sequence[float], q: float, level: float = LEVEL) -> Percentile:
+MAX_RHO = 0.95  # the lag-1 autocorrelation taken at most (as mxbench.stats does for steps)
+
+
+def effective_calls(times: Sequence[float], q: float) -> float:
+    """How many independent calls ``times`` (in call order) are worth for the ``q``
+    quantile: ``n (1 - rho) / (1 + rho)``, rho the lag-1 autocorrelation of the indicator
+    "at most the nearest-rank quantile", clipped to [0, :data:`MAX_RHO`] (negative rho is
+    not taken as extra precision)."""
+    n = len(times)
+    if n < 3:
+        return float(n)
+    cut = sorted(times)[max(1, math.ceil(q * n)) - 1]
+    below = [1.0 if t <= cut else 0.0 for t in times]
+    mean = sum(below) / n
+    c = [b - mean for b in below]
+    den = sum(x * x for x in c)
+    rho = sum(a * b for a, b in itertools.pairwise(c)) / den if den > 0 else 0.0
+    rho = min(max(rho, 0.0), MAX_RHO)
+    return n * (1.0 - rho) / (1.0 + rho)
+
+
+def nearest(times: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``times`` (not empty) by nearest rank: ``x(ceil(q n))``."""
+    return sorted(times)[max(1, math.ceil(q * len(times))) - 1]
+
+
+def percentile(
+    times: Sequence[float], q: float, level: float = LEVEL, dependent: bool = False
+) -> Percentile:
     """The ``q`` quantile of ``times`` (nearest rank) with its order-statistic interval, or
-    the queries it needs."""
+    the queries it needs. ``dependent``: the interval of :func:`effective_calls` calls, its
+    ranks scaled to the ``n`` there are (none where the effective calls cannot support it:
+    it needs as many more)."""
     n = len(times)
     needs = min_queries(q, level)
-    ranks = bounds(n, q, level) if n else None
+    m = effective_calls(times, q) if dependent and n else float(n)
+    whole = math.floor(m + 1e-9)
+    ranks = bounds(whole, q, level) if whole else None
     if ranks is None:
-        return Percentile(q, n, level, needs)
+        more = math.ceil(needs * n / m - 1e-9) if dependent and m > 0 else needs
+        return Percentile(q, n, level, max(needs, more))
     ordered = sorted(times)
     rank = max(1, math.ceil(q * n))
     low, high = ranks
+    if whole != n:  # ranks among the effective calls, scaled to the calls there are
+        low, high = max(1, math.floor(low * n / whole)), min(n, math.ceil(high * n / whole))
     return Percentile(q, n, level, needs, ordered[rank - 1], ordered[low - 1], ordered[high - 1])
 
 
@@ -145,6 +217,41 @@ def percentiles(
     times: Sequence[float], quantiles: Sequence[float] = QUANTILES, level: float = LEVEL
 ) -> list[Percentile]:
     return [percentile(times, q, level) for q in quantiles]
+
+
+def across(samples: Sequence[Sequence[float]], q: float, level: float = LEVEL) -> Percentile:
+    """The ``q`` quantile of several processes' calls (each in call order): one process,
+    its own (``dependent``); several, the geometric mean of each process's own with
+    Student's t interval over processes of their logs (k - 1 degrees of freedom), the spread
+    floored at the mean of what each process's own interval says (its half-width in logs
+    over the normal quantile). A process that cannot support it makes the whole unsupported
+    (``needs``: per process, the most any of them needs)."""
+    procs = [percentile(s, q, level, dependent=True) for s in samples if len(s)]
+    if not procs:
+        return Percentile(q, 0, level, min_queries(q, level))
+    if len(procs) == 1:
+        return procs[0]
+    counts = tuple(p.n for p in procs)
+    total = sum(counts)
+    short = [p.needs for p in procs if not p.supported]
+    if short:
+        return Percentile(q, total, level, max(short), counts=counts)
+    z = statistics.NormalDist().inv_cdf((1.0 + level) / 2.0)
+    logs = [math.log(p.value) for p in procs]  # type: ignore[arg-type]  # supported
+    within = statistics.fmean(
+        ((math.log(p.high) - math.log(p.low)) / (2.0 * z)) ** 2  # type: ignore[arg-type]
+        for p in procs
+    )
+    k = len(procs)
+    mean = statistics.fmean(logs)
+    se = math.sqrt(max(statistics.variance(logs), within) / k)
+    from scipy.special import stdtrit  # Student's t quantile (imported when needed)
+
+    t = float(stdtrit(k - 1, (1.0 + level) / 2.0))
+    return Percentile(
+        q, total, level, min_queries(q, level), math.exp(mean), math.exp(mean - t * se),
+        math.exp(mean + t * se), counts,
+    )  # fmt: skip
 
 
 def _check(q: float, level: float) -> None:

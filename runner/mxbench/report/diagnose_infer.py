@@ -13,15 +13,25 @@ records too, never from a guess:
   AMX-FP16) and it is still slower, the time is not the arithmetic's, and it says so;
 - int8 without VNNI or AMX: the CPU has no 8-bit dot-product instructions, so quantized
   layers convert back and forth around float32 arithmetic;
-- the call is dispatch-bound: a larger batch costs about as much per call as batch 1, so the
-  time is the framework's per-call (eager, op-by-op) overhead, which no precision shrinks.
+- the call is dispatch-bound: a batch at least 16x larger costs clearly at most 1.5x as much
+  per call (the whole interval of the ratio of the p50s), so the time is the per-call
+  overhead of the call path the records name (direct: eager, operation by operation;
+  compiled: around one compiled function; predict / predict_on_batch: Keras' loop), which
+  no precision shrinks.
+
+What a rule says of speed comes from an interval: "slower" only where the speedup's whole
+interval lies under 1 (:attr:`mxbench.stats.Ratio.verdict`), and the measured figure it
+quotes carries that interval and verdict.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from mxbench import stats
+from mxbench.params import Params
 from mxbench.report import devices
 from mxbench.results import Record
 
@@ -46,10 +56,26 @@ def _names(rungs: Sequence[Rung]) -> set[str]:
     return {rung.policy for rung in rungs if rung.ok}
 
 
+# how a measured speed reads after its figure, by verdict
+MEASURED = {
+    stats.FASTER: "faster",
+    stats.SLOWER: "slower",
+    stats.SAME: stats.SHORT[stats.SAME],
+    stats.TOO_FEW: "one process a side: no verdict",
+}
+
+
+def measured(name: str, r: stats.Ratio) -> str:
+    """``mixed_float16 0.64x [0.60–0.68] the speed of float32, slower`` (no interval and no
+    verdict with one process a side)."""
+    span = f" [{r.low:.2f}–{r.high:.2f}]" if r.judged else ""
+    return f"{name} {r.value:.2f}x{span} the speed of float32, {MEASURED[r.verdict]}"
+
+
 def _speed(rungs: Sequence[Rung], policies: frozenset[str]) -> str:
-    seen = [f"{rung.name} {rung.ratio.value:.2f}x" for rung in rungs
+    seen = [measured(rung.name, rung.ratio) for rung in rungs
             if rung.policy in policies and rung.ratio is not None]  # fmt: skip
-    return f" (measured: {', '.join(seen)} the speed of float32)" if seen else ""
+    return f" (measured: {'; '.join(seen)})" if seen else ""
 
 
 def float16_without_fast_float16(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | None:
@@ -105,9 +131,12 @@ def float16_on_cpu(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | 
 
 
 def _slower(rungs: Sequence[Rung], policies: frozenset[str]) -> bool:
-    """Whether a rung of ``policies`` was measured slower than float32."""
+    """Whether a rung of ``policies`` was measured slower than float32: its speedup's whole
+    interval under 1, over two or more processes a side (:attr:`mxbench.stats.Ratio.verdict`)."""
     return any(
-        rung.ratio is not None and rung.ratio.value < 1 for rung in rungs if rung.policy in policies
+        rung.ratio is not None and rung.ratio.verdict == stats.SLOWER
+        for rung in rungs
+        if rung.policy in policies
     )
 
 
@@ -141,15 +170,17 @@ def int8_without_vnni(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str
 
 
 def dispatch_bound(rungs: Sequence[Rung], every: Sequence[Sequence[Rung]]) -> str | None:
-    """A group at batch B whose float32 calls take about as long as the same setup's at a
-    batch at least 16x smaller: the per-call overhead is the time."""
+    """A group at batch B whose float32 calls take clearly at most
+    :data:`DISPATCH_TIME_RATIO` times as long as the same setup's at a batch at least
+    :data:`DISPATCH_BATCH_RATIO` times smaller (the whole interval of the ratio of their
+    p50s): the per-call overhead of the call path is the time."""
     mine = next((rung for rung in rungs if rung.baseline and rung.ok), None)
-    if mine is None:
+    if mine is None or not mine.processes:
         return None
     p = mine.ok[0].params
     for other in every:
         small = next((rung for rung in other if rung.baseline and rung.ok), None)
-        if small is None or small is mine:
+        if small is None or small is mine or not small.processes:
             continue
         q = small.ok[0].params
         same = (q.model, q.backend, q.call, q.image_size) == (p.model, p.backend, p.call,
@@ -158,17 +189,51 @@ def dispatch_bound(rungs: Sequence[Rung], every: Sequence[Sequence[Rung]]) -> st
             continue
         if p.batch_size < DISPATCH_BATCH_RATIO * q.batch_size:
             continue
-        big, one = mine.percentiles[0].value, small.percentiles[0].value
-        if big is None or one is None or big > DISPATCH_TIME_RATIO * one:
+        (ratio,) = stats.judge([(mine.processes, small.processes)])  # the big call's time / 1's
+        if ratio is None or ratio.high > DISPATCH_TIME_RATIO:
             continue
+        big, one = _p50(mine), _p50(small)
+        basis = "" if ratio.judged else "; one process a batch: an interval over its calls"
+        path, advice = call_path(p, mine.ok[0].settings.jit_compile)
         return (
             f"Dispatch-bound calls: a float32 call at batch {p.batch_size} takes "
             f"{big:.2f} ms, at batch {q.batch_size} {one:.2f} ms ({p.batch_size // q.batch_size}x "
-            f"the work for {big / one:.2f}x the time): the framework's per-call overhead "
-            f"(call {p.call}: eager, operation by operation) is the time, and no precision "
-            "shrinks it; a compiled call (call: predict_on_batch) measures the arithmetic."
+            f"the work for {ratio.value:.2f}x [{ratio.low:.2f}–{ratio.high:.2f}] the time, at "
+            f"most {DISPATCH_TIME_RATIO}x{basis}): {path} is the time, and no precision "
+            f"shrinks it; {advice}."
         )
     return None
+
+
+def _p50(rung: Rung) -> float:
+    """The p50 the table prints: the geometric mean of the processes' p50s."""
+    return math.exp(sum(math.log(x) for x, _ in rung.processes) / len(rung.processes))
+
+
+COMPILERS = {"tensorflow": "tf.function", "jax": "jax.jit", "torch": "torch.compile"}
+
+
+def call_path(p: Params, jit_compile: bool | None) -> tuple[str, str]:
+    """(what a call's per-call overhead is on its call path, what would take it out)."""
+    if p.call == "compiled":
+        compiler = COMPILERS.get(p.backend, "the backend's compiler")
+        xla = " with XLA" if jit_compile and p.backend == "tensorflow" else ""
+        return (
+            f"the cost around one call of a function already compiled (call compiled: "
+            f"{compiler}{xla}; launching it and bringing its output to the host)",
+            "larger batches spread it over more images, and a precision can show only where "
+            "the arithmetic outgrows it",
+        )
+    if p.call in ("predict", "predict_on_batch"):
+        extra = " (a data adapter and callbacks each call)" if p.call == "predict" else ""
+        return (
+            f"Keras' own loop around its predict function (call {p.call}{extra})",
+            "a compiled call (call: compiled) times the forward pass without Keras' loop",
+        )
+    return (
+        f"the framework's per-call overhead (call {p.call}: eager, operation by operation)",
+        "a compiled call (call: compiled) takes the operation-by-operation dispatch out",
+    )
 
 
 RULES: tuple[Callable[[Sequence[Rung], Sequence[Sequence[Rung]]], str | None], ...] = (

@@ -2,16 +2,18 @@
 
 Records of serving cells are grouped by everything but the precision (policy and
 ``quantize``) and the repeat: one section per host, device, model, backend, call path,
-input and batch size. Each precision is one row: its latency percentiles (p50, p90, p99 of
-every timed call of its processes pooled, each with the calls it rests on and its
-distribution-free interval at 95 %, or "needs N queries" where the calls cannot support it:
-:mod:`mxbench.latency`), its throughput, its speedup over float32 (float32's time per call /
-its own, with the interval :func:`mxbench.stats.speedup` gives the step times: over
-processes with two or more per side, else over the calls of one, without a verdict), and
-its gate: the top-1 agreement and cosine of its outputs against float32's on the same
-weights and inputs (:mod:`mxbench.bench.infer`). A speedup whose gate did not pass, or that
-has no gate, is struck from the summary sentences with the reason, as the compiler
-dashboards drop a model that fails its accuracy check.
+input and batch size. Each precision is one row: its latency percentiles (p50, p90, p99:
+each process's own, its calls' dependence counted, and across processes their geometric
+mean with Student's t interval over them at 95 %; with one process the interval of its calls
+alone; "needs N queries" where a process's calls cannot support one:
+:func:`mxbench.latency.across`), its throughput, its speedup over float32 (float32's p50 as
+printed / its own: each process's p50 with the variance of its log its calls give, judged as
+step times are, :func:`mxbench.stats.judge`: a verdict with two or more processes per side,
+else an interval over the calls of one without a verdict), and its gate: the top-1
+agreement and cosine of its outputs against float32's on the same weights and inputs
+(:mod:`mxbench.bench.infer`). A speedup whose gate did not pass, or that has no gate, is
+struck from the summary sentences with the reason, as the compiler dashboards drop a model
+that fails its accuracy check.
 
 Training's tables, grids and answer lines never see these records
 (:func:`mxbench.report.tables.build` leaves them out): a serving verdict is said here only.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from dataclasses import field as default
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +119,22 @@ class Rung:
         """Each process's call times (ms)."""
         return [list(r.metrics.step_ms.samples) for r in self.ok if r.metrics.step_ms is not None]
 
-    @property
+    @cached_property
     def percentiles(self) -> list[latency.Percentile]:
-        return latency.percentiles([t for s in self.samples for t in s])
+        """p50, p90, p99 over its processes (:func:`mxbench.latency.across`)."""
+        samples = self.samples
+        return [latency.across(samples, q) for q in latency.QUANTILES]
+
+    @cached_property
+    def processes(self) -> list[stats.Process]:
+        """Each process's p50 (nearest rank, as the table's) and the variance of its
+        median's log that its calls give (:func:`mxbench.stats.summarise`: their spread and
+        autocorrelation): what a speedup judges."""
+        rows = [s for s in self.samples if s and min(s) > 0]
+        if not rows:
+            return []
+        _, var = stats.summarise(rows)
+        return [(latency.nearest(s, 0.5), float(v)) for s, v in zip(rows, var, strict=True)]
 
     @property
     def images_per_s(self) -> float | None:
@@ -218,11 +234,20 @@ def groups(winners: list[Record]) -> list[list[Rung]]:
         rungs = sorted((Rung(p, q, recs) for (p, q), recs in found[key].items()), key=_rank)
         base = next((g for g in rungs if g.baseline), None)
         for rung in rungs:
-            if base is not None and not rung.baseline and base.samples and rung.samples:
-                rung.ratio = stats.speedup(base.samples, rung.samples)
+            if base is not None and not rung.baseline:
+                rung.ratio = speedup(base, rung)
             rung.struck = struck(rung)
         out.append(rungs)
     return out
+
+
+def speedup(base: Rung, other: Rung) -> stats.Ratio | None:
+    """``base``'s p50 over ``other``'s (above 1: ``other`` is faster), the ratio of the
+    figures the table prints, with its interval over processes (None: a side has no
+    calls)."""
+    if not base.processes or not other.processes:
+        return None
+    return stats.judge([(base.processes, other.processes)])[0]
 
 
 def title(r: Record) -> str:
@@ -412,19 +437,24 @@ def _against_direct(found: list[list[Rung]]) -> dict[int, stats.Ratio]:
     out = {}
     for key, rung in others:
         base = direct.get(key)
-        if base is not None and base.samples and rung.samples:
-            ratio = stats.speedup(base.samples, rung.samples)
-            if ratio is not None:
-                out[id(rung)] = ratio
+        if base is not None and (ratio := speedup(base, rung)) is not None:
+            out[id(rung)] = ratio
     return out
 
 
 NOTE = (
     "Latency: each call timed until its output is on the host; warm-up calls excluded. A "
-    f"percentile's interval is the order statistics that hold it at {latency.LEVEL:.0%} "
-    "(distribution-free); with too few calls it reads 'needs N queries' "
+    "percentile is each process's own: with one process its interval is the order "
+    f"statistics that hold it at {latency.LEVEL:.0%} over the calls' effective number "
+    "(distribution-free; neighbouring calls that are slow together count as fewer); with "
+    "several (n=k×calls) the geometric mean of the processes' percentiles and Student's t "
+    "over processes, each floored at its own calls' interval; with too few calls it reads "
+    "'needs N queries' (a process) "
     f"(MLPerf Inference's stricter rule asks {latency.mlperf_queries(0.9):,} for p90 and "
-    f"{latency.mlperf_queries(0.99):,} for p99 at 99%). A speedup stands only where the "
+    f"{latency.mlperf_queries(0.99):,} for p99 at 99%). The speedup is float32's p50 over "
+    "the precision's, with its interval over processes; faster or slower only where that "
+    "interval excludes 1 (≈ same where it holds 1; no verdict with one process a side). "
+    "A speedup stands only where the "
     f"gate passed: with trained (or given) weights and a data folder, top-1 on its validation "
     f"split at least {GATE_RELATIVE_TOP1:.0%} of float32's with the same weights (MLPerf's "
     f"rule); else top-1 agreement >= {GATE_AGREEMENT:.0%} and output cosine >= {GATE_COSINE} "
@@ -454,7 +484,8 @@ def _figures(rung: Rung) -> dict[str, Any]:
     return {
         "precision": rung.name,
         "percentiles": [
-            {"q": p.q, "n": p.n, **_parts(p)} for p in (rung.percentiles if rung.ok else [])
+            {"q": p.q, "n": p.n, "processes": p.processes, "over": p.over, **_parts(p)}
+            for p in (rung.percentiles if rung.ok else [])
         ],
         "images_per_s": rung.images_per_s,
         "speedup": None

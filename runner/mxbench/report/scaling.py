@@ -4,15 +4,16 @@ mixed/float32 speedup at each N with its interval.
 
 Tables that differ only in ``devices`` (:mod:`mxbench.report.tables`: ``devices`` is a setup
 parameter, so each count is its own table with its own speedups) are one map. The efficiency
-of a slot (policy, batch size) at N devices compares its processes with the same slot's at
-one device, as a speedup compares two policies (:func:`mxbench.stats.judge`: the ratio of the
-step times, Welch's t over processes), scaled by what the two steps carry:
+of a slot (policy, batch size) at N devices is the throughput the map prints for it over N
+times the one it prints for the same slot on one device (images/s over the timed window, the
+median over processes): a reader gets the same figure from the table's own columns. Its
+interval is Welch's t over the processes' log images/s around that ratio
+(:mod:`mxbench.report.throughput`). Above :data:`SUPERLINEAR` it is flagged, never shown as a
+win; devices cut from one CPU share its cores, and the map says so.
 
-    T_N / (N * T_1) = (G_N / s_N) / (N * G_1 / s_1) = (s_1 / s_N) * G_N / (N * G_1)
-
-with G the global batch and s the step time (weak scaling: G_N = N * G_1, the factor is 1;
-strong: G_N = G_1, the factor is 1 / N). Above :data:`SUPERLINEAR` it is flagged, never
-shown as a win; devices cut from one CPU share its cores, and the map says so.
+Why the efficiency falls short is said per policy where the devices have hardware of their
+own (:func:`scaling_bound`): the gradient all-reduce only where independent replicas
+(``scaling: independent``) measured at that N show it, else "communication or contention".
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from mxbench import scale, stats
 from mxbench.params import BASELINE, POLICIES
 from mxbench.report import scaling_reference as reference
+from mxbench.report import throughput
 from mxbench.report.tables import Entry, Table, bounded
 from mxbench.results import Record
 
@@ -54,7 +56,7 @@ HEADERS = [
 CSV_INTEGERS = ("global_batch", "per_device_batch")
 CSV_FLOATS = ("scaling_efficiency", "scaling_efficiency_low", "scaling_efficiency_high",
               *reference.CSV_FLOATS)  # fmt: skip
-CSV_FLAGS = ("superlinear", "shared_cores")
+CSV_FLAGS = ("superlinear", "shared_cores", *reference.CSV_FLAGS)
 CSV_TEXTS = reference.CSV_TEXTS
 CSV_COLUMNS = (*CSV_INTEGERS, *CSV_FLOATS, *CSV_FLAGS, *CSV_TEXTS)
 
@@ -181,6 +183,7 @@ def _map(tables: list[Table]) -> Map:
     m = _points_map(sorted(parallel or independent, key=_devices))
     if parallel:
         _reference(m, independent)
+    m.notes = notes(m.points)
     for t in independent:
         for (policy, batch), e in t.entries.items():
             found = reference.sweep(policy, batch, e.records) if _ok(e) else None
@@ -196,56 +199,47 @@ def _reference(m: Map, independent: list[Table]) -> None:
     wanted = [(p, at[p.devices].entries.get((p.policy, p.batch_size)) if p.devices in at
                else None) for p in m.points]  # fmt: skip
     found = reference.references(
-        [(p.records, e if _ok(e) else None, p.global_batch) for p, e in wanted]
+        [(p.records, p.images_per_s, e if _ok(e) else None, p.global_batch) for p, e in wanted]
     )
     for p, ref in zip(m.points, found, strict=True):
         p.reference = ref if p.devices > 1 else None
     if m.referenced:
         m.headers += reference.HEADERS
-        m.notes.append(reference.NOTE)
 
 
 def _points_map(group: list[Table]) -> Map:
-    one = next((t for t in group if _devices(t) == 1), None)
     slots = sorted(
         {s for t in group for s, e in t.entries.items() if e.status == "ok"},
         key=lambda s: (POLICIES.index(s[0]) if s[0] in POLICIES else len(POLICIES), s),
     )
-    wanted: list[tuple[Table, tuple[str, int]]] = []
-    for slot in slots:
-        wanted += [(t, slot) for t in group if _ok(t.entries.get(slot))]
-    ratios = stats.judge([_pair(one, t, slot) for t, slot in wanted])
-    points = [
-        _point(t, slot, ratio if _devices(t) > 1 else None)
-        for (t, slot), ratio in zip(wanted, ratios, strict=True)
-    ]
-    return Map(_title(group[0]), str(group[0].setup.get("scaling") or "weak"), points,
-               notes(points))  # fmt: skip
+    points = [_point(t, slot) for slot in slots for t in group if _ok(t.entries.get(slot))]
+    one = {(p.policy, p.batch_size): p for p in points if p.devices == 1}
+    wanted: list[tuple[list[stats.Process], list[stats.Process], float | None]] = []
+    for p in points:
+        base = one.get((p.policy, p.batch_size)) if p.devices > 1 else None
+        if base is None or not base.images_per_s or not p.images_per_s:
+            wanted.append(([], [], None))
+            continue
+        wanted.append((
+            throughput.rates(p.records, p.global_batch),
+            throughput.rates(base.records, base.global_batch),
+            p.images_per_s / (p.devices * base.images_per_s),  # the printed figures' ratio
+        ))  # fmt: skip
+    for p, ratio in zip(points, throughput.ratios(wanted), strict=True):
+        p.efficiency = ratio
+    return Map(_title(group[0]), str(group[0].setup.get("scaling") or "weak"), points, [])
 
 
 def _ok(e: Entry | None) -> bool:
     return e is not None and e.status == "ok"
 
 
-def _pair(
-    one: Table | None, t: Table, slot: tuple[str, int]
-) -> tuple[list[stats.Process], list[stats.Process]]:
-    """The one-device processes of the slot and its N-device ones (none: no reference)."""
-    base = one.entries.get(slot) if one is not None else None
-    if base is None or not _ok(base) or _devices(t) == 1:
-        return [], []
-    return base.processes(), t.entries[slot].processes()
-
-
-def _point(t: Table, slot: tuple[str, int], ratio: stats.Ratio | None) -> Point:
+def _point(t: Table, slot: tuple[str, int]) -> Point:
+    """A slot of a table as a point (its efficiency: :func:`_points_map`)."""
     policy, batch = slot
     e = t.entries[slot]
     n = _devices(t)
     glob, per_device = scale.batches(batch, n, str(t.setup.get("scaling") or "weak"))
-    if ratio is not None:  # s_1 / s_N, times G_N / (N * G_1) (G_1: the batch on one device)
-        factor = glob / (n * batch)
-        ratio = stats.Ratio(ratio.value * factor, ratio.low * factor, ratio.high * factor,
-                            ratio.over, ratio.n)  # fmt: skip
     shared = any(r.distribution is not None and r.distribution.shared_cores for r in e.records)
     return Point(
         policy=policy,
@@ -254,21 +248,33 @@ def _point(t: Table, slot: tuple[str, int], ratio: stats.Ratio | None) -> Point:
         global_batch=glob,
         per_device_batch=per_device,
         images_per_s=e.images_per_s(glob),
-        efficiency=ratio,
+        efficiency=None,
         speedup=t.ratios.get(slot) if policy != BASELINE else None,
         shared_cores=shared,
         records=list(e.records),
     )
 
 
-COMMUNICATION = 0.70  # efficiency clearly below it, on devices of their own: communication
+# Efficiency clearly below this (its whole interval), on devices of their own, is said and
+# explained: by the all-reduce where the share of independent replicas' throughput data
+# parallel keeps is clearly below it too, by contention where that share is clearly above.
+COMMUNICATION = 0.70
 
 
-def communication_bound(points: Sequence[Point]) -> list[str]:
+def scaling_bound(points: Sequence[Point]) -> list[str]:
     """The diagnosis of devices of their own (never of slices of one CPU, whose efficiency
     says nothing about interconnects): per policy, the largest N whose efficiency is clearly
     below :data:`COMMUNICATION` (its whole interval under it), with what mixed precision's
-    speedup became there against one device."""
+    speedup became there against one device, and why, as far as the records tell:
+
+    - ``communication-bound``: independent replicas at that N were measured, and data
+      parallel keeps clearly less than :data:`COMMUNICATION` of their throughput: the
+      all-reduce alone costs more than the rest;
+    - ``contention-bound``: it keeps clearly more (and not above
+      :data:`~mxbench.report.scaling_reference.KEPT_ABOVE`, a reference to doubt): the
+      replicas, which do not talk, lose most of it too;
+    - ``communication or contention``: no reference at that N, one without an interval, a
+      flagged one, or one whose interval straddles :data:`COMMUNICATION`."""
     out = []
     for policy in dict.fromkeys(p.policy for p in points):
         low = [p for p in points if p.policy == policy and not p.shared_cores
@@ -277,37 +283,86 @@ def communication_bound(points: Sequence[Point]) -> list[str]:
         if not low:
             continue
         worst = max(low, key=lambda p: p.devices)
-        one = next((p for p in points if p.policy == policy and p.devices == 1
-                    and p.batch_size == worst.batch_size), None)  # fmt: skip
-        erosion = (
-            f"; its speedup over float32 goes from {one.speedup.text()} on one device to "
-            f"{worst.speedup.text()} on {worst.devices}"
-            if one is not None and one.speedup is not None and worst.speedup is not None
-            else ""
-        )
-        out.append(
-            f"communication-bound: {policy} at batch {worst.batch_size} keeps "
-            f"{_percent(worst.efficiency)} of linear scaling on {worst.devices} devices "  # type: ignore[arg-type]
-            f"(below {COMMUNICATION:.0%}){erosion}: the gradient all-reduce, not the "
-            "arithmetic, sets the step there; larger per-device batches or a 16-bit "
-            "all-reduce (where the backend allows it) shrink it, a faster precision does not"
-        )
+        out.append(_bound(worst, points))
     return out
+
+
+def _bound(worst: Point, points: Sequence[Point]) -> str:
+    """The sentence of :func:`scaling_bound` for its point."""
+    assert worst.efficiency is not None
+    one = next((p for p in points if p.policy == worst.policy and p.devices == 1
+                and p.batch_size == worst.batch_size), None)  # fmt: skip
+    erosion = (
+        f"; its speedup over float32 goes from {one.speedup.text()} on one device to "
+        f"{worst.speedup.text()} on {worst.devices}"
+        if one is not None and one.speedup is not None and worst.speedup is not None
+        else ""
+    )
+    n = worst.devices
+    said = (
+        f"{worst.policy} at batch {worst.batch_size} keeps {_percent(worst.efficiency)} of "
+        f"linear scaling on {n} devices (below {COMMUNICATION:.0%}){erosion}"
+    )
+    ref = worst.reference
+    kept = ref.kept if ref is not None else None
+    if ref is not None and kept is not None and kept.judged and not ref.flagged:
+        share = f"data parallel keeps {_percent(kept)} of independent replicas' throughput"
+        if kept.high < COMMUNICATION:
+            return (
+                f"communication-bound: {said}; {share} at N = {n}: the gradient all-reduce "
+                "and the synchronisation, not the arithmetic, set the step there; larger "
+                "per-device batches or a 16-bit all-reduce (where the backend allows it) "
+                "shrink it, a faster precision does not"
+            )
+        if kept.low > COMMUNICATION:
+            alone = worst.efficiency.value / kept.value  # the replicas' own T_N / (N * T_1)
+            return (
+                f"contention-bound: {said}, and not for its all-reduce: {share} at N = {n}, "
+                f"and the replicas, which do not talk, reach {alone:.0%} of linear scaling "
+                "themselves: the devices cost each other (the host they share, its memory, "
+                "its input pipeline); a faster interconnect or a 16-bit all-reduce would "
+                "not recover it"
+            )
+    if ref is None or kept is None:
+        why = f"no independent replicas measured at N = {n}"
+    elif ref.flagged:
+        above = f"{reference.KEPT_ABOVE:.0%}"
+        why = f"the independent reference is flagged (kept {_percent(kept)}, above {above})"
+    elif not kept.judged:
+        why = f"kept of independent {_percent(kept)} has one process a side: no interval"
+    else:
+        side = f"not clearly on either side of {COMMUNICATION:.0%}"
+        why = f"kept of independent {_percent(kept)} is {side}"
+    return (
+        f"communication or contention: {said}: the gradient all-reduce, or what the devices "
+        f"cost each other without talking (a shared host, its memory, its input pipeline); "
+        f"{why}, and independent replicas (scaling: independent) judged at N = {n} tell the "
+        "two apart"
+    )
+
+
+EFFICIENCY_NOTE = (
+    "efficiency = T_N / (N · T_1): the images/s printed on N devices over N times one "
+    "device's (each the median over processes of the images/s over their timed windows; the "
+    "table's own columns give it); its interval: Welch's t over processes of their log "
+    "images/s around that ratio, a median's larger spread counted (a bare figure: one "
+    "process a side, no interval)"
+)
 
 
 def notes(points: Sequence[Point]) -> list[str]:
     """What the map's numbers are, and what they cannot say."""
-    out = [
-        "efficiency = T_N / (N · T_1): the throughput on N devices over N times one device's, "
-        "from the step times of every process (the speedups' intervals: Welch's t over "
-        "processes; a bare figure: one process a side, no interval)"
-    ]
+    out = [EFFICIENCY_NOTE]
     shared = sorted({p.devices for p in points if p.shared_cores})
     if shared:
         out.append(SHARED.format(n=" / ".join(map(str, shared))))
     if any(p.superlinear for p in points):
         out.append(SUPER_NOTE)
-    out += communication_bound(points)
+    if any(p.reference is not None for p in points):
+        out.append(reference.NOTE)
+        out += [reference.flagged_note(p.policy, p.batch_size, p.devices, p.reference)
+                for p in points if p.reference is not None and p.reference.flagged]  # fmt: skip
+    out += scaling_bound(points)
     out += interconnects(points)
     jit = {p.devices: r.settings.jit_compile for p in points for r in p.records}
     if len(set(jit.values()) - {None}) > 1:
@@ -384,6 +439,7 @@ def as_dict(m: Map) -> dict[str, Any]:
                 else {
                     "images_per_s": p.reference.images_per_s,
                     "kept": ratio(p.reference.kept, verdict=False),
+                    "flagged": p.reference.flagged,
                 },
             }
             for p in m.points

@@ -6,8 +6,11 @@ the same N and per-device batch (both carry N x batch_size a step): the share of
 no-communication throughput data parallel keeps. ``1 - kept`` is what the gradient
 all-reduce and the synchronisation cost; the efficiency ``T_N / (N * T_1)`` mixes that with
 what N devices cost each other without talking (a shared host, its memory, its input
-pipeline), which the independent replicas pay too. Its interval is a speedup's
-(:func:`mxbench.stats.judge`: the ratio of the step times, Welch's t over processes).
+pipeline), which the independent replicas pay too. It is the ratio of the two images/s the
+map prints, with an interval over the processes' log images/s
+(:mod:`mxbench.report.throughput`). Data parallel does the replicas' work and more: a share
+above :data:`KEPT_ABOVE` is flagged as a finding (the reference was slowed, or the two cells
+did not measure the same thing), never shown as a win.
 
 **The health sweep.** Each replica's throughput against the others' in the same cell(s),
 paired step by step: the replicas run side by side, so the median of the others' k-th steps
@@ -27,14 +30,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mxbench import stats, summary
+from mxbench import stats
+from mxbench.report import throughput
 from mxbench.report.tables import Entry
 from mxbench.results import Record
 
 SLOW = 0.90  # a replica is slow when its throughput's interval lies wholly below this
+# data parallel keeping more than this share of independent replicas' throughput: flagged
+KEPT_ABOVE = 1.05
 HEADERS = ["independent images/s", "kept of independent [95% CI]"]
 CSV_FLOATS = ("independent_images_per_s", "kept_of_independent", "kept_of_independent_low",
               "kept_of_independent_high")  # fmt: skip
+CSV_FLAGS = ("kept_flagged",)
 CSV_TEXTS = ("slow_devices",)
 NOTE = (
     "kept of independent = data parallel's images/s over independent replicas' at the same "
@@ -51,6 +58,26 @@ class Reference:
     images_per_s: float | None
     kept: stats.Ratio | None  # data parallel's throughput / the replicas' (None: unjudged)
 
+    @property
+    def flagged(self) -> bool:
+        """Data parallel kept more than :data:`KEPT_ABOVE` of the replicas' throughput."""
+        return self.kept is not None and self.kept.value > KEPT_ABOVE
+
+
+FLAGGED = "above {limit:.0%} (flagged)"  # the kept cell's mark
+
+
+def flagged_note(policy: str, batch: int, devices: int, ref: Reference) -> str:
+    """The finding of a flagged reference."""
+    assert ref.kept is not None
+    return (
+        f"kept of independent above {KEPT_ABOVE:.0%}: {policy} at batch {batch} on {devices} "
+        f"devices keeps {_percent(ref.kept)} of independent replicas' throughput: data "
+        "parallel does the replicas' work and an all-reduce more, so something is off, not a "
+        "win: suspect the reference (its replicas slowed by each other, a noisy process, "
+        "shared cores) or a difference between the two cells (jit_compile, input pipeline)"
+    )
+
 
 def _percent(r: stats.Ratio) -> str:
     if not r.judged:
@@ -63,20 +90,27 @@ def cells(ref: Reference | None) -> list[str]:
     if ref is None:
         return ["", ""]
     rate = stats.figure(ref.images_per_s, 1) if ref.images_per_s is not None else ""
-    return [rate, _percent(ref.kept) if ref.kept is not None else ""]
+    kept = _percent(ref.kept) if ref.kept is not None else ""
+    if ref.flagged:
+        kept += " " + FLAGGED.format(limit=KEPT_ABOVE)
+    return [rate, kept]
 
 
 def references(
-    wanted: Sequence[tuple[Sequence[Record], Entry | None, int]],
+    wanted: Sequence[tuple[Sequence[Record], float | None, Entry | None, int]],
 ) -> list[Reference | None]:
-    """Per (data parallel's records, the replicas' entry at its N or None, the global
-    batch): the reference, judged together."""
-    pairs = [(ind.processes(), summary.processes(dp)) if ind is not None else ([], [])
-             for dp, ind, _ in wanted]  # fmt: skip
-    kept = stats.judge(pairs)
+    """Per (data parallel's records, its printed images/s, the replicas' entry at its N or
+    None, the global batch): the reference, judged together: kept is the printed images/s
+    over the replicas' printed images/s (:mod:`mxbench.report.throughput`)."""
+    found = [ind.images_per_s(glob) if ind is not None else None for _, _, ind, glob in wanted]
+    kept = throughput.ratios([
+        (throughput.rates(dp, glob), throughput.rates(ind.records, glob), rate / other)
+        if ind is not None and rate and other else ([], [], None)
+        for (dp, rate, ind, glob), other in zip(wanted, found, strict=True)
+    ])  # fmt: skip
     return [
-        Reference(ind.images_per_s(glob), ratio) if ind is not None else None
-        for (_, ind, glob), ratio in zip(wanted, kept, strict=True)
+        Reference(other, ratio) if ind is not None else None
+        for (_, _, ind, _), other, ratio in zip(wanted, found, kept, strict=True)
     ]
 
 
@@ -209,6 +243,7 @@ def reference_columns(ref: Reference | None) -> dict[str, Any]:
         "kept_of_independent": round(kept.value, 4) if kept is not None else None,
         "kept_of_independent_low": round(kept.low, 4) if judged and kept else None,
         "kept_of_independent_high": round(kept.high, 4) if judged and kept else None,
+        "kept_flagged": ref.flagged if ref is not None else None,
     }
 
 
