@@ -13,9 +13,10 @@ on the arms' ratio (--process-sd: memory placement, thread placement).
   rounds when enough), the interval :func:`mxbench.stats.judge_paired` over processes.
 - **process**: each process times one arm, --steps steps, processes alternating A B A B;
   :func:`mxbench.stats.judge` (Welch's t over processes).
-- **auto**: as ``repeats: auto`` runs it (:func:`mxbench.repeats.decide`'s rule): two processes
-  per comparison to start, one more while the verdict is not clear and the interval is wider
-  than ±--target, at most --max: the rate of false verdicts with the looks it takes.
+- **auto**: as ``repeats: auto`` runs it (:func:`mxbench.repeats.stop`, the rule of
+  :func:`mxbench.repeats.decide`): its ``start`` processes per comparison, then one more while
+  the verdict is not clear and there is not clearly no difference (within ±--target), at most
+  --max: the rate of false verdicts with the looks it takes.
 
 For each truth (1.0: A/A, and --speedup) it prints, over --trials: the share of verdicts
 faster / slower / no clear difference, how often the 95 % interval covers the truth, and the
@@ -30,6 +31,7 @@ import argparse
 import math
 
 import numpy as np
+from scipy.signal import lfilter
 
 from mxbench import repeats, stats
 
@@ -44,8 +46,8 @@ class Machine:
         drift[0] = rng.normal(0, args.drift_sd)
         a = math.exp(-dt / args.drift_tau)
         noise = rng.normal(0, args.drift_sd * math.sqrt(1 - a * a), n)
-        for i in range(1, n):
-            drift[i] = a * drift[i - 1] + noise[i]
+        # drift[i] = a * drift[i - 1] + noise[i], as a filter (a Python loop took most of the time)
+        drift[1:] = lfilter([1.0], [1.0, -a], noise[1:], zi=[a * drift[0]])[0]
         burst = np.zeros(n, dtype=bool)
         t, on = 0.0, bool(rng.integers(2))
         while t < seconds:
@@ -105,17 +107,17 @@ def auto_paired(rng: np.random.Generator, truth: float, args: argparse.Namespace
     m = Machine(rng, args.max * (args.overhead_s + 4 * args.rounds) + 60, args)
     t, procs = rng.uniform(0, 20), []
     ratio = None
+    cfg = repeats.AutoRepeats(target=args.target, max=args.max)
     while len(procs) < args.max:
         p, t = paired_process(rng, m, t, truth, args)
         if p is not None:
             procs.append(p)
-        if len(procs) < 2:
+        if len(procs) < cfg.start:
             continue
         ratio = stats.judge_paired([procs])[0]
         firm = stats.judge_paired([procs], repeats.STOP_LEVEL)[0]
         assert ratio is not None and firm is not None
-        half = math.sqrt(ratio.high / ratio.low) - 1
-        if firm.verdict in repeats.CLEAR or half <= args.target:
+        if repeats.stop(cfg, [ratio], [firm], len(procs)) != "more":
             break
     assert ratio is not None
     return ratio

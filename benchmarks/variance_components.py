@@ -15,9 +15,8 @@ between them) and the cost of one more round (a round's windows and hand-offs), 
 - k_clear: the fewest processes whose interval at the stop level (99%, Student's t over
   processes, k - 1 degrees of freedom) excludes 1, if the speedup and the variances are what
   this run measured, at the run's own rounds per process; and the wall time that takes.
-  That is the stop rule's branch for processes that differ more than their rounds say
-  (``stats.judge_paired``); where they agree, the rule takes more degrees of freedom and
-  may stop sooner than k_clear.
+  That is the stop rule (``stats.judge_paired``: k - 1 degrees of freedom always, the
+  processes' spread floored at ``stats.DRIFT`` times their rounds').
 
 This is what decides how fast a run can say "faster": no choice of rounds per process helps
 once sigma_b^2 dominates, and each process costs its fixed seconds.

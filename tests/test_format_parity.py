@@ -363,7 +363,7 @@ HEADER_COLUMNS = {
     "policy": "policy",
 }
 # Sentences across records, which a row per record cannot hold (the JSON carries them).
-PROSE = {"counts", "definitions", "notices", "shares", "speed.diagnosis_rules"}
+PROSE = {"counts", "definitions", "judged", "notices", "shares", "speed.diagnosis_rules"}
 
 
 def _flat(text: str) -> str:

@@ -280,22 +280,13 @@ def _process(ratio: float, rng: random.Random, rounds: int = 16, sd: float = 0.0
     return stats.paired_process([ratio * math.exp(rng.gauss(0, sd)) for _ in range(rounds)])
 
 
-def test_paired_intervals_hold_a_known_truth() -> None:
+def test_one_paired_process_is_an_interval_over_its_rounds_and_no_verdict() -> None:
+    """(Whether the intervals of several hold their level, on processes with their own effects
+    and drift: tests/test_paired_interval.py.)"""
     rng = random.Random(2026)
-    faster = false = covered = 0
-    trials = 400
-    for _ in range(trials):
-        aa = stats.judge_paired([[_process(math.exp(rng.gauss(0, 0.01)), rng)
-                                  for _ in range(3)]])[0]  # fmt: skip
-        real = stats.judge_paired([[_process(1.3 * math.exp(rng.gauss(0, 0.01)), rng)
-                                    for _ in range(3)]])[0]  # fmt: skip
-        assert aa is not None and real is not None and aa.judged and real.judged
-        false += aa.verdict != stats.SAME
-        covered += real.low <= 1.3 <= real.high
-        faster += real.verdict == stats.FASTER
-    assert false / trials <= 0.05 and covered / trials >= 0.93 and faster == trials
     one = stats.judge_paired([[_process(1.3, rng)]])[0]
     assert one is not None and not one.judged and one.verdict == stats.TOO_FEW
+    assert one.over == "steps" and one.low < 1.3 < one.high
 
 
 def test_disturbed_rounds_are_left_out_when_enough_are_clean() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mxbench.engines.compile_cache import JAX_DIR, TF_FLAG, CompileCache
 from mxbench.params import Params
 from mxbench.report.answers import lines, time_per_run, time_to_answer
@@ -58,3 +60,56 @@ def test_the_answer_lines_carry_no_control_sequence_from_a_bench() -> None:
     said = lines(build(typed_all(records)))
     assert len(said) == 1 and "\x1b" not in said[0] and "\x07" not in said[0]
     assert "\n" not in said[0] and "GPU" in said[0] and "next" in said[0]
+
+
+def test_a_line_under_the_answers_says_how_many_false_verdicts_their_level_expects() -> None:
+    from dataclasses import dataclass, field
+
+    from mxbench import stats
+    from mxbench.report.answers import judged
+
+    @dataclass
+    class Shown:  # what judged reads of a table
+        ratios: dict[tuple[str, int], stats.Ratio]
+        batches: list[int] = field(default_factory=lambda: [8, 32])
+        reduced: list[str] = field(default_factory=lambda: ["mixed_bfloat16"])
+
+        def trusted(self, slot: tuple[str, int]) -> bool:
+            return True
+
+    verdict = stats.Ratio(1.5, 1.4, 1.6, "processes", 3)
+    bare = stats.Ratio(1.5, 1.4, 1.6, "steps", 1)  # one process: no verdict, not counted
+    six = [Shown({("mixed_bfloat16", 8): verdict, ("mixed_bfloat16", 32): verdict})] * 6
+    said = judged([*six, Shown({("mixed_bfloat16", 8): bare})])  # type: ignore[list-item]
+    assert (
+        said == "12 comparisons judged at 95%: about 0.6 false verdicts expected if none differed."
+    )
+    assert judged([Shown({("mixed_bfloat16", 8): bare})]) is None  # type: ignore[list-item]
+
+
+def test_run_and_report_print_it_under_the_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mxbench.commands.run import _print_answers
+    from mxbench.report.load import load
+
+    root = Path(__file__).resolve().parents[1]
+    paired = root / "benchmarks" / "records" / "cpu-step18-series" / "quiet" / "paired-0"
+    line = "2 comparisons judged at 95%: about 0.1 false verdicts expected if none differed."
+    _print_answers(paired, None, {r.cell or "" for r in load([paired]).winners})
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 3 and "faster than float32 at batch 8" in said[0] and said[-1] == line
+    for fmt in ("--markdown", "--json"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "mxbench", "report", "--results", str(paired), fmt],
+            capture_output=True, text=True, check=True, cwd=root,
+        )  # fmt: skip
+        if fmt == "--markdown":
+            summary = proc.stdout.split("\n## ")[1]  # the answer grid, the legend, this line
+            assert summary.startswith("Summary:") and line in summary
+        else:
+            doc = json.loads(proc.stdout)
+            assert doc["judged"]["comparisons"] == 2 and doc["judged"]["level"] == 0.95

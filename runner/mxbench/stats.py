@@ -17,6 +17,11 @@ steps within a process are autocorrelated. The interval here has two levels:
   than their own steps allow). Student's t is what keeps the level with 2, 3 or 5
   processes, where resampling so few units cannot (a percentile bootstrap over 3 processes
   has only 10 distinct resamples per side; ``benchmarks/calibration.py`` measures both).
+- **Paired processes** (both arms in one process, :func:`judge_paired`): each process's
+  speedup is the median of its rounds' ratios; the interval is Student's t over those with
+  k - 1 degrees of freedom however well the processes agree, their spread floored at
+  :data:`DRIFT` times what their rounds say (``benchmarks/paired_interval_calibration.py``
+  checks it, ``repeats: auto``'s looks included).
 
 With one process on either side the process-to-process variation cannot be judged at all:
 the verdict is :data:`TOO_FEW` (its interval, over steps only, is kept for diagnosis and not
@@ -276,8 +281,14 @@ def _intervals(
 
 # The paired design (mxbench.bench.paired): a process measured every arm in interleaved
 # windows, and its speedup is the median of its rounds' ratios (base window / arm window).
-ROUND_DF = 5  # degrees of freedom a process's rounds give its variance (a few, conservatively)
 MIN_CLEAN = 3  # undisturbed rounds a process needs before its disturbed ones are left out
+# A paired process's median varies more than its rounds say, even with no effect of the
+# process itself: the ratio drifts inside a process (an AR(1) across rounds, fitted to
+# benchmarks/records/cpu-step18-drift and the rounds of cpu-step18-series by
+# benchmarks/paired_interval_calibration.py: benchmarks/records/paired-interval-calibration/)
+# and makes the median's variance about this many times the rounds' estimate
+# (:func:`summarise`). The processes' spread is floored at it.
+DRIFT = 1.8
 
 
 def paired_process(ratios: Sequence[float], clean: Sequence[bool] = ()) -> Process | None:
@@ -296,39 +307,60 @@ def paired_process(ratios: Sequence[float], clean: Sequence[bool] = ()) -> Proce
     return float(med[0]), float(var[0])
 
 
+def paired_intervals(
+    logs: np.ndarray, within: np.ndarray, level: float = LEVEL
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The paired interval of many comparisons at once, in logs: ``logs`` and ``within``
+    are (comparisons, k) matrices of the processes' log ratios and their variances from the
+    rounds (k >= :data:`MIN_PROCESSES`); the mean, low and high.
+
+    Student's t over the processes with k - 1 degrees of freedom, always: the processes are
+    the level where the variance is (each has its own effect on the ratio, and its rounds
+    understate even their own drift), so however well two processes happen to agree, k of
+    them give k - 1 degrees of freedom and no more. Their spread is floored at
+    :data:`DRIFT` times what their rounds say: processes that agree by chance cannot claim
+    more precision than one process has. The floor is what keeps ``repeats: auto``'s looks
+    (one after every process) from adding false verdicts where the rounds are noisy;
+    benchmarks/paired_interval_calibration.py checks both against simulated processes with
+    their own effects and drift (docs/measuring.md has its table)."""
+    import numpy as np
+    from scipy.special import stdtrit  # Student's t quantile (imported when needed)
+
+    k = logs.shape[1]
+    mean = np.clip(logs.mean(axis=1), -_LOG_BOUND, _LOG_BOUND)
+    spread = np.maximum(logs.var(axis=1, ddof=1), DRIFT * within.mean(axis=1))
+    half = float(stdtrit(k - 1, (1 + level) / 2)) * np.sqrt(spread / k)
+    return mean, mean - half, mean + half
+
+
 def judge_paired(groups: Sequence[Sequence[Process]], level: float = LEVEL) -> list[Ratio | None]:
     """Speedups from paired processes (each :func:`paired_process`): the geometric mean of
-    the processes' ratios, with Student's t interval over processes (the outer level: their
-    spread, floored at what their rounds say); with one process, an interval over its rounds
-    and no verdict. None where a group has no process."""
-    if not any(groups):
-        return [None] * len(groups)
+    the processes' ratios, with :func:`paired_intervals`' interval over processes; with one
+    process, an interval over its rounds and no verdict. None where a group has no process.
+    Groups with the same number of processes are judged together."""
+    out: list[Ratio | None] = [None] * len(groups)
+    by_k: dict[int, list[int]] = {}
+    for i, procs in enumerate(groups):
+        if procs:
+            by_k.setdefault(len(procs), []).append(i)
+    if not by_k:
+        return out
     import numpy as np
 
-    out: list[Ratio | None] = []
     z = statistics.NormalDist().inv_cdf((1 + level) / 2)
-    for procs in groups:
-        if not procs:
-            out.append(None)
-            continue
-        m = np.log(np.array([p[0] for p in procs], dtype=float))
-        within = float(np.mean([p[1] for p in procs]))
-        k = len(procs)
-        mean = float(np.clip(m.mean(), -_LOG_BOUND, _LOG_BOUND))
+    for k, members in by_k.items():
+        arr = np.array([groups[i] for i in members], dtype=float)  # (groups, k, 2)
+        logs, within = np.log(arr[:, :, 0]), arr[:, :, 1]
         if k >= MIN_PROCESSES:
-            from scipy.special import stdtrit
-
-            between = float(m.var(ddof=1))
-            # processes that differ more than their rounds say: Student's t over processes;
-            # that agree within it: the rounds' variance, whose degrees of freedom are many
-            df = k - 1 if between > within / 2 else k * ROUND_DF
-            se = math.sqrt(max(between, within) / k)
-            q, over = float(stdtrit(df, (1 + level) / 2)), "processes"
+            mean, low, high = paired_intervals(logs, within, level)
+            over: Over = "processes"
         else:
-            se, q, over = math.sqrt(within), z, "steps"
-        low = math.exp(max(-_LOG_BOUND, mean - q * se))
-        high = math.exp(min(_LOG_BOUND, mean + q * se))
-        out.append(Ratio(math.exp(mean), low, high, over, k))  # type: ignore[arg-type]
+            mean = np.clip(logs[:, 0], -_LOG_BOUND, _LOG_BOUND)
+            half = z * np.sqrt(within[:, 0])
+            low, high, over = mean - half, mean + half, "steps"
+        low, high = np.maximum(low, -_LOG_BOUND), np.minimum(high, _LOG_BOUND)
+        for row, i in enumerate(members):
+            out[i] = Ratio(math.exp(mean[row]), math.exp(low[row]), math.exp(high[row]), over, k)
     return out
 
 

@@ -276,9 +276,11 @@ def _print_answers(results: Path, label: str | None, keys: set[str]) -> None:
 
     loaded = load.load([results], label=label)
     ours = [r for r in loaded.winners if r.cell in keys]
-    said = answers.lines(tables.build(ours)) + inference.lines(ours)
+    built = tables.build(ours)
+    said = answers.lines(built) + inference.lines(ours)
     if said:
-        print("\n" + "\n".join(said))
+        count = answers.judged(built)
+        print("\n" + "\n".join(said + ([count] if count else [])))
 
 
 def _print_plan(cells: list[Cell]) -> None:

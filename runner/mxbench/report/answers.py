@@ -2,7 +2,9 @@
 
 ``mixed_bfloat16 is 1.48× [1.41–1.55] faster than float32 at batch 32 on local · AMD EPYC``;
 "no clear difference" when that is the truth, "too few processes" when one process per
-policy cannot say (:mod:`mxbench.stats` has the vocabulary). ``mxbench run`` ends with these.
+policy cannot say (:mod:`mxbench.stats` has the vocabulary). ``mxbench run`` ends with these,
+and a line (:func:`judged`) says how many were verdicts and how many false ones their level
+expects; ``mxbench report`` says it under its summary.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from mxbench import stats
 from mxbench.params import BASELINE, control
 from mxbench.report.tables import Table
 from mxbench.results import Record
@@ -34,6 +37,32 @@ def lines(tables: Sequence[Table]) -> list[str]:
                 else:
                     out.append(r.sentence(p, BASELINE, where))
     return out
+
+
+def judged_count(tables: Sequence[Table]) -> int:
+    """How many of :func:`lines`' answers are verdicts (a 95 % interval over processes)."""
+    return sum(
+        1
+        for t in tables
+        for b in t.batches
+        for p in t.reduced
+        if (r := t.ratios.get((p, b))) is not None and r.judged and t.trusted((p, b))
+    )
+
+
+def judged(tables: Sequence[Table]) -> str | None:
+    """``12 comparisons judged at 95%: about 0.6 false verdicts expected if none differed``:
+    a verdict holds its level one comparison at a time, so among many, some "faster" or
+    "slower" is expected by chance alone. None: no verdict."""
+    n = judged_count(tables)
+    if not n:
+        return None
+    level = f"{stats.LEVEL:.0%}"
+    expected = f"{n * (1 - stats.LEVEL):.2g}"
+    what = "comparison" if n == 1 else "comparisons"
+    return (
+        f"{n} {what} judged at {level}: about {expected} false verdicts expected if none differed."
+    )
 
 
 def time_to_answer(records: Iterable[Record], label: str | None = None) -> str | None:

@@ -176,6 +176,11 @@ class Document:
         return grids(self.tables, self.anchors, self.texts)
 
     @cached_property
+    def judged(self) -> str | None:
+        """How many answers are verdicts, and the false ones their level expects."""
+        return answers.judged(self.tables)
+
+    @cached_property
     def notices(self) -> list[str]:
         """Older attempts hidden, lines skipped, where the time went, why no summary."""
         said = text.notices(self.loaded) + answers.time_per_run(self.loaded.winners)

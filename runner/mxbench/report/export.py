@@ -17,11 +17,12 @@ from typing import Any, TextIO
 
 import msgspec
 
-from mxbench.report import capacity, inference, scaling, training, why
+from mxbench.report import answers, capacity, inference, scaling, training, why
 from mxbench.report.compare_document import CompareDocument
 from mxbench.report.document import Document, Grid, Section
 from mxbench.report.load import folders
 from mxbench.report.tables import LOSS_TOLERANCE, Table
+from mxbench.stats import LEVEL
 
 SCHEMA = "mxbench.report/1"
 
@@ -162,6 +163,7 @@ def _grid(g: Grid) -> dict[str, Any]:
 
 def render(doc: Document) -> str:
     loaded = doc.loaded
+    judged = answers.judged_count(doc.tables)
     out = {
         "schema": SCHEMA,
         "counts": doc.counts,
@@ -175,6 +177,13 @@ def render(doc: Document) -> str:
         "loss_tolerance": LOSS_TOLERANCE,
         # the answer: per policy, the speedup's verdict per device and batch size
         "summary": [_grid(g) for g in doc.grids],
+        # how many answers are verdicts, and how many false ones their level expects
+        "judged": {
+            "comparisons": judged,
+            "level": LEVEL,
+            "false_expected": judged * (1 - LEVEL),
+            "text": doc.judged,
+        },
         "notices": doc.notices,  # older attempts hidden, lines skipped, why no summary
         "tables": doc.each(_table, "speed"),
         "largest_batch": doc.each(_largest, "largest"),  # the batch-size searches

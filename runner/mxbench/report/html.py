@@ -289,7 +289,10 @@ def render(
         out.append('<section id="summary"><h2>Is mixed precision faster? Speedup over float32</h2>')
         out += [grid(g) for g in doc.grids]
         shown = {c.verdict for g in doc.grids for r in g.rows for c in r.cells}
-        out += [legend(shown), "</section>"]
+        out.append(legend(shown))
+        if doc.judged:
+            out.append(f"<p>{esc(doc.judged)}</p>")
+        out.append("</section>")
     links = " ".join(f'<a href="#{s.anchor}">{esc(s.title)}</a>' for s in doc.sections)
     out.append(f"<nav>Tables: {links}</nav>")
     out.append(f'<p class="meta">{esc(" ".join([doc.definitions, *doc.notices]))}</p>')

@@ -233,6 +233,8 @@ def render(doc: Document) -> str:
         head.extend(grid(g) for g in doc.grids)
         if doc.grids:
             head.extend([LEGEND, ""])
+        if doc.judged:
+            head.extend([doc.judged, ""])
         head.extend([escape(" ".join([doc.definitions, *doc.notices]), limit=None), ""])
         tail.extend(scaling_section(doc.scaling))
         tail.extend(training_section(doc.training, doc.shares))

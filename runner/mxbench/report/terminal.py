@@ -129,6 +129,8 @@ def renderables(doc: Document) -> Iterator[Any]:
         yield grid(g)
     if doc.grids:
         yield legend({c.verdict for g in doc.grids for r in g.rows for c in r.cells})
+    if doc.judged:
+        yield plain(doc.judged)
     yield plain(" ".join([doc.definitions, *doc.notices]), style="dim")
     yield plain("")
     for s in doc.sections:
