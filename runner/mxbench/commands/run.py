@@ -126,20 +126,9 @@ def run(
             f"--label {label[:40]!r}: use up to 100 letters, digits and . _ : + @ - "
             "(starting with a letter or digit)"
         )
-    from mxbench.orchestrate import RunSummary, stop_signals
-
-    # Ctrl-C (or SIGINT/SIGTERM from a script) stops the run in any phase, even where the run
-    # was started with SIGINT ignored: what is measured is kept, the resume command printed.
-    with stop_signals(), contextlib.ExitStack() as held:
-        try:
-            if not dry_run:  # one run at a time per results directory (exit 2 if held)
-                store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
-                held.enter_context(store.lock())
-            summary = _measure(
-                mx, cells, hunts, store, matrix, matrix_path, resume, dry_run, max_parallel
-            )
-        except KeyboardInterrupt:  # before the cells began (checks, plans): nothing measured
-            summary = RunSummary(interrupted=True)
+    summary = _locked_measure(
+        mx, cells, hunts, store, matrix, matrix_path, resume, dry_run, max_parallel
+    )
     if summary is None:
         return
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
@@ -162,6 +151,35 @@ def run(
     _print_answers(results, label, {c.key for c in cells} | summary.added)
     if summary.failed:
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
+
+
+def _locked_measure(
+    mx: Matrix,
+    cells: list[Cell],
+    hunts: list[Search],
+    store: ResultStore,
+    matrix: Path | None,
+    matrix_path: Path,
+    resume: bool,
+    dry_run: bool,
+    max_parallel: int | None,
+) -> RunSummary | None:
+    """:func:`_measure` under the results directory's lock (one run at a time per directory,
+    exit 2 if another holds it). Ctrl-C (or SIGINT/SIGTERM from a script) stops the run in
+    any phase, even where the run was started with SIGINT ignored: what is measured is kept,
+    and the caller prints the resume command."""
+    from mxbench.orchestrate import RunSummary, stop_signals
+
+    with stop_signals(), contextlib.ExitStack() as held:
+        try:
+            if not dry_run:
+                store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
+                held.enter_context(store.lock())
+            return _measure(
+                mx, cells, hunts, store, matrix, matrix_path, resume, dry_run, max_parallel
+            )
+        except KeyboardInterrupt:  # before the cells began (checks, plans): nothing measured
+            return RunSummary(interrupted=True)
 
 
 def _resume_command(
