@@ -100,8 +100,11 @@ class Primitive:
 
     @property
     def native16(self) -> bool:
-        """A 16-bit source on a kernel whose ISA computes in that type."""
-        return self.src_dtype in SIXTEEN_BIT and native16(self.impl, str(self.src_dtype))
+        """A 16-bit source on a kernel whose ISA computes in that type: the ISA the
+        implementation names, never the rest of its name (``jit_bf16:avx512_core`` is
+        oneDNN's bf16 kernel for AVX-512 without bf16 instructions: converted, not native;
+        ``gemm:jit:bf16`` names no ISA)."""
+        return self.src_dtype in SIXTEEN_BIT and native16(self.isa, str(self.src_dtype))
 
     @property
     def flops(self) -> float:
