@@ -468,6 +468,20 @@ def test_older_log_format_still_parses() -> None:
     assert (p.kind, p.isa, p.ms, p.flops) == ("inner_product", "gemm", 0.25, 8 * 128 * 10)
 
 
+def test_onednn_says_which_isa_it_runs_with_and_whether_it_logs() -> None:
+    """The info line names the instruction set after any ONEDNN_MAX_CPU_ISA cap; the record
+    says "not known" rather than "did not run" where ONEDNN_VERBOSE logged no primitives."""
+    assert onednn.isa(EXEC_LOG.splitlines()) == (
+        "Intel AVX-512 with Intel DL Boost and bfloat16 support"
+    )
+    assert onednn.isa(["onednn_verbose,v1,info,cpu,isa:Intel AVX2"]) == "Intel AVX2"
+    assert onednn.isa(["something else", "onednn_verbose,v1,info,cpu,runtime:OpenMP"]) is None
+    for logs in ("profile_create", "1", "all", "error,profile_exec", "PROFILE"):
+        assert onednn.logs_primitives(logs), logs
+    for quiet in ("", "0", "none", "error", "warn,check", "dispatch"):
+        assert not onednn.logs_primitives(quiet), quiet
+
+
 def test_what_c_code_prints_on_stdout_is_captured() -> None:
     libc = ctypes.CDLL(None)
     with onednn.captured_stdout() as lines:
