@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import cpu_kinds
 import profile_count
 from bench_helpers import SMALL, BenchRun, run_bench, shared_bench
 from mxbench.bench import energy, onednn
@@ -32,7 +33,6 @@ from mxbench.bench.profile_ops import (
     summarize,
     tensor_core,
 )
-from mxbench.report.devices import native_bf16
 
 # ---- categories from names (known truth: what each operation is) ---------------------------
 
@@ -581,11 +581,15 @@ def test_nvml_energy_over_a_window_gives_joules_per_step_and_image() -> None:
 # ---- real profiled cells ----------------------------------------------------------------------
 
 
-def profiled(backend: str) -> tuple[BenchRun, Path]:
-    """One real mixed_bfloat16 blog-cnn cell per backend and test session (shared with
-    test_bench's), its raw trace kept."""
+def profiled(backend: str, kind: str | None = None) -> tuple[BenchRun, Path]:
+    """One real mixed_bfloat16 blog-cnn cell per backend and CPU kind (tests/cpu_kinds.py)
+    and test session, its raw trace kept."""
     pytest.importorskip(backend)
-    run = shared_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
+    args = ("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
+    if kind is None:
+        run = shared_bench(*args)
+    else:  # no one-step check: its float32 pass is not what these tests read
+        run = shared_bench(*args, "--check", "off", env=cpu_kinds.KINDS[kind])
     trace = _profile(run)["trace"]
     assert trace, run.record["profile"]
     return run, Path(trace)
@@ -600,38 +604,48 @@ def _profile(run: BenchRun) -> dict[str, Any]:
     return dict(prof)
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
+# The CPU-dependent cells: TensorFlow and PyTorch on each CPU kind (JAX's XLA kernels are
+# its own: no oneDNN to switch or cap)
+KINDS = [(b, k) for b in ("tensorflow", "torch") for k in cpu_kinds.KINDS]
+
+
+@pytest.mark.parametrize(("backend", "kind"), KINDS)
 def test_a_real_cell_says_where_its_time_went_and_which_kernels_ran(
-    backend: str,
+    backend: str, kind: str
 ) -> None:
-    run, _ = profiled(backend)
+    """Whatever the kind, the record says what ran the convolutions: oneDNN's kernels (the
+    ISA they ran on, native 16-bit where the CPU and the cap have bf16 instructions), or,
+    where oneDNN did not run them (TensorFlow's oneDNN off on an AVX2-only CPU, PyTorch with
+    no oneDNN bfloat16 path below AVX-512), the path that did and why (cpu_kinds)."""
+    run, _ = profiled(backend, kind)
     prof = _profile(run)
+    rec = run.record
+    assert rec["settings"]["onednn_max_cpu_isa"] == cpu_kinds.KINDS[kind]["ONEDNN_MAX_CPU_ISA"]
     assert prof["breakdown_ms"]["conv_matmul"] > 0 and prof["breakdown_ms"]["cast"] > 0
     assert 0 < prof["cost_s"] < 60
-    d = prof["onednn"]
-    assert d["weight"] == ("time" if backend == "torch" else "flops")
-    assert d["sixteen_bit_share"] > 0.5  # the convolutions got bf16 inputs
-    # This CPU has bf16 instructions (AVX512_BF16, AMX: the probe's flags), so oneDNN ran the
-    # bf16 convolutions on a native 16-bit kernel, whichever ISA name it gave (one definition)
-    if native_bf16(run.record["cpu"]["flags"]):
-        assert d["native16_share"] > 0.9, d
-        assert sum(v for k, v in d["gemm_isas"].items() if onednn.native16(k)) >= (
-            0.9 * d["sixteen_bit_share"]), d  # native ISAs carry the 16-bit work  # fmt: skip
-    else:  # AMD EPYC / Xeon without AVX512_BF16: converted or emulated
-        assert not d["native16_share"], d
+    d = cpu_kinds.check_kernels(rec)
+    if d["ran"]:
+        assert d["weight"] == ("time" if backend == "torch" else "flops")
+        assert d["sixteen_bit_share"] > 0.5  # the convolutions got bf16 inputs
+    else:  # the convolutions the window timed are the ones the record names
+        convs = [t["name"] for t in prof["top_ops"] if t["category"] == "conv_matmul"]
+        assert d["kernels"] == convs[:8] and convs, prof["top_ops"]
+    # a thread pool's loop is part of the operation that runs it, never one of its own
+    assert "ParallelFor" not in [t["name"] for t in prof["top_ops"]], prof["top_ops"]
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+@pytest.mark.parametrize(("backend", "kind"), [*KINDS, ("jax", None)])
 def test_the_breakdown_agrees_with_an_independent_count_of_the_raw_trace(
-    backend: str,
+    backend: str, kind: str | None
 ) -> None:
     """The record's figures against tests/profile_count.py's count of the kept trace (another
     reader, another rule for what an operation is, another own-time algorithm): the
     operations' own times, the busy time and the convolutions' share agree; on blog-cnn, a
     conv-dominated model, TF's and JAX's convolutions are the largest part of the work, and
     "other" stays small on every backend. Wrappers counted as work (the step function, the
-    executor: each the whole step) fail every one of these."""
-    run, trace = profiled(backend)
+    executor: each the whole step) fail every one of these; so does a thread pool's loop
+    inside a convolution (TensorFlow's Eigen kernels, oneDNN off) counted apart from it."""
+    run, trace = profiled(backend, kind)
     prof = _profile(run)
     bd: dict[str, float] = prof["breakdown_ms"]
     step, steps = float(prof["step_ms"]), int(prof["steps"])
