@@ -76,19 +76,20 @@ def run_bench(
     return BenchRun(p.returncode, p.stdout, p.stderr)
 
 
-_SHARED: dict[tuple[str, ...], BenchRun] = {}
+_SHARED: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], BenchRun] = {}
 
 
-def shared_bench(*args: str) -> BenchRun:
-    """``run_bench(*args)`` in this process's environment, once per test session: tests in
-    different files that read the record of the same cell share one measurement of it
-    (test_bench's PyTorch cell and test_profile's are one mixed_bfloat16 cell). Its profiled
+def shared_bench(*args: str, env: dict[str, str] | None = None) -> BenchRun:
+    """``run_bench(*args)`` in this process's environment (with ``env`` added: a CPU kind's,
+    tests/cpu_kinds.py), once per test session: tests that read the record of the same cell
+    share one measurement of it (test_profile's two tests of each kind's cell). Its profiled
     window's raw trace is kept (``record.profile.trace``) for the tests that count it."""
-    if args not in _SHARED:
+    key = (args, tuple(sorted((env or {}).items())))
+    if key not in _SHARED:
         keep = tempfile.mkdtemp(prefix="mxbench-test-trace-")
         atexit.register(shutil.rmtree, keep, True)
-        env = {**os.environ, "MXBENCH_PROFILE_DIR": keep}
+        full = {**os.environ, **(env or {}), "MXBENCH_PROFILE_DIR": keep}
         if "jax" in args:  # XLA's own dump of the compiled step, for profile_count's reading
-            env["XLA_FLAGS"] = profile_count.xla_dump_flags(keep)
-        _SHARED[args] = run_bench(*args, env=env)
-    return _SHARED[args]
+            full["XLA_FLAGS"] = profile_count.xla_dump_flags(keep)
+        _SHARED[key] = run_bench(*args, env=full)
+    return _SHARED[key]

@@ -7,7 +7,9 @@ never opens), another rule for what an operation is (TF: an event named ``name:T
 own op naming; JAX: an event carrying XLA's ``hlo_op`` argument; PyTorch: an ``aten::``
 operator), its own list of what a convolution / matmul is, and another algorithm for own
 time: a sweep over each thread's event boundaries giving every slice of time to the
-innermost event open during it.
+innermost operation open during it. Events inside an operation that are none (TensorFlow's
+Eigen kernels trace their thread pool's ``ParallelFor`` inside the convolution that runs it)
+are part of it; time in no operation (a wrapper's own) is nobody's.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class Slice:
     start: float  # seconds
     end: float
     thread: str
-    op: bool  # an operation (else a wrapper: its own time is nobody's)
+    op: bool  # an operation (else a wrapper around operations or a part of one)
     conv: bool  # a convolution or matrix product
 
 
@@ -54,8 +56,9 @@ def count(slices: list[Slice]) -> Count:
                 open_.append(starts[k])
                 k += 1
             open_ = [i for i in open_ if slices[i].end > lo]
-            if open_:  # the innermost: opened last (the shorter one at a tie)
-                inner = max(open_, key=lambda i: (slices[i].start, -slices[i].end))
+            ops_open = [i for i in open_ if slices[i].op]
+            if ops_open:  # the innermost operation: opened last (the shorter one at a tie)
+                inner = max(ops_open, key=lambda i: (slices[i].start, -slices[i].end))
                 own[inner] += hi - lo
     ops = [i for i, s in enumerate(slices) if s.op]
     threads = {slices[i].thread for i in ops}

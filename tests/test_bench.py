@@ -195,7 +195,7 @@ def test_other_keras_backends_measure_and_say_which_framework(backend: str, tmp_
 
     pytest.importorskip(backend)
     cache = CompileCache()  # as the local engine sets it: JAX caches even quick compiles
-    added = cache.env(backend, dict(os.environ))  # PyTorch: nothing, the cell test_profile reads
+    added = cache.env(backend, dict(os.environ))  # PyTorch: nothing
     args = ("--backend", backend, "--policy", "mixed_bfloat16", *SMALL)
     run = run_bench(*args, env={**os.environ, **added}) if added else shared_bench(*args)
     assert run.returncode == 0, run.stderr

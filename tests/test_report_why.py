@@ -160,6 +160,58 @@ def test_cpu_kernels_cite_the_onednn_evidence_and_replace_the_flag_guess() -> No
     assert dg.cpu_kernels(guess) is None and dg.bf16_on_cpu(guess) is not None
 
 
+def test_where_onednn_did_not_run_the_path_that_did_is_said_not_the_flag_guess() -> None:
+    """An AVX2-only EPYC's records (issue 47): TensorFlow left oneDNN off, PyTorch had no
+    oneDNN bfloat16 path. The record says which path ran (profile.onednn.ran false, path,
+    why, the operations); the report says that, never "oneDNN runs bfloat16 natively"."""
+    why = "TF_ENABLE_ONEDNN_OPTS=0: TensorFlow's oneDNN operations were off"
+    eigen = {"ran": False, "path": "eigen", "why": why,
+             "kernels": ["Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv2D"]}  # fmt: skip
+    t = cpu_pair(profile(conv_matmul=50.0, host_gap=10.0, onednn=eigen))
+    said = dg.cpu_kernels(t)
+    assert said is not None and said.startswith("Kernels that ran without oneDNN:")
+    assert "TensorFlow's own (Eigen) kernels ran the convolutions/matmuls (Conv2DBackprop" in said
+    assert why in said and "oneDNN's verbose log" not in said
+    assert dg.bf16_on_cpu(t) is None  # XEON_BF16's flags: no "oneDNN runs bfloat16 natively"
+    bar = document.section(t, "t").breakdown
+    assert bar[1].kernels == "no oneDNN: eigen kernels"
+    aten = {"ran": False, "path": "aten", "why": "PyTorch has no oneDNN bfloat16 path",
+            "kernels": ["aten::_slow_conv2d_backward"]}  # fmt: skip
+    said = dg.cpu_kernels(cpu_pair(profile(conv_matmul=50.0, onednn=aten)))
+    assert said is not None and "PyTorch's own (ATen) kernels ran" in said
+    # oneDNN's log off (ran null): nothing is known of the kernels, the flag rule speaks
+    unknown = cpu_pair(profile(conv_matmul=50.0, onednn={"ran": None, "why": "log off"}))
+    assert dg.cpu_kernels(unknown) is None and dg.bf16_on_cpu(unknown) is not None
+
+
+def test_settings_that_keep_onednn_from_bf16_are_said_without_a_profile() -> None:
+    """No profiled window: the flag rule reads the settings too. TensorFlow's oneDNN off or
+    oneDNN capped below bfloat16 (ONEDNN_MAX_CPU_ISA) on a CPU with AVX512_BF16: bfloat16
+    is not native there; AMX capped at AVX512_CORE_BF16: no tiles."""
+
+    def bf16(cpu: dict[str, Any], backend: str = "tensorflow", **settings: str) -> str | None:
+        return dg.bf16_on_cpu(table([
+            rec("h", "float32", 8, median=100.0, device=CPU, cpu=cpu, backend=backend,
+                settings=settings),
+            rec("h", "mixed_bfloat16", 8, median=90.0, device=CPU, cpu=cpu, backend=backend,
+                settings=settings),
+        ]))  # fmt: skip
+
+    off = bf16(XEON_BF16, onednn="0")
+    assert off is not None and "TensorFlow's oneDNN operations were off" in off
+    assert "no speedup is expected" in off and "natively" not in off
+    capped = bf16(XEON_BF16, "torch", onednn_max_cpu_isa="AVX2")
+    assert capped is not None and "ONEDNN_MAX_CPU_ISA=AVX2" in capped and "natively" not in capped
+    assert "natively" in (bf16(XEON_BF16, onednn_max_cpu_isa="AVX512_CORE_BF16") or "")
+    amx_cpu = {**XEON_BF16, "flags": [*XEON_BF16["flags"], "amx_bf16", "amx_tile"]}
+    below_amx = bf16(amx_cpu, onednn_max_cpu_isa="AVX512_CORE_BF16")
+    assert below_amx is not None and "This CPU has AMX, but oneDNN was capped" in below_amx
+    assert "instead of the tiles" in below_amx
+    assert "tile matrix units" in (bf16(amx_cpu, onednn_max_cpu_isa="AVX512_CORE_AMX") or "")
+    # JAX: XLA's kernels, no oneDNN: its settings change nothing there
+    assert bf16(XEON_BF16, "jax", onednn="0", onednn_max_cpu_isa="AVX2") == bf16(XEON_BF16, "jax")
+
+
 def test_amx_kernels_are_named_as_tile_matrix_units() -> None:
     """An AMX Xeon: oneDNN 3.7+ names the ISA avx10_1_512_amx, and a float32 GEMM that names
     no ISA may lead the shares; the sentence names the native kernel and says what AMX is."""

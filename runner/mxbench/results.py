@@ -19,19 +19,24 @@ from mxbench.distribution_record import Distribution, Interconnect, Replica
 from mxbench.inference_record import Inference
 from mxbench.pairing_record import Interference, Pairing, Window
 from mxbench.params import Params
+from mxbench.profile_record import CATEGORY_NAMES, OneDnnEvidence, Profile, TopOp
 from mxbench.record_part import Count, Doc, Part, Positive
 from mxbench.search import BatchSearch
 
 __all__ = [
+    "CATEGORY_NAMES",
     "Count",
     "Distribution",
     "Doc",
     "Interconnect",
     "Interference",
+    "OneDnnEvidence",
     "Pairing",
     "Part",
     "Positive",
+    "Profile",
     "Replica",
+    "TopOp",
     "Window",
 ]
 
@@ -130,99 +135,6 @@ class Metrics(Part):
             "import), import (framework), build, data, facts, first_step, warmup, timed, "
             "fit_other, probe, profile, check (mxbench.bench.timing.PHASES)"),
     ] = {}  # fmt: skip
-
-
-# The profiled window's categories (record.profile.breakdown_ms keys), with their headings.
-CATEGORY_NAMES: dict[str, str] = {
-    "conv_matmul": "conv/matmul",
-    "elementwise_norm": "memory-bound",
-    "cast": "casts",
-    "layout": "layout",
-    "optimizer": "optimizer",
-    "input": "input",
-    "other": "other",
-    "host_gap": "host gap",
-}
-
-
-class TopOp(Part):
-    """One of the operations that took the most time in the profiled window."""
-
-    name: str | None = None
-    category: str | None = None
-    ms_per_step: float | None = None
-    calls: Count | None = None
-
-
-class OneDnnEvidence(Part):
-    """Which oneDNN kernels ran the CPU's convolutions and matmuls (its verbose log)."""
-
-    weight: Annotated[
-        Literal["time", "flops"] | None,
-        Doc("time: measured executions in the profiled window (PyTorch); flops: the "
-            "primitives created, weighed by their arithmetic (TensorFlow: oneDNN logs at "
-            "creation, in the warm-up, so that the timed steps are not logged)"),
-    ] = None  # fmt: skip
-    gemm_isas: Annotated[
-        dict[str, float], Doc("ISA of the convolution/matmul kernels -> share (avx512_core_bf16, "
-                              "avx512_core_amx, avx2, ref, gemm: ISA not named)")
-    ] = {}  # fmt: skip
-    native16_share: Annotated[
-        float | None,
-        Doc("share of the 16-bit convolutions/matmuls on kernels that compute in 16 bits "
-            "natively; null: none had a 16-bit source"),
-    ] = None  # fmt: skip
-    sixteen_bit_share: Annotated[
-        float | None, Doc("share of convolution/matmul work whose source was bf16 / f16")
-    ] = None
-    reorder_ms: Annotated[float | None, Doc("oneDNN reorders (layout/type), window total")] = None
-    gemm_ms: Annotated[float | None, Doc("oneDNN convolutions/matmuls, window total")] = None
-    primitives: Count | None = None
-    kernels: Annotated[list[str], Doc('"convolution brg_conv_fwd:avx512_core_bf16 bf16"')] = []
-    ref_passes: Annotated[
-        dict[str, float],
-        Doc("pass (forward_training, backward_data, backward_weights) -> share of the "
-            "convolution/matmul weight that ran on oneDNN's reference loops (ref) in it"),
-    ] = {}  # fmt: skip
-
-
-class Profile(Part):
-    """The profiled window: a few training steps after the timed ones under the backend's
-    own profiler (mxbench.bench.profile), and where their time went."""
-
-    tool: Annotated[str | None, Doc("tf.profiler, jax.profiler or torch.profiler")] = None
-    device: Literal["gpu", "cpu"] | None = None
-    steps: Count | None = None
-    step_ms: Annotated[float | None, Doc("wall-clock ms per profiled step (profiler on)")] = None
-    cost_s: Annotated[
-        float | None, Doc("what the window cost: its steps, the profiler, reading the trace")
-    ] = None
-    breakdown_ms: Annotated[
-        dict[str, float],
-        Doc("ms per step by category: conv_matmul, elementwise_norm (memory-bound), cast, "
-            "layout, optimizer, input, other, host_gap (nothing ran: Python, launches, "
-            "waits); the sum is step_ms"),
-    ] = {}  # fmt: skip
-    busy_share: Annotated[float | None, Doc("share of the window in which some operation ran")] = (
-        None
-    )
-    ops_ms: Annotated[
-        float | None,
-        Doc("the operations' own (exclusive) times per step, summed over threads (ms): the "
-            "busy time, more where threads ran operations side by side"),
-    ] = None  # fmt: skip
-    tensor_core_share: Annotated[
-        float | None,
-        Doc("GPU: share of convolution/matmul kernel time in Tensor Core kernels, judged from "
-            "kernel names (a heuristic)"),
-    ] = None  # fmt: skip
-    cast_share: Annotated[float | None, Doc("casts' share of the operations' time")] = None
-    top_ops: Annotated[list[TopOp], Doc("the operations that took the most time")] = []
-    onednn: Annotated[
-        OneDnnEvidence | None, Doc("CPU: the oneDNN kernels that ran (verbose log)")
-    ] = None
-    trace: Annotated[str | None, Doc("where the raw trace was kept (MXBENCH_PROFILE_DIR)")] = None
-    error: Annotated[str | None, Doc("why the window gave no breakdown")] = None
 
 
 class Convergence(Part):
@@ -347,6 +259,11 @@ class Settings(Part):
         str | None, Doc("the backend's own float32 matmul setting, as it names it")
     ] = None
     onednn: Annotated[str | None, Doc("TF_ENABLE_ONEDNN_OPTS")] = None
+    onednn_max_cpu_isa: Annotated[
+        str | None,
+        Doc("ONEDNN_MAX_CPU_ISA: the highest instruction set oneDNN may use (AVX2, "
+            "AVX512_CORE_BF16...), a cap below the CPU's own"),
+    ] = None  # fmt: skip
     xla_flags: str | None = None
     tf32_override: Annotated[str | None, Doc("NVIDIA_TF32_OVERRIDE")] = None
     compute_dtype: str | None = None

@@ -110,7 +110,7 @@ def _pass(
             with profiler.whole_run(p.backend, True) as lines:
                 _measure_paired(ps, recs, state, started_at, profiled, group, emit)
             for rec in recs:
-                profiler.add_log(rec.profile, lines)
+                profiler.add_log(rec.profile, lines, p.backend)
         else:
             _measure_paired(ps, recs, state, started_at, profiled, group, emit)
     except UsageError:

@@ -100,8 +100,11 @@ class Primitive:
 
     @property
     def native16(self) -> bool:
-        """A 16-bit source on a kernel whose ISA computes in that type."""
-        return self.src_dtype in SIXTEEN_BIT and native16(self.impl, str(self.src_dtype))
+        """A 16-bit source on a kernel whose ISA computes in that type: the ISA the
+        implementation names, never the rest of its name (``jit_bf16:avx512_core`` is
+        oneDNN's bf16 kernel for AVX-512 without bf16 instructions: converted, not native;
+        ``gemm:jit:bf16`` names no ISA)."""
+        return self.src_dtype in SIXTEEN_BIT and native16(self.isa, str(self.src_dtype))
 
     @property
     def flops(self) -> float:
@@ -176,6 +179,28 @@ def parse(lines: Iterable[str]) -> list[Primitive]:
             )
         )
     return out
+
+
+_INFO_ISA = re.compile(r"_verbose,(?:v1,)?info,cpu,isa:(.+)$")
+
+
+def isa(lines: Iterable[str]) -> str | None:
+    """The instruction set oneDNN says it runs with (its log's info line, ``onednn_verbose,
+    v1,info,cpu,isa:Intel AVX2``), after any ``ONEDNN_MAX_CPU_ISA`` cap; None: not logged."""
+    for line in lines:
+        if "info,cpu,isa:" in line and (m := _INFO_ISA.search(line.strip())):
+            return m.group(1).strip()
+    return None
+
+
+# The ONEDNN_VERBOSE values (a comma-separated list) under which oneDNN logs the primitives
+# it creates or executes; others (none, 0, error, warn, check, dispatch...) log none.
+_LOGGING = frozenset({"1", "2", "all", "profile", "profile_create", "profile_exec"})
+
+
+def logs_primitives(verbose: str) -> bool:
+    """Whether oneDNN with ``ONEDNN_VERBOSE=verbose`` logs its primitives."""
+    return any(v.strip().lower() in _LOGGING for v in verbose.split(","))
 
 
 @dataclass

@@ -15,7 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-NUMBER_SETTINGS = ("TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS", "NVIDIA_TF32_OVERRIDE")
+NUMBER_SETTINGS = (
+    "TF_ENABLE_ONEDNN_OPTS",
+    "ONEDNN_MAX_CPU_ISA",
+    "XLA_FLAGS",
+    "NVIDIA_TF32_OVERRIDE",
+)
 
 # The CPU flags that decide how fast float32, float16 and bfloat16 math can run (x86 and Arm
 # names, as /proc/cpuinfo spells them), and every instruction TensorFlow's cpu_feature_guard
@@ -290,6 +295,7 @@ def number_settings() -> dict[str, str | None]:
     env = {k: os.environ.get(k) for k in NUMBER_SETTINGS}
     return {
         "onednn": env["TF_ENABLE_ONEDNN_OPTS"],
+        "onednn_max_cpu_isa": env["ONEDNN_MAX_CPU_ISA"],
         "xla_flags": env["XLA_FLAGS"],
         "tf32_override": env["NVIDIA_TF32_OVERRIDE"],
     }

@@ -53,7 +53,7 @@ def around(p: Params, rec: Record, measure: Callable[[], None]) -> None:
     prepare(p.backend)
     with whole_run(p.backend, True) as lines:
         measure()
-    add_log(rec.profile, lines)
+    add_log(rec.profile, lines, p.backend)
 
 
 # Written to the captured stdout where a serving cell's gate begins: what oneDNN logs after
@@ -94,12 +94,14 @@ def whole_run(backend: str, enabled: bool) -> Iterator[list[str]]:
             sys.stderr.write("\n".join(rest) + "\n")
 
 
-def add_log(prof: Profile | None, lines: list[str]) -> None:
-    """The oneDNN evidence of a log collected around the whole run (TensorFlow)."""
+def add_log(prof: Profile | None, lines: list[str], backend: str) -> None:
+    """The oneDNN evidence of a log collected around the whole run (TensorFlow): what it
+    names, or where it names no convolution or matmul, what ran them instead."""
+    if backend != "tensorflow" or prof is None or prof.device != "cpu" or prof.onednn is not None:
+        return
     if LOG_END in lines:
         lines = lines[: lines.index(LOG_END)]
-    if prof is not None and prof.device == "cpu" and prof.onednn is None and lines:
-        prof.onednn = _evidence(lines)
+    prof.onednn = cpu_kernels(backend, lines, prof)
 
 
 def run(
@@ -134,8 +136,8 @@ def run(
         prof.top_ops = [TopOp(name=n, category=c, ms_per_step=t, calls=k) for n, c, t, k in s.top]
         prof.tensor_core_share = s.tensor_core_share
         prof.cast_share = s.cast_share
-        if not gpu:
-            prof.onednn = _evidence(lines)
+        if not gpu and backend == "torch":  # TensorFlow's: its whole run's log (add_log)
+            prof.onednn = cpu_kernels(backend, lines, prof, getattr(model, "compute_dtype", None))
         prof.trace = str(trace_dir) if keep else None
     except Exception as exc:  # the timed figures stand without it
         prof.error = f"{type(exc).__name__}: {exc}"[:500]
@@ -147,11 +149,91 @@ def run(
     return prof
 
 
-def _evidence(lines: list[str]) -> OneDnnEvidence | None:
+def cpu_kernels(
+    backend: str, lines: list[str], prof: Profile, dtype: str | None = None
+) -> OneDnnEvidence | None:
+    """What ran a CPU cell's convolutions and matmuls (TensorFlow, PyTorch): what oneDNN's
+    log ``lines`` name, or where they name none, the backend's own kernels (the profiled
+    window's busiest convolutions/matmuls, ``prof.top_ops``) and why oneDNN did not run
+    them; not known (``ran`` null) where oneDNN's log was off. ``dtype``: the compute type."""
     found = onednn.evidence(onednn.parse(lines))
-    if found is None:
-        return None
+    isa = onednn.isa(lines)
+    if found is not None:
+        return _evidence(found, isa)
+    ran, why = _tf_without_onednn() if backend == "tensorflow" else _torch_without_onednn(dtype)
     return OneDnnEvidence(
+        ran=ran,
+        path=None if ran is None else "eigen" if backend == "tensorflow" else "aten",
+        why=why,
+        isa=isa,
+        kernels=[t.name for t in prof.top_ops if t.category == "conv_matmul" and t.name][:8],
+    )
+
+
+def _tf_without_onednn() -> tuple[bool | None, str]:
+    """Why TensorFlow's oneDNN log names no convolution or matmul: whether oneDNN ran
+    them (False: TensorFlow's own kernels did; None: not known), and why."""
+    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        on: bool | None = bool(_pywrap_util_port.IsMklEnabled())
+    except Exception:  # another build: TensorFlow does not say
+        on = None
+    if on is not True and setting is not None and setting.strip().lower() in ("0", "false"):
+        return False, f"TF_ENABLE_ONEDNN_OPTS={setting}: TensorFlow's oneDNN operations were off"
+    if on is None:
+        return None, "this TensorFlow does not say whether its oneDNN operations were on"
+    if on is False and setting is None:
+        return False, (
+            "TensorFlow's default on this CPU: on x86 Linux it turns its oneDNN operations "
+            "on only where the CPU has AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX "
+            "(TF_ENABLE_ONEDNN_OPTS=1 turns them on)"
+        )
+    if on is False:
+        return False, "this TensorFlow build has no oneDNN operations"
+    verbose = os.environ.get(VERBOSE_ENV, "")
+    if not onednn.logs_primitives(verbose):
+        return None, f"{VERBOSE_ENV}={verbose}: oneDNN's log was off; what ran is not known"
+    return False, (
+        "TensorFlow's oneDNN operations were on, but oneDNN created no convolution or "
+        "matmul: TensorFlow ran them on its own kernels"
+    )
+
+
+def _torch_without_onednn(dtype: str | None) -> tuple[bool | None, str]:
+    """Why oneDNN's log of PyTorch's profiled window names no convolution or matmul."""
+    import torch
+
+    mkldnn = torch.backends.mkldnn
+    if not mkldnn.is_available():
+        return False, "this PyTorch was built without oneDNN (torch.backends.mkldnn)"
+    if not mkldnn.enabled:
+        return False, "torch.backends.mkldnn.enabled was off"
+    check = {"bfloat16": "_is_mkldnn_bf16_supported", "float16": "_is_mkldnn_fp16_supported"}
+    name = check.get(str(dtype))
+    try:
+        supported = getattr(torch.ops.mkldnn, name)() if name else True
+    except Exception:  # another PyTorch: it does not say
+        supported = True
+    if not supported:
+        return False, (
+            f"PyTorch has no oneDNN {dtype} path on this CPU as oneDNN sees it "
+            f"(torch.ops.mkldnn.{name}() is false: oneDNN's instruction set "
+            f"is below what {dtype} needs there, or ONEDNN_MAX_CPU_ISA caps it): its own "
+            f"kernels ran the {dtype} convolutions and matmuls"
+        )
+    return False, (
+        "oneDNN's log of the profiled window names no convolution or matmul: PyTorch ran "
+        "them on its own kernels"
+    )
+
+
+def _evidence(found: onednn.Evidence, isa: str | None) -> OneDnnEvidence:
+    return OneDnnEvidence(
+        ran=True,
+        path="onednn",
+        isa=isa,
         weight=found.weight,
         gemm_isas=found.gemm_isas,
         native16_share=found.native16_share,

@@ -19,7 +19,10 @@ any of them onto the few categories that explain a mixed-precision result:
 Operations count by their own (exclusive) time (:func:`exclusive`): an event's duration
 less the time of the events nested in it on the same thread. Events that only enclose work
 (a step function, an executor, ``__inference_*`` bodies, Python frames, autograd nodes:
-:data:`ENCLOSING`) are never operations, whatever their names contain.
+:data:`ENCLOSING`) are never operations, whatever their names contain; events that are a
+part of the operation around them (a thread pool's loop that TensorFlow's own Eigen kernels
+run on the operation's thread: :data:`PARTS`) are none either: their time is that
+operation's own.
 
 :func:`summarize` turns timed operations into the record's :class:`~mxbench.results.Profile`
 figures: per category milliseconds per step scaled into the time the device (or the CPU's
@@ -228,6 +231,19 @@ def enclosing(name: str) -> bool:
     return bool(ENCLOSING.search(name))
 
 
+# Events that are a part of the operation around them, not operations: TensorFlow's own CPU
+# kernels (Eigen's, where oneDNN is off: an AVX2-only CPU's default) split a convolution's
+# work with the thread pool's ``ParallelFor``, traced on the operation's thread inside it.
+# Its time is the convolution's: counted as an operation of its own, it took the time from
+# the convolution and listed ``ParallelFor`` among the busiest operations.
+PARTS = re.compile(r"^ParallelFor$")
+
+
+def part(name: str) -> bool:
+    """Whether an event is a part of the operation around it (:data:`PARTS`)."""
+    return bool(PARTS.search(name))
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One timed operation: what ran (and the operations around it), when, for how long
@@ -259,7 +275,8 @@ def exclusive(events: Iterable[Event]) -> list[Op]:
     """The operations among ``events`` with their own (exclusive) time: per thread, an
     event inside another's interval is its child, and an event's own time is its duration
     less the time its direct children cover. Wrappers (:func:`enclosing`) are no
-    operations; an operation's ``names`` are it and the operations around it."""
+    operations; nor are an operation's parts (:func:`part`), whose time stays the
+    operation's own; an operation's ``names`` are it and the operations around it."""
     by_lane: dict[str, list[Event]] = defaultdict(list)
     for e in events:
         if e.duration > 0:
@@ -272,6 +289,7 @@ class _Open:
     event: Event
     chain: tuple[str, ...]  # the operations it is and is inside, innermost first
     children_s: float = 0.0
+    part: bool = False  # a part of the operation around it: its time is that one's
 
     @property
     def end(self) -> float:
@@ -285,7 +303,7 @@ def _nested(lane: str, events: list[Event]) -> list[Op]:
 
     def close(top: _Open) -> None:
         e = top.event
-        if top.chain and top.chain[0] == e.name and not enclosing(e.name):
+        if top.chain and top.chain[0] == e.name and not enclosing(e.name) and not top.part:
             own = max(e.duration - top.children_s, 0.0)
             ops.append(Op(top.chain, e.start, e.duration, lane, self_s=own))
 
@@ -294,8 +312,12 @@ def _nested(lane: str, events: list[Event]) -> list[Op]:
             close(stack.pop())
         outer = stack[-1] if stack else None
         chain = outer.chain if outer is not None else ()
-        if outer is not None:  # its time inside the parent's interval
-            outer.children_s += min(e.start + e.duration, outer.end) - e.start
+        if chain and part(e.name):  # inside an operation, a part of it: no child of it
+            stack.append(_Open(e, chain, part=True))
+            continue
+        if outer is not None:  # its time inside the parent's interval (past the parts)
+            owner = next(o for o in reversed(stack) if not o.part)
+            owner.children_s += min(e.start + e.duration, outer.end) - e.start
         stack.append(_Open(e, chain if enclosing(e.name) else (e.name, *chain)))
     while stack:
         close(stack.pop())

@@ -10,23 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mxbench import stats
 from mxbench.codec import cc_pair
 from mxbench.params import BASELINE
 from mxbench.report import convergence, devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
+from mxbench.report.diagnose_cpu import bf16_on_cpu, float16_emulated_on_cpu, observed
 from mxbench.report.diagnose_profile import (
-    AMX,
     BFLOAT16,
     FLOAT16,
-    REFERENCE_SHARE,
     cast_overhead,
     cpu_kernels,
     is_cpu,
     is_gpu,
     launch_bound,
     measured_memory_bound,
-    on_reference,
     profiles,
     tensor_core_kernels,
     tensor_core_policies,
@@ -48,41 +45,6 @@ class Note:
     text: str
 
 
-def _fmt_range(values: list[float]) -> str:
-    lo, hi = min(values), max(values)
-    lo_text, hi_text = stats.figure(lo), stats.figure(hi)
-    return lo_text if lo_text == hi_text else f"{lo_text}–{hi_text}"
-
-
-def _speedups(t: Table, policies: frozenset[str]) -> list[float]:
-    return [
-        s
-        for p in t.policies
-        if p in policies
-        for b in t.batches
-        if (s := t.speedup(p, b)) is not None
-    ]
-
-
-def _observed(t: Table, policies: frozenset[str]) -> str:
-    """`` (observed speedup 0.95–1.02, no clear difference)``: the range and the verdict
-    of the intervals (when they agree)."""
-    speedups = _speedups(t, policies)
-    if not speedups:
-        return ""
-    verdicts = {
-        r.verdict
-        for slot, r in t.ratios.items()
-        if slot[0] in policies and r.judged and t.trusted(slot)
-    }
-    said = ""
-    if len(verdicts) == 1:
-        said = f", {verdicts.pop()}"
-    elif verdicts:
-        said = ", the verdict varies with batch size"
-    return f" (observed speedup {_fmt_range(speedups)}{said})"
-
-
 def no_fp16_tensor_cores(t: Table) -> str | None:
     cap, _ = gpu_cc(t)
     if not is_gpu(t) or cap is None or not FLOAT16 & set(t.policies):
@@ -91,7 +53,7 @@ def no_fp16_tensor_cores(t: Table) -> str | None:
         return (
             f"No Tensor Cores: {t.device.name} is a Turing GPU (compute capability "
             f"{cap.label}) built without them, so no speedup is expected from mixed_float16"
-            f"{_observed(t, FLOAT16)}; its double-rate float16 vector arithmetic helps little "
+            f"{observed(t, FLOAT16)}; its double-rate float16 vector arithmetic helps little "
             "once the casts are paid."
         )
     if cap.fp16_tensor_cores:
@@ -104,7 +66,7 @@ def no_fp16_tensor_cores(t: Table) -> str | None:
         why = f"CC {cap.label} runs float16 arithmetic at a small fraction of its float32 rate"
     return (
         f"No Tensor Cores: compute capability {cap.label} < 7.0 has no float16 Tensor Cores, "
-        f"so no speedup is expected from mixed_float16{_observed(t, FLOAT16)}; {why}. "
+        f"so no speedup is expected from mixed_float16{observed(t, FLOAT16)}; {why}. "
         "What remains is the smaller memory traffic of half-size activations."
     )
 
@@ -115,7 +77,7 @@ def no_bf16_tensor_cores(t: Table) -> str | None:
         return None
     return (
         f"No bfloat16 Tensor Cores: compute capability {cap.label} < 8.0; mixed_bfloat16 "
-        f"runs without a fast path here{_observed(t, BFLOAT16)}."
+        f"runs without a fast path here{observed(t, BFLOAT16)}."
     )
 
 
@@ -132,80 +94,6 @@ def tf32_baseline(t: Table) -> str | None:
         f"TF32 in the baseline: on compute capability {cap.label} the float32 runs already "
         f"use TF32 Tensor Cores ({how}), so mixed precision is compared with a Tensor Core "
         "baseline, not with true float32."
-    )
-
-
-# /proc/cpuinfo flags of float16 arithmetic: AVX512-FP16, AMX's float16 tiles
-FP16_FLAGS = frozenset({"avx512_fp16", "amx_fp16"})
-
-
-def float16_emulated_on_cpu(t: Table) -> str | None:
-    if not is_cpu(t) or not FLOAT16 & set(t.policies):
-        return None
-    cpu = t.info.cpu
-    if devices.is_x86(cpu.model, cpu.flags, cpu.arch) is not True:
-        return None
-    found = [p.onednn for _, _, p in profiles(t, FLOAT16) if p.onednn is not None]
-    if any((d.native16_share or 0.0) > 0 for d in found):
-        # some of its kernels ran float16 natively, so not every operation was converted:
-        # what ran says how much (cpu_kernels)
-        return None
-    if any(on_reference(d) >= REFERENCE_SHARE for d in found):
-        return None  # its kernels ran on oneDNN's reference loops: cpu_kernels says so
-    has = sorted(FP16_FLAGS & {f.lower() for f in cpu.flags or ()})
-    if has and not found:  # float16 instructions, and no record of the kernels that ran
-        text = (
-            f"this CPU has float16 arithmetic ({', '.join(has)}), but no record says "
-            "mixed_float16's convolutions and matmuls used it (profile: on records oneDNN's "
-            "kernels); where it is not used, float16 is converted to float32 for every "
-            f"operation{_observed(t, FLOAT16)}."
-        )
-    else:
-        text = (
-            "float16 on an x86 CPU is emulated (converted to float32 for every operation), so "
-            f"mixed_float16 is expected to be much slower than float32{_observed(t, FLOAT16)}."
-        )
-    if t.info.settings.jit_compile is False:
-        text += (
-            " XLA was off here: each operation converts on its own. With jit_compile: on "
-            "(--jit-compile on) XLA fuses the conversions, which is usually many times "
-            "faster, though still not faster than float32."
-        )
-    return text
-
-
-def bf16_on_cpu(t: Table) -> str | None:
-    if not is_cpu(t) or not BFLOAT16 & set(t.policies):
-        return None
-    if any(p.onednn is not None for _, _, p in profiles(t, BFLOAT16)):
-        return None  # the kernels that ran say it (cpu_kernels)
-    native = devices.native_bf16(t.info.cpu.flags)
-    if native is None:
-        return None
-    if native:
-        if devices.amx_bf16(t.info.cpu.flags):
-            text = (
-                f"This CPU has AMX ({AMX}): oneDNN runs the bfloat16 convolutions and matmuls "
-                "on them, so mixed_bfloat16 is expected to be clearly faster than float32 "
-                f"where those dominate{_observed(t, BFLOAT16)}."
-            )
-        else:
-            text = (
-                "This CPU has AVX512_BF16 (bfloat16 dot products in its vector units; no AMX "
-                "tile matrix units): oneDNN runs bfloat16 natively, so mixed_bfloat16 can "
-                f"beat float32{_observed(t, BFLOAT16)}."
-            )
-        speedups = _speedups(t, BFLOAT16)
-        if speedups and max(speedups) < 1:
-            text += (
-                " It did not here: on small inputs the casts and layout changes around each "
-                "layer likely outweigh the faster arithmetic; the gain shows at larger image "
-                "sizes (the experiment's 256 px)."
-            )
-        return text
-    return (
-        "This CPU has neither AVX512_BF16 nor AMX: bfloat16 is converted in software, so no "
-        f"speedup is expected from mixed_bfloat16{_observed(t, BFLOAT16)}."
     )
 
 

@@ -5,6 +5,8 @@ the convolutions and matmuls, Tensor Core use, casts, memory-bound and launch-bo
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from mxbench.bench import onednn
 from mxbench.report import devices, why
 from mxbench.report.annotate import gpu_cc
@@ -40,6 +42,12 @@ PASSES = {
     "backward_weights": "the weight gradients",
     "backward": "the gradients",
 }
+
+
+def kernels_said(d: OneDnnEvidence | None) -> TypeGuard[OneDnnEvidence]:
+    """Whether a record says what ran its convolutions/matmuls: oneDNN's kernels (its log
+    named them), or another path (oneDNN ran none); not where oneDNN's log was off."""
+    return d is not None and (d.ran is False or bool(d.gemm_isas))
 
 
 def on_reference(d: OneDnnEvidence) -> float:
@@ -96,13 +104,33 @@ def _shares(
     ]
 
 
+# What ran a CPU's convolutions and matmuls where oneDNN did not (OneDnnEvidence.path)
+PATHS = {
+    "eigen": "TensorFlow's own (Eigen) kernels",
+    "aten": "PyTorch's own (ATen) kernels",
+}
+
+
+def path_name(path: str | None) -> str:
+    """A path that ran the convolutions and matmuls, as the sentences name it."""
+    return PATHS.get(path or "", f"{path} kernels" if path else "other kernels")
+
+
 def cpu_kernels(t: Table) -> str | None:
-    """Which oneDNN kernels ran the 16-bit convolutions/matmuls (its verbose log)."""
+    """Which kernels ran the 16-bit convolutions/matmuls: oneDNN's (its verbose log), or,
+    where oneDNN ran none of them, the path that did and why."""
     if not is_cpu(t):
         return None
-    parts, created = [], False
+    parts, created, without = [], False, []
     for policy, b, p in profiles(t, FLOAT16 | BFLOAT16):
         d = p.onednn
+        if d is not None and d.ran is False:
+            ran = f" ({', '.join(d.kernels[:3])})" if d.kernels else ""
+            without.append(
+                f"{policy} at batch {b}: {path_name(d.path)} ran the convolutions/matmuls"
+                f"{ran}, not oneDNN: {d.why or 'the record does not say why'}"
+            )
+            continue
         if d is None or not d.gemm_isas:
             continue
         what = "bf16" if policy in BFLOAT16 else "float16"
@@ -136,7 +164,13 @@ def cpu_kernels(t: Table) -> str | None:
                 f"float32: no native {what} kernel for {1 - d.native16_share:.0%} of their "
                 f"{of} ({isas})"
             )
-    if not parts:
+    said = []
+    if parts:
+        how = ": kernels logged at creation, weighed by their arithmetic" if created else ""
+        said.append(f"Kernels that ran (oneDNN's verbose log{how}): " + "; ".join(parts) + ".")
+    if without:
+        said.append("Kernels that ran without oneDNN: " + "; ".join(without) + ".")
+    if not said:
         if t.info.params.backend == "jax" and profiles(t, BFLOAT16):
             return (
                 "Kernels (JAX on a CPU): XLA compiles its own kernels (Eigen, XNNPACK), which "
@@ -144,8 +178,7 @@ def cpu_kernels(t: Table) -> str | None:
                 "The breakdown below still shows the convolutions' and casts' share."
             )
         return None
-    how = ": kernels logged at creation, weighed by their arithmetic" if created else ""
-    return f"Kernels that ran (oneDNN's verbose log{how}): " + "; ".join(parts) + "."
+    return " ".join(said)
 
 
 def tensor_core_policies(t: Table) -> frozenset[str]:

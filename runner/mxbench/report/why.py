@@ -82,6 +82,8 @@ def kernels_text(p: Profile) -> str:
     if p.tensor_core_share is not None:
         return f"Tensor Cores {p.tensor_core_share:.0%} (by kernel name)"
     d = p.onednn
+    if d is not None and d.ran is False:  # oneDNN ran none of them: the path that did
+        return f"no oneDNN: {d.path or 'other'} kernels"
     if d is None or not d.gemm_isas:
         return ""
     isa, share = next(iter(d.gemm_isas.items()))
