@@ -71,7 +71,7 @@ def test_disagreeing_processes_ask_for_more_even_within_the_target() -> None:
 
 def test_noise_is_never_given_up_on_before_the_cap_or_the_budget() -> None:
     noisy = sides({"float32": [100, 180, 60], "mixed_bfloat16": [80, 40, 150]})
-    assert decide(CFG, noisy, 3).more  # "too noisy" only when the budget is spent
+    assert decide(CFG, noisy, 3).more  # noisy: more processes, until the cap or the budget
     assert decide(CFG, noisy, 10).why == "cap"  # attempts at auto_repeats.max
 
 

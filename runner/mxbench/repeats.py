@@ -43,9 +43,7 @@ from mxbench.summary import paired, processes
 
 AUTO = "auto"  # the benchmark.repeats value that asks for this
 
-Why = Literal[
-    "more", "verdict clear", "target met", "cap", "budget", "too noisy", "no baseline", "failed"
-]
+Why = Literal["more", "verdict clear", "target met", "cap", "budget", "no baseline", "failed"]
 
 
 class AutoRepeats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -12,11 +12,12 @@ A snapshot (:func:`snapshot`) reads, in well under a millisecond on a quiet mach
 
 Two snapshots make a :class:`~mxbench.results.Interference` (:func:`between`): each figure as
 a share of the window's wall time (``others_cores``: how many cores' worth the other
-processes held, 0.31 = 31 % of one core). A window is *disturbed* when the other processes
-held at least :data:`OTHERS_CORES` of a core, the hypervisor stole at least
-:data:`STEAL_SHARE` of a core, or this process waited for a CPU for at least
-:data:`WAIT_SHARE` of the window (all measured; what the thresholds mean is in
-docs/measuring.md). On a GPU, other processes on the device and NVML's throttle reasons are
+processes held, 0.31 = 31 % of one core). A window is *disturbed* (:func:`disturbed`) when
+the other processes held at least :data:`OTHERS_CORES` of a core while the machine had less
+than :data:`SPARE_CORES` to spare, or the hypervisor stole at least :data:`STEAL_SHARE` of
+a core (all measured; what the thresholds mean is in docs/measuring.md). This process's
+run delay is recorded, not judged: a framework with more threads than cores waits for them
+on an idle machine too. On a GPU, other processes on the device and NVML's throttle reasons are
 read by :mod:`mxbench.bench.gpu_health` and marked the same way.
 
 Files a kernel lacks are left out (their figures stay null), never an error.
