@@ -10,6 +10,9 @@ Nothing is pulled: ``prepare`` looks for the exact content-hash tag ``mxbench bu
 and, when it is missing, names the command that builds it. The record comes back on the
 container's stdout, so a remote engine needs no shared disk; the container is removed
 afterwards, killed on the cell's timeout, and an ``OOMKilled`` container is reported as such.
+A link to the daemon that drops mid-cell is made again: the container is named per cell
+attempt, so a create whose answer was lost is found by its name, not made a second time, and
+whatever of this run is left on the host when the host's cells end is removed.
 GPUs go through device requests; a host without the NVIDIA runtime gets its cells marked
 ``unsupported`` with the reason.
 """
@@ -23,6 +26,7 @@ import shutil
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -401,6 +405,8 @@ class DockerEngine(Engine):
         if image is None:
             return Outcome(None, status="error", reason=f"host {cell.host}: cell has no image")
         public = {k: image[k] for k in ("name", "id", "labels")}
+        if self._cancelled:  # Ctrl-C: no new container
+            return Outcome(None, status="error", reason="cancelled", image=public)
         try:
             return self._run_container(cell, image, public)
         except Exception as exc:  # the daemon went away, the image vanished, ...
@@ -416,9 +422,13 @@ class DockerEngine(Engine):
         t0 = time.monotonic()
         self._dropouts = 0
         model_volumes, model_env = model_mount(cell.params.model)
+        # named: a create the daemon carried out before the link dropped is found by its
+        # name when asked again (409), not made a second time beside an orphan
+        name = f"mxbench-{cell.key or 'cell'}-{uuid.uuid4().hex[:12]}"
         container = self._reconnecting(
             None,
-            lambda _: self._client.containers.create(
+            lambda _: self._create(
+                name,
                 image["tag"],
                 command=cell.bench_args(),
                 environment={**model_env, **self.host.env},
@@ -433,7 +443,6 @@ class DockerEngine(Engine):
                 # memory_limit: the container's limit, with no swap beyond it
                 mem_limit=self.host.memory_limit,
                 memswap_limit=self.host.memory_limit,
-                detach=True,
             ),
         )
         with self._lock:
@@ -470,7 +479,7 @@ class DockerEngine(Engine):
         finally:
             with self._lock:
                 self._running = None
-            _quietly(lambda: container.remove(force=True))
+            self._remove(container)
         outcome = Outcome(
             returncode=None if timed_out else state.get("ExitCode"),
             stdout=stdout,
@@ -491,6 +500,51 @@ class DockerEngine(Engine):
                     f"during the cell; its container ended with exit code {outcome.returncode}"
                 )
         return outcome
+
+    def _create(self, name: str, image: str, **kwargs: Any) -> Any:
+        """The cell's container, created under ``name``; after the link dropped during a
+        create, the daemon may hold it already: the name is taken (409), so it is the one."""
+        import docker
+
+        try:
+            return self._client.containers.create(image, name=name, detach=True, **kwargs)
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409 or not self._dropouts:
+                raise
+            return self._client.containers.get(name)
+
+    def _remove(self, container: Any) -> None:
+        """Remove the cell's container, through a link made again when it dropped meanwhile
+        (bounded: :func:`connect`'s retries): a cut cell leaves no container behind. A
+        container already gone is fine; one the daemon cannot be asked about any more is left
+        to the end of the run (:meth:`run`) or the next run's sweep."""
+        for again in (False, True):
+            try:
+                self._client.api.remove_container(container.id, force=True)
+                return
+            except Exception as exc:
+                if again or not _lost(exc):
+                    return  # 404: gone already; 409: its removal is under way
+                try:
+                    self._client = connect(self.host)
+                except DockerUnreachable:
+                    return
+
+    def run(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, Outcome]]:
+        """Cell by cell (:meth:`run_one`); at the end, however it ends, any container of this
+        run left on this host (a removal the daemon never got) is removed."""
+        try:
+            yield from super().run(cells)
+        finally:
+            if self._client is not None:
+                self._sweep_own()
+
+    def _sweep_own(self) -> None:
+        labels = [f"{stale.LABEL}={stale.owner()}", f"io.mxbench.host={self.host.name}"]
+        with contextlib.suppress(Exception):  # the daemon gone: the next run's sweep
+            found = self._client.containers.list(all=True, sparse=True, filters={"label": labels})
+            for container in found:
+                _quietly(lambda c=container: c.remove(force=True))
 
     def _reattach(self, container: Any, exc: BaseException) -> Any:
         """After the daemon dropped out mid-cell: connect again (the bounded retries of
