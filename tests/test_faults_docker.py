@@ -262,3 +262,35 @@ def test_a_container_created_as_the_link_dropped_is_taken_back_not_made_twice(
     assert rec["status"] == "ok", rec.get("error")
     assert rec["run"]["daemon_dropouts"] >= 1
     assert _containers(host) == []
+
+
+def test_cancel_does_not_wait_on_a_daemon_that_does_not_answer() -> None:
+    """Ctrl-C: a daemon that takes its time over the kill (loaded, or its link cut) must
+    not hold `mxbench run`; cancel() returns after its bound, the kill goes on meanwhile."""
+    from mxbench.engines.docker import DockerEngine
+    from mxbench.matrix import parse_matrix
+
+    m = parse_matrix(
+        "images: {cpu: {dockerfile: Dockerfile, target: cpu}}\n"
+        "hosts: [{name: slow, engine: docker, images: [cpu]}]\n"
+    )
+    engine = DockerEngine(m.hosts[0], m)
+    engine.cancel_wait_s = 0.5
+    asked: list[str] = []
+
+    class Slow:  # a container whose daemon answers the kill after 3 s
+        short_id = "0123456789ab"
+
+        def kill(self) -> None:
+            asked.append("kill")
+            time.sleep(3)
+
+        def remove(self, force: bool) -> None:
+            asked.append("remove")
+
+    engine._running = Slow()
+    t0 = time.monotonic()
+    engine.cancel()
+    took = time.monotonic() - t0
+    assert took < 2, f"{took:.1f} s"
+    assert asked == ["kill"]  # asked, and not waited for

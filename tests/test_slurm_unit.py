@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -407,3 +408,51 @@ def test_several_tasks_in_a_container_start_in_block_order() -> None:
         "srun", "--ntasks=2", "--kill-on-bad-exit=1", "--distribution=block",
         "--container-image=/i.sqsh",
     ]  # fmt: skip
+
+
+def _fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **commands: str) -> None:
+    """Slurm's commands on PATH as the given shell bodies (the rest: not found)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in commands.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+RUNNING = (
+    "JobId=43 ArrayJobId=42 ArrayTaskId={t} JobName=mxbench-c JobState=RUNNING Reason=None "
+    "ExitCode=0:0 RunTime=00:00:05 TimeLimit=00:03:00 NodeList=vm NumCPUs=1 Command=/tmp/a.sh"
+)
+
+
+def test_ctrl_c_returns_in_seconds_when_the_controller_does_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A controller that neither answers scancel in time nor ever reports the jobs ended:
+    # cancel() returns after its bound, and the watch stops within that bound too.
+    _fake_slurm(
+        tmp_path,
+        monkeypatch,
+        sbatch="echo 42",
+        scancel="sleep 3",
+        scontrol=f"echo '{RUNNING.format(t=0)}'; echo '{RUNNING.format(t=1)}'",
+    )
+    mx, host, cells = _host(f"workdir: {tmp_path / 'work'}")
+    engine = SlurmEngine(host, mx)
+    engine.poll_s, engine.cancel_wait_s = 0.2, 0.5
+    outcomes: list[object] = []
+    watch = threading.Thread(target=lambda: outcomes.extend(engine.run(cells)), daemon=True)
+    watch.start()
+    deadline = time.monotonic() + 10
+    while engine.progress.running < len(cells):
+        assert time.monotonic() < deadline and watch.is_alive(), engine.progress_note()
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    engine.cancel()
+    assert time.monotonic() - t0 < 2  # not the 3 s scancel takes
+    watch.join(5)
+    assert not watch.is_alive(), "still watching jobs it cancelled"
+    assert time.monotonic() - t0 < 4
+    assert outcomes == []  # nothing ended: nothing to record

@@ -42,6 +42,7 @@ from mxbench.engines.base import (
     EngineUnavailable,
     Outcome,
     Tail,
+    bounded,
     probe_check,
     register,
     text,
@@ -574,12 +575,19 @@ class DockerEngine(Engine):
                 container = self._reattach(container, exc)
 
     def cancel(self) -> None:
+        """Kill and remove the running cell's container, waiting at most :attr:`cancel_wait_s`
+        for the daemon (a loaded or cut-off one must not hold Ctrl-C); the cell's own thread
+        removes it too when its wait ends, and the host's leftovers go at the end (run)."""
         self._cancelled = True
         with self._lock:
             running = self._running
         if running is not None:
-            _quietly(running.kill)
-            _quietly(lambda: running.remove(force=True))
+
+            def stop() -> None:
+                _quietly(running.kill)
+                _quietly(lambda: running.remove(force=True))
+
+            bounded(f"{self.host.name}: container {running.short_id}", stop, self.cancel_wait_s)
 
 
 def _logs(container: Any, sink: Tail, **which: bool) -> bytes:
