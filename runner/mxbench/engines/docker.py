@@ -20,18 +20,15 @@ GPUs go through device requests; a host without the NVIDIA runtime gets its cell
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import shutil
 import threading
 import time
 import urllib.parse
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from mxbench import models, scale
 from mxbench.engines import docker_ssh, retry, stale
 from mxbench.engines.base import (
     PROBE,
@@ -47,6 +44,7 @@ from mxbench.engines.base import (
     register,
     text,
 )
+from mxbench.engines.docker_container import create_args, device_requests
 from mxbench.errors import MxbenchError
 from mxbench.hosts import DockerHost
 
@@ -142,64 +140,6 @@ def has_nvidia_runtime(info: dict[str, Any]) -> bool:
         return True
     # CDI-only setups list NVIDIA devices instead of a runtime (Docker 25+).
     return any("nvidia.com/gpu" in str(d) for d in info.get("DiscoveredDevices") or [])
-
-
-def device_requests(gpus: str | list[str], devices: int | None = None) -> list[Any] | None:
-    """The GPUs a container gets of its host's ``gpus``: the ``devices`` a cell asks for (the
-    first ones of the host's list, or that many under ``all``: a cell of one device sees one
-    GPU, never the others), every one of them when ``devices`` is None (doctor's probe).
-    Cells of one machine run one at a time, so two cells never hold one device."""
-    from docker.types import DeviceRequest
-
-    if gpus == "none":
-        return None
-    if gpus == "all":
-        return [DeviceRequest(count=-1 if devices is None else devices, capabilities=[["gpu"]])]
-    ids = list(gpus) if devices is None else list(gpus)[:devices]
-    return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
-
-
-NCCL_SHM = "2g"  # Docker's default /dev/shm is 64 MB; NCCL's shared-memory transport needs more
-
-
-def shm_size(gpus: str | list[str], p: Any) -> str | None:
-    """/dev/shm of a container whose cell runs several processes on its GPUs (PyTorch's
-    devices: NCCL between them through shared memory, which crashes in ``ncclShmOpen`` under
-    Docker's 64 MB); None: Docker's default."""
-    return NCCL_SHM if gpus != "none" and scale.processes(p) > 1 else None
-
-
-def data_mount(data: str) -> dict[str, dict[str, str]]:
-    """A real data directory, bind-mounted read-only at the same path (on the docker host)."""
-    if data == "synthetic":
-        return {}
-    return {data: {"bind": data, "mode": "ro"}}
-
-
-def weights_mounts(cell: Cell) -> dict[str, dict[str, str]]:
-    """The folders of a cell's weights files at the same path (on the docker host): where a
-    training run saves its final weights (read-write), where a serving cell reads them, or
-    the user's weights file (read-only; a folder, not the file, so a file not there yet is
-    not made a directory by the daemon)."""
-    out: dict[str, dict[str, str]] = {}
-    if cell.save_weights:
-        folder = os.path.dirname(cell.save_weights)
-        out[folder] = {"bind": folder, "mode": "rw"}
-    for path in (cell.weights_file, cell.params.weights):
-        if path and path.endswith(".weights.h5"):
-            folder = os.path.dirname(os.path.abspath(path))
-            out.setdefault(folder, {"bind": folder, "mode": "ro"})
-    return out
-
-
-def model_mount(model: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """A user model's folder, bind-mounted read-only at the same path (on the docker host),
-    and the environment that puts a module entry point's package on the Python path."""
-    found = models.source_dir(model)
-    if found is None:
-        return {}, {}
-    folder, on_path = found
-    return {folder: {"bind": folder, "mode": "ro"}}, ({"PYTHONPATH": folder} if on_path else {})
 
 
 @register
@@ -422,30 +362,8 @@ class DockerEngine(Engine):
     def _run_container(self, cell: Cell, image: dict[str, Any], public: dict[str, Any]) -> Outcome:
         t0 = time.monotonic()
         self._dropouts = 0
-        model_volumes, model_env = model_mount(cell.params.model)
-        # named: a create the daemon carried out before the link dropped is found by its
-        # name when asked again (409), not made a second time beside an orphan
-        name = f"mxbench-{cell.key or 'cell'}-{uuid.uuid4().hex[:12]}"
-        container = self._reconnecting(
-            None,
-            lambda _: self._create(
-                name,
-                image["tag"],
-                command=cell.bench_args(),
-                environment={**model_env, **self.host.env},
-                device_requests=device_requests(self.host.gpus, cell.params.devices),
-                shm_size=shm_size(self.host.gpus, cell.params),
-                volumes={**data_mount(cell.params.data), **model_volumes, **weights_mounts(cell)},
-                labels={
-                    "io.mxbench.cell": cell.key,
-                    "io.mxbench.host": cell.host,
-                    stale.LABEL: stale.owner(),
-                },
-                # memory_limit: the container's limit, with no swap beyond it
-                mem_limit=self.host.memory_limit,
-                memswap_limit=self.host.memory_limit,
-            ),
-        )
+        args = create_args(self.host, cell, image["tag"])
+        container = self._reconnecting(None, lambda _: self._create(args))
         with self._lock:
             self._running = container
         timed_out = False
@@ -502,17 +420,17 @@ class DockerEngine(Engine):
                 )
         return outcome
 
-    def _create(self, name: str, image: str, **kwargs: Any) -> Any:
-        """The cell's container, created under ``name``; after the link dropped during a
-        create, the daemon may hold it already: the name is taken (409), so it is the one."""
+    def _create(self, args: dict[str, Any]) -> Any:
+        """The cell's container (:func:`create_args`); after the link dropped during a
+        create, the daemon may hold it already: its name is taken (409), so it is the one."""
         import docker
 
         try:
-            return self._client.containers.create(image, name=name, detach=True, **kwargs)
+            return self._client.containers.create(**args)
         except docker.errors.APIError as exc:
             if exc.status_code != 409 or not self._dropouts:
                 raise
-            return self._client.containers.get(name)
+            return self._client.containers.get(args["name"])
 
     def _remove(self, container: Any) -> None:
         """Remove the cell's container, through a link made again when it dropped meanwhile
