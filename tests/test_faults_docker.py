@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, docker_ok, relay, require_service, ssh_ok
+from conftest import BASE_IMAGE, docker_ok, require_service, ssh_ok
 from test_faults import GOOD, records
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -38,6 +38,10 @@ class Proxy:
         self.up.set()
         self.open: list[socket.socket] = []
         self.lock = threading.Lock()
+        self.marker: bytes | None = None  # cut_on
+        self.cut_s = 0.0
+        self.dropping = False
+        self.answer_lost = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -56,8 +60,34 @@ class Proxy:
                 daemon.connect(DOCKER_SOCKET)
             with self.lock:
                 self.open += [client, daemon]
-            for a, b in ((client, daemon), (daemon, client)):
-                threading.Thread(target=relay, args=(a, b), daemon=True).start()
+            for a, b, to_daemon in ((client, daemon, True), (daemon, client, False)):
+                threading.Thread(target=self._forward, args=(a, b, to_daemon), daemon=True).start()
+
+    def cut_on(self, marker: bytes, seconds: float) -> None:
+        """Cut the link once, right after a request containing ``marker`` reached the daemon
+        and before its answer reaches the client (tcp only: ssh's bytes are encrypted)."""
+        self.marker, self.cut_s = marker, seconds
+
+    def _forward(self, src: socket.socket, dst: socket.socket, to_daemon: bool) -> None:
+        """:func:`relay`, except that once ``marker`` went to the daemon, the daemon's next
+        bytes (its answer) are dropped and the link cut: the daemon did the work, the client
+        never hears of it."""
+        try:
+            while data := src.recv(65536):
+                if not to_daemon and self.dropping:
+                    self.dropping = False
+                    self.answer_lost.set()
+                    threading.Thread(target=self.cut, args=(self.cut_s,), daemon=True).start()
+                    return
+                dst.sendall(data)
+                if to_daemon and self.marker is not None and self.marker in data:
+                    self.marker, self.dropping = None, True
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
 
     def cut(self, seconds: float) -> None:
         self.up.clear()
@@ -203,3 +233,64 @@ def test_the_next_run_removes_the_container_a_killed_run_left(
     assert second.returncode == 0, err
     assert "removed stale containers (1) left by an earlier run" in err
     assert _containers(host) == []
+
+
+def test_a_container_created_as_the_link_dropped_is_taken_back_not_made_twice(
+    tmp_path: Path, proxy: Proxy, fake_image: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """The daemon creates the container, then the link drops before the answer arrives:
+    asking again must not leave the first one behind (created, never started) beside a
+    second one that runs the cell."""
+    host = fake_image.host  # type: ignore[attr-defined]
+    proxy.cut_on(b"/containers/create", 2)
+    run = fake_image("run", "-r", "results", policies=["float32"])  # 8 s
+    seen: set[str] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while run.poll() is None and time.monotonic() < deadline:
+            seen.update(_containers(host))
+            time.sleep(0.2)
+        _, err = run.communicate(timeout=10)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert proxy.answer_lost.is_set()  # the cut happened where it was meant to
+    assert run.returncode == 0, err
+    assert len(seen) == 1, seen  # one container for the cell, the one the daemon made
+    assert "retrying" in err
+    (rec,) = records(tmp_path, host)
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["run"]["daemon_dropouts"] >= 1
+    assert _containers(host) == []
+
+
+def test_cancel_does_not_wait_on_a_daemon_that_does_not_answer() -> None:
+    """Ctrl-C: a daemon that takes its time over the kill (loaded, or its link cut) must
+    not hold `mxbench run`; cancel() returns after its bound, the kill goes on meanwhile."""
+    from mxbench.engines.docker import DockerEngine
+    from mxbench.matrix import parse_matrix
+
+    m = parse_matrix(
+        "images: {cpu: {dockerfile: Dockerfile, target: cpu}}\n"
+        "hosts: [{name: slow, engine: docker, images: [cpu]}]\n"
+    )
+    engine = DockerEngine(m.hosts[0], m)
+    engine.cancel_wait_s = 0.5
+    asked: list[str] = []
+
+    class Slow:  # a container whose daemon answers the kill after 3 s
+        short_id = "0123456789ab"
+
+        def kill(self) -> None:
+            asked.append("kill")
+            time.sleep(3)
+
+        def remove(self, force: bool) -> None:
+            asked.append("remove")
+
+    engine._running = Slow()
+    t0 = time.monotonic()
+    engine.cancel()
+    took = time.monotonic() - t0
+    assert took < 2, f"{took:.1f} s"
+    assert asked == ["kill"]  # asked, and not waited for

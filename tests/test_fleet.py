@@ -10,11 +10,12 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -145,30 +146,38 @@ def _m(machine: str) -> str:
 
 
 class _LateProxy:
-    """A TCP port that forwards to the local Docker socket, opened only after ``delay`` s:
-    a daemon that is briefly unreachable (restarting, a network blip)."""
+    """A TCP port that forwards to the local Docker socket, except that for ``delay`` s from
+    the first connection it gets, it drops every connection unanswered: a daemon that is
+    briefly unreachable (restarting, a network blip) when the run first asks. Timed from
+    that first connection, not from the start: on a loaded machine `mxbench run` may take
+    longer than ``delay`` to get there (it did in CI, and saw no outage at all)."""
 
     def __init__(self, delay: float) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.5)
+        self.port = self.server.getsockname()[1]
         self.stop = threading.Event()
+        self.dropped = 0
         threading.Thread(target=self._serve, args=(delay,), daemon=True).start()
 
     def _serve(self, delay: float) -> None:
-        time.sleep(delay)
-        server = socket.create_server(("127.0.0.1", self.port))
-        server.settimeout(0.5)
+        up_at: float | None = None
         while not self.stop.is_set():
             try:
-                client, _ = server.accept()
+                client, _ = self.server.accept()
             except TimeoutError:
+                continue
+            up_at = up_at or time.monotonic() + delay
+            if time.monotonic() < up_at:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()  # a reset: nobody answers there yet
+                self.dropped += 1
                 continue
             upstream = socket.socket(socket.AF_UNIX)
             upstream.connect("/var/run/docker.sock")
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=relay, args=(a, b), daemon=True).start()
-        server.close()
+        self.server.close()
 
 
 def test_a_daemon_briefly_unreachable_is_retried_and_one_that_stays_down_is_one_reason(
@@ -189,6 +198,7 @@ def test_a_daemon_briefly_unreachable_is_retried_and_one_that_stays_down_is_one_
     finally:
         proxy.stop.set()
     assert out.returncode == 1, out.stderr[-3000:]  # the host that stayed down failed
+    assert proxy.dropped >= 1  # the run did meet the outage
     assert "host late: Docker daemon at tcp://" in out.stderr and "retrying in" in out.stderr
     by_host = {r["host"]: r for r in records(results)}
     assert by_host["late"]["status"] == "ok", by_host["late"].get("error")
@@ -266,8 +276,11 @@ def test_ctrl_c_cancels_every_host_and_keeps_every_finished_record(
 # --------------------------------------------------------------------------- Slurm retry
 
 
-def _one_slurm_cell(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """`mxbench run` of one tiny cell on a Slurm host; its output and results directory."""
+def _one_slurm_cell(
+    tmp_path: Path, on_stderr: Callable[[str], None] | None = None, **env: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`mxbench run` of one tiny cell on a Slurm host; its output and results directory
+    (``on_stderr``: called with each line of its stderr as it comes)."""
     m = tmp_path / "slurm.yaml"
     m.write_text(json.dumps({
         "benchmark": {"image_size": 32, "warmup_steps": 1, "steps": 2, "repeats": 1},
@@ -275,36 +288,74 @@ def _one_slurm_cell(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedPro
         "hosts": [{"name": "cluster", "engine": "slurm", "workdir": str(tmp_path / "w")}],
     }))  # fmt: skip
     results = tmp_path / "results"
-    out = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "mxbench", "run", "-m", str(m), "-r", str(results)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "MXBENCH_SLURM_POLL_S": "1", **env},
     )  # fmt: skip
-    return out, results
+    err: list[str] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err.append(line)
+            if on_stderr is not None:
+                on_stderr(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert proc.stdout is not None
+        stdout = proc.stdout.read()
+        proc.wait(timeout=600)
+        reader.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "".join(err)), results
 
 
 @pytest.fixture
-def controller_down_briefly() -> Iterator[float]:
-    """slurmctld frozen (SIGSTOP) now and resumed after the yielded number of seconds: a
-    controller that does not answer for a while (overloaded, failing over) and comes back
-    with its nodes and jobs as they were."""
+def frozen_controller() -> Iterator[Callable[[], None]]:
+    """slurmctld frozen (SIGSTOP) now, until the test calls what this yields (SIGCONT; at
+    teardown at the latest): a controller that does not answer for a while (overloaded,
+    failing over) and comes back with its nodes and jobs as they were."""
     require_service(slurm_up(), "a Slurm controller (slurmctld + slurmd + munge)")
     pid = int(Path("/run/slurmctld.pid").read_text())
-    down_s = 12.0
+    resumed = threading.Event()
+
+    def resume() -> None:
+        if not resumed.is_set():
+            resumed.set()
+            os.kill(pid, signal.SIGCONT)
+
     os.kill(pid, signal.SIGSTOP)
-    timer = threading.Timer(down_s, os.kill, (pid, signal.SIGCONT))
-    timer.start()
     try:
-        yield down_s
+        yield resume
     finally:
-        timer.join()
-        os.kill(pid, signal.SIGCONT)
+        resume()
 
 
 def test_a_slurm_controller_down_for_seconds_is_retried(
-    controller_down_briefly: float, tmp_path: Path
+    frozen_controller: Callable[[], None], tmp_path: Path
 ) -> None:
-    out, results = _one_slurm_cell(tmp_path)
+    # Down from before the run starts until the run says it retries (its first call times
+    # out after Slurm's MessageTimeout, 10 s), then back. Not a fixed outage: on a loaded
+    # machine the run may take seconds to make its first call, and in CI a 12 s outage had
+    # ended before that call timed out (no retry, nothing tested).
+    said: list[str] = []
+
+    def on_stderr(line: str) -> None:
+        said.append(line)
+        if "retrying in" in line:
+            frozen_controller()
+
+    at_the_latest = threading.Timer(120, frozen_controller)
+    at_the_latest.start()
+    try:
+        out, results = _one_slurm_cell(tmp_path, on_stderr=on_stderr)
+    finally:
+        at_the_latest.cancel()
     assert out.returncode == 0, out.stderr[-3000:]
     assert "mxbench: host cluster: " in out.stderr and "retrying in" in out.stderr
     [rec] = records(results)

@@ -17,12 +17,8 @@ import pytest
 
 from mxbench import images
 from mxbench.engines.base import EngineUnavailable
-from mxbench.engines.docker import (
-    DockerEngine,
-    data_mount,
-    device_requests,
-    has_nvidia_runtime,
-)
+from mxbench.engines.docker import DockerEngine, has_nvidia_runtime
+from mxbench.engines.docker_container import data_mount, device_requests
 from mxbench.errors import UsageError
 from mxbench.matrix import load_matrix, parse_matrix
 

@@ -313,7 +313,7 @@ def test_a_container_gets_the_devices_its_cell_asks_for() -> None:
     """The device requests Docker's SDK sends (what the NVIDIA runtime acts on; no GPU can
     exist here): the first N of a host's list, N under ``all``, all for doctor's probe."""
     pytest.importorskip("docker")
-    from mxbench.engines.docker import device_requests
+    from mxbench.engines.docker_container import device_requests
 
     (two,) = device_requests(["GPU-a", "GPU-b", "GPU-c"], 2) or []
     assert two["DeviceIDs"] == ["GPU-a", "GPU-b"] and two["Capabilities"] == [["gpu"]]

@@ -223,7 +223,7 @@ def test_mxbench_run_trains_then_serves_and_reports_the_cross(
 
 
 def test_docker_mounts_the_weights_folders_not_the_files(digits: Path, tmp_path: Path) -> None:
-    from mxbench.engines.docker import weights_mounts
+    from mxbench.engines.docker_container import weights_mounts
 
     cells = trained.link(expand(_matrix(digits)), tmp_path)
     folder = str(tmp_path.resolve() / "weights")

@@ -6,9 +6,14 @@ container runtimes (pyxis, Apptainer) cannot run here, so their argv is checked 
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +22,13 @@ from hypothesis import strategies as st
 
 from mxbench.cells import expand
 from mxbench.engines.slurm import SlurmEngine
-from mxbench.engines.slurm_script import bench_command, job_script, sbatch_directives, time_limit
+from mxbench.engines.slurm_script import (
+    RUN_BENCH,
+    bench_command,
+    job_script,
+    sbatch_directives,
+    time_limit,
+)
 from mxbench.engines.slurm_states import (
     TaskState,
     parse_sacct,
@@ -154,6 +165,70 @@ def test_job_script_selects_the_cell_of_its_array_task(tmp_path: Path) -> None:
     assert out.returncode == 2 and "no cell for task 7" in out.stderr
 
 
+# A bench that shrugs off SIGTERM (noting it) and runs until it is killed.
+STUBBORN = """#!/bin/sh
+echo $$ > "{pid}"
+trap 'echo TERM >> "{log}"' TERM
+while :; do sleep 0.1; done
+"""
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's reaper may be slow to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_job_script_keeps_its_bench_and_passes_on_an_ending_signal(tmp_path: Path) -> None:
+    # Slurm (proctrack/linuxproc) finds a job's processes by their parents: the script must
+    # stay the bench's parent whatever signal it gets, pass the signal on, and take the
+    # bench with it if it is killed alone (issue 47: a cancelled job's bench ran on).
+    pid_file, log = tmp_path / "bench.pid", tmp_path / "bench.log"
+    fake = tmp_path / "bench"
+    fake.write_text(STUBBORN.format(pid=pid_file, log=log))
+    fake.chmod(0o755)
+    _, host, cells = _host(f"python: {fake}")
+    path = tmp_path / "job.sh"
+    path.write_text(job_script(host, cells, tmp_path, "a0", array=True))
+    env = {"SLURM_ARRAY_TASK_ID": "0", "PATH": "/usr/bin:/bin"}
+    script = subprocess.Popen(["bash", str(path)], env=env)
+    bench = 0
+    try:
+        deadline = time.monotonic() + 10
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            assert time.monotonic() < deadline and script.poll() is None
+            time.sleep(0.05)
+        bench = int(pid_file.read_text())
+        status = Path(f"/proc/{bench}/status").read_text()
+        assert f"PPid:\t{script.pid}\n" in status  # the script's own child
+        ignored = int(re.search(r"SigIgn:\s*(\w+)", status).group(1), 16)  # type: ignore[union-attr]
+        assert not ignored & (1 << (signal.SIGINT - 1) | 1 << (signal.SIGQUIT - 1))
+
+        script.send_signal(signal.SIGTERM)  # to the script alone (scancel -b, --signal=B:)
+        while not log.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert log.read_text() == "TERM\n"  # passed on
+        time.sleep(0.3)
+        assert script.poll() is None and _running(bench)  # still waiting for its bench
+
+        if shutil.which("setpriv"):
+            script.kill()  # the script alone: its bench goes with it
+            script.wait(5)
+            deadline = time.monotonic() + 5
+            while _running(bench):
+                assert time.monotonic() < deadline, "the bench outlived its script"
+                time.sleep(0.05)
+        assert not (tmp_path / "a0-0.rc").exists()  # signalled: the job's state says
+    finally:
+        script.kill()
+        if bench and _running(bench):
+            os.kill(bench, signal.SIGKILL)
+
+
 # Captured from this repository's one-node cluster (.ci/setup-slurm.sh), trimmed.
 SCONTROL = (
     "JobId=12 ArrayJobId=10 ArrayTaskId=2 JobName=mxbench-c JobState=TIMEOUT Reason=TimeLimit "
@@ -273,8 +348,9 @@ def test_no_input_can_add_a_line_to_the_job_script(**fields: object) -> None:
     env = fields["env"]
     assert isinstance(env, dict)
     # shebang, #SBATCH lines, comment, PYTHONUNBUFFERED, exports, task=, case, one line per
-    # cell, default case, esac, "$@", rc=, echo rc, exit
-    assert len(lines) == 1 + len(opts) + 2 + len(env) + 2 + len(cells) + 6
+    # cell, default case, esac, the lines that run the bench, echo rc, exit
+    fixed = 1 + 2 + 2 + 2 + len(RUN_BENCH) + 2
+    assert len(lines) == len(opts) + len(env) + len(cells) + fixed
     assert sum(line.startswith("#SBATCH ") for line in lines) == len(opts)
     check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
@@ -332,3 +408,51 @@ def test_several_tasks_in_a_container_start_in_block_order() -> None:
         "srun", "--ntasks=2", "--kill-on-bad-exit=1", "--distribution=block",
         "--container-image=/i.sqsh",
     ]  # fmt: skip
+
+
+def _fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **commands: str) -> None:
+    """Slurm's commands on PATH as the given shell bodies (the rest: not found)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in commands.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+RUNNING = (
+    "JobId=43 ArrayJobId=42 ArrayTaskId={t} JobName=mxbench-c JobState=RUNNING Reason=None "
+    "ExitCode=0:0 RunTime=00:00:05 TimeLimit=00:03:00 NodeList=vm NumCPUs=1 Command=/tmp/a.sh"
+)
+
+
+def test_ctrl_c_returns_in_seconds_when_the_controller_does_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A controller that neither answers scancel in time nor ever reports the jobs ended:
+    # cancel() returns after its bound, and the watch stops within that bound too.
+    _fake_slurm(
+        tmp_path,
+        monkeypatch,
+        sbatch="echo 42",
+        scancel="sleep 3",
+        scontrol=f"echo '{RUNNING.format(t=0)}'; echo '{RUNNING.format(t=1)}'",
+    )
+    mx, host, cells = _host(f"workdir: {tmp_path / 'work'}")
+    engine = SlurmEngine(host, mx)
+    engine.poll_s, engine.cancel_wait_s = 0.2, 0.5
+    outcomes: list[object] = []
+    watch = threading.Thread(target=lambda: outcomes.extend(engine.run(cells)), daemon=True)
+    watch.start()
+    deadline = time.monotonic() + 10
+    while engine.progress.running < len(cells):
+        assert time.monotonic() < deadline and watch.is_alive(), engine.progress_note()
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    engine.cancel()
+    assert time.monotonic() - t0 < 2  # not the 3 s scancel takes
+    watch.join(5)
+    assert not watch.is_alive(), "still watching jobs it cancelled"
+    assert time.monotonic() - t0 < 4
+    assert outcomes == []  # nothing ended: nothing to record

@@ -216,7 +216,7 @@ def test_a_docker_container_of_torch_ranks_on_gpus_gets_nccl_its_shared_memory()
     crashes in ncclShmOpen there): such a container asks for more; others keep the default."""
     from docker.types import HostConfig
 
-    from mxbench.engines.docker import shm_size
+    from mxbench.engines.docker_container import shm_size
 
     torch_ = Params(backend="torch", devices=2)
     assert shm_size(["0", "1"], torch_) == "2g" and shm_size("all", torch_) == "2g"

@@ -17,6 +17,7 @@ import datetime as _dt
 import json
 import signal
 import statistics
+import threading
 import time
 from abc import ABC
 from collections.abc import Callable, Iterator, Sequence
@@ -78,6 +79,9 @@ class Check:
     fix: str = ""
 
 
+CANCEL_WAIT_S = 10.0  # how long Engine.cancel() waits for a host to answer
+
+
 class Engine(ABC):
     name: ClassVar[str]
     host_model: ClassVar[type[HostBase]]  # the `hosts:` entry this engine runs
@@ -87,6 +91,7 @@ class Engine(ABC):
         self.matrix = matrix
         # Called by engines with a queue whenever their progress_note() changes.
         self.on_progress: Callable[..., None] | None = None
+        self.cancel_wait_s = CANCEL_WAIT_S  # cancel() waits this long at most for the host
 
     def check(self, cells: Sequence[Cell]) -> None:  # noqa: B027 - optional hook
         """Fast checks of the user's setup before any cell of any host runs: raise
@@ -119,11 +124,25 @@ class Engine(ABC):
         raise NotImplementedError(f"engine {self.name} runs cells in batches: use run()")
 
     def cancel(self) -> None:  # noqa: B027 - optional hook
-        """Stop what is running (Ctrl-C). Must be safe to call from a signal handler thread."""
+        """Stop what is running (Ctrl-C). Must be safe to call from a signal handler thread,
+        and return within seconds whatever the host does (:func:`bounded`)."""
 
     def progress_note(self) -> str:
         """A short state shown beside the progress bar (e.g. Slurm's queued / running / done)."""
         return ""
+
+
+def bounded(what: str, fn: Callable[[], object], seconds: float) -> bool:
+    """``fn()`` in a thread of its own, waited for at most ``seconds``: whether it ended.
+
+    For cancelling (Ctrl-C): a daemon that stopped answering or a controller that is down
+    must not hold the caller (the orchestrator cancels one host after another, then gives
+    them all one grace period); ``fn`` goes on meanwhile while the process lives, and what
+    it could not stop is swept by the next run (:mod:`mxbench.engines.stale`)."""
+    worker = threading.Thread(target=fn, name=f"mxbench cancel {what}", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return not worker.is_alive()
 
 
 # How much of a bench's output an engine keeps (the end of it: the record is the last line).

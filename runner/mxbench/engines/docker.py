@@ -10,6 +10,9 @@ Nothing is pulled: ``prepare`` looks for the exact content-hash tag ``mxbench bu
 and, when it is missing, names the command that builds it. The record comes back on the
 container's stdout, so a remote engine needs no shared disk; the container is removed
 afterwards, killed on the cell's timeout, and an ``OOMKilled`` container is reported as such.
+A link to the daemon that drops mid-cell is made again: the container is named per cell
+attempt, so a create whose answer was lost is found by its name, not made a second time, and
+whatever of this run is left on the host when the host's cells end is removed.
 GPUs go through device requests; a host without the NVIDIA runtime gets its cells marked
 ``unsupported`` with the reason.
 """
@@ -17,7 +20,6 @@ GPUs go through device requests; a host without the NVIDIA runtime gets its cell
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import shutil
 import threading
@@ -27,7 +29,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from mxbench import models, scale
 from mxbench.engines import docker_ssh, retry, stale
 from mxbench.engines.base import (
     PROBE,
@@ -38,10 +39,12 @@ from mxbench.engines.base import (
     EngineUnavailable,
     Outcome,
     Tail,
+    bounded,
     probe_check,
     register,
     text,
 )
+from mxbench.engines.docker_container import create_args, device_requests
 from mxbench.errors import MxbenchError
 from mxbench.hosts import DockerHost
 
@@ -137,64 +140,6 @@ def has_nvidia_runtime(info: dict[str, Any]) -> bool:
         return True
     # CDI-only setups list NVIDIA devices instead of a runtime (Docker 25+).
     return any("nvidia.com/gpu" in str(d) for d in info.get("DiscoveredDevices") or [])
-
-
-def device_requests(gpus: str | list[str], devices: int | None = None) -> list[Any] | None:
-    """The GPUs a container gets of its host's ``gpus``: the ``devices`` a cell asks for (the
-    first ones of the host's list, or that many under ``all``: a cell of one device sees one
-    GPU, never the others), every one of them when ``devices`` is None (doctor's probe).
-    Cells of one machine run one at a time, so two cells never hold one device."""
-    from docker.types import DeviceRequest
-
-    if gpus == "none":
-        return None
-    if gpus == "all":
-        return [DeviceRequest(count=-1 if devices is None else devices, capabilities=[["gpu"]])]
-    ids = list(gpus) if devices is None else list(gpus)[:devices]
-    return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
-
-
-NCCL_SHM = "2g"  # Docker's default /dev/shm is 64 MB; NCCL's shared-memory transport needs more
-
-
-def shm_size(gpus: str | list[str], p: Any) -> str | None:
-    """/dev/shm of a container whose cell runs several processes on its GPUs (PyTorch's
-    devices: NCCL between them through shared memory, which crashes in ``ncclShmOpen`` under
-    Docker's 64 MB); None: Docker's default."""
-    return NCCL_SHM if gpus != "none" and scale.processes(p) > 1 else None
-
-
-def data_mount(data: str) -> dict[str, dict[str, str]]:
-    """A real data directory, bind-mounted read-only at the same path (on the docker host)."""
-    if data == "synthetic":
-        return {}
-    return {data: {"bind": data, "mode": "ro"}}
-
-
-def weights_mounts(cell: Cell) -> dict[str, dict[str, str]]:
-    """The folders of a cell's weights files at the same path (on the docker host): where a
-    training run saves its final weights (read-write), where a serving cell reads them, or
-    the user's weights file (read-only; a folder, not the file, so a file not there yet is
-    not made a directory by the daemon)."""
-    out: dict[str, dict[str, str]] = {}
-    if cell.save_weights:
-        folder = os.path.dirname(cell.save_weights)
-        out[folder] = {"bind": folder, "mode": "rw"}
-    for path in (cell.weights_file, cell.params.weights):
-        if path and path.endswith(".weights.h5"):
-            folder = os.path.dirname(os.path.abspath(path))
-            out.setdefault(folder, {"bind": folder, "mode": "ro"})
-    return out
-
-
-def model_mount(model: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """A user model's folder, bind-mounted read-only at the same path (on the docker host),
-    and the environment that puts a module entry point's package on the Python path."""
-    found = models.source_dir(model)
-    if found is None:
-        return {}, {}
-    folder, on_path = found
-    return {folder: {"bind": folder, "mode": "ro"}}, ({"PYTHONPATH": folder} if on_path else {})
 
 
 @register
@@ -401,6 +346,8 @@ class DockerEngine(Engine):
         if image is None:
             return Outcome(None, status="error", reason=f"host {cell.host}: cell has no image")
         public = {k: image[k] for k in ("name", "id", "labels")}
+        if self._cancelled:  # Ctrl-C: no new container
+            return Outcome(None, status="error", reason="cancelled", image=public)
         try:
             return self._run_container(cell, image, public)
         except Exception as exc:  # the daemon went away, the image vanished, ...
@@ -415,27 +362,8 @@ class DockerEngine(Engine):
     def _run_container(self, cell: Cell, image: dict[str, Any], public: dict[str, Any]) -> Outcome:
         t0 = time.monotonic()
         self._dropouts = 0
-        model_volumes, model_env = model_mount(cell.params.model)
-        container = self._reconnecting(
-            None,
-            lambda _: self._client.containers.create(
-                image["tag"],
-                command=cell.bench_args(),
-                environment={**model_env, **self.host.env},
-                device_requests=device_requests(self.host.gpus, cell.params.devices),
-                shm_size=shm_size(self.host.gpus, cell.params),
-                volumes={**data_mount(cell.params.data), **model_volumes, **weights_mounts(cell)},
-                labels={
-                    "io.mxbench.cell": cell.key,
-                    "io.mxbench.host": cell.host,
-                    stale.LABEL: stale.owner(),
-                },
-                # memory_limit: the container's limit, with no swap beyond it
-                mem_limit=self.host.memory_limit,
-                memswap_limit=self.host.memory_limit,
-                detach=True,
-            ),
-        )
+        args = create_args(self.host, cell, image["tag"])
+        container = self._reconnecting(None, lambda _: self._create(args))
         with self._lock:
             self._running = container
         timed_out = False
@@ -470,7 +398,7 @@ class DockerEngine(Engine):
         finally:
             with self._lock:
                 self._running = None
-            _quietly(lambda: container.remove(force=True))
+            self._remove(container)
         outcome = Outcome(
             returncode=None if timed_out else state.get("ExitCode"),
             stdout=stdout,
@@ -491,6 +419,51 @@ class DockerEngine(Engine):
                     f"during the cell; its container ended with exit code {outcome.returncode}"
                 )
         return outcome
+
+    def _create(self, args: dict[str, Any]) -> Any:
+        """The cell's container (:func:`create_args`); after the link dropped during a
+        create, the daemon may hold it already: its name is taken (409), so it is the one."""
+        import docker
+
+        try:
+            return self._client.containers.create(**args)
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409 or not self._dropouts:
+                raise
+            return self._client.containers.get(args["name"])
+
+    def _remove(self, container: Any) -> None:
+        """Remove the cell's container, through a link made again when it dropped meanwhile
+        (bounded: :func:`connect`'s retries): a cut cell leaves no container behind. A
+        container already gone is fine; one the daemon cannot be asked about any more is left
+        to the end of the run (:meth:`run`) or the next run's sweep."""
+        for again in (False, True):
+            try:
+                self._client.api.remove_container(container.id, force=True)
+                return
+            except Exception as exc:
+                if again or not _lost(exc):
+                    return  # 404: gone already; 409: its removal is under way
+                try:
+                    self._client = connect(self.host)
+                except DockerUnreachable:
+                    return
+
+    def run(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, Outcome]]:
+        """Cell by cell (:meth:`run_one`); at the end, however it ends, any container of this
+        run left on this host (a removal the daemon never got) is removed."""
+        try:
+            yield from super().run(cells)
+        finally:
+            if self._client is not None:
+                self._sweep_own()
+
+    def _sweep_own(self) -> None:
+        labels = [f"{stale.LABEL}={stale.owner()}", f"io.mxbench.host={self.host.name}"]
+        with contextlib.suppress(Exception):  # the daemon gone: the next run's sweep
+            found = self._client.containers.list(all=True, sparse=True, filters={"label": labels})
+            for container in found:
+                _quietly(lambda c=container: c.remove(force=True))
 
     def _reattach(self, container: Any, exc: BaseException) -> Any:
         """After the daemon dropped out mid-cell: connect again (the bounded retries of
@@ -520,12 +493,19 @@ class DockerEngine(Engine):
                 container = self._reattach(container, exc)
 
     def cancel(self) -> None:
+        """Kill and remove the running cell's container, waiting at most :attr:`cancel_wait_s`
+        for the daemon (a loaded or cut-off one must not hold Ctrl-C); the cell's own thread
+        removes it too when its wait ends, and the host's leftovers go at the end (run)."""
         self._cancelled = True
         with self._lock:
             running = self._running
         if running is not None:
-            _quietly(running.kill)
-            _quietly(lambda: running.remove(force=True))
+
+            def stop() -> None:
+                _quietly(running.kill)
+                _quietly(lambda: running.remove(force=True))
+
+            bounded(f"{self.host.name}: container {running.short_id}", stop, self.cancel_wait_s)
 
 
 def _logs(container: Any, sink: Tail, **which: bool) -> bytes:

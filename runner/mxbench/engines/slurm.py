@@ -37,7 +37,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from mxbench.codec import parse_bench_output, tail
 from mxbench.engines import retry, stale
-from mxbench.engines.base import STDOUT_LIMIT, Check, Engine, EngineUnavailable, Outcome, register
+from mxbench.engines.base import (
+    STDOUT_LIMIT,
+    Check,
+    Engine,
+    EngineUnavailable,
+    Outcome,
+    bounded,
+    register,
+)
 from mxbench.engines.slurm_script import job_script, runtime, shape
 from mxbench.engines.slurm_states import (
     FINAL_STATES,
@@ -226,9 +234,14 @@ class SlurmEngine(Engine):
                 self.cancel()
 
     def cancel(self) -> None:
+        """``scancel`` every job of this run, waiting at most :attr:`cancel_wait_s` for it
+        (its retries of a controller that does not answer go on meanwhile; a job left is the
+        next run's sweep). The watch then stops within that time too."""
         self._cancelled.set()
-        if self._submitted:
-            self._try(["scancel", *self._submitted])
+        jobs = list(self._submitted)
+        if jobs:
+            scancel = lambda: self._try(["scancel", *jobs])  # noqa: E731
+            bounded(f"{self.host.name}: scancel", scancel, self.cancel_wait_s)
 
     def progress_note(self) -> str:
         return self.progress.note()
@@ -280,7 +293,12 @@ class SlurmEngine(Engine):
     def _watch(self, subs: list[_Submission]) -> Iterator[tuple[Cell, Outcome]]:
         left = {(id(s), t): (s, t) for s in subs for t in s.cells}
         last_contact = time.monotonic()
+        cancelled_at: float | None = None
         while left:
+            if self._cancelled.is_set():  # the tasks that end meanwhile, briefly, no longer
+                cancelled_at = cancelled_at or time.monotonic()
+                if time.monotonic() - cancelled_at > self.cancel_wait_s:
+                    return
             listings = {id(s): self._states(s) for s in subs}
             if any(v is not None for v in listings.values()):
                 last_contact = time.monotonic()

@@ -175,9 +175,34 @@ def job_script(
         lines.append(f"  {i}) set -- {shlex.join(argv)} ;;")
     lines.append('  *) echo "mxbench: no cell for task $task" >&2; exit 2 ;;')
     lines.append("esac")
-    lines.append('"$@"')
-    lines.append("rc=$?")
+    lines += RUN_BENCH
     rc_dir = shlex.quote(_one_line("workdir", str(run_dir)))
     lines.append(f'echo "$rc" > {rc_dir}/{shlex.quote(prefix)}-"$task".rc')
     lines.append('exit "$rc"')
     return "\n".join(lines) + "\n"
+
+
+# How the script runs the bench ("$@") so that the bench never outlives its job. Slurm ends
+# a job (scancel, its time limit) with SIGTERM to every process it tracks, then SIGKILL
+# KillWait seconds later; without cgroups (proctrack/linuxproc) it tracks the descendants of
+# the job's slurmstepd by their parent pids. A script that died of the SIGTERM before its
+# bench left the bench reparented to init, out of the job: the SIGKILL missed it and it ran
+# on (seen: a cancelled job's bench at 120% CPU for 12 minutes). So the script traps the
+# ending signals, passes them on and goes on waiting: the bench stays its child, in the job,
+# until it ends or the SIGKILL takes both; and where setpriv can, the bench is made to die
+# with the script (PR_SET_PDEATHSIG) should the script be killed alone. The bench runs in a
+# subshell that restores SIGINT / SIGQUIT (a background command of a script ignores them).
+# A signalled script leaves no .rc file: the job's state says how it ended.
+RUN_BENCH = [
+    "if setpriv --pdeathsig KILL true 2>/dev/null; then "
+    'set -- setpriv --pdeathsig KILL -- "$@"; fi',
+    "bench= signalled=",
+    *(
+        f'trap \'signalled={sig}; [ -z "$bench" ] || kill -{sig} "$bench" 2>/dev/null\' {sig}'
+        for sig in ("TERM", "INT", "HUP")
+    ),
+    '( trap - INT QUIT; exec "$@" ) &',
+    'bench=$!; [ -z "$signalled" ] || kill -"$signalled" "$bench" 2>/dev/null',
+    'while wait "$bench"; rc=$?; [ "$rc" -gt 128 ] && kill -0 "$bench" 2>/dev/null; do :; done',
+    '[ -z "$signalled" ] || exit "$rc"',
+]
