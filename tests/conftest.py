@@ -109,15 +109,23 @@ SSH = "ssh://root@127.0.0.1"
 
 
 def docker_ok() -> bool:
-    try:
-        import docker
+    """A Docker engine answers and has the base image: three tries, 30 s each (a loaded CI
+    machine's daemon once took over 10 s to answer a ping, and a whole file of tests failed
+    as if it had none)."""
+    import docker
 
-        client = docker.from_env(timeout=10)
-        client.ping()
-        client.images.get(BASE_IMAGE)
-        return True
-    except Exception:
-        return False
+    for attempt in range(3):
+        try:
+            client = docker.from_env(timeout=30)
+            client.ping()
+            client.images.get(BASE_IMAGE)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        except Exception:
+            if attempt < 2:
+                time.sleep(2)
+    return False
 
 
 def ssh_ok() -> bool:
