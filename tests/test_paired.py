@@ -55,9 +55,8 @@ def check_paired(recs: list[dict[str, Any]], steps: int) -> None:
         assert [w["round"] for w in windows] == list(range(rounds))
         step = r["metrics"]["step_ms"]
         assert step["n"] == len(step["samples"]) == rounds * k <= steps
-        # the steps of a window add up to it (the window is the throughput's clock)
-        total = sum(w["ms"] * w["steps"] for w in windows)
-        assert math.isclose(sum(step["samples"]), total, rel_tol=0.02)
+        # (that a window's clock is right is checked against a known step time: the
+        # turnstile test below; its steps adding up to it holds by construction)
         # every timed step's loss, recovered from Keras' running means, finite
         losses = r["metrics"]["losses"]
         assert len(losses) == step["n"] and all(x is not None and x > 0 for x in losses)
@@ -151,6 +150,11 @@ def test_the_turnstile_recovers_a_known_speedup_and_runs_one_arm_at_a_time() -> 
               for wa, wb in zip(a.windows, b.windows, strict=True)]  # fmt: skip
     med = sorted(ratios)[len(ratios) // 2]
     assert 1.7 < med < 2.3, ratios  # sleep granularity aside: twice as fast
+    # each window's time per step is the known step time (sleep only overshoots, a little;
+    # a loaded machine a little more), not a figure derived from itself
+    for log_, step_s in ((a, 0.004), (b, 0.002)):
+        per_step = sorted((w.end - w.start) / w.steps for w in log_.windows)
+        assert step_s <= per_step[len(per_step) // 2] < step_s * 1.6, (step_s, per_step)
     every = sorted([(w.start, w.end) for w in a.windows] + [(w.start, w.end) for w in b.windows])
     assert all(x[1] <= y[0] for x, y in itertools.pairwise(every))
     assert set(out.order[:2]) == {"A", "B"} and len(out.order) == 2 * out.rounds
