@@ -105,7 +105,7 @@ ARMS = ["--image-size", "32", "--batch-size", "8", "--steps", "24", "--warmup-st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["tensorflow"])
+@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
 def test_each_arm_says_which_kernels_it_ran_itself(backend: str) -> None:
     """Two arms of different policies in one process: float32's record names no 16-bit
     kernel, and mixed_bfloat16's says what a process of mixed_bfloat16 alone says (issue 48:

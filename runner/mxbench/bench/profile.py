@@ -190,7 +190,8 @@ def run(
         prof.tensor_core_share = s.tensor_core_share
         prof.cast_share = s.cast_share
         if not gpu and backend == "torch":  # TensorFlow's: its whole run's log (add_log)
-            prof.onednn = cpu_kernels(backend, lines, prof, getattr(model, "compute_dtype", None))
+            dtype = getattr(model, "compute_dtype", None)
+            prof.onednn = cpu_kernels(backend, lines, prof, dtype, isa=_process_isa(lines))
             if prof.onednn is not None:  # this window's own executions, in any design
                 prof.onednn.scope = "window"
         prof.trace = str(trace_dir) if keep else None
@@ -202,6 +203,19 @@ def run(
             shutil.rmtree(trace_dir, ignore_errors=True)
     prof.cost_s = round(time.perf_counter() - t0, 3)
     return prof
+
+
+_ONEDNN_INFO: dict[str, str] = {}  # oneDNN's info lines, once per process: what they said
+
+
+def _process_isa(lines: list[str]) -> str | None:
+    """oneDNN's instruction set, from ``lines`` or, where they have no info line, from an
+    earlier log of this process: oneDNN prints its info lines once per process, with its
+    first logged primitive (a paired process's second arm's window has none of its own)."""
+    found = onednn.isa(lines)
+    if found:
+        _ONEDNN_INFO["isa"] = found
+    return found or _ONEDNN_INFO.get("isa")
 
 
 def cpu_kernels(
