@@ -62,7 +62,7 @@ class OneDnnEvidence(Part):
         Literal["time", "flops"] | None,
         Doc("time: measured executions in the profiled window (PyTorch); flops: the "
             "primitives created, weighed by their arithmetic (TensorFlow: oneDNN logs at "
-            "creation, in the warm-up, so that the timed steps are not logged)"),
+            "creation, in the warm-up, so that no execution is timed or logged)"),
     ] = None  # fmt: skip
     gemm_isas: Annotated[
         dict[str, float], Doc("ISA of the convolution/matmul kernels -> share (avx512_core_bf16, "

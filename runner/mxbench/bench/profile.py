@@ -109,7 +109,7 @@ def turns(lines: list[str]) -> tuple[dict[int, list[str]], list[str]]:
 
 def prepare(backend: str) -> None:
     """Before the framework is imported: TensorFlow's oneDNN can only log primitive
-    creation if asked at start (the timed steps are not logged: see :mod:`onednn`)."""
+    creation if asked at start (no execution is logged: see :mod:`onednn`)."""
     if backend == "tensorflow" and VERBOSE_ENV not in os.environ:
         os.environ[VERBOSE_ENV] = "profile_create"
 
