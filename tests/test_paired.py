@@ -22,7 +22,7 @@ import msgspec
 import pytest
 
 import cpu_kinds
-from bench_helpers import run_bench
+from bench_helpers import SMALL, run_bench, shared_bench
 from mxbench import stats
 from mxbench.bench import interference, onednn, paired
 from mxbench.cells import expand, pair_up, to_run
@@ -114,9 +114,12 @@ def test_each_arm_says_which_kernels_it_ran_itself(backend: str) -> None:
     printing its info lines once per process). What must have run is judged from each
     record's own CPU and settings (cpu_kinds.check_kernels)."""
     pytest.importorskip(backend)
-    env = cpu_kinds.env("avx512_bf16")
-    run = run_bench(*ARMS, "--backend", backend, "--pair-with", "mixed_bfloat16", env=env)
-    solo = run_bench(*ARMS, "--backend", backend, "--policy", "mixed_bfloat16", env=env)
+    kind = cpu_kinds.KINDS["avx512_bf16"]
+    run = run_bench(*ARMS, "--backend", backend, "--pair-with", "mixed_bfloat16",
+                    env=cpu_kinds.env("avx512_bf16"))  # fmt: skip
+    # the process of its own: test_profile's cell of this kind (one measurement per session)
+    solo = shared_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL,
+                        "--check", "off", env=kind)  # fmt: skip
     assert run.returncode == 0 and solo.returncode == 0, (run.stderr + solo.stderr)[-3000:]
     base, arm = lines(run.stdout)
     assert [base["params"]["policy"], arm["params"]["policy"]] == ["float32", "mixed_bfloat16"]
