@@ -21,9 +21,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from bench_helpers import run_bench
+import cpu_kinds
+from bench_helpers import SMALL, run_bench, shared_bench
 from mxbench import stats
-from mxbench.bench import interference, paired
+from mxbench.bench import interference, onednn, paired
 from mxbench.cells import expand, pair_up, to_run
 from mxbench.matrix import parse_matrix
 
@@ -97,6 +98,54 @@ def test_a_paired_process_times_both_arms_in_interleaved_windows(backend: str) -
     assert recs[0]["metrics"]["phases_s"]["timed"] >= 2 * 1.5  # both passes' windows
 
 
+# Small profiled cells on the AVX512_BF16 kind (tests/cpu_kinds.py): the kernels' evidence
+ARMS = ["--image-size", "32", "--batch-size", "8", "--steps", "24", "--warmup-steps", "2",
+        "--timed-s", "0.3", "--profile", "on", "--check", "off"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
+def test_each_arm_says_which_kernels_it_ran_itself(backend: str) -> None:
+    """Two arms of different policies in one process: float32's record names no 16-bit
+    kernel, and mixed_bfloat16's says what a process of mixed_bfloat16 alone says (issue 48:
+    a paired TensorFlow process gave each arm the whole process's oneDNN log, so float32
+    "ran bf16" and mixed's 16-bit share was halved; PyTorch's second arm had no ISA, oneDNN
+    printing its info lines once per process). What must have run is judged from each
+    record's own CPU and settings (cpu_kinds.check_kernels)."""
+    pytest.importorskip(backend)
+    kind = cpu_kinds.KINDS["avx512_bf16"]
+    run = run_bench(*ARMS, "--backend", backend, "--pair-with", "mixed_bfloat16",
+                    env=cpu_kinds.env("avx512_bf16"))  # fmt: skip
+    # the process of its own: test_profile's cell of this kind (one measurement per session)
+    solo = shared_bench("--backend", backend, "--policy", "mixed_bfloat16", *SMALL,
+                        "--check", "off", env=kind)  # fmt: skip
+    assert run.returncode == 0 and solo.returncode == 0, (run.stderr + solo.stderr)[-3000:]
+    base, arm = lines(run.stdout)
+    assert [base["params"]["policy"], arm["params"]["policy"]] == ["float32", "mixed_bfloat16"]
+    own = [cpu_kinds.check_kernels(r) for r in (base, arm, solo.record)]
+    f32, mixed, alone = own
+    assert not f32["sixteen_bit_share"] and f32["native16_share"] is None, f32
+    assert not [k for k in f32["gemm_isas"] if onednn.native16(k)], f32
+    assert all(k.endswith((" f32", "None")) for k in f32["kernels"]) or not f32["ran"], f32
+    same = ("ran", "path", "isa", "weight")
+    assert {k: mixed[k] for k in same} == {k: alone[k] for k in same}, (mixed, alone)
+    # shares of the same kernels: exact by their arithmetic (TensorFlow), close by their
+    # measured times (PyTorch)
+    tol = 0 if alone["weight"] == "flops" else 0.05
+    assert mixed["gemm_isas"].keys() == alone["gemm_isas"].keys(), (mixed, alone)
+    pairs = [(mixed["gemm_isas"][k], alone["gemm_isas"][k]) for k in alone["gemm_isas"]]
+    pairs += [(mixed[k], alone[k]) for k in ("sixteen_bit_share", "native16_share")]
+    for a, b in pairs:
+        assert (a is None) == (b is None) and abs((a or 0) - (b or 0)) <= tol, (mixed, alone)
+    if alone["weight"] == "flops":  # every distinct kernel, logged at its creation
+        assert mixed["kernels"] == alone["kernels"], (mixed, alone)
+    if backend == "tensorflow" and alone["ran"]:  # whose log the figures come from
+        assert (alone["scope"], mixed["scope"], f32["scope"]) == ("process", "turns", "turns")
+        assert mixed["left_out"] is not None and alone["left_out"] is None
+    elif backend == "torch" and alone["ran"]:
+        assert mixed["scope"] == f32["scope"] == alone["scope"] == "window"
+
+
 def test_pair_with_refuses_what_it_cannot_pair() -> None:
     for args, says in (
         (["--pair-with", "nope"], "--pair-with 'nope'"),
@@ -117,9 +166,9 @@ class _Model:
     stop_training = False
 
 
-def _fake_fit(step_s: float, order: list[str], name: str) -> Any:
+def _fake_fit(step_s: float, order: list[str], name: str, log: list[str] | None = None) -> Any:
     """A training loop whose steps take ``step_s`` (a known truth), driving the callback as
-    Keras does."""
+    Keras does; ``log``: each step's name, as oneDNN logs what a step creates."""
 
     def fit(callback: Any, steps: int) -> None:
         model = _Model()
@@ -129,6 +178,8 @@ def _fake_fit(step_s: float, order: list[str], name: str) -> Any:
             if model.stop_training:
                 order.append(f"{name}-spare")
             time.sleep(step_s)
+            if log is not None:
+                log.append(f"{name}-spare" if model.stop_training else name)
             callback.on_train_batch_end(batch, {"loss": 1.0})
             if model.stop_training:
                 break
@@ -139,9 +190,18 @@ def _fake_fit(step_s: float, order: list[str], name: str) -> Any:
 def test_the_turnstile_recovers_a_known_speedup_and_runs_one_arm_at_a_time() -> None:
     pytest.importorskip("keras")
     spare: list[str] = []
+    log: list[str] = []  # the steps, and where each arm's turn begins and ends
     plan = paired.Plan(warmup=2, max_steps=400, timed_s=1.2)
-    out = paired.run([_fake_fit(0.004, spare, "A"), _fake_fit(0.002, spare, "B")], plan,
-                     random.Random(7))  # fmt: skip
+    fits = [_fake_fit(0.004, spare, "A", log), _fake_fit(0.002, spare, "B", log)]
+    out = paired.run(fits, plan, random.Random(7), turn=lambda arm: log.append(f"turn {arm}"))
+    seen, whose = set(), "turn None"  # every step in its own arm's turn, the spare ones in none
+    for entry in log:
+        if entry.startswith("turn "):
+            whose = entry
+        else:
+            seen.add((entry, whose))
+    assert seen == {("A", "turn 0"), ("B", "turn 1"), ("A-spare", "turn None"),
+                    ("B-spare", "turn None")}  # fmt: skip
     pace = math.sqrt(0.004 * 0.002)  # the arms' steps, geometric mean: k from the warm-up
     assert abs(out.k - paired.WINDOW_S / pace) <= 0.35 * paired.WINDOW_S / pace, out.k
     assert out.rounds >= paired.MIN_ROUNDS and sorted(spare) == ["A-spare", "B-spare"]

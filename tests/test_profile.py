@@ -21,6 +21,7 @@ import cpu_kinds
 import profile_count
 from bench_helpers import SMALL, BenchRun, run_bench, shared_bench
 from mxbench.bench import energy, onednn
+from mxbench.bench import profile as profiler
 from mxbench.bench.profile_ops import (
     RULES,
     Event,
@@ -33,6 +34,7 @@ from mxbench.bench.profile_ops import (
     summarize,
     tensor_core,
 )
+from mxbench.results import Profile
 
 # ---- categories from names (known truth: what each operation is) ---------------------------
 
@@ -488,6 +490,42 @@ def test_what_c_code_prints_on_stdout_is_captured() -> None:
         libc.printf(b"onednn_verbose,from C\n")
         os.write(1, b"from python\n")
     assert "onednn_verbose,from C" in lines and "from python" in lines
+
+
+_CREATE = "onednn_verbose,v1,primitive,create:cache_miss,cpu"
+
+
+def test_a_paired_log_gives_each_arm_the_lines_of_its_own_turns() -> None:
+    """A paired TensorFlow process's one log, marked where each arm's turn begins and ends
+    (profile.mark_turn): each record's figures come from its own policy's turns (an A/A
+    pair's two float32 arms are one model: what one created the other may reuse without a
+    line); what was logged in no arm's turn (the arms' last steps, run side by side) is in
+    nobody's figures, and counted; the ISA is the process's, whoever's turn its line fell in."""
+    f32 = (f"{_CREATE},convolution,brg_conv_fwd:avx512_core,forward_training,{_F32},,"
+           f"alg:convolution_direct,{_CONV1},0.2")  # fmt: skip
+    bf16 = (f"{_CREATE},convolution,brg_conv_fwd:avx512_core_bf16,forward_training,{_BF16},,"
+            f"alg:convolution_direct,{_CONV2},0.2")  # fmt: skip
+    turn = profiler.TURN
+    log = [*EXEC_LOG.splitlines()[:2], f"{turn}0", f32, f"{turn}-", f"{turn}1", bf16,
+           f"{turn}-", f"{turn}2", f"{turn}-", f32.replace("miss", "hit"), bf16,
+           f"{turn}0", f32.replace("miss", "hit"), f"{turn}-"]  # fmt: skip
+    by_arm, outside = profiler.turns(log)
+    assert by_arm == {0: [f32, f32.replace("miss", "hit")], 1: [bf16], 2: []}
+    assert outside == [*EXEC_LOG.splitlines()[:2], f32.replace("miss", "hit"), bf16]
+    found = {}
+    for name, arms in (("float32", [0, 2]), ("mixed_bfloat16", [1]), ("whole", None)):
+        prof = Profile(device="cpu")
+        profiler.add_log(prof, log, "tensorflow", arms=arms)
+        assert prof.onednn is not None and prof.onednn.isa and prof.onednn.ran, name
+        found[name] = prof.onednn
+    f, m, whole = found["float32"], found["mixed_bfloat16"], found["whole"]
+    assert f.gemm_isas == {"avx512_core": 1.0} and f.sixteen_bit_share == 0
+    assert f.native16_share is None and f.scope == "turns" and f.left_out == 2
+    assert m.gemm_isas == {"avx512_core_bf16": 1.0} and m.sixteen_bit_share == 1
+    assert m.native16_share == 1 and m.scope == "turns" and m.left_out == 2
+    # the whole log (a process of one policy) mixes them, as paired records once did
+    assert 0 < (whole.sixteen_bit_share or 0) < 1 and len(whole.gemm_isas) == 2
+    assert whole.scope == "process" and whole.left_out is None
 
 
 # ---- energy counters -------------------------------------------------------------------------

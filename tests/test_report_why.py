@@ -212,6 +212,28 @@ def test_settings_that_keep_onednn_from_bf16_are_said_without_a_profile() -> Non
     assert bf16(XEON_BF16, "jax", onednn="0", onednn_max_cpu_isa="AVX2") == bf16(XEON_BF16, "jax")
 
 
+def test_a_paired_record_of_every_arms_kernels_is_not_read_as_its_arms() -> None:
+    """The committed Step 18 series was measured while a paired TensorFlow process gave each
+    arm the whole process's oneDNN log (issue 48): its float32 records read
+    "avx10_1_512_amx 50%, native 16-bit 100%". Those figures (OneDnnEvidence.scope null on a
+    paired TensorFlow record) are not printed as an arm's, nor cited; a record whose figures
+    came from its own arm's turns (scope "turns") is read as before."""
+    series = Path(__file__).parents[1] / "benchmarks/records/cpu-step18-series/quiet/paired-0"
+    loaded = load([series])
+    profiled = [r for r in loaded.winners if r.profile is not None and r.profile.onednn]
+    f32 = [r.profile.onednn for r in profiled if r.params.policy == "float32"]
+    assert f32 and all(d.gemm_isas.get("avx10_1_512_amx") == 0.5 for d in f32)
+    t = build(loaded.winners)[0]
+    assert [b.kernels for b in document.section(t, "t").breakdown] == [""] * 4
+    assert dg.cpu_kernels(t) is None  # not cited: the CPU's flags speak, as a guess
+    assert "This CPU has AMX" in (dg.bf16_on_cpu(t) or "")
+    for r in profiled:  # the same figures, had they been each arm's own
+        r.profile.onednn.scope = "turns"
+    t = build(loaded.winners)[0]
+    assert "avx10_1_512_amx 50%" in document.section(t, "t").breakdown[0].kernels
+    assert "ran on avx10_1_512_amx kernels" in (dg.cpu_kernels(t) or "")
+
+
 def test_amx_kernels_are_named_as_tile_matrix_units() -> None:
     """An AMX Xeon: oneDNN 3.7+ names the ISA avx10_1_512_amx, and a float32 GEMM that names
     no ISA may lead the shares; the sentence names the native kernel and says what AMX is."""

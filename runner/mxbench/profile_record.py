@@ -62,7 +62,7 @@ class OneDnnEvidence(Part):
         Literal["time", "flops"] | None,
         Doc("time: measured executions in the profiled window (PyTorch); flops: the "
             "primitives created, weighed by their arithmetic (TensorFlow: oneDNN logs at "
-            "creation, in the warm-up, so that the timed steps are not logged)"),
+            "creation, in the warm-up, so that no execution is timed or logged)"),
     ] = None  # fmt: skip
     gemm_isas: Annotated[
         dict[str, float], Doc("ISA of the convolution/matmul kernels -> share (avx512_core_bf16, "
@@ -79,6 +79,20 @@ class OneDnnEvidence(Part):
     reorder_ms: Annotated[float | None, Doc("oneDNN reorders (layout/type), window total")] = None
     gemm_ms: Annotated[float | None, Doc("oneDNN convolutions/matmuls, window total")] = None
     primitives: Count | None = None
+    scope: Annotated[
+        Literal["process", "turns", "window"] | None,
+        Doc("whose log the figures come from: process: a process of one policy, its whole "
+            "log (TensorFlow's creation lines); turns: a paired process, the lines logged in "
+            "the turns of this record's arm and of any arm of its policy (warm-up, windows, "
+            "profiled window), the other policies' left out; window: the profiled window's "
+            "own executions (PyTorch, every design); null: a record older than this field "
+            "(a paired TensorFlow one then gave every arm the whole process's log)"),
+    ] = None  # fmt: skip
+    left_out: Annotated[
+        Count | None,
+        Doc("scope turns: convolution/matmul primitives logged in no arm's turn (building "
+            "the models, the fits' starts and ends), in no arm's figures"),
+    ] = None  # fmt: skip
     kernels: Annotated[
         list[str],
         Doc('a few distinct kernels: "convolution brg_conv_fwd:avx512_core_bf16 bf16"; where '

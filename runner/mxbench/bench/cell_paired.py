@@ -109,8 +109,9 @@ def _pass(
             profiler.prepare(p.backend)
             with profiler.whole_run(p.backend, True) as lines:
                 _measure_paired(ps, recs, state, started_at, profiled, group, emit)
-            for rec in recs:
-                profiler.add_log(rec.profile, lines, p.backend)
+            for rec in recs:  # each arm's own turns (and its policy's: the same model's)
+                same = [i for i, q in enumerate(ps) if q.policy == rec.params.policy]
+                profiler.add_log(rec.profile, lines, p.backend, arms=same)
         else:
             _measure_paired(ps, recs, state, started_at, profiled, group, emit)
     except UsageError:
@@ -152,7 +153,8 @@ def _measure_paired(
         warmup=max(1, ps[0].warmup_steps), max_steps=ps[0].steps, timed_s=ps[0].timed_s
     )
     joules = start_energy(state, ps[0])
-    out, fit_s = _windows(arms, plan, state, joules.mark if joules is not None else None)
+    turn = profiler.turn_marks(ps[0].backend, profiled)  # whose turn oneDNN's lines are in
+    out, fit_s = _windows(arms, plan, state, joules.mark if joules is not None else None, turn)
     first_window = min(w.start for log_ in out.logs for w in log_.windows)
     overall = _overall([w.interference for log_ in out.logs for w in log_.windows])
     started_perf = started_at - (time.time() - time.perf_counter())  # on the windows' clock
@@ -181,21 +183,28 @@ def _measure_paired(
     pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
     for rec in recs:
         emit_pending(emit, rec, pending, phases)
-    if profiled:  # after every timed window, never inside one
-        for arm, rec in zip(arms, recs, strict=True):
+    if profiled:  # after every timed window, never inside one; each in its arm's turn
+        for i, (arm, rec) in enumerate(zip(arms, recs, strict=True)):
             gpu = state.backend is not None and state.backend.model_on_gpu(arm.model)
+            turn(i)
             rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu)
+            turn(None)
         phases.mark("profile")
         for rec in recs:
             emit_pending(emit, rec, pending[1:], phases)
 
 
 def _windows(
-    arms: list[Arm], plan: paired.Plan, state: CellState, handoff: Callable[[], None] | None
+    arms: list[Arm],
+    plan: paired.Plan,
+    state: CellState,
+    handoff: Callable[[], None] | None,
+    turn: Callable[[int | None], None] | None = None,
 ) -> tuple[paired.Outcome, float]:
     """The interleaved windows of every arm (each a ``fit()`` call of a few steps, with the
     arm's callback), under the health sampler; what they measured and the seconds they
-    took in all. ``handoff``: called at each window's start and end (the energy reading)."""
+    took in all. ``handoff``: called at each window's start and end (the energy reading);
+    ``turn``: where each arm's turn begins and ends (:func:`paired.run`)."""
 
     def fitter(arm: Arm) -> Callable[[Any, int], None]:
         def fit(callback: Any, steps: int) -> None:
@@ -208,7 +217,7 @@ def _windows(
     sampler.start()
     began = time.perf_counter()
     try:
-        out = paired.run([fitter(a) for a in arms], plan, random.Random(), handoff)
+        out = paired.run([fitter(a) for a in arms], plan, random.Random(), handoff, turn)
     finally:
         sampler.stop()
     return out, time.perf_counter() - began

@@ -18,9 +18,12 @@ PyTorch switches the log on and off at run time (``torch.backends.mkldnn.verbose
 ``exec`` lines, with each execution's milliseconds, cover the profiled window only.
 TensorFlow has no such switch and oneDNN reads ``ONEDNN_VERBOSE`` once, before the first
 primitive: the bench sets ``ONEDNN_VERBOSE=profile_create`` at start (creation lines only,
-printed while primitives are built, in the warm-up; no per-execution timing or log in the
-timed steps), and weighs each created convolution / matmul by its arithmetic (from its
-shape), not by measured time. The record says which (``weight``).
+printed while primitives are built, in the warm-up; in the timed steps only the few that
+TensorFlow builds again each step, which oneDNN's cache answers: ``create:cache_hit``; no
+execution is timed or logged), and weighs each created convolution / matmul by its
+arithmetic (from its shape), not by measured time. The record says which (``weight``). In a
+paired process the log is one for every arm: :func:`mxbench.bench.profile.mark_turn` marks
+whose turn each line was logged in.
 
 oneDNN writes the log to the process's standard output (file descriptor 1), which the bench
 keeps for its one JSON record: :func:`captured_stdout` collects it in a file meanwhile.

@@ -126,12 +126,16 @@ def gate(
     plan: Plan,
     rounds: list[tuple[int, int]],
     handoff: Callable[[], None] | None = None,
+    turn: Callable[[int | None], None] | None = None,
 ) -> Any:
     """The Keras callback that holds arm ``arm``'s fit at its turnstile. ``rounds``: the
     coordinator's current (round, position) for the arm, read when a window starts;
     ``handoff``: called right after a window's start and right after its end (a reading of
-    the energy counter at the hand-offs between arms)."""
+    the energy counter at the hand-offs between arms); ``turn``: called with ``arm`` where
+    the arm's turn begins (its warm-up, each window) and with None where its steps have
+    finished and it gives the turn back, outside the timed windows."""
     mark = handoff or (lambda: None)
+    own = turn or (lambda _arm: None)
     done = threading.Condition()
     finished: list[float] = []  # completion time of each step, by step index
 
@@ -150,6 +154,7 @@ def gate(
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             if batch == 0:
                 turns.wait_turn(arm)
+                own(arm)
                 log.begin = time.perf_counter()
                 return
             at_boundary = batch == plan.warmup or (
@@ -166,22 +171,17 @@ def gate(
             else:
                 start, start_snap = state["window"], state["snap"]
                 rnd, pos = state["where"]
-                log.windows.append(
-                    WindowMark(
-                        rnd,
-                        pos,
-                        plan.k,
-                        start,
-                        end,
-                        finished[batch - plan.k : batch],
-                        interference.between(start_snap, snap),
-                    )
-                )
+                steps = finished[batch - plan.k : batch]
+                window = WindowMark(rnd, pos, plan.k, start, end, steps,
+                                    interference.between(start_snap, snap))  # fmt: skip
+                log.windows.append(window)
+            own(None)  # every step of the turn has finished: what follows is not this arm's
             turns.give_back()
             if not turns.wait_turn(arm):
                 self.model.stop_training = True  # one spare, untimed step, then the loop ends
                 turns.give_back()
                 return
+            own(arm)
             state["where"] = rounds[arm]
             state["snap"] = interference.snapshot()
             state["window"] = time.perf_counter()
@@ -213,17 +213,19 @@ def run(
     plan: Plan,
     rng: random.Random,
     handoff: Callable[[], None] | None = None,
+    turn: Callable[[int | None], None] | None = None,
 ) -> Outcome:
     """Run each arm's fit (``fits[i](callback, steps_per_epoch)``) on its own thread under the
     turnstile: warm-ups one after another, then rounds of windows in random orders
-    (``handoff``: called at every window's start and end)."""
+    (``handoff``: called at every window's start and end; ``turn``: with the arm's index
+    where an arm's turn begins, with None where it ends, as :func:`gate` says)."""
     n = len(fits)
     turns = Turnstile()
     logs = [ArmLog() for _ in range(n)]
     where: list[tuple[int, int]] = [(0, 0)] * n
     threads = []
     for i, fit in enumerate(fits):
-        callback = gate(i, logs[i], turns, plan, where, handoff)
+        callback = gate(i, logs[i], turns, plan, where, handoff, turn)
 
         def target(
             fit: Callable[[Any, int], None] = fit, cb: Any = callback, log: ArmLog = logs[i]

@@ -29,7 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,9 @@ def around(p: Params, rec: Record, measure: Callable[[], None]) -> None:
 # Written to the captured stdout where a serving cell's gate begins: what oneDNN logs after
 # it is the float32 reference model's kernels, not the cell's (add_log reads up to it).
 LOG_END = "mxbench: the cell's own kernels end here"
+# Written to the captured stdout where an arm of a paired process begins its turn (TURN and
+# the arm's index) and ends it (TURN and "-"): what oneDNN logs between is that arm's.
+TURN = "mxbench: the turn of arm "
 
 
 def end_log() -> None:
@@ -70,9 +73,43 @@ def end_log() -> None:
     os.write(1, (LOG_END + "\n").encode())
 
 
+def mark_turn(arm: int | None) -> None:
+    """Mark in TensorFlow's oneDNN log where arm ``arm``'s turn begins (None: where the turn
+    ends). oneDNN flushes every line it prints (``printf`` then ``fflush(stdout)``, in its
+    ``verbose_printf_impl``), so a mark written straight to the descriptor falls between its
+    lines in the order they happened."""
+    os.write(1, f"{TURN}{'-' if arm is None else arm}\n".encode())
+
+
+def turn_marks(backend: str, enabled: bool) -> Callable[[int | None], None]:
+    """:func:`mark_turn` where :func:`whole_run` collects the log (TensorFlow, the profile
+    on), else a function that marks nothing (a mark would go to the bench's own output)."""
+    return mark_turn if enabled and backend == "tensorflow" else _no_mark
+
+
+def _no_mark(arm: int | None) -> None:
+    return None
+
+
+def turns(lines: list[str]) -> tuple[dict[int, list[str]], list[str]]:
+    """A log marked by :func:`mark_turn`: its lines by the arm in whose turn they were
+    logged, and the lines logged in no arm's turn (before the first, between turns, after
+    the last: building the models, the fits' starts and ends)."""
+    by_arm: dict[int, list[str]] = {}
+    outside: list[str] = []
+    current: list[str] = outside
+    for line in lines:
+        if line.startswith(TURN):
+            arm = line[len(TURN) :].strip()
+            current = by_arm.setdefault(int(arm), []) if arm.isdigit() else outside
+        else:
+            current.append(line)
+    return by_arm, outside
+
+
 def prepare(backend: str) -> None:
     """Before the framework is imported: TensorFlow's oneDNN can only log primitive
-    creation if asked at start (the timed steps are not logged: see :mod:`onednn`)."""
+    creation if asked at start (no execution is logged: see :mod:`onednn`)."""
     if backend == "tensorflow" and VERBOSE_ENV not in os.environ:
         os.environ[VERBOSE_ENV] = "profile_create"
 
@@ -89,19 +126,35 @@ def whole_run(backend: str, enabled: bool) -> Iterator[list[str]]:
         with onednn.captured_stdout() as lines:
             yield lines
     finally:  # what others printed meanwhile goes where the bench sends stdout: stderr
-        rest = [x for x in lines if "_verbose," not in x and x != LOG_END]
+        rest = [
+            x for x in lines if "_verbose," not in x and x != LOG_END and not x.startswith(TURN)
+        ]
         if rest:
             sys.stderr.write("\n".join(rest) + "\n")
 
 
-def add_log(prof: Profile | None, lines: list[str], backend: str) -> None:
+def add_log(
+    prof: Profile | None, lines: list[str], backend: str, arms: Collection[int] | None = None
+) -> None:
     """The oneDNN evidence of a log collected around the whole run (TensorFlow): what it
-    names, or where it names no convolution or matmul, what ran them instead."""
+    names, or where it names no convolution or matmul, what ran them instead. ``arms``: in a
+    paired process (a log marked by :func:`mark_turn`), the arms whose turns are this
+    record's: its own and those of the same policy (the same model: a primitive one of them
+    created, the others may take from a cache without a line of their own); what was logged
+    in no arm's turn is left out, and counted (``left_out``)."""
     if backend != "tensorflow" or prof is None or prof.device != "cpu" or prof.onednn is not None:
         return
     if LOG_END in lines:
         lines = lines[: lines.index(LOG_END)]
-    prof.onednn = cpu_kernels(backend, lines, prof)
+    own, left_out = lines, None
+    if arms is not None:
+        by_arm, outside = turns(lines)
+        own = [x for arm in sorted(arms) for x in by_arm.get(arm, [])]
+        left_out = sum(p.kind in onednn.GEMM_KINDS for p in onednn.parse(outside))
+    prof.onednn = cpu_kernels(backend, own, prof, isa=onednn.isa(lines))
+    if prof.onednn is not None:
+        prof.onednn.scope = "process" if arms is None else "turns"
+        prof.onednn.left_out = left_out
 
 
 def run(
@@ -137,7 +190,10 @@ def run(
         prof.tensor_core_share = s.tensor_core_share
         prof.cast_share = s.cast_share
         if not gpu and backend == "torch":  # TensorFlow's: its whole run's log (add_log)
-            prof.onednn = cpu_kernels(backend, lines, prof, getattr(model, "compute_dtype", None))
+            dtype = getattr(model, "compute_dtype", None)
+            prof.onednn = cpu_kernels(backend, lines, prof, dtype, isa=_process_isa(lines))
+            if prof.onednn is not None:  # this window's own executions, in any design
+                prof.onednn.scope = "window"
         prof.trace = str(trace_dir) if keep else None
     except Exception as exc:  # the timed figures stand without it
         prof.error = f"{type(exc).__name__}: {exc}"[:500]
@@ -149,15 +205,34 @@ def run(
     return prof
 
 
+_ONEDNN_INFO: dict[str, str] = {}  # oneDNN's info lines, once per process: what they said
+
+
+def _process_isa(lines: list[str]) -> str | None:
+    """oneDNN's instruction set, from ``lines`` or, where they have no info line, from an
+    earlier log of this process: oneDNN prints its info lines once per process, with its
+    first logged primitive (a paired process's second arm's window has none of its own)."""
+    found = onednn.isa(lines)
+    if found:
+        _ONEDNN_INFO["isa"] = found
+    return found or _ONEDNN_INFO.get("isa")
+
+
 def cpu_kernels(
-    backend: str, lines: list[str], prof: Profile, dtype: str | None = None
+    backend: str,
+    lines: list[str],
+    prof: Profile,
+    dtype: str | None = None,
+    isa: str | None = None,
 ) -> OneDnnEvidence | None:
     """What ran a CPU cell's convolutions and matmuls (TensorFlow, PyTorch): what oneDNN's
     log ``lines`` name, or where they name none, the backend's own kernels (the profiled
     window's busiest convolutions/matmuls, ``prof.top_ops``) and why oneDNN did not run
-    them; not known (``ran`` null) where oneDNN's log was off. ``dtype``: the compute type."""
+    them; not known (``ran`` null) where oneDNN's log was off. ``dtype``: the compute type;
+    ``isa``: oneDNN's instruction set where ``lines`` are part of a log (its info line is
+    printed once per process), else read from ``lines``."""
     found = onednn.evidence(onednn.parse(lines))
-    isa = onednn.isa(lines)
+    isa = isa or onednn.isa(lines)
     if found is not None:
         return _evidence(found, isa)
     ran, why = _tf_without_onednn() if backend == "tensorflow" else _torch_without_onednn(dtype)

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from mxbench.bench import onednn
 from mxbench.report.tables import Table, last_line
-from mxbench.results import CATEGORY_NAMES, Profile, Record
+from mxbench.results import CATEGORY_NAMES, OneDnnEvidence, Profile, Record
 
 CATEGORIES: tuple[str, ...] = tuple(CATEGORY_NAMES)
 
@@ -52,13 +54,32 @@ class Bar:
         return self.profiled_ms / self.step_ms - 1.0
 
 
+# Why a paired TensorFlow record's oneDNN figures are not read: one written before each arm's
+# evidence came from its own turns (OneDnnEvidence.scope null) gave every arm the whole
+# process's log (float32 "ran bf16", the 16-bit arm's share diluted by float32's kernels).
+MIXED_LOG = (
+    "a paired process's oneDNN figures from before mxbench kept each arm's log apart: they "
+    "mixed every arm's kernels, so which ones this arm ran is not known"
+)
+
+
 def profile_of(records: list[Record]) -> Profile | None:
-    """The first usable profile among a slot's ok records."""
+    """The first usable profile among a slot's ok records; its oneDNN figures replaced by
+    "not known" (:data:`MIXED_LOG`) where they were not the record's own arm's."""
     for r in records:
         p = r.profile
         if r.status == "ok" and p is not None and p.error is None and p.breakdown_ms:
-            return p
+            return _own_kernels(r, p)
     return None
+
+
+def _own_kernels(r: Record, p: Profile) -> Profile:
+    d = p.onednn
+    if d is None or not d.gemm_isas or d.scope is not None:  # no figures, or its own
+        return p
+    if r.pairing is None or r.params.backend != "tensorflow":  # one policy's process
+        return p
+    return msgspec.structs.replace(p, onednn=OneDnnEvidence(ran=None, isa=d.isa, why=MIXED_LOG))
 
 
 def failures(t: Table) -> list[str]:
