@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from mxbench.errors import UsageError
 from mxbench.matrix import load_matrix, parse_matrix
 from mxbench.matrix_yaml import MAX_MATRIX_BYTES
+from mxbench.repeats import AutoRepeats
 
 HOST = "hosts: [{name: a, engine: local}]\n"
 
@@ -64,8 +65,12 @@ def test_too_many_cells_says_how_many_and_why() -> None:
     axis = ", ".join(str(b) for b in range(1, 6001))
     with pytest.raises(UsageError) as exc:
         parse_matrix(f"axes:\n  batch_size: [{axis}]\n" + HOST)
-    assert "expands to 36,000 cells" in str(exc.value) and "at most 10,000" in str(exc.value)
-    assert "set benchmark.repeats: 1" in str(exc.value)  # auto's 3 processes a cell, by default
+    start = AutoRepeats().start  # auto's processes a cell to start with, by default
+    cells = 2 * 6000 * start  # the default's two policies, 6,000 batch sizes
+    assert f"expands to {cells:,} cells" in str(exc.value) and "at most 10,000" in str(exc.value)
+    assert f"set benchmark.repeats: 1, one process per cell instead of auto's {start}" in str(
+        exc.value
+    )
 
 
 def test_many_problems_are_listed_up_to_a_limit() -> None:

@@ -370,3 +370,22 @@ def test_a_failed_window_says_so_per_cell_in_every_format(tmp_path: Path) -> Non
     assert rows["mixed_bfloat16"]["profile_error"] == reason
     assert rows["float32"]["profile_error"] is None
     assert reason in frame.to_csv(loaded, list(doc.tables))
+
+
+def test_the_note_names_the_largest_work_besides_conv_and_threads_side_by_side() -> None:
+    """What mixed precision's faster arithmetic does not shrink, in ms of the timed step; and
+    where operations ran on several threads at once, that the bars are wall-clock time."""
+    bf16 = profile(conv_matmul=30.0, elementwise_norm=20.0, cast=5.0, host_gap=150.0,
+                   ops_ms=55.0 * 1.5)  # fmt: skip
+    f32 = profile(conv_matmul=60.0, layout=10.0, host_gap=30.0, ops_ms=70.0)
+    said = why.note(why.bars(cpu_pair(bf16, f32)))
+    assert "the largest part of the step: float32 at batch 8: layout 10%" in said
+    assert f"mixed_bfloat16 at batch 8: memory-bound {20 / 80:.0%}" in said
+    assert "their own times add up to 1.5x the busy time" in said
+    # only conv/matmul work, one operation at a time: neither is said
+    quiet = why.note(why.bars(cpu_pair(profile(conv_matmul=70.0, host_gap=5.0, ops_ms=70.0),
+                                       profile(conv_matmul=90.0, ops_ms=90.0))))  # fmt: skip
+    assert "Besides convolutions" not in quiet and "side by side" not in quiet
+    # just under the threshold: not said
+    under = profile(conv_matmul=70.0, ops_ms=70.0 * (why.SIDE_BY_SIDE - 0.01))
+    assert "side by side" not in why.note(why.bars(cpu_pair(under, under)))

@@ -310,8 +310,8 @@ class Matrix(Strict):
                 f"{self.benchmark.planned_repeats} repeat(s)); at most {MAX_CELLS:,}: each cell "
                 "is a fresh process of seconds to minutes. Split it into several matrices"
                 + (
-                    " (or set benchmark.repeats: 1, one process per cell instead of auto's 3 to "
-                    "start)"
+                    " (or set benchmark.repeats: 1, one process per cell instead of auto's "
+                    f"{self.benchmark.planned_repeats} to start)"
                     if self.benchmark.auto
                     else ""
                 ),

@@ -42,6 +42,7 @@ class Bar:
     cost_s: float | None  # what the profiled window cost
     profiled_ms: float | None = None  # a profiled step, the profiler on
     busy_ms: float = 0.0  # the profiled operations' time per step (some operation ran)
+    thread_ms: float | None = None  # their own times summed over threads (Profile.ops_ms)
 
     def share(self, category: str) -> float:
         return self.parts.get(category, 0.0) / self.step_ms if self.step_ms else 0.0
@@ -52,6 +53,19 @@ class Bar:
         if not self.profiled_ms or not self.step_ms:
             return None
         return self.profiled_ms / self.step_ms - 1.0
+
+    def largest_besides_conv(self) -> str | None:
+        """The largest category of work that is not conv/matmul (the gap is no work)."""
+        work = {c: v for c, v in self.parts.items() if c not in ("conv_matmul", GAP) and v > 0}
+        return max(work, key=work.__getitem__) if work else None
+
+    @property
+    def side_by_side(self) -> float | None:
+        """How many operations ran at once on average: their own times over threads / the
+        busy wall time (1.0: one at a time)."""
+        if not self.thread_ms or not self.busy_ms:
+            return None
+        return self.thread_ms / self.busy_ms
 
 
 # Why a paired TensorFlow record's oneDNN figures are not read: one written before each arm's
@@ -127,7 +141,10 @@ def bars(t: Table) -> list[Bar]:
             if e is None or e.median is None or p is None or parts is None:
                 continue
             busy = busy_ms(p)
-            out.append(Bar(policy, b, e.median, parts, kernels_text(p), p.cost_s, p.step_ms, busy))
+            out.append(
+                Bar(policy, b, e.median, parts, kernels_text(p), p.cost_s, p.step_ms, busy,
+                    p.ops_ms)
+            )  # fmt: skip
     return out
 
 
@@ -199,7 +216,40 @@ def note(found: list[Bar]) -> str:
             f" The profiler's own cost: a profiled step ran slower ({shown}{more}); that "
             "time is in no category, the gap included."
         )
-    return said
+    return said + _besides_conv(found) + _threads(found)
+
+
+# Operations whose own times add up to this much more than the busy wall time ran side by
+# side on several threads (TensorFlow's executor, XLA:CPU's thunks on 2 cores: 1.4-1.8x)
+SIDE_BY_SIDE = 1.1
+
+
+def _besides_conv(found: list[Bar]) -> str:
+    """The largest work that is not conv/matmul, per profiled slot: what mixed precision's
+    faster arithmetic does not shrink."""
+    named = [(b, c) for b in found if (c := b.largest_besides_conv()) is not None]
+    if not named:
+        return ""
+    shown = "; ".join(
+        f"{b.policy} at batch {b.batch}: {CATEGORY_NAMES[c]} {b.share(c):.0%}" for b, c in named[:6]
+    )
+    return f" Besides convolutions/matmuls the largest part of the step: {shown}."
+
+
+def _threads(found: list[Bar]) -> str:
+    """Where operations ran side by side: the bars' times are wall-clock busy time (each
+    instant once), the operations' own times summed over threads are more."""
+    wide = [b for b in found if (b.side_by_side or 0.0) >= SIDE_BY_SIDE]
+    if not wide:
+        return ""
+    low = min(b.side_by_side or 0.0 for b in wide)
+    high = max(b.side_by_side or 0.0 for b in wide)
+    span = f"{low:.1f}x" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f}x"
+    return (
+        f" Operations ran side by side on several threads here: their own times add up to "
+        f"{span} the busy time; the bars count wall-clock time (each instant once, split by "
+        "the categories' thread time)."
+    )
 
 
 # ---- energy and cost columns -----------------------------------------------------------
