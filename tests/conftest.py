@@ -317,6 +317,17 @@ def _owned_by_a_gone_run() -> list[str]:
     return left
 
 
+def _own_helper(proc: psutil.Process) -> bool:
+    """A helper process of this interpreter's own (multiprocessing's resource tracker or
+    fork server, started once by whatever first needs it): no test's work, and killing it
+    only makes the next user start another, with a warning."""
+    try:
+        line = " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    return "multiprocessing.resource_tracker" in line or "multiprocessing.forkserver" in line
+
+
 @pytest.fixture(autouse=True)
 def nothing_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """Whatever a test started is gone when it ends, passed or failed: the processes it
@@ -329,7 +340,7 @@ def nothing_outlives_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     yield
-    new = [p for p in me.children(recursive=True) if p.pid not in before]
+    new = [p for p in me.children(recursive=True) if p.pid not in before and not _own_helper(p)]
     left = _kill_tree(new)
     from mxbench.engines import stale
 
