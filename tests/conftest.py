@@ -90,9 +90,14 @@ def relay(src: socket.socket, dst: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+        shut(src, dst)
+
+
+def shut(*sockets: socket.socket) -> None:
+    """Shut both directions of each socket, whatever state it is in (a proxy's link ends)."""
+    for s in sockets:
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, docker_ok, require_service, ssh_ok
+from conftest import BASE_IMAGE, docker_ok, require_service, shut, ssh_ok
 from test_faults import GOOD, records
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -85,9 +85,7 @@ class Proxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+            shut(src, dst)
 
     def cut(self, seconds: float) -> None:
         self.up.clear()

@@ -14,6 +14,8 @@ import typer
 from mxbench.errors import MxbenchError, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from mxbench.cells import Cell, Search
     from mxbench.matrix import Matrix
     from mxbench.orchestrate import RunSummary
@@ -126,9 +128,12 @@ def run(
             f"--label {label[:40]!r}: use up to 100 letters, digits and . _ : + @ - "
             "(starting with a letter or digit)"
         )
-    summary = _locked_measure(
-        mx, cells, hunts, store, matrix, matrix_path, resume, dry_run, max_parallel
-    )
+    from mxbench.orchestrate import RunSummary
+
+    summary: RunSummary | None = RunSummary(interrupted=True)  # unless _measure returns
+    with contextlib.suppress(KeyboardInterrupt), _guarded(store, cells, hunts, dry_run):
+        summary = _measure(mx, cells, hunts, store, matrix, matrix_path, resume, dry_run,
+                           max_parallel)  # fmt: skip
     if summary is None:
         return
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
@@ -153,33 +158,20 @@ def run(
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
 
 
-def _locked_measure(
-    mx: Matrix,
-    cells: list[Cell],
-    hunts: list[Search],
-    store: ResultStore,
-    matrix: Path | None,
-    matrix_path: Path,
-    resume: bool,
-    dry_run: bool,
-    max_parallel: int | None,
-) -> RunSummary | None:
-    """:func:`_measure` under the results directory's lock (one run at a time per directory,
-    exit 2 if another holds it). Ctrl-C (or SIGINT/SIGTERM from a script) stops the run in
-    any phase, even where the run was started with SIGINT ignored: what is measured is kept,
-    and the caller prints the resume command."""
-    from mxbench.orchestrate import RunSummary, stop_signals
+@contextlib.contextmanager
+def _guarded(
+    store: ResultStore, cells: list[Cell], hunts: list[Search], dry_run: bool
+) -> Iterator[None]:
+    """The run under the results directory's lock (one run at a time per directory, exit 2
+    if another holds it), where Ctrl-C (or SIGINT/SIGTERM from a script) raises
+    KeyboardInterrupt in any phase, even where the run was started with SIGINT ignored."""
+    from mxbench.orchestrate import stop_signals
 
     with stop_signals(), contextlib.ExitStack() as held:
-        try:
-            if not dry_run:
-                store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
-                held.enter_context(store.lock())
-            return _measure(
-                mx, cells, hunts, store, matrix, matrix_path, resume, dry_run, max_parallel
-            )
-        except KeyboardInterrupt:  # before the cells began (checks, plans): nothing measured
-            return RunSummary(interrupted=True)
+        if not dry_run:
+            store.check_writable({c.host for c in cells} | {h.template.host for h in hunts})
+            held.enter_context(store.lock())
+        yield
 
 
 def _resume_command(
@@ -216,8 +208,7 @@ def _measure(
     dry_run: bool,
     max_parallel: int | None,
 ) -> RunSummary | None:
-    """The plan (``--dry-run``) or the run, under the results directory's lock; None when
-    nothing ran."""
+    """The plan (``--dry-run``) or the run (under :func:`_guarded`); None when nothing ran."""
     from mxbench import repeat_plan
     from mxbench.cells import pair_up, to_run
     from mxbench.orchestrate import run_cells
