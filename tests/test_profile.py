@@ -34,7 +34,7 @@ from mxbench.bench.profile_ops import (
     summarize,
     tensor_core,
 )
-from mxbench.records.record import Profile
+from mxbench.records.record import Profile, StepStats
 
 # ---- categories from names (known truth: what each operation is) ---------------------------
 
@@ -808,3 +808,15 @@ def test_xspace_planes_give_kernels_on_gpu_streams_and_ops_on_host_threads() -> 
     s = summarize(gpu, wall_s=0.005, steps=1, gpu=True)
     assert s.tensor_core_share == pytest.approx(0.75)
     assert s.breakdown_ms["host_gap"] == pytest.approx(1.0)
+
+
+def test_slow_steps_are_profiled_fewer_times() -> None:
+    """About a second of profiled steps: a 1.8 s step of emulated bfloat16 once, a 53 ms one
+    three times; no timed steps: the default."""
+
+    def timed(ms: float) -> StepStats:
+        return StepStats(median=ms, p25=ms, p75=ms, n=5)
+
+    assert profiler.steps_for(None) == profiler.STEPS == 3
+    assert [profiler.steps_for(timed(ms)) for ms in (53.0, 190.0, 452.0, 1811.0, 9000.0)] == [
+        3, 3, 2, 1, 1]  # fmt: skip

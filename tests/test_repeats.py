@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from mxbench import stats
 from mxbench.cells import repeats, rounds
 from mxbench.cells.cell import expand
 from mxbench.cells.repeats import AutoRepeats, decide
@@ -47,6 +48,28 @@ def test_a_clear_verdict_stops_without_the_target() -> None:
     d = decide(CFG, sides({"float32": [100, 104, 97], "mixed_bfloat16": [80, 78, 82]}), 3)
     assert d.why == "verdict clear" and not d.more, d.text()
     assert "faster" in d.text()
+
+
+def test_a_gross_difference_stops_at_two_processes_and_a_modest_one_does_not() -> None:
+    # 10x slower (bfloat16 emulated): at 2 processes the 99% interval (1 degree of freedom)
+    # still holds 1, the 95% one does not, and 10x is far past repeats.GROSS
+    two = AutoRepeats(start=2, max=6)
+    d = decide(two, sides({"float32": [100, 103], "mixed_bfloat16": [1000, 1010]}), 2)
+    assert d.why == "verdict clear" and "slower" in d.text(), d.text()
+
+    def ratio(value: float, low: float, high: float) -> stats.Ratio:
+        return stats.Ratio(value, low, high, "processes", 2)
+
+    gross, firm_open = ratio(0.1, 0.06, 0.17), ratio(0.1, 0.01, 1.2)
+    assert repeats.stop(two, [gross], [firm_open], 2) == "verdict clear"
+    assert repeats.stop(two, [ratio(8.0, 5.0, 13.0)], [ratio(8.0, 0.9, 70.0)], 2) == "verdict clear"
+    # where it must not fire: clear at 95% but under 2x; 2x but not clear at 95%; one
+    # policy gross and another not clear at all
+    modest = ratio(1.6, 1.1, 2.3)
+    assert repeats.stop(two, [modest], [ratio(1.6, 0.5, 5.0)], 2) == "more"
+    assert repeats.stop(two, [ratio(2.5, 0.8, 7.0)], [ratio(2.5, 0.2, 30.0)], 2) == "more"
+    unclear = ratio(1.1, 0.7, 1.7)
+    assert repeats.stop(two, [gross, unclear], [firm_open, unclear], 2) == "more"
 
 
 def test_processes_that_agree_on_no_difference_meet_the_target() -> None:

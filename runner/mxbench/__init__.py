@@ -11,7 +11,9 @@ type, records as JSON lines, the JSONL store), ``report`` (merge, tables, diagno
 rendering), ``stats`` (intervals and verdicts). ``bench`` is what runs inside an
 image: one cell, one process, one JSON record on stdout.
 
-The public Python API is :func:`load_results` (pandas; imported on first use).
+The declared Python API (docs/api.md) is what this module exports: :func:`load_results`
+(pandas), :func:`render_report`, :func:`speedup`, :func:`load_records` and the types they
+return, each imported on first use; every other module is private by convention.
 """
 
 from __future__ import annotations
@@ -20,15 +22,29 @@ from typing import TYPE_CHECKING, Any
 
 from mxbench.version import __version__
 
-__all__ = ["__version__", "load_results"]
+__all__ = [
+    "Ratio",
+    "Record",
+    "__version__",
+    "load_records",
+    "load_results",
+    "render_report",
+    "speedup",
+]
 
 if TYPE_CHECKING:
+    from mxbench.api import Ratio, Record, load_records, render_report, speedup
     from mxbench.report.frame import load_results
 
 
 def __getattr__(name: str) -> Any:
-    if name == "load_results":  # pandas stays out of `mxbench --help` and the bench
+    # pandas, numpy and msgspec stay out of `mxbench --help` and the bench until asked for
+    if name == "load_results":
         from mxbench.report.frame import load_results
 
         return load_results
+    if name in __all__:
+        from mxbench import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'mxbench' has no attribute {name!r}")

@@ -286,7 +286,8 @@ def _measure(
     emit_pending(emit, rec, pending, phases)
     if runs_profile(p):  # after the timed window, never inside it
         gpu = state.backend is not None and state.backend.model_on_gpu(model)
-        rec.profile = profiler.run(p.backend, model, ds, gpu=gpu)
+        steps = profiler.steps_for(rec.metrics.step_ms)
+        rec.profile = profiler.run(p.backend, model, ds, gpu=gpu, steps=steps)
         phases.mark("profile")
         emit_pending(emit, rec, pending[1:], phases)
 

@@ -37,9 +37,21 @@ from typing import Any
 from mxbench.bench import onednn
 from mxbench.bench.profile_ops import Event, Op, exclusive, summarize
 from mxbench.matrix.params import Params
-from mxbench.records.record import OneDnnEvidence, Profile, Record, TopOp
+from mxbench.records.record import OneDnnEvidence, Profile, Record, StepStats, TopOp
 
 STEPS = 3  # profiled steps (after one unprofiled): a steady picture, at little cost
+WINDOW_S = 1.0  # fewer where a step is slow: about this much of profiled steps, at least one
+
+
+def steps_for(timed: StepStats | None) -> int:
+    """How many steps to profile: :data:`STEPS`, fewer where the ``timed`` steps are slow, so
+    that a 1.8 s step of emulated bfloat16 is profiled once, not three times (about
+    :data:`WINDOW_S` of profiled steps, at least one)."""
+    if timed is None or not timed.median > 0:
+        return STEPS
+    return max(1, min(STEPS, round(WINDOW_S * 1000 / timed.median)))
+
+
 KEEP_ENV = "MXBENCH_PROFILE_DIR"  # keep the raw trace under this directory
 VERBOSE_ENV = "ONEDNN_VERBOSE"
 

@@ -99,7 +99,8 @@ def run(
     Each comparison is paired by default (`benchmark.pairing: paired`): float32 and the
     policy share each process and take turns in short windows, so a busy machine's drift
     falls on both. With `benchmark.repeats: auto` (the default) a comparison starts with 2
-    processes and gets one more while its verdict is not clear at 99% and the budget lasts
+    processes and gets one more while its verdict is not clear at 99% (at 95% for a gross
+    difference, 2x or more) and the budget lasts
     (settings: `benchmark.auto_repeats`); the run ends with where each comparison stopped
     and why, the verdicts, and how much of the run's time was timed steps.
 

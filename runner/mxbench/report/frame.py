@@ -345,6 +345,9 @@ def rows(
     return out
 
 
+PATHS = "mxbench.paths"  # the frame's attrs key: the result paths it was read from
+
+
 def load_results(*paths: str | Path, latest: bool = True, label: str | None = None) -> pd.DataFrame:
     """Result records as a DataFrame, one row per cell (``latest=False``: per attempt).
 
@@ -382,7 +385,9 @@ def load_results(*paths: str | Path, latest: bool = True, label: str | None = No
             f"(their labels: {known})",
             stacklevel=2,
         )
-    return typed(pd.DataFrame(found, columns=list(COLUMNS)))
+    frame = typed(pd.DataFrame(found, columns=list(COLUMNS)))
+    frame.attrs[PATHS] = [str(p) for p in where]  # mxbench.render_report(frame) reads them again
+    return frame
 
 
 def typed(frame: pd.DataFrame) -> pd.DataFrame:

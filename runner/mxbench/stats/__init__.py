@@ -145,10 +145,10 @@ def speedup(base: Samples, other: Samples) -> Ratio | None:
     return speedups([(base, other)])[0]
 
 
-def speedups(pairs: Sequence[tuple[Samples, Samples]]) -> list[Ratio | None]:
+def speedups(pairs: Sequence[tuple[Samples, Samples]], level: float = LEVEL) -> list[Ratio | None]:
     """:func:`speedup` of many pairs at once (a report has thousands): processes of one
     length are summarised together as a matrix, pairs with the same numbers of processes
-    are judged together."""
+    are judged together (at ``level``)."""
     import numpy as np
 
     rows: list[np.ndarray] = []
@@ -165,7 +165,7 @@ def speedups(pairs: Sequence[tuple[Samples, Samples]]) -> list[Ratio | None]:
         sides.append((ends[0], ends[1]))
     med, v = summarise(rows)
     procs = [(med[i], v[i]) for i in range(len(rows))]
-    return judge([([procs[i] for i in b], [procs[i] for i in o]) for b, o in sides])
+    return judge([([procs[i] for i in b], [procs[i] for i in o]) for b, o in sides], level)
 
 
 Process = tuple[float, float]  # a process's median step time (ms) and its log's variance
