@@ -41,9 +41,9 @@ import time
 from pathlib import Path
 
 from mxbench.bench.probe import ISA_FLAGS
-from mxbench.cells import cell_key
-from mxbench.params import Params
-from mxbench.results import SCHEMA
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.records.record import SCHEMA
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
 BATCHES = (16, 32, 64, 128, 256)

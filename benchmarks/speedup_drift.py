@@ -33,9 +33,9 @@ import msgspec
 from mxbench.bench import cell_paired, paired, probe
 from mxbench.bench.cell import CellState, build_arm, load_backend
 from mxbench.bench.timing import Phases
-from mxbench.codec import new_record
-from mxbench.params import Params
-from mxbench.results import Cpu
+from mxbench.records.codec import new_record
+from mxbench.matrix.params import Params
+from mxbench.records.record import Cpu
 
 blocks, batch, timed_s, policy, rebuild = (int(sys.argv[1]), int(sys.argv[2]),
                                            float(sys.argv[3]), sys.argv[4], sys.argv[5] == "1")

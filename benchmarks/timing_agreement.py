@@ -30,7 +30,7 @@ from typing import Any
 
 from mxbench.bench import cell, timing
 from mxbench.bench.params import validate
-from mxbench.params import Params
+from mxbench.matrix.params import Params
 
 
 def synced_timer(log: timing.StepLog, on_step: Any = None, warmup_steps: int = 0) -> Any:

@@ -243,7 +243,7 @@ def built(ctx: Path) -> dict:
     seconds = time.monotonic() - t0
     assert out.returncode == 0, out.stderr[-3000:]
     from mxbench import images
-    from mxbench.matrix import load_matrix
+    from mxbench.matrix.file import load_matrix
 
     tag = images.specs(load_matrix(m))["cpu"].tag()
     state = "reused" if "reused" in out.stdout else "built"

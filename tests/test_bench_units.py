@@ -20,11 +20,11 @@ from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
 from mxbench.bench.probe_tf import parse_not_compiled_for
 from mxbench.bench.timing import Phases, StepLog, split, summarize
-from mxbench.codec import new_record
 from mxbench.errors import UsageError
+from mxbench.matrix.params import Params
 from mxbench.models import blog_cnn
-from mxbench.params import Params
-from mxbench.results import Device
+from mxbench.records.codec import new_record
+from mxbench.records.record import Device
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 
 from mxbench.errors import UsageError
 from mxbench.images import read_ca_bundle, resolve
-from mxbench.matrix import Image
+from mxbench.matrix.file import Image
 
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 

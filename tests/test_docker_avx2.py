@@ -18,7 +18,7 @@ import pytest
 
 from conftest import BASE_IMAGE, CA, docker_ok, mxbench, records, require_service
 from mxbench import images
-from mxbench.matrix import load_matrix
+from mxbench.matrix.file import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import require_service, ssh_ok
 from mxbench.engines.docker import connect
-from mxbench.hosts import DockerHost
+from mxbench.matrix.hosts import DockerHost
 
 ALIAS = "mxbench-behind-a-bastion"  # resolvable only through the ssh config below
 

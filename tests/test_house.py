@@ -11,8 +11,13 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Functions allowed over the line limit for now, each with why (empty it, don't grow it).
-OVER_LIMIT: set[str] = set()
+# The size guide (benchmarks/imports.py: modules over 600 lines, functions over 80) is a
+# warning, not a cap: what is over it is printed, and is either shrunk or named here with
+# why it is right as it is (empty these, don't grow them). A module by its path under
+# runner/ ("mxbench/report/inference.py"), a function by its path and dotted name
+# ("mxbench/cli.py main").
+MODULES_OVER_GUIDE: dict[str, str] = {}
+FUNCTIONS_OVER_GUIDE: dict[str, str] = {}
 
 
 def _imports_tool() -> ModuleType:
@@ -52,13 +57,33 @@ def test_the_drawing_finds_what_it_must(tmp_path: Path) -> None:
         "low.py": "def f():\n    from mxbench.sub import high\n",
         "sub/high.py": "from mxbench import low\n",
         "top.py": "from typing import TYPE_CHECKING\nfrom mxbench.sub import high\n"
-                  "if TYPE_CHECKING:\n    from mxbench import nowhere\n",
+                  "if TYPE_CHECKING:\n    from mxbench import low\n",
     })  # fmt: skip
     house = tool.draw(root)
     assert house.circles == [["mxbench.low", "mxbench.sub.high"]]
     assert house.arrows_up == [("mxbench.low", "mxbench.sub.high")]
     assert house.floors["mxbench.top"] > house.floors["mxbench.sub.high"]
-    assert house.eager["mxbench.top"] == {"mxbench.sub.high"}  # TYPE_CHECKING is no arrow
+    assert house.eager["mxbench.top"] == {"mxbench.sub.high"}  # a typed import runs never
+    assert house.typed["mxbench.top"] == {"mxbench.low"}
+
+
+def test_a_type_only_import_closes_a_circle_too(tmp_path: Path) -> None:
+    """Known truth: two rooms that know each other only through ``if TYPE_CHECKING:`` (in a
+    function, or as ``typing.TYPE_CHECKING``) are a circle, though neither import runs."""
+    root = _package(tmp_path, {
+        "a.py": "from typing import TYPE_CHECKING\nfrom mxbench.sub import b\n"
+                "if TYPE_CHECKING:\n    from mxbench import c\n",
+        "sub/b.py": "import typing\ndef f():\n    if typing.TYPE_CHECKING:\n"
+                    "        from mxbench import a\n",
+        "c.py": "from mxbench.sub import b\n",
+    })  # fmt: skip
+    house = tool.draw(root)
+    assert house.circles == [["mxbench.a", "mxbench.c", "mxbench.sub.b"]]
+    assert house.arrows_up == []  # no lazy import closes it: the typed ones do
+    assert house.typed == {
+        "mxbench": set(), "mxbench.sub": set(), "mxbench.a": {"mxbench.c"},
+        "mxbench.sub.b": {"mxbench.a"}, "mxbench.c": set(),
+    }  # fmt: skip
 
 
 def test_no_module_takes_another_modules_private_name() -> None:
@@ -105,16 +130,54 @@ def test_the_private_names_taken_are_found(tmp_path: Path) -> None:
     ]
 
 
-def test_no_module_over_600_lines() -> None:
-    big = [(s.where, s.lines) for s in tool.module_sizes() if s.lines > tool.MAX_MODULE_LINES]
-    assert big == []
-
-
-def test_no_function_over_80_lines() -> None:
-    big = [
-        (s.where, s.lines)
+def _over_the_guide() -> tuple[dict[str, int], dict[str, int]]:
+    """Modules over the guide's lines and functions over theirs, each by the name its
+    exceptions dict uses, with its lines."""
+    modules = {s.where: s.lines for s in tool.module_sizes() if s.lines > tool.MAX_MODULE_LINES}
+    functions = {
+        f"{s.where.split(':')[0]} {s.where.split(' ')[1]}": s.lines
         for s in tool.function_sizes()
         if s.lines > tool.MAX_FUNCTION_LINES
-        and f"{s.where.split(':')[0]} {s.where.split(' ')[1]}" not in OVER_LIMIT
-    ]
-    assert big == []
+    }
+    return modules, functions
+
+
+def test_what_is_over_the_size_guide_is_named_with_its_reason() -> None:
+    """The warning list (printed; ``pytest -s`` shows it): everything over the guide, and
+    a failure only for what is over it without a reason, or named though no longer over."""
+    modules, functions = _over_the_guide()
+    for kind, over, limit, named in (
+        ("module", modules, tool.MAX_MODULE_LINES, MODULES_OVER_GUIDE),
+        ("function", functions, tool.MAX_FUNCTION_LINES, FUNCTIONS_OVER_GUIDE),
+    ):
+        for where, lines in sorted(over.items(), key=lambda item: -item[1]):
+            why = named.get(where, "NO REASON GIVEN")
+            print(f"warning: {kind} over {limit} lines: {where} ({lines}): {why}")
+    assert sorted(set(modules) - set(MODULES_OVER_GUIDE)) == []
+    assert sorted(set(functions) - set(FUNCTIONS_OVER_GUIDE)) == []
+    stale = set(MODULES_OVER_GUIDE) - set(modules) | set(FUNCTIONS_OVER_GUIDE) - set(functions)
+    assert sorted(stale) == []  # back under the guide: its exception goes
+
+
+def test_the_sizes_over_the_guide_are_found(tmp_path: Path) -> None:
+    """Known truth: one module and one method over the guide, one of each just under."""
+    lines = tool.MAX_FUNCTION_LINES - 1  # a def and these: just at the guide
+    root = _package(tmp_path, {
+        "big.py": "x = 1\n" * (tool.MAX_MODULE_LINES + 1),
+        "small.py": "x = 1\n" * tool.MAX_MODULE_LINES,
+        "code.py": "class K:\n    def long(self):\n" + "        x = 1\n" * (lines + 1)
+                   + "def short():\n" + "    x = 1\n" * lines,
+    })  # fmt: skip
+    big = [s.where for s in tool.module_sizes(root) if s.lines > tool.MAX_MODULE_LINES]
+    assert big == ["mxbench/big.py"]
+    long = [s.where for s in tool.function_sizes(root) if s.lines > tool.MAX_FUNCTION_LINES]
+    assert long == ["mxbench/code.py:2 K.long"]
+
+
+def test_at_most_12_top_level_modules() -> None:
+    """The package's concerns live in packages named for their role (matrix, cells,
+    engines, records, report, stats, ...); its top level keeps the few modules that are the
+    whole package's (the CLI, errors, version, the run's orchestration)."""
+    top = tool.top_level_modules()
+    assert "cli.py" in top  # the count found the package
+    assert len(top) <= tool.MAX_TOP_LEVEL_MODULES == 12, top

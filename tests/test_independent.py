@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from mxbench import scale
-from mxbench.cells import cell_key
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
+from mxbench.cells.cell import cell_key
+from mxbench.matrix import scale
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
 from mxbench.report import document, plot, scaling, scaling_reference
 from mxbench.report.load import load
 from mxbench.report.tables import build
@@ -266,7 +266,7 @@ def test_replicas_have_weak_scalings_batches_in_one_process() -> None:
 
 
 def test_cells_of_replicas_run_one_policy_per_process() -> None:
-    from mxbench.cells import expand, pair_up
+    from mxbench.cells.cell import expand, pair_up
 
     axes = "axes: {scaling: [weak, independent], policy: [float32, mixed_bfloat16]}"
     cells = expand(parse_matrix(LOCAL + "benchmark: {backend: jax, devices: 2}\n" + axes))

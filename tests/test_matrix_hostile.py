@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mxbench.cells.repeats import AutoRepeats
 from mxbench.errors import UsageError
-from mxbench.matrix import load_matrix, parse_matrix
-from mxbench.matrix_yaml import MAX_MATRIX_BYTES
-from mxbench.repeats import AutoRepeats
+from mxbench.matrix.file import load_matrix, parse_matrix
+from mxbench.matrix.reader import MAX_MATRIX_BYTES
 
 HOST = "hosts: [{name: a, engine: local}]\n"
 

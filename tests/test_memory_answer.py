@@ -20,9 +20,9 @@ import msgspec
 import pytest
 
 from conftest import mxbench, records
-from mxbench import cells
-from mxbench.codec import tail
-from mxbench.matrix import parse_matrix
+from mxbench.cells.cell import TRIAL_STEPS, searches
+from mxbench.matrix.file import parse_matrix
+from mxbench.records.codec import tail
 from mxbench.report import capacity
 from report_records import rec, typed
 
@@ -91,12 +91,12 @@ hosts: [{name: box, engine: local, memory_limit: 2g}]
 
 
 def test_search_trials_train_only_and_the_report_says_so() -> None:
-    found = cells.searches(parse_matrix(SEARCH))
+    found = searches(parse_matrix(SEARCH))
     assert len(found) == 2
     for search in found:
         trial = search.trial(16)
         assert (trial.params.profile, trial.params.check) == ("off", "off")
-        assert trial.params.steps <= cells.TRIAL_STEPS and trial.params.warmup_steps <= 1
+        assert trial.params.steps <= TRIAL_STEPS and trial.params.warmup_steps <= 1
     trials = []
     for search in found:
         for batch, status in ((8, "ok"), (16, "ok"), (32, "oom")):

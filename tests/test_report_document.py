@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from mxbench.cells import cell_key
-from mxbench.params import Params
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
 from mxbench.report import document, html, markdown, tables, terminal, text
 from mxbench.report.load import load
 from mxbench.report.plot import POLICY_COLOURS, png, speedup_png

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 import mxbench
-from mxbench.cells import cell_key
+from mxbench.cells.cell import cell_key
 from mxbench.cli import app
-from mxbench.params import Params
+from mxbench.matrix.params import Params
 from mxbench.report import annotate, devices
 from mxbench.report.load import load
 from mxbench.report.tables import build

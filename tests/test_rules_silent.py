@@ -23,9 +23,11 @@ from typing import Any
 import pytest
 
 from mxbench import stats
-from mxbench.cells import cell_key
-from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE
-from mxbench.params import Params
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.matrix.search import Found
+from mxbench.records.inference import GATE_AGREEMENT, GATE_COSINE
+from mxbench.records.record import CATEGORY_NAMES
 from mxbench.report import (
     capacity,
     convergence,
@@ -41,8 +43,6 @@ from mxbench.report import diagnose_profile as dp
 from mxbench.report import scaling_reference as sref
 from mxbench.report.busy import BUSY_CORES, BUSY_ROUNDS
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
-from mxbench.results import CATEGORY_NAMES
-from mxbench.search import Found
 from report_records import rec, typed, typed_all
 
 # ---- devices ----------------------------------------------------------------------------

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.search import BatchSearch, Found, walk
 from mxbench.report import capacity
 from mxbench.report.load import load
-from mxbench.search import BatchSearch, Found, walk
 from report_records import rec, write
 
 
@@ -111,8 +111,7 @@ BASE = "version: 1\nhosts: [{name: l, engine: local}]\n"
 
 
 def test_matrix_axis_takes_max_alone_or_among_numbers() -> None:
-    from mxbench import cells
-    from mxbench.cells import expand, searches
+    from mxbench.cells.cell import TRIAL_STEPS, expand, searches
 
     m = parse_matrix(BASE + "axes: {batch_size: max, policy: [float32, mixed_bfloat16]}\n")
     assert m.sweep()["batch_size"] == ["max"] and m.benchmark.batch_search == BatchSearch()
@@ -128,7 +127,7 @@ def test_matrix_axis_takes_max_alone_or_among_numbers() -> None:
     # its batch size, whose extras once decided OOMs (issue 34)
     trial = hunt.trial(16)
     assert trial.key != cell.key
-    bare = {"profile": "off", "check": "off", "warmup_steps": 1, "steps": cells.TRIAL_STEPS}
+    bare = {"profile": "off", "check": "off", "warmup_steps": 1, "steps": TRIAL_STEPS}
     assert trial.params == msgspec.structs.replace(cell.params, **bare)
     assert trial.search == hunt.config and cell.search is None
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from conftest import require_service, slurm_up
-from mxbench.cells import expand
+from mxbench.cells.cell import expand
 from mxbench.engines import EngineUnavailable, to_record
 from mxbench.engines.slurm import SlurmEngine, SlurmProgress
-from mxbench.matrix import parse_matrix
+from mxbench.matrix.file import parse_matrix
 
 pytestmark = pytest.mark.slurm
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import msgspec
 
 from mxbench.bench.train import crossing
-from mxbench.codec import decode
+from mxbench.records.codec import decode
+from mxbench.records.record import TrainPoint
 from mxbench.report import training
-from mxbench.results import TrainPoint
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,13 +2,13 @@
 
 Data flow (one direction):
 
-    matrix.yaml -> Matrix -> [Cell] -> engines -> records (results) -> report -> tables
+    matrix.yaml -> Matrix -> [Cell] -> engines -> records -> report -> tables
 
-Modules follow it: ``params`` (the cell parameters, declared once), ``matrix`` (schema,
-loading), ``cells`` (expansion, stable keys), ``engines`` (how a bench command reaches a
-machine), ``results`` (the record type), ``codec`` (records as JSON lines, upgrades),
-``store`` (the JSONL store, resume), ``report`` (merge, tables, diagnosis, rendering),
-``stats`` (intervals and verdicts). ``bench`` is what runs inside an
+Packages follow it: ``matrix`` (the cell parameters declared once, the matrix file's
+schema and loading, the hosts' models), ``cells`` (expansion, stable keys, how many processes
+a cell needs), ``engines`` (how a bench command reaches a machine), ``records`` (the record
+type, records as JSON lines, the JSONL store), ``report`` (merge, tables, diagnosis,
+rendering), ``stats`` (intervals and verdicts). ``bench`` is what runs inside an
 image: one cell, one process, one JSON record on stdout.
 
 The declared Python API (docs/api.md) is what this module exports: :func:`load_results`

@@ -10,8 +10,8 @@ import msgspec
 
 from mxbench.bench import cell_paired, probe
 from mxbench.bench.timing import Phases
-from mxbench.params import Params
-from mxbench.results import Cpu
+from mxbench.matrix.params import Params
+from mxbench.records.record import Cpu
 
 freeze = sys.argv[1] == "freeze"
 p = Params(

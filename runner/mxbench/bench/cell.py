@@ -19,7 +19,6 @@ from typing import Any
 
 import msgspec
 
-from mxbench import scale
 from mxbench.bench import (
     backends,
     convergence,
@@ -33,11 +32,12 @@ from mxbench.bench import profile as profiler
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.served import NO_FILES, WeightFiles, save
 from mxbench.bench.timing import Phases, StepLog, split, step_timer, window_figures
-from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError, pip_install
-from mxbench.inference_record import Gate
-from mxbench.params import BASELINE, Params
-from mxbench.results import (
+from mxbench.matrix import scale
+from mxbench.matrix.params import BASELINE, Params
+from mxbench.records.codec import new_record, now_iso, tail
+from mxbench.records.inference import Gate
+from mxbench.records.record import (
     Convergence,
     Cpu,
     Device,
@@ -250,7 +250,7 @@ def _measure(
         from mxbench.bench import train
 
         train.run(p, arm.prepared, rec)
-        if files.save is not None:  # its final weights, for serving cells (mxbench.trained)
+        if files.save is not None:  # its final weights, for serving cells (mxbench.cells.trained)
             save(model, files.save)
         return
 
@@ -502,7 +502,7 @@ def start_energy(state: CellState, p: Params) -> energy.Counter | None:
     """A running energy counter of the devices this process trains on (every GPU it was
     matched to, summed, else the CPU package), before the timed steps; ``state.gpu`` says
     which GPU is the first. Its joules are charged to this process's examples
-    (:func:`mxbench.scale.process_batch`)."""
+    (:func:`mxbench.matrix.scale.process_batch`)."""
     gpus = _used_gpus(state, scale.total_devices(p) // scale.processes(p))
     state.gpu, state.gpu_known = (gpus[0] if gpus else None), True  # whose energy is charged
     uuids = [str(g.get("uuid")) for g in gpus] if gpus else None

@@ -19,7 +19,6 @@ from typing import Any
 
 import msgspec
 
-from mxbench import scale
 from mxbench.bench import convergence, distribute, energy, paired, probe
 from mxbench.bench import profile as profiler
 from mxbench.bench.cell import (
@@ -41,10 +40,11 @@ from mxbench.bench.cell import (
 )
 from mxbench.bench.gpu_health import HealthSampler
 from mxbench.bench.timing import Phases, StepLog, figures
-from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError
-from mxbench.params import Params
-from mxbench.results import (
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.codec import new_record, now_iso, tail
+from mxbench.records.record import (
     Cpu,
     Interference,
     Pairing,

@@ -36,8 +36,8 @@ from typing import Any
 
 from mxbench.bench import onednn
 from mxbench.bench.profile_ops import Event, Op, exclusive, summarize
-from mxbench.params import Params
-from mxbench.results import OneDnnEvidence, Profile, Record, StepStats, TopOp
+from mxbench.matrix.params import Params
+from mxbench.records.record import OneDnnEvidence, Profile, Record, StepStats, TopOp
 
 STEPS = 3  # profiled steps (after one unprofiled): a steady picture, at little cost
 WINDOW_S = 1.0  # fewer where a step is slow: about this much of profiled steps, at least one

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import TypeGuard
 
 from mxbench.bench import onednn
+from mxbench.records.record import OneDnnEvidence, Profile
 from mxbench.report import devices, why
 from mxbench.report.annotate import gpu_cc
 from mxbench.report.tables import Table
 from mxbench.report.why import profile_of
-from mxbench.results import OneDnnEvidence, Profile
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})

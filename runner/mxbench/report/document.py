@@ -19,7 +19,8 @@ from functools import cached_property, partial
 from typing import Literal, TypeVar
 
 from mxbench import stats
-from mxbench.params import BASELINE
+from mxbench.matrix.params import BASELINE
+from mxbench.records.record import Record
 from mxbench.report import (
     annotate,
     answers,
@@ -34,7 +35,6 @@ from mxbench.report import (
 from mxbench.report.diagnose import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table, bounded, last_line
-from mxbench.results import Record
 
 R = TypeVar("R")
 

@@ -6,7 +6,7 @@ input and batch size. Each precision is one row: its latency percentiles (p50, p
 each process's own, its calls' dependence counted, and across processes their geometric
 mean with Student's t interval over them at 95 %; with one process the interval of its calls
 alone; "needs N queries" where a process's calls cannot support one:
-:func:`mxbench.latency.across`), its throughput, its speedup over float32 (float32's p50 as
+:func:`mxbench.stats.latency.across`), its throughput, its speedup over float32 (float32's p50 as
 printed / its own: each process's p50 with the variance of its log its calls give, judged as
 step times are, :func:`mxbench.stats.judge`: a verdict with two or more processes per side,
 else an interval over the calls of one without a verdict), and its gate: the top-1
@@ -21,18 +21,15 @@ Training's tables, grids and answer lines never see these records
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from dataclasses import field as default
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from mxbench import latency, stats
-from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE, GATE_RELATIVE_TOP1, Gate
-from mxbench.params import (
+from mxbench import stats
+from mxbench.matrix.params import (
     BASELINE,
     POLICIES,
     WEIGHTS_NONE,
@@ -42,9 +39,12 @@ from mxbench.params import (
     field,
     names,
 )
-from mxbench.report import diagnose_infer, why
+from mxbench.records.inference import GATE_AGREEMENT, GATE_COSINE, GATE_RELATIVE_TOP1, Gate
+from mxbench.records.record import Record
+from mxbench.report import diagnose_infer
+from mxbench.report.rung import Rung
 from mxbench.report.tables import image_input, last_line
-from mxbench.results import Record
+from mxbench.stats import latency
 
 INFER = "infer"
 DASH = "–"
@@ -90,76 +90,6 @@ TEXTS = ("gate", "gate_kind", "speedup_struck")
 def serving(r: Record) -> bool:
     """A serving cell's record."""
     return r.params.mode == INFER
-
-
-@dataclass
-class Rung:
-    """One precision of a serving group: its processes' records."""
-
-    policy: str
-    quantize: str
-    records: list[Record]
-    ratio: stats.Ratio | None = None
-    struck: str | None = None  # why its speedup is not an answer
-
-    @property
-    def name(self) -> str:
-        return self.policy if self.quantize == "none" else f"{self.policy} + {self.quantize}"
-
-    @property
-    def baseline(self) -> bool:
-        return self.policy == BASELINE and self.quantize == "none"
-
-    @property
-    def ok(self) -> list[Record]:
-        return [r for r in self.records if r.status == "ok" and r.inference is not None]
-
-    @property
-    def samples(self) -> list[list[float]]:
-        """Each process's call times (ms)."""
-        return [list(r.metrics.step_ms.samples) for r in self.ok if r.metrics.step_ms is not None]
-
-    @cached_property
-    def percentiles(self) -> list[latency.Percentile]:
-        """p50, p90, p99 over its processes (:func:`mxbench.latency.across`)."""
-        samples = self.samples
-        return [latency.across(samples, q) for q in latency.QUANTILES]
-
-    @cached_property
-    def processes(self) -> list[stats.Process]:
-        """Each process's p50 (nearest rank, as the table's) and the variance of its
-        median's log that its calls give (:func:`mxbench.stats.summarise`: their spread and
-        autocorrelation): what a speedup judges."""
-        rows = [s for s in self.samples if s and min(s) > 0]
-        if not rows:
-            return []
-        _, var = stats.summarise(rows)
-        return [(latency.nearest(s, 0.5), float(v)) for s, v in zip(rows, var, strict=True)]
-
-    @property
-    def images_per_s(self) -> float | None:
-        rates = [
-            r.inference.images_per_s for r in self.ok if r.inference and r.inference.images_per_s
-        ]
-        return statistics.median(rates) if rates else None
-
-    @property
-    def kernels(self) -> str:
-        """What ran the convolutions and matmuls: oneDNN's ISA on a CPU, the Tensor Cores'
-        share on a GPU, else the profiled window's busiest operation."""
-        found = [r.profile for r in self.ok if r.profile and not r.profile.error]
-        said = next((t for f in found if (t := why.kernels_text(f))), "")
-        if said or not found:
-            return said
-        top = next((f.top_ops[0] for f in found if f.top_ops), None)
-        if top is None:
-            return ""
-        return f"busiest: {(top.name or '')[:80]} ({top.category})"
-
-    @property
-    def gate(self) -> Gate | None:
-        """The first process's gate (a cell's is measured once)."""
-        return next((r.inference.gate for r in self.ok if r.inference and r.inference.gate), None)
 
 
 @dataclass
