@@ -23,7 +23,7 @@ from conftest import mxbench, records
 from mxbench import cells
 from mxbench.codec import tail
 from mxbench.matrix import parse_matrix
-from mxbench.report import capacity
+from mxbench.report.sections import capacity
 from report_records import rec, typed
 
 KILLED_IN_EAGER = """

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import msgspec
 
-from mxbench.bench.train import crossing
+from mxbench.bench.process.train import crossing
 from mxbench.codec import decode
-from mxbench.report import training
+from mxbench.report.sections import training
 from mxbench.results import TrainPoint
 
 ROOT = Path(__file__).resolve().parents[1]

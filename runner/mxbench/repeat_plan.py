@@ -19,7 +19,7 @@ import msgspec
 from mxbench.cells import cell_key
 from mxbench.params import BASELINE
 from mxbench.repeats import AutoRepeats, Decision
-from mxbench.report.busy import busy
+from mxbench.report.diagnosis.busy import busy
 from mxbench.results import FINAL_STATUSES, Record
 
 
