@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from mxbench.results import CATEGORY_NAMES
+from mxbench.records.record import CATEGORY_NAMES
 
 
 def bench(args: argparse.Namespace, backend: str, model: str, policy: str, profile: str) -> dict:

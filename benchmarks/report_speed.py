@@ -40,10 +40,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.records.record import SCHEMA
+
 from mxbench.bench.evidence.probe import ISA_FLAGS
-from mxbench.cells import cell_key
-from mxbench.params import Params
-from mxbench.results import SCHEMA
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
 BATCHES = (16, 32, 64, 128, 256)

@@ -34,9 +34,9 @@ from mxbench.bench.process import paired, windows
 from mxbench.bench.evidence import probe
 from mxbench.bench.process.state import Process
 from mxbench.bench.process.timing import Phases
-from mxbench.codec import new_record
-from mxbench.params import Params
-from mxbench.results import Cpu
+from mxbench.records.codec import new_record
+from mxbench.matrix.params import Params
+from mxbench.records.record import Cpu
 
 blocks, batch, timed_s, policy, rebuild = (int(sys.argv[1]), int(sys.argv[2]),
                                            float(sys.argv[3]), sys.argv[4], sys.argv[5] == "1")

@@ -28,9 +28,10 @@ import sys
 import time
 from typing import Any
 
+from mxbench.matrix.params import Params
+
 from mxbench.bench.params import validate
 from mxbench.bench.process import cell, timing
-from mxbench.params import Params
 
 
 def synced_timer(log: timing.StepLog, on_step: Any = None, warmup_steps: int = 0) -> Any:

@@ -13,6 +13,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from mxbench.matrix.params import Params
+from mxbench.records.codec import new_record
+from mxbench.records.record import Device
 
 from mxbench.bench import params as bp
 from mxbench.bench.evidence.gpu_health import HealthSampler
@@ -20,11 +23,8 @@ from mxbench.bench.evidence.probe import cpu_info, device_record, nvml_gpus
 from mxbench.bench.evidence.probe_tf import parse_not_compiled_for
 from mxbench.bench.process.state import Process, is_oom
 from mxbench.bench.process.timing import Phases, StepLog, split, summarize
-from mxbench.codec import new_record
 from mxbench.errors import UsageError
 from mxbench.models import blog_cnn
-from mxbench.params import Params
-from mxbench.results import Device
 
 
 @pytest.mark.parametrize(

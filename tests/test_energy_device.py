@@ -119,8 +119,9 @@ def test_a_process_is_charged_its_own_devices_examples() -> None:
     """The examples a process's joules are divided by: its own devices' (scale.process_batch),
     for every layout a cell can have (one process driving N devices, one process per device,
     several nodes): N devices' joules over N devices' examples."""
-    from mxbench import scale
-    from mxbench.params import Params
+    from mxbench.matrix.params import Params
+
+    from mxbench.matrix import scale
 
     for backend, devices, nodes, scaling, per_process in [
         ("tensorflow", 2, 1, "weak", 2 * 32),  # one process drives both devices

@@ -29,16 +29,16 @@ from pathlib import Path
 from typing import Any, get_args
 
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.matrix.search import BatchSearch, Found, walk
+from mxbench.records.record import SCHEMA
 
-from mxbench.cells import cell_key
-from mxbench.params import Params
 from mxbench.report import document
 from mxbench.report.document import Document, Grid, Section, SectionKind
 from mxbench.report.load import load
 from mxbench.report.sections import capacity, inference, scaling, training, why
 from mxbench.report.tables import build
-from mxbench.results import SCHEMA
-from mxbench.search import BatchSearch, Found, walk
 from report_records import rec, write
 
 A100 = {"kind": "gpu", "name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"}

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
 
-from mxbench import scale
-from mxbench.cells import cell_key
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
+from mxbench.matrix import scale
 from mxbench.report import document
 from mxbench.report.load import load
 from mxbench.report.render import plot
@@ -268,7 +268,7 @@ def test_replicas_have_weak_scalings_batches_in_one_process() -> None:
 
 
 def test_cells_of_replicas_run_one_policy_per_process() -> None:
-    from mxbench.cells import expand, pair_up
+    from mxbench.cells.cell import expand, pair_up
 
     axes = "axes: {scaling: [weak, independent], policy: [float32, mixed_bfloat16]}"
     cells = expand(parse_matrix(LOCAL + "benchmark: {backend: jax, devices: 2}\n" + axes))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.records.record import Profile
 
 import cpu_kinds
 import profile_count
@@ -34,7 +35,6 @@ from mxbench.bench.evidence.profile_ops import (
     summarize,
     tensor_core,
 )
-from mxbench.results import Profile
 
 # ---- categories from names (known truth: what each operation is) ---------------------------
 
@@ -759,9 +759,10 @@ def test_profile_off_records_none() -> None:
 
 
 def test_profile_switch_and_cost_per_hour_in_the_matrix() -> None:
-    from mxbench.cells import expand
+    from mxbench.cells.cell import expand
+    from mxbench.matrix.file import parse_matrix
+
     from mxbench.errors import UsageError
-    from mxbench.matrix import parse_matrix
 
     host = "hosts:\n  - {name: box, engine: local, cost_per_hour: 2.5}\n"
     on = expand(parse_matrix(host))

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
 
-from mxbench.cells import cell_key
-from mxbench.params import Params
 from mxbench.report import document, tables, text
 from mxbench.report.load import load
 from mxbench.report.render import html, markdown, terminal

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
 from typer.testing import CliRunner
 
-from mxbench.cells import cell_key
 from mxbench.cli import app
 from mxbench.errors import MxbenchError
-from mxbench.params import Params
 from report_records import rec, write
 
 FORMATS = ("--markdown", "--csv", "--html", "--json")

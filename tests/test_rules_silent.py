@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.matrix.search import Found
+from mxbench.records.inference import GATE_AGREEMENT, GATE_COSINE
+from mxbench.records.record import CATEGORY_NAMES
 
 from mxbench import stats
-from mxbench.cells import cell_key
-from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE
-from mxbench.params import Params
 from mxbench.report import devices, tables
 from mxbench.report.diagnosis import kernels as dp
 from mxbench.report.diagnosis import rules as dg
@@ -34,8 +36,6 @@ from mxbench.report.diagnosis.busy import BUSY_CORES, BUSY_ROUNDS
 from mxbench.report.sections import capacity, convergence, inference, scaling, training
 from mxbench.report.sections import scaling_reference as sref
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
-from mxbench.results import CATEGORY_NAMES
-from mxbench.search import Found
 from report_records import rec, typed, typed_all
 
 # ---- devices ----------------------------------------------------------------------------

@@ -14,15 +14,17 @@ from typing import Any
 
 import msgspec
 import pytest
+from mxbench.cells.cell import expand, pair_up
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.records.codec import decode
 
-from mxbench import latency, serving, stats
-from mxbench.cells import expand, pair_up
-from mxbench.codec import decode
+from mxbench import stats
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
+from mxbench.matrix import serving
 from mxbench.report import document, load, tables
 from mxbench.report.sections import answers, inference
+from mxbench.stats import latency
 from report_records import rec, write
 
 
@@ -195,7 +197,7 @@ def served(
     call: str = "direct",
 ) -> dict[str, Any]:
     """A serving record: ``calls`` its call times (ms), the gate when ``agreement`` is given."""
-    from mxbench.cells import cell_key
+    from mxbench.cells.cell import cell_key
 
     params = {
         **{"model": "blog-cnn", "policy": policy, "batch_size": 1, "image_size": 32},
@@ -493,7 +495,7 @@ def test_a_failed_precision_says_why_beside_its_row_not_in_the_answers(tmp_path:
 def _on(r: dict[str, Any], batch: int = 1, device: dict[str, Any] | None = None,
         cpu: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """``r`` at another batch, on another device or CPU (its key follows)."""
-    from mxbench.cells import cell_key
+    from mxbench.cells.cell import cell_key
 
     r["params"]["batch_size"] = batch
     r["cell"] = cell_key(r["host"], None, None, Params(**r["params"]))

@@ -17,12 +17,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from mxbench.cells.cell import expand
+from mxbench.matrix.file import parse_matrix
 
 from conftest import require_service, slurm_up
-from mxbench.cells import expand
 from mxbench.engines import EngineUnavailable, to_record
 from mxbench.engines.slurm import SlurmEngine, SlurmProgress
-from mxbench.matrix import parse_matrix
 
 pytestmark = pytest.mark.slurm
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from mxbench.matrix.params import Params
+from mxbench.records.record import Metrics, Record
 
 from mxbench.engines.compile_cache import JAX_DIR, TF_FLAG, CompileCache
-from mxbench.params import Params
 from mxbench.report.sections.answers import lines, time_per_run, time_to_answer
 from mxbench.report.tables import build
-from mxbench.results import Metrics, Record
 
 
 def test_the_cache_env_per_backend_and_what_the_user_set_wins() -> None:

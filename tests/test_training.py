@@ -13,13 +13,13 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.records.record import Record
 
 from bench_helpers import run_bench
 from conftest import mxbench
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
-from mxbench.results import Record
 
 pytest.importorskip("PIL")
 
@@ -248,7 +248,7 @@ def test_matrix_names_the_key(benchmark: str, message: str) -> None:
 
 
 def test_each_repeat_of_a_training_run_is_a_seed() -> None:
-    from mxbench.cells import expand
+    from mxbench.cells.cell import expand
 
     m = parse_matrix(
         "benchmark: {epochs: 2, data: d, repeats: 2, batch_size: 8}\n"
@@ -259,7 +259,7 @@ def test_each_repeat_of_a_training_run_is_a_seed() -> None:
 
 
 def test_training_parameters_stay_out_of_old_cell_keys() -> None:
-    from mxbench.params import Params
+    from mxbench.matrix.params import Params
 
     assert Params().key_fields() == Params(steps_per_execution=1, flip="none").key_fields()
     assert "epochs" in Params(epochs=3).key_fields()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import msgspec
 
-from mxbench.cells import cell_key
-from mxbench.params import Params
-from mxbench.results import SCHEMA
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.records.record import SCHEMA
 
 SOURCE = (
     "transcribed: rstudio ai-blog 2020-01-13 (mixed-precision-training), "

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from mxbench import stats
-from mxbench.results import Record
+from mxbench.records.record import Record
 
 
 class Floor(msgspec.Struct, kw_only=True):

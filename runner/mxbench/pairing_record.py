@@ -1,4 +1,4 @@
-"""The paired design's parts of the result record (:mod:`mxbench.results`): how a paired
+"""The paired design's parts of the result record (:mod:`mxbench.records.record`): how a paired
 process measured the step times, and the interference each window saw."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from mxbench.record_part import Doc, Part, Positive
+from mxbench.records.part import Doc, Part, Positive
 
 
 class Interference(Part):

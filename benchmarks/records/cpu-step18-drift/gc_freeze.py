@@ -7,12 +7,12 @@ import sys
 import time
 
 import msgspec
+from mxbench.matrix.params import Params
+from mxbench.records.record import Cpu
 
 from mxbench.bench.evidence import probe
 from mxbench.bench.process import paired
 from mxbench.bench.process.timing import Phases
-from mxbench.params import Params
-from mxbench.results import Cpu
 
 freeze = sys.argv[1] == "freeze"
 p = Params(

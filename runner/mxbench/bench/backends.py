@@ -15,7 +15,7 @@ import re
 from typing import Any, ClassVar, Protocol
 
 from mxbench.errors import UsageError
-from mxbench.results import Record
+from mxbench.records.record import Record
 
 
 class Backend(Protocol):

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import typer
 
-from mxbench import params, scale
-from mxbench.params import Params
+from mxbench.matrix import params, scale
+from mxbench.matrix.params import Params
 
 if TYPE_CHECKING:
-    from mxbench.results import Record
+    from mxbench.records.record import Record
 
 if TYPE_CHECKING:
     from mxbench.bench.model.served import WeightFiles
@@ -45,7 +45,7 @@ def bench(
     from mxbench.bench.parallel import distribute
     from mxbench.bench.params import validate
     from mxbench.bench.process.stdio import stdout_to_stderr, write_line
-    from mxbench.codec import encode
+    from mxbench.records.codec import encode
 
     params = validate(Params(**options))
     others = _pair_with(pair_with, params)
@@ -139,7 +139,7 @@ def _weight_files(p: Params, save: str, load: str) -> WeightFiles:
     ``--weights trained``; a weights file given as ``--weights`` is its own)."""
     from mxbench.bench.model.served import WeightFiles
     from mxbench.errors import UsageError
-    from mxbench.params import WEIGHTS_NONE, WEIGHTS_TRAINED
+    from mxbench.matrix.params import WEIGHTS_NONE, WEIGHTS_TRAINED
 
     if save and not p.training_run:
         raise UsageError("--save-weights: a training run's (--epochs) final weights only")

@@ -85,8 +85,8 @@ def compare(
 def _load(base: Path, new: Path, base_label: str | None, new_label: str | None) -> list[Any]:
     """BASE's and NEW's records (lean), saying which lines were unreadable; UsageError when a
     side is missing or its label matches none of its records."""
+    from mxbench.records.store import bad_line_warnings
     from mxbench.report import load
-    from mxbench.store import bad_line_warnings
 
     for name, path in (("BASE", base), ("NEW", new)):
         if not os.path.lexists(path):  # not the report's "--results PATH" wording

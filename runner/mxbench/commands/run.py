@@ -16,10 +16,10 @@ from mxbench.errors import MxbenchError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from mxbench.cells import Cell, Search
-    from mxbench.matrix import Matrix
+    from mxbench.cells.cell import Cell, Search
+    from mxbench.matrix.file import Matrix
     from mxbench.orchestrate import RunSummary
-    from mxbench.store import ResultStore
+    from mxbench.records.store import ResultStore
 
 
 # The options of `mxbench run` (typer reads each from its parameter's default).
@@ -112,10 +112,10 @@ def run(
     ```
     """
 
-    from mxbench import trained
-    from mxbench.cells import expand, searches
-    from mxbench.matrix import default_matrix_path, load_matrix
-    from mxbench.store import ResultStore
+    from mxbench.cells import trained
+    from mxbench.cells.cell import expand, searches
+    from mxbench.matrix.file import default_matrix_path, load_matrix
+    from mxbench.records.store import ResultStore
 
     matrix_path = matrix or default_matrix_path()
     mx = load_matrix(matrix_path)
@@ -209,12 +209,12 @@ def _measure(
     max_parallel: int | None,
 ) -> RunSummary | None:
     """The plan (``--dry-run``) or the run (under :func:`_guarded`); None when nothing ran."""
-    from mxbench import repeat_plan
-    from mxbench.cells import pair_up, to_run
+    from mxbench.cells import rounds as repeat_plan
+    from mxbench.cells.cell import pair_up, to_run
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
-    from mxbench.results import FINAL_STATUSES
-    from mxbench.store import BadLine, bad_line_warnings
+    from mxbench.records.record import FINAL_STATUSES
+    from mxbench.records.store import BadLine, bad_line_warnings
 
     results = store.root
     skipped = 0
@@ -299,7 +299,8 @@ def _print_plan(cells: list[Cell]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from mxbench import models, params
+    from mxbench import models
+    from mxbench.matrix import params
 
     def varies(f: params.Field) -> bool:
         return len({getattr(c.params, f.name) for c in cells}) > 1

@@ -19,13 +19,13 @@ from functools import cached_property, partial
 from typing import Literal, TypeVar
 
 from mxbench import stats
-from mxbench.params import BASELINE
+from mxbench.matrix.params import BASELINE
+from mxbench.records.record import Record
 from mxbench.report import annotate, fanout, text
 from mxbench.report.diagnosis.rules import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.sections import answers, capacity, inference, scaling, training, why
 from mxbench.report.tables import Table, bounded, last_line
-from mxbench.results import Record
 
 R = TypeVar("R")
 

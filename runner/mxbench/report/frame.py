@@ -2,7 +2,7 @@
 
 One tidy row per record: the winning record of each cell by default (what the tables show),
 or every attempt with ``latest=False``. Flat columns: where it ran, what it measured (every
-parameter of :class:`mxbench.params.Params`), the outcome, the speedup over float32 and the
+parameter of :class:`mxbench.matrix.params.Params`), the outcome, the speedup over float32 and the
 loss parity, what changes the numbers (input device, TF32 and the matmul setting, throttling),
 memory, warm-up, versions as people write them (CUDA 13.0, cuDNN 9.19.0).
 
@@ -23,12 +23,12 @@ import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mxbench import params
+from mxbench.matrix import params
+from mxbench.records.record import Record
 from mxbench.report import load, tables
 from mxbench.report.devices import cuda_text, cudnn_text
 from mxbench.report.diagnosis.busy import busy
 from mxbench.report.sections import capacity, inference, scaling, why
-from mxbench.results import Record
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -10,7 +10,7 @@ A snapshot (:func:`snapshot`) reads, in well under a millisecond on a quiet mach
 - CPU pressure (``/proc/pressure/cpu``, the ``some`` total: time some task waited for a CPU),
   where the kernel has PSI.
 
-Two snapshots make a :class:`~mxbench.results.Interference` (:func:`between`): each figure as
+Two snapshots make a :class:`~mxbench.records.record.Interference` (:func:`between`): each figure as
 a share of the window's wall time (``others_cores``: how many cores' worth the other
 processes held, 0.31 = 31 % of one core). A window is *disturbed* (:func:`disturbed`) when
 the other processes held at least :data:`OTHERS_CORES` of a core while the machine had less
@@ -30,7 +30,7 @@ import resource
 import time
 from dataclasses import dataclass
 
-from mxbench.results import Interference
+from mxbench.records.record import Interference
 
 # A window is disturbed from these on (cores' worth of CPU per second of wall time).
 OTHERS_CORES = 0.15

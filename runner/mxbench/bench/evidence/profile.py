@@ -36,8 +36,8 @@ from typing import Any
 
 from mxbench.bench.evidence import onednn
 from mxbench.bench.evidence.profile_ops import Event, Op, exclusive, summarize
-from mxbench.params import Params
-from mxbench.results import OneDnnEvidence, Profile, Record, TopOp
+from mxbench.matrix.params import Params
+from mxbench.records.record import OneDnnEvidence, Profile, Record, TopOp
 
 STEPS = 3  # profiled steps (after one unprofiled): a steady picture, at little cost
 KEEP_ENV = "MXBENCH_PROFILE_DIR"  # keep the raw trace under this directory

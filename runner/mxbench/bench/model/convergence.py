@@ -40,9 +40,9 @@ import msgspec
 import numpy as np
 
 from mxbench.bench.model import loss_scale
-from mxbench.codec import tail
-from mxbench.params import BASELINE, Params
-from mxbench.results import Convergence
+from mxbench.matrix.params import BASELINE, Params
+from mxbench.records.codec import tail
+from mxbench.records.record import Convergence
 
 THRESHOLD = 0.99
 CHECK_BATCH = 32  # examples the check's passes run on, at most

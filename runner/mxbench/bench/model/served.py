@@ -28,8 +28,8 @@ import msgspec
 import numpy as np
 
 from mxbench.bench.model import harness
-from mxbench.inference_record import GATE_RELATIVE_TOP1, Gate
-from mxbench.params import BASELINE, WEIGHTS_NONE, Params
+from mxbench.matrix.params import BASELINE, WEIGHTS_NONE, Params
+from mxbench.records.inference import GATE_RELATIVE_TOP1, Gate
 
 BATCH = 64  # validation images per call
 GATE_CHUNK = 32  # examples per call of the synthetic gate: its memory stays small

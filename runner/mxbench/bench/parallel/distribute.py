@@ -27,7 +27,7 @@
   first process prints the record.
 
 The batch a process feeds is its devices' share of the global one
-(:func:`mxbench.scale.process_batch`: the global batch in one process); each backend splits
+(:func:`mxbench.matrix.scale.process_batch`: the global batch in one process); each backend splits
 it over the devices. Devices cut from one CPU share its cores: their timings are
 plumbing, not scaling, and the record says that too (``distribution.shared_cores``).
 """
@@ -42,10 +42,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from mxbench import scale
 from mxbench.bench.parallel import interconnect, torch_launch, torch_workers, workers
-from mxbench.params import Params
-from mxbench.results import Distribution, Record
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.record import Distribution, Record
 
 FORCE_HOST_DEVICES = "--xla_force_host_platform_device_count"
 JIT_OFF = "jit_compile turned off: XLA breaks under MirroredStrategy on CPU devices"

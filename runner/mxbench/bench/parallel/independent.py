@@ -9,7 +9,7 @@ a step runs). The timed windows start together (a barrier once every replica's w
 steps have finished) and each replica is timed on its own clock
 (:mod:`mxbench.bench.process.timing`).
 
-What the record says (:class:`mxbench.results.Distribution`):
+What the record says (:class:`mxbench.records.record.Distribution`):
 
 - ``replica_timings``: each replica's device, the device its variables were found on after
   training (that it really ran there), its images/s over its own window and its timed steps:
@@ -44,11 +44,11 @@ from typing import Any
 
 import msgspec
 
-from mxbench import scale
 from mxbench.bench.parallel import distribute, torch_launch, torch_workers
 from mxbench.bench.process.timing import StepLog, callback_base, split, step_timer, window_figures
-from mxbench.params import Params
-from mxbench.results import Record, Replica, StepStats
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.record import Record, Replica, StepStats
 
 BARRIER_S = 3600.0  # a replica's warm-up that takes longer than this has failed
 

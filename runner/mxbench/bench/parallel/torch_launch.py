@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from mxbench import scale
-from mxbench.codec import decode, encode, new_record, tail
-from mxbench.params import Params
-from mxbench.results import Record
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.codec import decode, encode, new_record, tail
+from mxbench.records.record import Record
 
 RANK_VAR = "MXBENCH_TORCH_RANK"  # set in the launched processes: not a launcher
 GRACE_S = 20.0  # after a failure: how long the other ranks get to come back

@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 
-from mxbench import scale
 from mxbench.bench.evidence import energy, probe
 from mxbench.bench.evidence import profile as profiler
 from mxbench.bench.evidence.gpu_health import HealthSampler
@@ -34,11 +33,12 @@ from mxbench.bench.process.state import (
     runs_profile,
 )
 from mxbench.bench.process.timing import Phases, StepLog, split, step_timer, window_figures
-from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError
-from mxbench.inference_record import Gate
-from mxbench.params import Params
-from mxbench.results import Cpu, Profile, Record, Settings, Software
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.codec import new_record, now_iso, tail
+from mxbench.records.inference import Gate
+from mxbench.records.record import Cpu, Profile, Record, Settings, Software
 from mxbench.version import __version__
 
 
@@ -115,7 +115,7 @@ def _measure(
         from mxbench.bench.process import train
 
         train.run(p, arm.prepared, rec)
-        if files.save is not None:  # its final weights, for serving cells (mxbench.trained)
+        if files.save is not None:  # its final weights, for serving cells (mxbench.cells.trained)
             save(model, files.save)
         return
 

@@ -31,7 +31,6 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from mxbench import latency
 from mxbench.bench.backends import Backend
 from mxbench.bench.model import harness
 from mxbench.bench.model.served import (
@@ -43,15 +42,16 @@ from mxbench.bench.model.served import (
     outputs,
 )
 from mxbench.bench.process.timing import Phases, summarize
-from mxbench.inference_record import (
+from mxbench.matrix.params import BASELINE, Params
+from mxbench.records.inference import (
     GATE_AGREEMENT,
     GATE_COSINE,
     Gate,
     Inference,
     LatencyPercentile,
 )
-from mxbench.params import BASELINE, Params
-from mxbench.results import Metrics, Record, StepStats
+from mxbench.records.record import Metrics, Record, StepStats
+from mxbench.stats import latency
 
 GATE_EXAMPLES = 256  # synthetic inputs the gate compares (top-1 agreement in steps of 0.4%)
 SYNC = "to_numpy"

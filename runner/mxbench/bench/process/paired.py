@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 
-from mxbench import scale
 from mxbench.bench.evidence import energy, probe
 from mxbench.bench.evidence import profile as profiler
 from mxbench.bench.evidence.gpu_health import HealthSampler
@@ -38,10 +37,11 @@ from mxbench.bench.process.state import (
     runs_profile,
 )
 from mxbench.bench.process.timing import Phases, StepLog, figures
-from mxbench.codec import new_record, now_iso, tail
 from mxbench.errors import UsageError
-from mxbench.params import Params
-from mxbench.results import (
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.codec import new_record, now_iso, tail
+from mxbench.records.record import (
     Cpu,
     Interference,
     Pairing,

@@ -22,17 +22,17 @@ from typing import Any
 
 import msgspec
 
-from mxbench import scale
 from mxbench.bench import backends
 from mxbench.bench.evidence import energy, probe
 from mxbench.bench.evidence.gpu_health import HealthSampler
 from mxbench.bench.model import convergence
 from mxbench.bench.parallel import distribute, independent
 from mxbench.bench.process.timing import Phases
-from mxbench.codec import now_iso
 from mxbench.errors import UsageError, pip_install
-from mxbench.params import BASELINE, Params
-from mxbench.results import (
+from mxbench.matrix import scale
+from mxbench.matrix.params import BASELINE, Params
+from mxbench.records.codec import now_iso
+from mxbench.records.record import (
     Convergence,
     Device,
     Metrics,
@@ -228,7 +228,7 @@ class Process:
         """A running energy counter of the devices this process trains on (every GPU it was
         matched to, summed, else the CPU package), before the timed steps; ``gpu`` says
         which GPU is the first. Its joules are charged to this process's examples
-        (:func:`mxbench.scale.process_batch`)."""
+        (:func:`mxbench.matrix.scale.process_batch`)."""
         gpus = self._used_gpus(scale.total_devices(p) // scale.processes(p))
         self.gpu, self.gpu_known = (gpus[0] if gpus else None), True  # whose energy is charged
         uuids = [str(g.get("uuid")) for g in gpus] if gpus else None

@@ -27,8 +27,8 @@ from typing import Any
 import msgspec
 
 from mxbench.bench.process.timing import summarize
-from mxbench.params import Params
-from mxbench.results import Metrics, Record, StepStats, Training, TrainPoint
+from mxbench.matrix.params import Params
+from mxbench.records.record import Metrics, Record, StepStats, Training, TrainPoint
 
 
 def _curve_callback(points: list[TrainPoint], epoch_s: list[float]) -> Any:

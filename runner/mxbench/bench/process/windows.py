@@ -39,7 +39,7 @@ from typing import Any
 
 from mxbench.bench.evidence import interference
 from mxbench.bench.process.timing import callback_base
-from mxbench.results import Interference
+from mxbench.records.record import Interference
 
 WINDOW_S = 0.25  # a window's target length: short against the seconds the noise moves in
 MIN_ROUNDS = 4  # rounds run even past the time budget (an interval needs a few)

@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mxbench.results import Record
+from mxbench.records.record import Record
 
 # From these on the diagnosis says the machine was in use (a share of the rounds disturbed,
 # or other processes' CPU in cores).

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import TypeGuard
 
 from mxbench.bench.evidence import onednn
+from mxbench.records.record import OneDnnEvidence, Profile
 from mxbench.report import devices
 from mxbench.report.annotate import gpu_cc
 from mxbench.report.sections import why
 from mxbench.report.sections.why import profile_of
 from mxbench.report.tables import Table
-from mxbench.results import OneDnnEvidence, Profile
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mxbench.codec import cc_pair
-from mxbench.params import BASELINE
+from mxbench.matrix.params import BASELINE
+from mxbench.records.codec import cc_pair
+from mxbench.records.record import ModelInfo, OffMultipleOf8
 from mxbench.report import devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
 from mxbench.report.diagnosis.cpu import bf16_on_cpu, float16_emulated_on_cpu, observed
@@ -30,7 +31,6 @@ from mxbench.report.diagnosis.kernels import (
 )
 from mxbench.report.sections import convergence
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
-from mxbench.results import ModelInfo, OffMultipleOf8
 
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 OVERHEAD_MS = 10.0

@@ -31,9 +31,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mxbench import stats
-from mxbench.params import Params
+from mxbench.matrix.params import Params
+from mxbench.records.record import Record
 from mxbench.report import devices
-from mxbench.results import Record
 
 if TYPE_CHECKING:
     from mxbench.report.sections.inference import Rung

@@ -16,7 +16,7 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 
-from mxbench.params import CONTROL_CHARS
+from mxbench.matrix.params import CONTROL_CHARS
 from mxbench.report import text
 from mxbench.report.compare_document import CompareDocument, Part
 from mxbench.report.document import Document, Grid, Section

@@ -9,7 +9,7 @@ import io
 import warnings
 from typing import Any
 
-from mxbench.params import BASELINE, control
+from mxbench.matrix.params import BASELINE, control
 from mxbench.report.sections import scaling, training
 from mxbench.report.sections.capacity import Capacity, peak_bytes
 from mxbench.report.tables import Table

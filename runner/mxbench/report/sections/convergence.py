@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mxbench.params import BASELINE
+from mxbench.matrix.params import BASELINE
+from mxbench.records.record import Convergence
 from mxbench.report.tables import Entry, Table
-from mxbench.results import Convergence
 
 THRESHOLD = 0.99  # mxbench.bench.model.convergence.THRESHOLD (the bench is not imported here)
 UNDERFLOW = 0.01  # a gradient with this share of elements zero (float32's not) underflowed

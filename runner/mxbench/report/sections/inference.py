@@ -6,7 +6,7 @@ input and batch size. Each precision is one row: its latency percentiles (p50, p
 each process's own, its calls' dependence counted, and across processes their geometric
 mean with Student's t interval over them at 95 %; with one process the interval of its calls
 alone; "needs N queries" where a process's calls cannot support one:
-:func:`mxbench.latency.across`), its throughput, its speedup over float32 (float32's p50 as
+:func:`mxbench.stats.latency.across`), its throughput, its speedup over float32 (float32's p50 as
 printed / its own: each process's p50 with the variance of its log its calls give, judged as
 step times are, :func:`mxbench.stats.judge`: a verdict with two or more processes per side,
 else an interval over the calls of one without a verdict), and its gate: the top-1
@@ -30,9 +30,8 @@ from typing import Any
 
 import msgspec
 
-from mxbench import latency, stats
-from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE, GATE_RELATIVE_TOP1, Gate
-from mxbench.params import (
+from mxbench import stats
+from mxbench.matrix.params import (
     BASELINE,
     POLICIES,
     WEIGHTS_NONE,
@@ -42,10 +41,12 @@ from mxbench.params import (
     field,
     names,
 )
+from mxbench.records.inference import GATE_AGREEMENT, GATE_COSINE, GATE_RELATIVE_TOP1, Gate
+from mxbench.records.record import Record
 from mxbench.report.diagnosis import serving as serving_rules
 from mxbench.report.sections import why
 from mxbench.report.tables import image_input, last_line
-from mxbench.results import Record
+from mxbench.stats import latency
 
 INFER = "infer"
 DASH = "–"
@@ -122,7 +123,7 @@ class Rung:
 
     @cached_property
     def percentiles(self) -> list[latency.Percentile]:
-        """p50, p90, p99 over its processes (:func:`mxbench.latency.across`)."""
+        """p50, p90, p99 over its processes (:func:`mxbench.stats.latency.across`)."""
         samples = self.samples
         return [latency.across(samples, q) for q in latency.QUANTILES]
 

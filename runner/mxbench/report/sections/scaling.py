@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxbench import scale, stats
-from mxbench.params import BASELINE, POLICIES
+from mxbench import stats
+from mxbench.matrix import scale
+from mxbench.matrix.params import BASELINE, POLICIES
+from mxbench.records.record import Record
 from mxbench.report.sections import scaling_reference as reference
 from mxbench.report.sections import throughput
 from mxbench.report.tables import Entry, Table, bounded
-from mxbench.results import Record
 
 TITLE = "Scaling"  # each map's heading: "Scaling: <title>"
 SUPERLINEAR = 1.05  # efficiency above this is flagged: a measurement to doubt, not a win

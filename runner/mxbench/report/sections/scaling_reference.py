@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mxbench import stats
+from mxbench.records.record import Record
 from mxbench.report.sections import throughput
 from mxbench.report.tables import Entry
-from mxbench.results import Record
 
 SLOW = 0.90  # a replica is slow when its throughput's interval lies wholly below this
 # data parallel keeping more than this share of independent replicas' throughput: flagged

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import msgspec
 
 from mxbench.bench.evidence import onednn
+from mxbench.records.record import CATEGORY_NAMES, OneDnnEvidence, Profile, Record
 from mxbench.report.tables import Table, last_line
-from mxbench.results import CATEGORY_NAMES, OneDnnEvidence, Profile, Record
 
 CATEGORIES: tuple[str, ...] = tuple(CATEGORY_NAMES)
 
