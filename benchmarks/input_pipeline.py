@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from mxbench.bench import data
+from mxbench.bench.model import data
 
 
 def _pass(ds: object, batches: int) -> list[float]:

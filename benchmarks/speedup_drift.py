@@ -2,7 +2,7 @@
 in one process, or between stretches of time with the same built pair.
 
 Each of ``--processes`` fresh processes measures float32 against ``--policy`` at one batch
-size with mxbench's paired windows (``bench/cell_paired``), ``--blocks`` times:
+size with mxbench's paired windows (``bench/process/paired``), ``--blocks`` times:
 
 - ``--rebuild``: each block is a whole paired pass (both models built again, traced again,
   then ``--timed-s`` seconds of interleaved windows);
@@ -30,9 +30,10 @@ import time
 CHILD = r"""
 import json, statistics as st, sys, time
 import msgspec
-from mxbench.bench import cell_paired, paired, probe
-from mxbench.bench.cell import CellState, build_arm, load_backend
-from mxbench.bench.timing import Phases
+from mxbench.bench.process import paired, windows
+from mxbench.bench.evidence import probe
+from mxbench.bench.process.state import Process
+from mxbench.bench.process.timing import Phases
 from mxbench.records.codec import new_record
 from mxbench.matrix.params import Params
 from mxbench.records.record import Cpu
@@ -47,18 +48,18 @@ out = []
 if rebuild:
     cpu = msgspec.convert(probe.cpu_info(), Cpu)
     for _ in range(blocks):
-        recs = cell_paired._pass(p, [policy], cpu, phases, "drift", started, None)
+        recs = paired._pass(p, [policy], cpu, phases, "drift", started, None)
         r = recs[1].pairing.ratios
         out.append((st.median(r), st.stdev(r) / len(r) ** 0.5))
 else:
     ps = [p, msgspec.structs.replace(p, policy=policy)]
     recs = [new_record(params=q, status="ok") for q in ps]
-    state = CellState(phases)
-    load_backend(p, recs[0], state)
-    arms = [build_arm(q, rec, state) for q, rec in zip(ps, recs)]
+    state = Process(phases)
+    state.load_backend(p, recs[0])
+    arms = [state.build_arm(q, rec) for q, rec in zip(ps, recs)]
     for _ in range(blocks):
-        plan = paired.Plan(warmup=2, max_steps=2000, timed_s=timed_s)
-        got, _ = cell_paired._windows(arms, plan, state)
+        plan = windows.Plan(warmup=2, max_steps=2000, timed_s=timed_s)
+        got, _ = paired._windows(arms, plan, state)
         base = {w.round: (w.end - w.start) / w.steps for w in got.logs[0].windows}
         own = {w.round: (w.end - w.start) / w.steps for w in got.logs[1].windows}
         r = [base[k] / own[k] for k in base if k in own]

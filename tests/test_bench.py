@@ -76,7 +76,7 @@ def test_timing_is_sane(f32: BenchRun) -> None:
 
 
 def test_phases_account_for_the_process(f32: BenchRun) -> None:
-    from mxbench.bench.timing import PHASES
+    from mxbench.bench.process.timing import PHASES
 
     m = f32.record["metrics"]
     phases = m["phases_s"]

@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 
 from mxbench.bench import params as bp
-from mxbench.bench.cell import CellState, _gpu_util, is_oom
-from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
-from mxbench.bench.probe_tf import parse_not_compiled_for
-from mxbench.bench.timing import Phases, StepLog, split, summarize
+from mxbench.bench.evidence.gpu_health import HealthSampler
+from mxbench.bench.evidence.probe import cpu_info, device_record, nvml_gpus
+from mxbench.bench.evidence.probe_tf import parse_not_compiled_for
+from mxbench.bench.process.state import Process, is_oom
+from mxbench.bench.process.timing import Phases, StepLog, split, summarize
 from mxbench.errors import UsageError
 from mxbench.matrix.params import Params
 from mxbench.models import blog_cnn
@@ -97,7 +97,7 @@ _ASYNC = """
 import os, sys, threading
 os.environ["KERAS_BACKEND"] = sys.argv[1]
 import keras, numpy as np
-from mxbench.bench.timing import StepLog, split, step_timer
+from mxbench.bench.process.timing import StepLog, split, step_timer
 threads, log = set(), StepLog()
 timer = step_timer(log, lambda k: threads.add(threading.current_thread().name), warmup_steps=2)
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
@@ -361,15 +361,15 @@ def test_gpu_util_is_recorded_for_gpu_runs_only() -> None:
     sampler = HealthSampler(BusyNvml([0]))
     sampler._handles = {"GPU-0": 0}
     sampler.samples = [(1.0, {"GPU-0": {"util": 55}}), (1.1, {"GPU-0": {"util": 65}})]
-    state = CellState(Phases(0.0), util=sampler, timed_window=(1.0, 1.1))
+    state = Process(Phases(0.0), util=sampler, timed_window=(1.0, 1.1))
     gpu = new_record(params=Params(), status="ok")
     gpu.device = Device(kind="gpu", uuid="GPU-0")
-    _gpu_util(gpu, state)
+    state.gpu_util(gpu)
     assert gpu.metrics.gpu_util_pct == 60.0
     assert gpu.metrics.gpu_health is not None and gpu.metrics.gpu_health.samples == 2
     cpu = new_record(params=Params(), status="ok")
     cpu.device = Device(kind="cpu")
-    _gpu_util(cpu, state)  # a GPU was there, but TensorFlow ran on the CPU
+    state.gpu_util(cpu)  # a GPU was there, but TensorFlow ran on the CPU
     assert cpu.metrics.gpu_util_pct is None and cpu.metrics.gpu_health is None
 
 

@@ -27,9 +27,9 @@ from mxbench.bench import params as bp
 from mxbench.errors import UsageError
 from mxbench.matrix.file import parse_matrix
 from mxbench.matrix.params import Params, parse_loss_scale
-from mxbench.report import convergence as rc
-from mxbench.report import diagnose as dg
 from mxbench.report import text
+from mxbench.report.diagnosis import rules as dg
+from mxbench.report.sections import convergence as rc
 from mxbench.report.tables import build
 from report_records import rec, typed_all
 
@@ -38,7 +38,7 @@ from report_records import rec, typed_all
 DRIVER = """
 import json, os, sys
 os.environ["KERAS_BACKEND"] = sys.argv[1]
-from mxbench.bench.cell import run_cell
+from mxbench.bench.process.cell import run_cell
 from mxbench.bench.params import validate
 from mxbench.matrix.params import Params
 from mxbench.records.codec import encode

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mxbench.report import devices
-from mxbench.report import diagnose as dg
+from mxbench.report.diagnosis import rules as dg
 from mxbench.report.tables import Table, build
 from report_records import rec, typed_all
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mxbench.bench import energy, probe
+from mxbench.bench.evidence import energy, probe
 
 TWO = [
     {"index": 0, "name": "NVIDIA H100", "uuid": "GPU-aaaa-0", "bus_id": "0:18:00.0"},
@@ -158,12 +158,13 @@ def test_a_gpu_cell_whose_gpu_is_unknown_counts_nothing(monkeypatch: pytest.Monk
 
 
 # A CPU package whose power depends on which arm of a paired process holds the turn: the
-# bench's own coordinator (paired.Turnstile.grant) switches it, a thread in the same process
+# bench's own coordinator (windows.Turnstile.grant) switches it, a thread in the same process
 # advances energy_uj every 5 ms. RAPL cannot exist on this VM; the file it reads is the seam.
 _WITH_ARM_POWER = """
 import os, sys, threading, time
 from pathlib import Path
-from mxbench.bench import energy, paired
+from mxbench.bench.evidence import energy
+from mxbench.bench.process import windows
 root, watts = Path(sys.argv.pop(1)), [float(w) for w in sys.argv.pop(1).split(",")]
 energy.POWERCAP = root
 zone = root / "intel-rapl:0"
@@ -184,11 +185,11 @@ def advance(arm=None, switch=False):
         os.replace(tmp, zone / "energy_uj")
 
 advance()
-grant = paired.Turnstile.grant
+grant = windows.Turnstile.grant
 def granted(self, arm):
     advance(arm, switch=True)
     grant(self, arm)
-paired.Turnstile.grant = granted
+windows.Turnstile.grant = granted
 
 def tick():
     while True:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The size guide (benchmarks/imports.py: modules over 600 lines, functions over 80) is a
 # warning, not a cap: what is over it is printed, and is either shrunk or named here with
 # why it is right as it is (empty these, don't grow them). A module by its path under
-# runner/ ("mxbench/report/inference.py"), a function by its path and dotted name
+# runner/ ("mxbench/report/sections/inference.py"), a function by its path and dotted name
 # ("mxbench/cli.py main").
 MODULES_OVER_GUIDE: dict[str, str] = {}
 FUNCTIONS_OVER_GUIDE: dict[str, str] = {}

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from mxbench.bench import interconnect
+from mxbench.bench.parallel import interconnect
 from mxbench.cells.cell import cell_key
 from mxbench.matrix.params import Params
 from mxbench.report import document

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from mxbench.report import training
+from mxbench.report.sections import training
 from report_records import rec, typed_all
 
 

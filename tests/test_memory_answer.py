@@ -23,7 +23,7 @@ from conftest import mxbench, records
 from mxbench.cells.cell import TRIAL_STEPS, searches
 from mxbench.matrix.file import parse_matrix
 from mxbench.records.codec import tail
-from mxbench.report import capacity
+from mxbench.report.sections import capacity
 from report_records import rec, typed
 
 KILLED_IN_EAGER = """

@@ -15,8 +15,8 @@ keras = pytest.importorskip("keras")
 
 import user_models  # noqa: E402
 from mxbench import models  # noqa: E402
-from mxbench.bench import facts, harness  # noqa: E402
-from mxbench.bench.harness import set_policy  # noqa: E402
+from mxbench.bench.model import facts, harness  # noqa: E402
+from mxbench.bench.model.harness import set_policy  # noqa: E402
 from mxbench.bench.params import validate  # noqa: E402
 from mxbench.matrix.params import Params  # noqa: E402
 

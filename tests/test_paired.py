@@ -24,7 +24,8 @@ import pytest
 import cpu_kinds
 from bench_helpers import SMALL, run_bench, shared_bench
 from mxbench import stats
-from mxbench.bench import interference, onednn, paired
+from mxbench.bench.evidence import interference, onednn
+from mxbench.bench.process import windows
 from mxbench.cells.cell import expand, pair_up, to_run
 from mxbench.matrix.file import parse_matrix
 
@@ -47,13 +48,13 @@ def check_paired(recs: list[dict[str, Any]], steps: int) -> None:
     assert base["group"] == arm["group"] and base["arms"] == ["float32", "mixed_bfloat16"]
     order, k = base["order"], base["window_steps"]
     rounds = len(order) // 2
-    assert rounds >= paired.MIN_ROUNDS and len(order) == 2 * rounds
+    assert rounds >= windows.MIN_ROUNDS and len(order) == 2 * rounds
     # every round is a permutation of the arms, in a random order (not always A first)
     assert all(sorted(order[i : i + 2]) == ["A", "B"] for i in range(0, len(order), 2))
     for r, pair in zip(recs, (base, arm), strict=True):
-        windows = pair["windows"]
-        assert len(windows) == rounds and all(w["steps"] == k for w in windows)
-        assert [w["round"] for w in windows] == list(range(rounds))
+        ws = pair["windows"]
+        assert len(ws) == rounds and all(w["steps"] == k for w in ws)
+        assert [w["round"] for w in ws] == list(range(rounds))
         step = r["metrics"]["step_ms"]
         assert step["n"] == len(step["samples"]) == rounds * k <= steps
         # (that a window's clock is right is checked against a known step time: the
@@ -191,9 +192,9 @@ def test_the_turnstile_recovers_a_known_speedup_and_runs_one_arm_at_a_time() -> 
     pytest.importorskip("keras")
     spare: list[str] = []
     log: list[str] = []  # the steps, and where each arm's turn begins and ends
-    plan = paired.Plan(warmup=2, max_steps=400, timed_s=1.2)
+    plan = windows.Plan(warmup=2, max_steps=400, timed_s=1.2)
     fits = [_fake_fit(0.004, spare, "A", log), _fake_fit(0.002, spare, "B", log)]
-    out = paired.run(fits, plan, random.Random(7), turn=lambda arm: log.append(f"turn {arm}"))
+    out = windows.run(fits, plan, random.Random(7), turn=lambda arm: log.append(f"turn {arm}"))
     seen, whose = set(), "turn None"  # every step in its own arm's turn, the spare ones in none
     for entry in log:
         if entry.startswith("turn "):
@@ -203,8 +204,8 @@ def test_the_turnstile_recovers_a_known_speedup_and_runs_one_arm_at_a_time() -> 
     assert seen == {("A", "turn 0"), ("B", "turn 1"), ("A-spare", "turn None"),
                     ("B-spare", "turn None")}  # fmt: skip
     pace = math.sqrt(0.004 * 0.002)  # the arms' steps, geometric mean: k from the warm-up
-    assert abs(out.k - paired.WINDOW_S / pace) <= 0.35 * paired.WINDOW_S / pace, out.k
-    assert out.rounds >= paired.MIN_ROUNDS and sorted(spare) == ["A-spare", "B-spare"]
+    assert abs(out.k - windows.WINDOW_S / pace) <= 0.35 * windows.WINDOW_S / pace, out.k
+    assert out.rounds >= windows.MIN_ROUNDS and sorted(spare) == ["A-spare", "B-spare"]
     a, b = out.logs
     ratios = [(wa.end - wa.start) / (wb.end - wb.start)
               for wa, wb in zip(a.windows, b.windows, strict=True)]  # fmt: skip
@@ -228,9 +229,9 @@ def test_an_arm_that_fails_fails_the_process_with_its_error() -> None:
         callback.on_train_batch_begin(0)
         raise MemoryError("out of memory in arm B")
 
-    plan = paired.Plan(warmup=2, max_steps=100, timed_s=0.5)
+    plan = windows.Plan(warmup=2, max_steps=100, timed_s=0.5)
     with pytest.raises(MemoryError, match="arm B"):
-        paired.run([_fake_fit(0.002, [], "A"), broken], plan, random.Random(1))
+        windows.run([_fake_fit(0.002, [], "A"), broken], plan, random.Random(1))
 
 
 BURN = "import time\nend = time.monotonic() + 3\nwhile time.monotonic() < end: pass\n"
@@ -428,10 +429,10 @@ def test_a_paired_run_end_to_end_resumes_and_measures_its_noise_floor(tmp_path: 
 def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
     """NVML cannot exist here: its readings are given to the sampler (the thinnest seam),
     and the windows of a paired record are marked from them, the rounds' cleanliness too."""
-    from mxbench.bench.cell import CellState
-    from mxbench.bench.cell_paired import _gpu_windows, _mark_rounds
-    from mxbench.bench.gpu_health import HealthSampler
-    from mxbench.bench.timing import Phases
+    from mxbench.bench.evidence.gpu_health import HealthSampler
+    from mxbench.bench.process.paired import _gpu_windows, _mark_rounds
+    from mxbench.bench.process.state import Process
+    from mxbench.bench.process.timing import Phases
     from mxbench.matrix.params import Params
     from mxbench.records.record import Device, Interference, Pairing, Record, Window
 
@@ -453,7 +454,7 @@ def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
 
     recs = [rec("float32", []), rec("mixed_bfloat16", [1.5, 1.6, 1.4])]
     spans = [(0.0, 0.5), (1.0, 1.5), (2.0, 2.5)]
-    state = CellState(Phases(0.0), util=sampler)
+    state = Process(Phases(0.0), util=sampler)
     state.spans = {"float32": spans, "mixed_bfloat16": spans}
     for r in recs:
         _gpu_windows(r, state)
@@ -534,7 +535,7 @@ def test_the_order_is_balanced_in_every_block_and_still_random(n: int) -> None:
     shuffles per round did not: 2 arms, 10 rounds gave A first 7 times in one run); the
     blocks differ from seed to seed."""
     rng = random.Random(3)
-    orders = paired.balanced_orders(n, rng)
+    orders = windows.balanced_orders(n, rng)
     rounds = [next(orders) for _ in range(n * 30)]
     for b in range(0, len(rounds), n):
         block = rounds[b : b + n]

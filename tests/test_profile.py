@@ -20,9 +20,9 @@ import pytest
 import cpu_kinds
 import profile_count
 from bench_helpers import SMALL, BenchRun, run_bench, shared_bench
-from mxbench.bench import energy, onednn
-from mxbench.bench import profile as profiler
-from mxbench.bench.profile_ops import (
+from mxbench.bench.evidence import energy, onednn
+from mxbench.bench.evidence import profile as profiler
+from mxbench.bench.evidence.profile_ops import (
     RULES,
     Event,
     Op,
@@ -716,8 +716,8 @@ def test_xla_library_fusions_are_named_after_what_they_compute() -> None:
     (the JAX operation in its metadata; else the fused computation's root). Lines from a
     real ResNet-50 step: a forward convolution, a weight gradient XLA kept no name for, a
     batch-norm reduction."""
-    from mxbench.bench.profile import library_fusions
-    from mxbench.bench.profile_ops import category
+    from mxbench.bench.evidence.profile import library_fusions
+    from mxbench.bench.evidence.profile_ops import category
 
     hlo = """
 %fused_computation.2 (param_0.2: f32[512,2,2,8], param_1.2: f32[2,2,8,2048]) -> f32[512,1,1,2048] {
@@ -783,7 +783,7 @@ def test_profile_switch_and_cost_per_hour_in_the_matrix() -> None:
 
 def test_xspace_planes_give_kernels_on_gpu_streams_and_ops_on_host_threads() -> None:
     """The XSpace reader's seam (TensorFlow and JAX traces): which lines and events count."""
-    from mxbench.bench.profile import _xspace_ops
+    from mxbench.bench.evidence.profile import _xspace_ops
 
     ps = 10**9  # picoseconds per millisecond
     planes = [

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mxbench.report import document, export, fanout, load, markdown, tables
+from mxbench.report import document, fanout, load, tables
+from mxbench.report.render import export, markdown
 from report_records import rec, write
 
 CORES = fanout.workers()

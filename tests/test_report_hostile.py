@@ -188,7 +188,7 @@ def test_markdown_escapes_what_it_interpolates(tmp_path: Path) -> None:
 
 
 def test_markdown_emphasis_and_strikethrough_from_a_name_stay_text() -> None:
-    from mxbench.report.markdown import escape
+    from mxbench.report.render.markdown import escape
 
     assert escape("_pwned_ ~~gone~~ __bold__") == "\\_pwned\\_ \\~\\~gone\\~\\~ \\_\\_bold\\_\\_"
     for plain in ("mixed_float16", "snake_case_host", "Tesla V100-SXM2-16GB"):

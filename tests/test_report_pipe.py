@@ -7,7 +7,7 @@ import random
 import pytest
 from tabulate import tabulate
 
-from mxbench.report import markdown
+from mxbench.report.render import markdown
 
 # Cells as the report makes them, and the edges tabulate treats apart: whitespace it strips
 # (Unicode's too), True / False (its bool type), empty cells, non-ASCII, markdown to escape.

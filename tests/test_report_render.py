@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import require_service
-from mxbench.report import frame, markdown, text
+from mxbench.report import frame, text
 from mxbench.report.load import load
-from mxbench.report.plot import png, speedup_png
+from mxbench.report.render import markdown
+from mxbench.report.render.plot import png, speedup_png
 from mxbench.report.tables import build
 from report_records import rec, write
 
@@ -274,7 +275,8 @@ def test_the_answer_fits_a_narrow_window_and_opens_the_page(
     require_service(Path(CHROMIUM).exists(), "chromium (Debian package)")
     import html as html_text
 
-    from mxbench.report import document, html
+    from mxbench.report import document
+    from mxbench.report.render import html
 
     loaded = load([PUBLISHED])
     page = html.render(document.build(loaded, build(loaded.winners)), lambda t: [])

@@ -6,7 +6,7 @@ the code, never a copied number): the firing side must say the rule's sentence, 
 side must not, so each case fails both ways. A rule without a numeric threshold is silent on
 the nearest record whose facts do not support it (a GPU with Tensor Cores, a CPU flag,
 evidence that replaces a guess). The table covers every rule of ``diagnose.RULES`` and
-``diagnose_infer.RULES`` (:func:`test_every_rule_has_a_silent_case`), and the other rules
+``serving_rules.RULES`` (:func:`test_every_rule_has_a_silent_case`), and the other rules
 the report prints sentences by: the scaling map's notes, the health sweep, training's
 "at chance", the largest batch's verdict, the serving gate.
 
@@ -28,20 +28,13 @@ from mxbench.matrix.params import Params
 from mxbench.matrix.search import Found
 from mxbench.records.inference import GATE_AGREEMENT, GATE_COSINE
 from mxbench.records.record import CATEGORY_NAMES
-from mxbench.report import (
-    capacity,
-    convergence,
-    devices,
-    diagnose_infer,
-    inference,
-    scaling,
-    tables,
-    training,
-)
-from mxbench.report import diagnose as dg
-from mxbench.report import diagnose_profile as dp
-from mxbench.report import scaling_reference as sref
-from mxbench.report.busy import BUSY_CORES, BUSY_ROUNDS
+from mxbench.report import devices, tables
+from mxbench.report.diagnosis import kernels as dp
+from mxbench.report.diagnosis import rules as dg
+from mxbench.report.diagnosis import serving as serving_rules
+from mxbench.report.diagnosis.busy import BUSY_CORES, BUSY_ROUNDS
+from mxbench.report.sections import capacity, convergence, inference, scaling, training
+from mxbench.report.sections import scaling_reference as sref
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 from report_records import rec, typed, typed_all
 
@@ -199,7 +192,7 @@ def busy_machine(others: float, disturbed: float) -> Table:
     return table([arm("float32", 100.0, []), arm("mixed_float16", 90.0, [1.1] * rounds)])
 
 
-# ---- serving (report/inference.py, report/diagnose_infer.py) ------------------------------
+# ---- serving (report/sections/inference.py, report/diagnosis/serving.py) ----------------
 
 
 def served(
@@ -327,7 +320,7 @@ def as_is(said: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Case:
-    rule: str  # the rule's function name (report/diagnose*.py), or what else it is
+    rule: str  # the rule's function name (report/diagnosis/rules*.py), or what else it is
     say: Callable[[Any], str | None]  # the rule's sentence(s) from what the builder made
     fires: Callable[[], Any]  # over the threshold: the rule speaks
     silent: Callable[[], Any]  # just under it: the rule says nothing (or not ``needle``)
@@ -342,7 +335,7 @@ def rule(fn: Callable[[Table], str | None], fires: Callable[[], Any],
 
 D = 0.01  # how far on either side of a threshold the two records lie
 SLOWDOWN = sorted(dg.SLOWDOWNS)[0]
-BATCH_RATIO, TIME_RATIO = diagnose_infer.DISPATCH_BATCH_RATIO, diagnose_infer.DISPATCH_TIME_RATIO
+BATCH_RATIO, TIME_RATIO = serving_rules.DISPATCH_BATCH_RATIO, serving_rules.DISPATCH_TIME_RATIO
 
 CASES: list[Case] = [
     # ---- diagnose.RULES, in their order
@@ -492,7 +485,7 @@ CASES: list[Case] = [
          lambda: busy_machine(BUSY_CORES - D, 0.0), why="BUSY_CORES"),
     rule(dg.machine_in_use, lambda: busy_machine(0.0, BUSY_ROUNDS + D),
          lambda: busy_machine(0.0, BUSY_ROUNDS - D), why="BUSY_ROUNDS"),
-    # ---- diagnose_infer.RULES (serving), against main's behaviour
+    # ---- serving_rules.RULES (serving), against main's behaviour
     Case("float16_without_fast_float16", as_is, lambda: fp16_served(TITAN_XP),
          lambda: fp16_served(V100), "No fast float16 for serving", "cc-7.0"),
     Case("float16_without_fast_float16", as_is, lambda: fp16_served(GTX_1660_TI),
@@ -512,14 +505,14 @@ CASES: list[Case] = [
          lambda: dispatch(BATCH_RATIO, TIME_RATIO + D), "Dispatch-bound", "DISPATCH_TIME_RATIO"),
     Case("dispatch_bound", as_is, lambda: dispatch(BATCH_RATIO, 1.0),
          lambda: dispatch(BATCH_RATIO - 1, 1.0), "Dispatch-bound", "DISPATCH_BATCH_RATIO"),
-    # ---- the serving gate (report/inference.py: struck), against main's behaviour
+    # ---- the serving gate (report/sections/inference.py: struck), against main's behaviour
     Case("inference.struck", as_is, lambda: gate(agreement=GATE_AGREEMENT - D / 10),
          lambda: gate(agreement=GATE_AGREEMENT), "speedup struck", "GATE_AGREEMENT"),
     Case("inference.struck", as_is, lambda: gate(cosine=GATE_COSINE - D / 10),
          lambda: gate(cosine=GATE_COSINE), "speedup struck", "GATE_COSINE"),
-    # ---- the scaling map's notes (report/scaling.py): with no independent replicas measured
-    # the cause is "communication or contention" (communication-bound only where they show it:
-    # tests/test_scaling.py)
+    # ---- the scaling map's notes (report/sections/scaling.py): with no independent replicas
+    # measured the cause is "communication or contention" (communication-bound only where they
+    # show it: tests/test_scaling.py)
     Case("scaling.communication_bound", as_is,
          lambda: scaling_notes(ratio(0.5, scaling.COMMUNICATION - D)),
          lambda: scaling_notes(ratio(0.5, scaling.COMMUNICATION + D)),
@@ -533,13 +526,13 @@ CASES: list[Case] = [
          lambda: scaling_notes(ratio(scaling.SUPERLINEAR - D)), "super-linear", "SUPERLINEAR"),
     Case("scaling_reference.Health.slow", as_is, lambda: sweep(sref.SLOW - D),
          lambda: sweep(sref.SLOW + D), "gpu:2 is slow", "SLOW"),
-    # ---- training (report/training.py)
+    # ---- training (report/sections/training.py)
     Case("training.stuck_at_chance", as_is, lambda: at_chance(near_chance() - D, 0.9),
          lambda: at_chance(near_chance() + D, 0.9), None, "CHANCE_MARGIN"),
     Case("training.stuck_at_chance", as_is,
          lambda: at_chance(0.1, training.LEARNING + D),
          lambda: at_chance(0.1, training.LEARNING - D), None, "LEARNING"),
-    # ---- the largest batch (report/capacity.py)
+    # ---- the largest batch (report/sections/capacity.py)
     Case("capacity.diagnosis", as_is, lambda: largest(capacity.LARGER + D),
          lambda: largest(capacity.LARGER - D), "lets this device train larger batches", "LARGER"),
     Case("capacity.diagnosis",  # the bug: 1.04x was "does not fit a larger batch"
@@ -579,5 +572,5 @@ def test_the_report_runs_it_where_it_fires_and_not_where_it_is_silent(case: Case
 def test_every_rule_has_a_silent_case() -> None:
     named = {c.rule for c in CASES}
     assert set(DIAGNOSE) <= named, set(DIAGNOSE) - named
-    serving_rules = {r.__name__ for r in diagnose_infer.RULES}
-    assert serving_rules <= named, serving_rules - named
+    serving_names = {r.__name__ for r in serving_rules.RULES}
+    assert serving_names <= named, serving_names - named

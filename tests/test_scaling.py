@@ -18,14 +18,15 @@ from typing import Any
 
 import pytest
 
-from mxbench.bench.distribute import FORCE_HOST_DEVICES, xla_flags
+from mxbench.bench.parallel.distribute import FORCE_HOST_DEVICES, xla_flags
 from mxbench.cells.cell import cell_key
 from mxbench.errors import UsageError
 from mxbench.matrix import scale
 from mxbench.matrix.file import parse_matrix
 from mxbench.matrix.params import Params
-from mxbench.report import document, scaling
+from mxbench.report import document
 from mxbench.report.load import load
+from mxbench.report.sections import scaling
 from mxbench.report.tables import build
 from report_records import rec, write
 
@@ -619,7 +620,7 @@ def test_the_efficiency_interval_holds_its_level_with_process_effects() -> None:
     import numpy as np
 
     from mxbench import stats as mstats
-    from mxbench.report import throughput
+    from mxbench.report.sections import throughput
 
     rng = np.random.default_rng(7)
 
@@ -650,7 +651,7 @@ def test_the_efficiency_interval_holds_its_level_with_process_effects() -> None:
 
 def test_the_docs_name_the_map_s_rules_and_thresholds() -> None:
     """docs/scaling.md names each rule the map's notes say, with the code's threshold."""
-    from mxbench.report import scaling_reference
+    from mxbench.report.sections import scaling_reference
 
     doc = " ".join((Path(__file__).resolve().parents[1] / "docs/scaling.md").read_text().split())
     for rule in BOUND:

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from mxbench.errors import UsageError
 from mxbench.matrix.file import parse_matrix
 from mxbench.matrix.search import BatchSearch, Found, walk
-from mxbench.report import capacity
 from mxbench.report.load import load
+from mxbench.report.sections import capacity
 from report_records import rec, write
 
 
@@ -181,8 +181,9 @@ def test_report_replays_the_search_from_the_records(tmp_path: Path) -> None:
     assert "Largest batch: float32 20, mixed_float16 30 (1.50x): mixed precision lets" in (
         capacity.diagnosis(c) or ""
     )
-    from mxbench.report import document, html, tables
-    from mxbench.report.plot import memory_png
+    from mxbench.report import document, tables
+    from mxbench.report.render import html
+    from mxbench.report.render.plot import memory_png
 
     assert tables.build(winners) == []  # trials are not speed cells
     assert (memory_png(c) or b"").startswith(b"\x89PNG")  # peak memory against batch size

@@ -20,8 +20,8 @@ import pytest
 
 from conftest import mxbench, records, require_service
 from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
-from mxbench.report import capacity
 from mxbench.report.load import load
+from mxbench.report.sections import capacity
 
 pytestmark = pytest.mark.slow
 

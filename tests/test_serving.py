@@ -22,7 +22,8 @@ from mxbench.matrix import serving
 from mxbench.matrix.file import parse_matrix
 from mxbench.matrix.params import Params
 from mxbench.records.codec import decode
-from mxbench.report import answers, document, inference, load, tables
+from mxbench.report import document, load, tables
+from mxbench.report.sections import answers, inference
 from mxbench.stats import latency
 from report_records import rec, write
 
@@ -451,7 +452,7 @@ def test_records_round_trip_with_their_serving_part() -> None:
 
 
 def test_the_gate_runs_where_a_policy_or_quantization_departs_from_float32() -> None:
-    from mxbench.bench.infer import needs_gate
+    from mxbench.bench.process.infer import needs_gate
 
     assert not needs_gate(Params(mode="infer"))
     assert needs_gate(Params(mode="infer", policy="mixed_bfloat16"))
@@ -488,7 +489,7 @@ def test_a_failed_precision_says_why_beside_its_row_not_in_the_answers(tmp_path:
     assert inference.lines(doc.loaded.winners) == []
 
 
-# ---- the serving diagnosis (report/diagnose_infer.py), on records of known truth ----------
+# ---- the serving diagnosis (report/diagnosis/serving.py), on records of known truth ----------
 
 
 def _on(r: dict[str, Any], batch: int = 1, device: dict[str, Any] | None = None,
@@ -698,13 +699,13 @@ def test_dispatch_bound_needs_the_whole_interval_under_the_limit(tmp_path: Path)
 
 def test_the_docs_name_the_serving_rules_and_thresholds() -> None:
     """docs/serving.md names each diagnosis rule and the thresholds the code uses."""
-    from mxbench.report import diagnose_infer
+    from mxbench.report.diagnosis import serving as serving_rules
 
     doc = " ".join((Path(__file__).resolve().parents[1] / "docs/serving.md").read_text().split())
     for rule in ("No fast float16", "float16 on an x86 CPU", "int8 without VNNI or AMX",
                  "Dispatch-bound calls", "Calls are not independent"):  # fmt: skip
         assert f"**{rule}**" in doc, rule
-    assert f"at least {diagnose_infer.DISPATCH_BATCH_RATIO}x larger (`DISPATCH_BATCH_RATIO`)" in doc
-    assert f"at most {diagnose_infer.DISPATCH_TIME_RATIO}x the small batch's" in doc
+    assert f"at least {serving_rules.DISPATCH_BATCH_RATIO}x larger (`DISPATCH_BATCH_RATIO`)" in doc
+    assert f"at most {serving_rules.DISPATCH_TIME_RATIO}x the small batch's" in doc
     assert f"[0, {latency.MAX_RHO}], `MAX_RHO`" in doc
     assert "(`DISPATCH_TIME_RATIO`" in doc

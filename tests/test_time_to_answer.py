@@ -7,7 +7,7 @@ import pytest
 from mxbench.engines.compile_cache import JAX_DIR, TF_FLAG, CompileCache
 from mxbench.matrix.params import Params
 from mxbench.records.record import Metrics, Record
-from mxbench.report.answers import lines, time_per_run, time_to_answer
+from mxbench.report.sections.answers import lines, time_per_run, time_to_answer
 from mxbench.report.tables import build
 
 
@@ -66,7 +66,7 @@ def test_a_line_under_the_answers_says_how_many_false_verdicts_their_level_expec
     from dataclasses import dataclass, field
 
     from mxbench import stats
-    from mxbench.report.answers import judged
+    from mxbench.report.sections.answers import judged
 
     @dataclass
     class Shown:  # what judged reads of a table

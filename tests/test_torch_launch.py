@@ -1,6 +1,6 @@
 """PyTorch on several devices of one host (issue 36): ``devices: 2`` on the torch backend is
 two processes the bench starts itself, over gloo on this CPU, one record from rank 0; a rank
-that fails ends the cell with its error, bounded (bench/torch_launch.py). Real torch, real
+that fails ends the cell with its error, bounded (bench/parallel/torch_launch.py). Real torch, real
 processes."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mxbench.bench import torch_launch
+from mxbench.bench.parallel import torch_launch
 from mxbench.matrix import scale
 from mxbench.matrix.file import parse_matrix
 from mxbench.matrix.params import Params

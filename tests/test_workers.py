@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from mxbench.bench.torch_workers import rendezvous
-from mxbench.bench.workers import (
+from mxbench.bench.parallel.torch_workers import rendezvous
+from mxbench.bench.parallel.workers import (
     PORT_BASE,
     PORT_BLOCKS,
     PORT_SPAN,
@@ -127,7 +127,7 @@ _AVERAGE = """
 import json, os, socket
 import torch
 import torch.distributed as dist
-from mxbench.bench.torch_workers import average
+from mxbench.bench.parallel.torch_workers import average
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]

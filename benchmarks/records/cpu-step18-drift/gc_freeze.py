@@ -8,8 +8,9 @@ import time
 
 import msgspec
 
-from mxbench.bench import cell_paired, probe
-from mxbench.bench.timing import Phases
+from mxbench.bench.evidence import probe
+from mxbench.bench.process import paired
+from mxbench.bench.process.timing import Phases
 from mxbench.matrix.params import Params
 from mxbench.records.record import Cpu
 
@@ -37,7 +38,7 @@ builds = []
 for size in (8, 32):
     before = dict(phases.out)
     q = msgspec.structs.replace(p, batch_size=size)
-    cell_paired._pass(q, ["mixed_bfloat16"], cpu, phases, "g", t0, None)
+    paired._pass(q, ["mixed_bfloat16"], cpu, phases, "g", t0, None)
     builds.append(
         {
             k: round(v - before.get(k, 0.0), 2)

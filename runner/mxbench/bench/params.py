@@ -61,7 +61,7 @@ def validate(p: Params) -> Params:
             raise UsageError(f"--data {p.data!r}: no such directory (or use 'synthetic')")
         if not train.is_dir():
             raise UsageError(f"--data {p.data!r}: no train/ folder (Imagenette layout expected)")
-        from mxbench.bench.data import list_images, validation_split
+        from mxbench.bench.model.data import list_images, validation_split
 
         classes = list_images(p.data)[2]
         if validation_split(p.data) is None and (p.epochs or p.mode == "infer"):

@@ -311,8 +311,9 @@ def pairable(cell: Cell) -> bool:
         and not p.training_run
         and p.steps_per_execution == 1
         and scale.processes(p) == 1  # several processes: Slurm's tasks, torch's devices
-        and p.scaling != "independent"  # each replica times its own steps (bench/independent)
-        and p.mode == "train"  # a serving cell: one policy per process (bench/infer.py)
+        and p.scaling
+        != "independent"  # each replica times its own steps (bench/parallel/independent)
+        and p.mode == "train"  # a serving cell: one policy per process (bench/process/infer.py)
     )
 
 

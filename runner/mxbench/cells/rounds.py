@@ -20,7 +20,7 @@ from mxbench.cells.cell import cell_key
 from mxbench.cells.repeats import AutoRepeats, Decision
 from mxbench.matrix.params import BASELINE
 from mxbench.records.record import FINAL_STATUSES, Record
-from mxbench.report.busy import busy
+from mxbench.report.diagnosis.busy import busy
 
 
 def noise(records: Iterable[Record]) -> str:

@@ -52,9 +52,10 @@ def compare(
     labels.
     """
 
-    from mxbench.report import compare_document, export, markdown
+    from mxbench.report import compare_document
     from mxbench.report.compare import compare as diff
     from mxbench.report.compare import floors, speedups
+    from mxbench.report.render import export, markdown
 
     loaded = _load(base, new, base_label, new_label)
     found = diff(loaded[0], loaded[1], threshold / 100)

@@ -141,7 +141,7 @@ def _report(
         if fmt == "terminal" and path is None:
             from rich.console import Console
 
-            from mxbench.report import terminal
+            from mxbench.report.render import terminal
 
             terminal.show(doc, Console())
             continue
@@ -208,7 +208,7 @@ def _html(doc: Any) -> str:
     from rich.console import Console
     from rich.progress import Progress
 
-    from mxbench.report import html
+    from mxbench.report.render import html
 
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:

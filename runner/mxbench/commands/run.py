@@ -146,7 +146,7 @@ def run(
             file=sys.stderr,
         )
         raise typer.Exit(130)
-    from mxbench.report.answers import time_to_answer
+    from mxbench.report.sections.answers import time_to_answer
 
     for note in summary.notes:
         print(note, file=sys.stderr)
@@ -282,7 +282,8 @@ def _measure(
 def _print_answers(results: Path, label: str | None, keys: set[str]) -> None:
     """The verdicts of the matrix's cells (this run's, and those --resume kept), one line
     per comparison with float32, on stdout: the answer comes first."""
-    from mxbench.report import answers, inference, load, tables
+    from mxbench.report import load, tables
+    from mxbench.report.sections import answers, inference
 
     loaded = load.load([results], label=label)
     ours = [r for r in loaded.winners if r.cell in keys]

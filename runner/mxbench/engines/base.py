@@ -191,7 +191,7 @@ def text(data: str | bytes) -> str:
     return data if isinstance(data, str) else data.decode("utf-8", "replace")
 
 
-PROBE = ["-m", "mxbench.bench.probe"]  # what `mxbench doctor` runs where the bench runs
+PROBE = ["-m", "mxbench.bench.evidence.probe"]  # what `mxbench doctor` runs where the bench runs
 
 
 def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
@@ -207,7 +207,7 @@ def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
             "devices",
             "fail",
             f"the probe printed no result: {why}",
-            "run `python -m mxbench.bench.probe` there and read its error",
+            "run `python -m mxbench.bench.evidence.probe` there and read its error",
         )
     cpu = facts.get("cpu") or {}
     where = f"{cpu.get('model') or 'unknown CPU'}, {cpu.get('cores')} cores"
@@ -393,7 +393,7 @@ _PHASES = {"profile": "the profiled window", "check": "the one-step check"}
 
 def interrupted(cell: Cell, outcome: Outcome, rec: Record) -> Record:
     """A record the bench printed after its timed steps, before the phases it names in
-    ``pending`` (:func:`mxbench.bench.cell.run_cell`'s ``emit``), from a process that never
+    ``pending`` (:func:`mxbench.bench.process.cell.run_cell`'s ``emit``), from a process that never
     printed a later one: the timed figures stand; the first pending phase is where the
     process ended (the reason: how it ended), the others never ran."""
     if outcome.returncode == 0 and not outcome.timed_out and outcome.status is None:

@@ -30,7 +30,7 @@ Pairing = Literal["paired", "process"]
 OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
 Scaling = Literal["weak", "strong", "independent"]
-# The dtype PyTorch's processes all-reduce their gradients in (mxbench.bench.torch_workers)
+# The dtype PyTorch's processes all-reduce their gradients in (mxbench.bench.parallel.torch_workers)
 AllReduce = Literal["native", "bfloat16", "float16"]
 Mode = Literal["train", "infer"]
 Call = Literal["direct", "compiled", "predict_on_batch", "predict"]

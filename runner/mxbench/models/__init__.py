@@ -6,7 +6,7 @@ a dict that adds ``loss``, ``optimizer``, ``inputs`` / ``labels`` specs or a ``d
 :data:`BUILD_KWARGS` and gets those (:func:`call`). Beside it the module may declare facts
 (:data:`DECLARED`: what shapes its input, its smallest image, its own input size, its
 classes) as top-level constants, and a ``forward_flops`` function called like ``build``. The
-bench (:mod:`mxbench.bench.harness`) owns the rest: seeds, identical initial weights across
+bench (:mod:`mxbench.bench.model.harness`) owns the rest: seeds, identical initial weights across
 policies, compile, loss scaling, synthetic data, timing, OOM.
 
 The ``model`` parameter names either a built-in model (:data:`ZOO`: one module each) or an

@@ -1,5 +1,5 @@
 """The data-parallel part of the result record (:mod:`mxbench.records.record`): how a cell of
-``devices`` > 1 was spread over its devices (:mod:`mxbench.bench.distribute`)."""
+``devices`` > 1 was spread over its devices (:mod:`mxbench.bench.parallel.distribute`)."""
 
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ class OneDnnEvidence(Part):
 
 class Profile(Part):
     """The profiled window: a few training steps after the timed ones under the backend's
-    own profiler (mxbench.bench.profile), and where their time went."""
+    own profiler (mxbench.bench.evidence.profile), and where their time went."""
 
     tool: Annotated[str | None, Doc("tf.profiler, jax.profiler or torch.profiler")] = None
     device: Literal["gpu", "cpu"] | None = None

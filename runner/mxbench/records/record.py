@@ -133,12 +133,12 @@ class Metrics(Part):
         dict[str, float],
         Doc("where the process's time went (s), phase by phase: start (interpreter, mxbench "
             "import), import (framework), build, data, facts, first_step, warmup, timed, "
-            "fit_other, probe, profile, check (mxbench.bench.timing.PHASES)"),
+            "fit_other, probe, profile, check (mxbench.bench.process.timing.PHASES)"),
     ] = {}  # fmt: skip
 
 
 class Convergence(Part):
-    """Whether the policy still trains like float32 (mxbench.bench.convergence): the steps its
+    """Whether the policy still trains like float32 (mxbench.bench.model.convergence): the steps its
     loss scaler skipped, and a one-step check of its gradient against float32's from the same
     initial weights and batch, done after the timed steps."""
 

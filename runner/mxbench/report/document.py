@@ -21,19 +21,10 @@ from typing import Literal, TypeVar
 from mxbench import stats
 from mxbench.matrix.params import BASELINE
 from mxbench.records.record import Record
-from mxbench.report import (
-    annotate,
-    answers,
-    capacity,
-    fanout,
-    inference,
-    scaling,
-    text,
-    training,
-    why,
-)
-from mxbench.report.diagnose import diagnose
+from mxbench.report import annotate, fanout, text
+from mxbench.report.diagnosis.rules import diagnose
 from mxbench.report.load import Loaded
+from mxbench.report.sections import answers, capacity, inference, scaling, training, why
 from mxbench.report.tables import Table, bounded, last_line
 
 R = TypeVar("R")
@@ -157,7 +148,7 @@ class Document:
     search): once, on first use of :attr:`sections`, or in worker processes by :meth:`each`
     when a renderer needs only what it makes of them. Everything else is made on first use
     too, so that a renderer makes it while the workers make the sections
-    (:func:`mxbench.report.markdown.render`)."""
+    (:func:`mxbench.report.render.markdown.render`)."""
 
     loaded: Loaded
     tables: Sequence[Table]
@@ -188,7 +179,8 @@ class Document:
 
     @cached_property
     def training(self) -> list[training.Section]:
-        """Training runs to an accuracy; input and host-overhead A/Bs (report/training.py)."""
+        """Training runs to an accuracy; input and host-overhead A/Bs
+        (report/sections/training.py)."""
         return training.sections(self.loaded.winners)
 
     @cached_property
@@ -197,12 +189,14 @@ class Document:
 
     @cached_property
     def scaling(self) -> list[scaling.Map]:
-        """The speedup x scale map: tables that differ only in devices (report/scaling.py)."""
+        """The speedup x scale map: tables that differ only in devices
+        (report/sections/scaling.py)."""
         return scaling.build(self.tables)
 
     @cached_property
     def inference(self) -> list[inference.Section]:
-        """Serving cells: latency percentiles, throughput, the gate (report/inference.py)."""
+        """Serving cells: latency percentiles, throughput, the gate
+        (report/sections/inference.py)."""
         return inference.sections(self.loaded.winners)
 
     @cached_property
@@ -365,11 +359,11 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
 
 # format name -> (module of its renderer, the file suffixes it is chosen by)
 FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "markdown": ("mxbench.report.markdown", (".md", ".markdown")),
-    "html": ("mxbench.report.html", (".html", ".htm")),
-    "json": ("mxbench.report.export", (".json",)),
+    "markdown": ("mxbench.report.render.markdown", (".md", ".markdown")),
+    "html": ("mxbench.report.render.html", (".html", ".htm")),
+    "json": ("mxbench.report.render.export", (".json",)),
     "csv": ("mxbench.report.frame", (".csv",)),
-    "terminal": ("mxbench.report.terminal", (".txt",)),
+    "terminal": ("mxbench.report.render.terminal", (".txt",)),
 }
 
 

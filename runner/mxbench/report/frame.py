@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from mxbench.matrix import params
 from mxbench.records.record import Record
-from mxbench.report import capacity, inference, load, scaling, tables, why
-from mxbench.report.busy import busy
+from mxbench.report import load, tables
 from mxbench.report.devices import cuda_text, cudnn_text
+from mxbench.report.diagnosis.busy import busy
+from mxbench.report.sections import capacity, inference, scaling, why
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,7 +102,7 @@ _AFTER = (
     "error",
     "profile_error",
     *scaling.CSV_COLUMNS,
-    *inference.COLUMNS,  # serving cells (report/inference.py)
+    *inference.COLUMNS,  # serving cells (report/sections/inference.py)
 )
 COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
 # The frame's types (everything else: text or float)
@@ -288,7 +289,8 @@ def _beside(rec: Record) -> dict[str, Any]:
 
 def _breakdown(rec: Record) -> dict[str, Any]:
     """Where the time goes, as the report shows it: each category's share of the profiled
-    window applied to the timed median step (:mod:`mxbench.report.why`), and the kernels."""
+    window applied to the timed median step (:mod:`mxbench.report.sections.why`), and the
+    kernels."""
     p, step = why.profile_of([rec]), rec.metrics.step_ms
     parts = why.split(step.median, p) if p is not None and step is not None else None
     if p is None or parts is None:

@@ -1,7 +1,7 @@
-"""One precision of a serving group (:mod:`mxbench.report.inference`): its processes'
+"""One precision of a serving group (:mod:`mxbench.report.sections.inference`): its processes'
 records and what the report reads off them (latency percentiles, the p50s a speedup judges,
 throughput, the kernels that ran, the gate). Its own room so that the serving report and
-its diagnosis (:mod:`mxbench.report.diagnose_infer`) both read it, neither importing the
+its diagnosis (:mod:`mxbench.report.diagnosis.serving`) both read it, neither importing the
 other for it.
 """
 
@@ -15,7 +15,7 @@ from mxbench import stats
 from mxbench.matrix.params import BASELINE
 from mxbench.records.inference import Gate
 from mxbench.records.record import Record
-from mxbench.report import why
+from mxbench.report.sections import why
 from mxbench.stats import latency
 
 

@@ -1,0 +1,227 @@
+"""The merged tables as one JSON document (``mxbench report --json``), for dashboards.
+
+Same tables, numbers, intervals, verdicts, loss parity and diagnosis as the other formats,
+as data: one object per table with a row per (batch size, policy). Numbers are numbers
+(never formatted text); what was not measured is null. Beside the data, each table as the
+other formats show it (``columns`` and ``cells``: the same headers and texts, the energy,
+cost and convergence columns included), and every other part of the document: the
+largest-batch searches, the training runs, the A/B sentences, the counts and definitions.
+The document names its schema (``mxbench.report/1``) so a consumer can check what it
+reads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, TextIO
+
+import msgspec
+
+from mxbench.report.compare_document import CompareDocument
+from mxbench.report.document import Document, Grid, Section
+from mxbench.report.load import folders
+from mxbench.report.sections import answers, capacity, inference, scaling, training, why
+from mxbench.report.tables import LOSS_TOLERANCE, Table
+from mxbench.stats import LEVEL
+
+SCHEMA = "mxbench.report/1"
+
+
+def _num(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def _rows(t: Table) -> list[dict[str, Any]]:
+    out = []
+    for b in t.batches:
+        for p in t.policies:
+            e = t.entries.get((p, b))
+            if e is None:
+                continue
+            r = t.ratios.get((p, b))
+            loss = t.parity.get((p, b))
+            rate = e.images_per_s(b)
+            out.append(
+                {
+                    "batch_size": b,
+                    "policy": p,
+                    "status": e.status,
+                    "step_ms": {
+                        "median": _num(e.median),
+                        "p25": _num(e.p25),
+                        "p75": _num(e.p75),
+                        "n": e.n,
+                    },
+                    "images_per_s": _num(rate, 2),
+                    "j_per_image": _num(why.joules_per_image(e.records)),
+                    "cost_per_million_images": _num(why.dollars_per_million(e.records, rate)),
+                    "repeats": len(e.records) if e.status == "ok" else 0,
+                    "speedup": None
+                    if r is None
+                    else {
+                        "value": _num(r.value),
+                        "low": _num(r.low),
+                        "high": _num(r.high),
+                        "over": r.over,
+                        "n": r.n,
+                        "verdict": r.verdict,
+                        "trusted": t.trusted((p, b)),
+                    },
+                    "loss": None
+                    if loss is None
+                    else {
+                        "state": loss.state,
+                        "mean": _num(loss.loss),
+                        "float32_mean": _num(loss.base),
+                        "relative_diff": _num(loss.diff),
+                    },
+                    "error": (e.records[-1].error or None) if e.status != "ok" else None,
+                }
+            )
+    return out
+
+
+def _table(s: Section) -> dict[str, Any]:
+    t = s.table
+    cap, inferred = t.capability
+    return {
+        "title": t.title,
+        "host": t.host,
+        "device": msgspec.to_builtins(t.device),
+        "capability": None
+        if cap is None
+        else {
+            "compute_capability": cap.label,
+            "architecture": cap.arch,
+            "fp16_tensor_cores": cap.fp16_tensor_cores,
+            "bf16_tensor_cores": cap.bf16_tensor_cores,
+            "tf32": cap.tf32,
+            "inferred_from_name": inferred,
+        },
+        "image": {"name": t.image.name, "id": t.image.id},
+        "setup": t.setup,
+        "annotations": s.lines,
+        "rows": _rows(t),
+        "columns": s.headers,  # the table as every format shows it
+        "cells": _cells(s),
+        "interval_note": s.note,
+        "failures": s.failures,
+        "diagnosis": [{"rule": rule, "text": text} for rule, text in s.diagnosis_rules],
+        "where_the_time_goes": [
+            {
+                "policy": b.policy,
+                "batch_size": b.batch,
+                "step_ms": _num(b.step_ms),
+                "ms": {c: _num(v) for c, v in b.parts.items()},
+                "kernels": b.kernels,
+            }
+            for b in s.breakdown
+        ],
+    }
+
+
+def _cells(s: Section) -> list[dict[str, str]]:
+    return [dict(zip(s.headers, row, strict=True)) for row in s.rows]
+
+
+def _largest(s: Section) -> dict[str, Any]:
+    """A largest-batch search: per policy the largest batch that fit, and the diagnosis."""
+    c = s.capacity
+    return {
+        "title": s.title,
+        "annotations": s.lines,
+        "columns": s.headers,
+        "cells": _cells(s),
+        "largest_batch": {}
+        if c is None
+        else {
+            p: {"batch_size": f.batch, "peak_memory_bytes": f.peak_bytes, "peak_kind": f.peak_kind}
+            for p, f in c.fits.items()
+        },
+        "diagnosis": s.note,
+        "counted": None if c is None else capacity.counted(c),
+    }
+
+
+def _grid(g: Grid) -> dict[str, Any]:
+    return {
+        "policy": g.policy,
+        "batch_sizes": g.batches,
+        "devices": [
+            {
+                "title": r.title,
+                "table": r.anchor,
+                "cells": [
+                    {"value": c.value or None, "verdict": c.verdict, "detail": c.detail or None}
+                    for c in r.cells
+                ],
+            }
+            for r in g.rows
+        ],
+    }
+
+
+def render(doc: Document) -> str:
+    loaded = doc.loaded
+    judged = answers.judged_count(doc.tables)
+    out = {
+        "schema": SCHEMA,
+        "counts": doc.counts,
+        "definitions": doc.definitions,
+        "records": loaded.read,
+        "files": [str(f) for f in loaded.files],
+        "folders": [str(d) for d in folders(loaded.files)],
+        "cells": len(loaded.winners),
+        "older_attempts": sum(n - 1 for n in loaded.attempts.values()),
+        "unreadable": len(loaded.bad),
+        "loss_tolerance": LOSS_TOLERANCE,
+        # the answer: per policy, the speedup's verdict per device and batch size
+        "summary": [_grid(g) for g in doc.grids],
+        # how many answers are verdicts, and how many false ones their level expects
+        "judged": {
+            "comparisons": judged,
+            "level": LEVEL,
+            "false_expected": judged * (1 - LEVEL),
+            "text": doc.judged,
+        },
+        "notices": doc.notices,  # older attempts hidden, lines skipped, why no summary
+        "tables": doc.each(_table, "speed"),
+        "largest_batch": doc.each(_largest, "largest"),  # the batch-size searches
+        # training runs to an accuracy, and the input pipeline's share (report/sections/training.py)
+        "training": [training.as_dict(s) for s in doc.training],
+        "shares": doc.shares,
+        "scaling": [scaling.as_dict(m) for m in doc.scaling],  # the speedup x scale map
+        # serving cells: latency percentiles, throughput, the gate (report/sections/inference.py)
+        "inference": [inference.as_dict(s) for s in doc.inference],
+    }
+    return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")
+
+
+COMPARE_SCHEMA = "mxbench.compare/1"
+# after "cells" (the changes shown), each table part of the comparison under its key
+COMPARE_KEYS = {
+    "broke": "broke",
+    "fixed": "fixed",
+    "speedups": "speedups",
+    "only_base": "only_in_base",
+    "only_new": "only_in_new",
+    "failed_both": "failed_in_both",
+}
+
+
+def write_compare(doc: CompareDocument, out: TextIO, chunk: int = 10_000) -> None:
+    """``mxbench compare --json``: one object, the cells shown (encoded a chunk at a time:
+    a million cells never become one string), those that ran on one side only, the speedups
+    in both runs with what they gained, the cells one side has alone."""
+    cells = doc.changes.items
+    out.write('{"schema":"' + COMPARE_SCHEMA + '","cells":[')
+    for start in range(0, len(cells), chunk):
+        part = msgspec.json.encode(cells[start : start + chunk])[1:-1].decode()
+        out.write(("," if start else "") + part)
+    out.write("]")
+    for name, key in COMPARE_KEYS.items():
+        items: Any = getattr(doc, name).items
+        if name == "speedups":  # with what each gained
+            items = [{**msgspec.structs.asdict(s), "gained": s.gained} for s in items]
+        out.write(f',"{key}":' + msgspec.json.encode(items).decode())
+    out.write("}\n")
