@@ -68,7 +68,7 @@ def test_too_many_cells_says_how_many_and_why() -> None:
     start = AutoRepeats().start  # auto's processes a cell to start with, by default
     cells = 2 * 6000 * start  # the default's two policies, 6,000 batch sizes
     assert f"expands to {cells:,} cells" in str(exc.value) and "at most 10,000" in str(exc.value)
-    assert f"set benchmark.repeats: 1, one process per cell instead of auto's {start}" in str(
+    assert f"set measure.repeats: 1, one process per cell instead of auto's {start}" in str(
         exc.value
     )
 
