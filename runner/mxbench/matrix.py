@@ -474,15 +474,20 @@ def default_matrix_path() -> Path:
 MAX_PROBLEMS_SHOWN = 20
 
 
-def load_matrix(
-    path: Path | str, overrides: Iterable[matrix_doc.Override] = (), name: str | None = None
-) -> Matrix:
-    """The matrix in the file at ``path``, with ``overrides`` (the command line's
+DEFAULT_NAME = "embedded default matrix"
+
+
+def load_matrix(path: Path | str | None, overrides: Iterable[matrix_doc.Override] = ()) -> Matrix:
+    """The matrix in the file at ``path`` (None: the embedded default, whose relative model
+    files are the current directory's), with ``overrides`` (the command line's
     ``--policy``, ``--set``, ``--fast``: :mod:`mxbench.matrix_doc`) put over it before it
-    is validated; ``name``: what messages call the file (default: its path)."""
+    is validated."""
+    if path is None:
+        text = read_matrix_file(default_matrix_path())
+        return parse_matrix(text, DEFAULT_NAME, Path.cwd(), overrides)
     path = Path(path)
     text = read_matrix_file(path)
-    matrix = parse_matrix(text, name or str(path), path.resolve().parent, overrides)
+    matrix = parse_matrix(text, str(path), path.resolve().parent, overrides)
     matrix._source = path.resolve()
     return matrix
 

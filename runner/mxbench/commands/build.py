@@ -53,11 +53,11 @@ def build(
     ```
     """
     from mxbench.images import read_ca_bundle
-    from mxbench.matrix import default_matrix_path, load_matrix
+    from mxbench.matrix import load_matrix
 
     if ca_bundle is not None:
         read_ca_bundle(ca_bundle)  # before any daemon is contacted
-    m = load_matrix(matrix or default_matrix_path(), name=None if matrix else "embedded default")
+    m = load_matrix(matrix)
     for note in m.notes:
         typer.echo(f"mxbench: note: {note}", err=True)
     plan = _plan(m, host, image)

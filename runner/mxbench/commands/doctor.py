@@ -66,9 +66,9 @@ def doctor(
     """
     from mxbench.cells import expand, searches
     from mxbench.engines import engine_class
-    from mxbench.matrix import default_matrix_path, load_matrix
+    from mxbench.matrix import load_matrix
 
-    mx = load_matrix(matrix or default_matrix_path(), name=None if matrix else "embedded default")
+    mx = load_matrix(matrix)
     for note in mx.notes:
         print(f"mxbench: note: {note}", file=sys.stderr)
     cells = expand(mx, host or None) + [s.template for s in searches(mx, host or None)]

@@ -158,14 +158,12 @@ def run(
 
     from mxbench import trained
     from mxbench.cells import expand, searches
-    from mxbench.matrix import default_matrix_path, load_matrix
+    from mxbench.matrix import DEFAULT_NAME, load_matrix
     from mxbench.store import ResultStore
 
     given = _overrides([model, policy, batch_size, backend], param, set_, fast, rigorous)
     flags = [a for o in given for a in o[1]]
-    matrix_path = matrix or default_matrix_path()
-    name = None if matrix else "embedded default matrix"
-    mx = load_matrix(matrix_path, [o[0] for o in given], name)
+    mx = load_matrix(matrix, [o[0] for o in given])
     for note in mx.notes:
         print(f"mxbench: note: {note}", file=sys.stderr)
     store = ResultStore(results, label)  # training runs' weights for serving cells: trained.py
@@ -181,7 +179,7 @@ def run(
 
     summary: RunSummary | None = RunSummary(interrupted=True)  # unless _measure returns
     with contextlib.suppress(KeyboardInterrupt), _guarded(store, cells, hunts, dry_run):
-        where = f"{name or matrix_path}" + (f" with {shlex.join(flags)}" if flags else "")
+        where = f"{matrix or DEFAULT_NAME}" + (f" with {shlex.join(flags)}" if flags else "")
         summary = _measure(mx, cells, hunts, store, where, resume, dry_run, max_parallel)
     if summary is None:
         return
