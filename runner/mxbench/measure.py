@@ -19,7 +19,7 @@ from pydantic import Field, PlainValidator, create_model, model_validator
 
 from mxbench import params
 from mxbench.repeats import AUTO, AutoRepeats, check_auto
-from mxbench.schema import Strict, echo, not_a_bool, param_type, settings_struct
+from mxbench.schema import PathError, Strict, echo, not_a_bool, param_type, settings_struct
 
 MAX_REPEATS = 100
 Preset = Literal["quick", "default", "rigorous"]
@@ -117,7 +117,7 @@ class _MeasureBase(Strict):
     @model_validator(mode="after")
     def _auto_only(self) -> Any:
         if "auto_repeats" in self.model_fields_set and self.knobs().get("repeats", AUTO) != AUTO:
-            raise ValueError("auto_repeats applies to `repeats: auto` only")
+            raise PathError(("measure", "auto_repeats"), "applies to `repeats: auto` only")
         return self
 
     def knobs(self) -> dict[str, Any]:
