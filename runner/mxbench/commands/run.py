@@ -183,9 +183,16 @@ def run(
         summary = _measure(mx, cells, hunts, store, where, resume, dry_run, max_parallel)
     if summary is None:
         return
+    again = [*_resume_command(matrix, results, host, max_parallel, label), *flags]
+    _finish(summary, results, label, {c.key for c in cells}, again)
+
+
+def _finish(
+    summary: RunSummary, results: Path, label: str | None, keys: set[str], again: list[str]
+) -> None:
+    """How the run ended, on stderr, and the answers on stdout; the exit code."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
     if summary.interrupted:
-        again = _resume_command(matrix, results, host, max_parallel, label) + flags
         print(
             f"\nmxbench: interrupted. {summary.done} finished cell(s) are saved in "
             f"{results}/ ({counts}).\nResume with: {shlex.join(again)}",
@@ -200,7 +207,7 @@ def run(
     if spent:
         print(f"mxbench: {spent}; the run took {summary.wall_s:.0f} s", file=sys.stderr)
     print(f"mxbench: done: {counts}. Report: mxbench report --results {results}", file=sys.stderr)
-    _print_answers(results, label, {c.key for c in cells} | summary.added)
+    _print_answers(results, label, keys | summary.added)
     if summary.failed:
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
 
