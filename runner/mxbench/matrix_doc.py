@@ -62,7 +62,7 @@ def _knobs_to_measure(doc: dict[str, Any], done: Upgraded) -> None:
     done.notes.append(
         f"benchmark.{', benchmark.'.join(old)}: how to measure is now `measure:` (a preset: "
         f"{', '.join(measure.PRESETS)}, or these keys under it); read as "
-        f"measure.{', measure.'.join(old)} (docs/matrix.md#how-to-measure)"
+        f"measure.{', measure.'.join(old)} (docs/matrix.md: How to measure)"
     )
 
 
