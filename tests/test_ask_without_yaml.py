@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 import yaml
+from mxbench.cells.cell import expand
+from mxbench.matrix.file import default_matrix_path, load_matrix, parse_matrix
+from mxbench.matrix.file.measure import KNOBS, PRESETS
 
-from mxbench import matrix_doc
-from mxbench.cells import expand
 from mxbench.commands.schema import matrix_schema
 from mxbench.errors import UsageError
-from mxbench.matrix import default_matrix_path, load_matrix, parse_matrix
-from mxbench.measure import KNOBS, PRESETS
+from mxbench.matrix import document
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "hosts: [{name: box, engine: local}]\n"
@@ -32,14 +32,14 @@ def mxbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
     )  # fmt: skip
 
 
-def cells(*given: matrix_doc.Override) -> list[tuple[Any, ...]]:
+def cells(*given: document.Override) -> list[tuple[Any, ...]]:
     """(model, policy, batch size) of every planned cell of the default under ``given``."""
     mx = load_matrix(default_matrix_path(), given)
     return sorted({(c.params.model, c.params.policy, c.params.batch_size) for c in expand(mx)})
 
 
-def axis(name: str, text: str) -> matrix_doc.Override:
-    return matrix_doc.axis_from_text(name, text, f"--{name} {text}")
+def axis(name: str, text: str) -> document.Override:
+    return document.axis_from_text(name, text, f"--{name} {text}")
 
 
 def test_the_newcomers_command_plans_its_cells_without_a_file(tmp_path: Path) -> None:
@@ -56,18 +56,18 @@ def test_options_replace_the_matrix_axes_and_values() -> None:
     ]  # fmt: skip
     # the default says benchmark.model: blog-cnn; --model sweeps instead (no conflict)
     assert {c[0] for c in cells(axis("model", "blog-cnn,so-cnn"))} == {"blog-cnn", "so-cnn"}
-    assert {c[2] for c in cells(matrix_doc.axis("batch_size", [8, 24], "api"))} == {8, 24}
+    assert {c[2] for c in cells(document.axis("batch_size", [8, 24], "api"))} == {8, 24}
     mx = load_matrix(default_matrix_path(), [
-        matrix_doc.setting("benchmark.image_size", 32, "a"),
-        matrix_doc.setting("steps", matrix_doc.parse_value("40", "b"), "b"),
+        document.setting("benchmark.image_size", 32, "a"),
+        document.setting("steps", document.parse_value("40", "b"), "b"),
         axis("jit-compile", "on,off"),
     ])  # fmt: skip
     assert mx.benchmark.image_size == 32 and mx.benchmark.steps == 40
     assert mx.sweep()["jit_compile"] == ["on", "off"]  # YAML's on/off booleans read back
     # the old place of a knob is read as its new one, and a --set wins over the file's axis
     doc = {"axes": {"image_size": [32, 64]}, "measure": "quick", "hosts": []}
-    matrix_doc.apply(doc, [matrix_doc.setting("benchmark.timed_s", 4, "x"),
-                           matrix_doc.setting("image_size", 48, "y")])  # fmt: skip
+    document.apply(doc, [document.setting("benchmark.timed_s", 4, "x"),
+                           document.setting("image_size", 48, "y")])  # fmt: skip
     assert doc["measure"] == {"preset": "quick", "timed_s": 4}
     assert doc["benchmark"] == {"image_size": 48} and "image_size" not in doc["axes"]
 

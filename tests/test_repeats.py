@@ -12,15 +12,16 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from mxbench.cells.cell import expand
+from mxbench.cells.repeats import AutoRepeats, decide
+from mxbench.matrix.file import load_matrix, parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.records.record import Metrics, Record, StepStats
+from mxbench.records.store import ResultStore
 
-from mxbench import repeat_plan, repeats
-from mxbench.cells import expand
+from mxbench.cells import repeats
+from mxbench.cells import rounds as repeat_plan
 from mxbench.errors import UsageError
-from mxbench.matrix import load_matrix, parse_matrix
-from mxbench.params import Params
-from mxbench.repeats import AutoRepeats, decide
-from mxbench.results import Metrics, Record, StepStats
-from mxbench.store import ResultStore
 
 CFG = AutoRepeats(start=3, target=0.03, max=10, budget_s=600)
 

@@ -30,13 +30,13 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from mxbench import matrix_doc, measure, models, params, scale, serving
+from mxbench.cells.repeats import AUTO, AutoRepeats
 from mxbench.errors import UsageError
-from mxbench.hosts import HOSTS
-from mxbench.matrix_yaml import Loader, check_nodes, read_matrix_file
-from mxbench.measure import AutoRepeatsSettings, Measure, Preset, Repeats
-from mxbench.repeats import AUTO, AutoRepeats
-from mxbench.schema import (
+from mxbench.matrix import document, measure, models, params, scale, serving
+from mxbench.matrix.file.measure import AutoRepeatsSettings, Measure, Preset, Repeats
+from mxbench.matrix.hosts import HOSTS
+from mxbench.matrix.reader import Loader, check_nodes, read_matrix_file
+from mxbench.matrix.schema import (
     EnvName,
     HostBase,
     OneLine,
@@ -48,7 +48,7 @@ from mxbench.schema import (
     param_type,
     settings_struct,
 )
-from mxbench.search import LIMITS, SEARCH, BatchSearch
+from mxbench.matrix.search import LIMITS, SEARCH, BatchSearch
 
 DEFAULT_CELL_TIMEOUT_S = 1800.0
 # Each cell is a fresh process (or container, or job) of seconds to minutes: a matrix of more
@@ -97,7 +97,7 @@ def _batch_search(value: Any) -> BatchSearch:
 
 def _model_name(value: str) -> str:
     """A zoo name or an entry point (whether its file exists is checked when cells are
-    planned: mxbench.cells.resolve_model)."""
+    planned: mxbench.cells.cell.resolve_model)."""
     try:
         models.parse(value)
     except ValueError as exc:
@@ -110,12 +110,12 @@ class _BenchmarkBase(Strict):
     the step count), plus how long at most. It also carries the values of ``measure:`` (its
     knobs, not part of the written schema: :meth:`Matrix._measured` puts them here)."""
 
-    # A number of fresh processes per cell, or `auto` (mxbench.repeats, the default): as
+    # A number of fresh processes per cell, or `auto` (mxbench.cells.repeats, the default): as
     # many as the speedup's interval needs, settings under auto_repeats.
     repeats: SkipJsonSchema[Repeats] = AUTO
     auto_repeats: SkipJsonSchema[AutoRepeatsSettings] = AutoRepeats()
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
-    # How `axes.batch_size: max` searches (defaults: mxbench.search.BatchSearch).
+    # How `axes.batch_size: max` searches (defaults: mxbench.matrix.search.BatchSearch).
     batch_search: Annotated[BatchSearch, PlainValidator(_batch_search)] = BatchSearch()
 
     @field_validator("model", check_fields=False)
@@ -170,7 +170,7 @@ class _AxesBase(Strict):
 
 _SWEPT = [f for f in params.fields() if f.spec.role != "repeat"]
 _KNOBS = frozenset(measure.KNOBS)
-# what mxbench.scale.problem judges, in its order
+# what mxbench.matrix.scale.problem judges, in its order
 _SCALE_KEYS = ("backend", "devices", "scaling", "batch_size", "epochs", "nodes", "allreduce")
 
 if TYPE_CHECKING:  # the generated models, as far as a type checker can know them
@@ -244,7 +244,7 @@ def _same(value: Any) -> Any:
 
 class Matrix(Strict):
     version: Literal[1] = 1
-    # How to measure: a preset or the knobs (mxbench.measure); what: benchmark and axes.
+    # How to measure: a preset or the knobs (mxbench.matrix.file.measure); what: benchmark and axes.
     measure: Annotated[Measure, BeforeValidator(_same, json_schema_input_type=Preset | Measure)] = (
         Measure()
     )
@@ -255,7 +255,7 @@ class Matrix(Strict):
     # The file it was loaded from (None when parsed from text): relative image contexts
     # resolve against its directory, and error hints name it (`mxbench build --matrix ...`).
     _source: Path | None = PrivateAttr(default=None)
-    # What reading it said (an older shape upgraded: mxbench.matrix_doc.upgrade).
+    # What reading it said (an older shape upgraded: mxbench.matrix.file.overrides.upgrade).
     _notes: list[str] = PrivateAttr(default_factory=list)
 
     @property
@@ -441,7 +441,7 @@ class Matrix(Strict):
         return (self.sweep_source(name), name)
 
     def sweep(self) -> dict[str, list[Any]]:
-        """Every parameter's values, in :class:`~mxbench.params.Params` order: the list under
+        """Every parameter's values, in :class:`~mxbench.matrix.params.Params` order: the list under
         ``axes``, else the one value under ``benchmark``, else the experiment's sweep (policy,
         batch size) or default."""
         out: dict[str, list[Any]] = {}
@@ -477,10 +477,10 @@ MAX_PROBLEMS_SHOWN = 20
 DEFAULT_NAME = "embedded default matrix"
 
 
-def load_matrix(path: Path | str | None, overrides: Iterable[matrix_doc.Override] = ()) -> Matrix:
+def load_matrix(path: Path | str | None, overrides: Iterable[document.Override] = ()) -> Matrix:
     """The matrix in the file at ``path`` (None: the embedded default, whose relative model
     files are the current directory's), with ``overrides`` (the command line's
-    ``--policy``, ``--set``, ``--fast``: :mod:`mxbench.matrix_doc`) put over it before it
+    ``--policy``, ``--set``, ``--fast``: :mod:`mxbench.matrix.file.overrides`) put over it before it
     is validated."""
     if path is None:
         text = read_matrix_file(default_matrix_path())
@@ -496,11 +496,11 @@ def parse_matrix(
     text: str,
     source: str = "<matrix>",
     base: Path | None = None,
-    overrides: Iterable[matrix_doc.Override] = (),
+    overrides: Iterable[document.Override] = (),
 ) -> Matrix:
     """The matrix in ``text``; ``base``: the folder its relative model files are in (the
     matrix file's; default: the current directory). An older shape is upgraded
-    (:func:`mxbench.matrix_doc.upgrade`, saying so in :attr:`Matrix.notes`), then the
+    (:func:`mxbench.matrix.file.overrides.upgrade`, saying so in :attr:`Matrix.notes`), then the
     overrides are put over it."""
     loader = Loader(text)
     try:
@@ -521,8 +521,8 @@ def parse_matrix(
         raise UsageError(f"{source}: the matrix is empty (it needs at least 'hosts')")
     if not isinstance(data, dict):
         raise UsageError(f"{source}: the matrix must be a mapping at the top level")
-    done = matrix_doc.upgrade(data)
-    located = matrix_doc.Located(node, source, matrix_doc.apply(data, overrides), done.moved)
+    done = document.upgrade(data)
+    located = document.Located(node, source, document.apply(data, overrides), done.moved)
     try:
         matrix = Matrix.model_validate(data, context={"base": base})
     except ValidationError as exc:
@@ -531,7 +531,7 @@ def parse_matrix(
     return matrix
 
 
-def _format_errors(exc: ValidationError, at: matrix_doc.Located) -> str:
+def _format_errors(exc: ValidationError, at: document.Located) -> str:
     lines = []
     errors = exc.errors(include_url=False)
     for err in errors[:MAX_PROBLEMS_SHOWN]:
@@ -591,5 +591,5 @@ def format_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _format_one(loc: tuple[Any, ...], msg: str, at: matrix_doc.Located) -> str:
+def _format_one(loc: tuple[Any, ...], msg: str, at: document.Located) -> str:
     return f"{at.where(loc)}: {format_path(loc)}: {msg}"

@@ -26,8 +26,9 @@ from typing import Any
 
 import msgspec
 
-from mxbench import repeat_plan, repeats
-from mxbench.cells import Cell, Search, pair_up, to_run
+from mxbench.cells import repeats
+from mxbench.cells import rounds as repeat_plan
+from mxbench.cells.cell import Cell, Search, pair_up, to_run
 from mxbench.engines import (
     Engine,
     EngineUnavailable,
@@ -37,11 +38,11 @@ from mxbench.engines import (
     to_record,
     to_records,
 )
-from mxbench.matrix import Matrix
+from mxbench.matrix.file import Matrix
+from mxbench.matrix.search import Found, walk
 from mxbench.progress import CellProgress
-from mxbench.results import FINAL_STATUSES, Record, Status
-from mxbench.search import Found, walk
-from mxbench.store import ResultStore, StoreError
+from mxbench.records.record import FINAL_STATUSES, Record, Status
+from mxbench.records.store import ResultStore, StoreError
 
 FAILED_STATUSES = frozenset({"error", "timeout"})
 CANCEL_GRACE_S = 60.0  # after Ctrl-C, how long hosts get to stop their cells

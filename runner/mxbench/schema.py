@@ -1,4 +1,4 @@
-"""Pieces of the matrix schema shared by :mod:`mxbench.matrix` and the engines' host models
+"""Pieces of the matrix schema shared by :mod:`mxbench.matrix.file` and the engines' host models
 (each engine module defines and registers its own host model, see
 :mod:`mxbench.engines.base`): strict models, one-line text, durations, names."""
 
@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 import msgspec
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from mxbench import params
+from mxbench.matrix import params
 
 MAX_CELL_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_HOST_NAME = 128
@@ -44,7 +44,7 @@ def _on_off(value: Any) -> Any:
 
 
 def param_type(f: params.Field) -> Any:
-    """A parameter's type for pydantic, with the bounds :class:`~mxbench.params.Params`
+    """A parameter's type for pydantic, with the bounds :class:`~mxbench.matrix.params.Params`
     declares (strict: ``true`` is not batch size 1, ``"32"`` is not 32)."""
     if f.spec.parse is not None:  # one spelling per value (loss_scale: 1e9 is 1e+09)
         return Annotated[f.type, BeforeValidator(f.spec.parse)]

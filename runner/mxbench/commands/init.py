@@ -95,7 +95,7 @@ def init(
     It loads as it is: `mxbench run --matrix matrix.yaml`. Exit 2 when the file exists
     (--force replaces it).
     """
-    from mxbench.matrix import parse_matrix
+    from mxbench.matrix.file import parse_matrix
 
     target = path / "matrix.yaml" if path.is_dir() else path
     if (target.exists() or target.is_symlink()) and not force:

@@ -16,11 +16,11 @@ from mxbench.errors import MxbenchError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from mxbench.cells import Cell, Search
-    from mxbench.matrix import Matrix
-    from mxbench.matrix_doc import Override
+    from mxbench.cells.cell import Cell, Search
+    from mxbench.matrix.file import Matrix
+    from mxbench.matrix.file.overrides import Override
     from mxbench.orchestrate import RunSummary
-    from mxbench.store import ResultStore
+    from mxbench.records.store import ResultStore
 
 
 # The options of `mxbench run` (typer reads each from its parameter's default).
@@ -156,10 +156,10 @@ def run(
     ```
     """
 
-    from mxbench import trained
-    from mxbench.cells import expand, searches
-    from mxbench.matrix import DEFAULT_NAME, load_matrix
-    from mxbench.store import ResultStore
+    from mxbench.cells import trained
+    from mxbench.cells.cell import expand, searches
+    from mxbench.matrix.file import DEFAULT_NAME, load_matrix
+    from mxbench.records.store import ResultStore
 
     given = _overrides([model, policy, batch_size, backend], param, set_, fast, rigorous)
     flags = [a for o in given for a in o[1]]
@@ -199,7 +199,7 @@ def _finish(
             file=sys.stderr,
         )
         raise typer.Exit(130)
-    from mxbench.report.answers import time_to_answer
+    from mxbench.report.sections.answers import time_to_answer
 
     for note in summary.notes:
         print(note, file=sys.stderr)
@@ -221,30 +221,30 @@ def _overrides(
 ) -> list[tuple[Override, list[str]]]:
     """The options over the matrix, each with its command-line words (for the resume line):
     the measure preset first, then the axes, then --set in the order given."""
-    from mxbench import matrix_doc
+    from mxbench.matrix import document
 
     if fast and rigorous:
         raise UsageError("--fast and --rigorous: choose one (measure: quick or rigorous)")
     out: list[tuple[Override, list[str]]] = []
     if fast or rigorous:
         flag = "--fast" if fast else "--rigorous"
-        out.append((matrix_doc.preset("quick" if fast else "rigorous", flag), [flag]))
+        out.append((document.preset("quick" if fast else "rigorous", flag), [flag]))
     for (flag, name), given in zip(_AXES, axes, strict=True):
         if given:
             text = ",".join(given)
-            out.append((matrix_doc.axis_from_text(name, text, f"{flag} {text}"), [flag, text]))
+            out.append((document.axis_from_text(name, text, f"{flag} {text}"), [flag, text]))
     for item in param:
         name, sep, text = item.partition("=")
         if not sep or not name.strip():
             raise UsageError(f"-P {item[:60]!r}: expected NAME=V1,V2 (-P image_size=64,128)")
-        out.append((matrix_doc.axis_from_text(name.strip(), text, f"-P {item}"), ["-P", item]))
+        out.append((document.axis_from_text(name.strip(), text, f"-P {item}"), ["-P", item]))
     for item in set_:
         key, sep, text = item.partition("=")
         if not sep:
             raise UsageError(f"--set {item[:60]!r}: expected KEY=VALUE (--set steps=50)")
         origin = f"--set {item}"
-        value = matrix_doc.parse_value(text, origin)
-        out.append((matrix_doc.setting(key.strip(), value, origin), ["--set", item]))
+        value = document.parse_value(text, origin)
+        out.append((document.setting(key.strip(), value, origin), ["--set", item]))
     return out
 
 
@@ -298,12 +298,12 @@ def _measure(
     max_parallel: int | None,
 ) -> RunSummary | None:
     """The plan (``--dry-run``) or the run (under :func:`_guarded`); None when nothing ran."""
-    from mxbench import repeat_plan
-    from mxbench.cells import pair_up, to_run
+    from mxbench.cells import rounds as repeat_plan
+    from mxbench.cells.cell import pair_up, to_run
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
-    from mxbench.results import FINAL_STATUSES
-    from mxbench.store import BadLine, bad_line_warnings
+    from mxbench.records.record import FINAL_STATUSES
+    from mxbench.records.store import BadLine, bad_line_warnings
 
     results = store.root
     skipped = 0
@@ -369,7 +369,8 @@ def _measure(
 def _print_answers(results: Path, label: str | None, keys: set[str]) -> None:
     """The verdicts of the matrix's cells (this run's, and those --resume kept), one line
     per comparison with float32, on stdout: the answer comes first."""
-    from mxbench.report import answers, inference, load, tables
+    from mxbench.report import load, tables
+    from mxbench.report.sections import answers, inference
 
     loaded = load.load([results], label=label)
     ours = [r for r in loaded.winners if r.cell in keys]
@@ -386,7 +387,8 @@ def _print_plan(cells: list[Cell]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from mxbench import models, params
+    from mxbench import models
+    from mxbench.matrix import params
 
     def varies(f: params.Field) -> bool:
         return len({getattr(c.params, f.name) for c in cells}) > 1

@@ -10,7 +10,7 @@ from typing import Any
 def matrix_schema() -> dict[str, Any]:
     """The JSON Schema of a matrix file (pydantic's, from the same models that validate it).
     Defaults that are not JSON (the settings structs) are left out of it."""
-    from mxbench.matrix import Matrix
+    from mxbench.matrix.file import Matrix
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "default ... is not JSON serializable; excluding"

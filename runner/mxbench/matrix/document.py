@@ -5,7 +5,7 @@ Both work on the plain document, so what comes out is validated as a matrix file
 value given as ``--batch-size 32,abc`` gets the matrix's own message, under the flag's name
 (:attr:`Override.origin`) instead of a file and line.
 
-Upgrades follow the records' pattern (:data:`mxbench.codec.UPGRADES`): each step rewrites
+Upgrades follow the records' pattern (:data:`mxbench.records.codec.UPGRADES`): each step rewrites
 an older shape as the current one, in place, before validation, and says what it did.
 """
 
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from mxbench.matrix.reader import Loader, line_of
+from mxbench.matrix.schema import echo
 
-from mxbench import measure, params
 from mxbench.errors import UsageError
-from mxbench.matrix_yaml import Loader, line_of
-from mxbench.schema import echo
+from mxbench.matrix import measure, params
 
 Path_ = tuple[str | int, ...]
 SECTIONS = ("version", "measure", "benchmark", "axes", "images", "hosts")

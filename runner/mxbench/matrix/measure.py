@@ -8,18 +8,18 @@ The presets are defined here and nowhere else; the command line's ``--fast`` and
 ``--rigorous`` are ``measure: quick`` and ``measure: rigorous``.
 
 A matrix written before ``measure:`` existed has the knobs at the top level of
-``benchmark:``; :func:`mxbench.matrix_doc.upgrade` moves them here before validation.
+``benchmark:``; :func:`mxbench.matrix.file.overrides.upgrade` moves them here before validation.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from mxbench.cells.repeats import AUTO, AutoRepeats, check_auto
+from mxbench.matrix.schema import PathError, Strict, echo, not_a_bool, param_type, settings_struct
 from pydantic import Field, PlainValidator, create_model, model_validator
 
-from mxbench import params
-from mxbench.repeats import AUTO, AutoRepeats, check_auto
-from mxbench.schema import PathError, Strict, echo, not_a_bool, param_type, settings_struct
+from mxbench.matrix import params
 
 MAX_REPEATS = 100
 Preset = Literal["quick", "default", "rigorous"]
