@@ -158,7 +158,8 @@ def mxbench(
 def matrix_text(hosts: str, *, build_args: str = "", timeout_s: float = 300) -> str:
     return f"""
 version: 1
-benchmark: {{image_size: 32, warmup_steps: 1, steps: 3, timeout_s: {timeout_s}, repeats: 1}}
+measure: {{warmup_steps: 1, steps: 3, repeats: 1}}
+benchmark: {{image_size: 32, timeout_s: {timeout_s}}}
 axes: {{policy: [float32], batch_size: [4]}}
 images:
   cpu:

@@ -245,7 +245,7 @@ def test_the_counting_sentence_is_whole_however_much_it_says(tmp_path: Path) -> 
     proc = _compare(str(a), str(b))
     assert proc.returncode == 0, proc.stderr
     assert "…" not in proc.stdout
-    assert "(set benchmark.repeats to auto, or 3 or more)." in " ".join(proc.stdout.split())
+    assert "(set measure.repeats to auto, or 3 or more)." in " ".join(proc.stdout.split())
 
 
 def test_a_cell_that_failed_on_both_sides_is_listed_not_lost(tmp_path: Path) -> None:

@@ -64,7 +64,8 @@ def _local_fleet(tmp: Path, machines: tuple[str | None, str | None]) -> Path:
     # One real cell per host (a fresh TensorFlow process, several seconds): enough for two
     # hosts to overlap or not; benchmarks/fleet.py measures bigger fleets.
     m.write_text(
-        "version: 1\nbenchmark: {image_size: 32, warmup_steps: 1, steps: 3, repeats: 1}\n"
+        "version: 1\nmeasure: {warmup_steps: 1, steps: 3, repeats: 1}\n"
+        "benchmark: {image_size: 32}\n"
         "axes: {policy: [float32], batch_size: [4]}\nhosts:\n" + "\n".join(hosts)
     )
     return m

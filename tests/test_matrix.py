@@ -133,7 +133,7 @@ def test_a_models_declared_smallest_input_is_checked_where_the_matrix_names_it(
 def test_a_parameter_in_benchmark_and_axes_is_an_error() -> None:
     with pytest.raises(UsageError) as exc:
         parse_matrix(LOCAL + "benchmark:\n  steps: 10\naxes:\n  steps: [10, 20]\n")
-    assert "axes.steps: also set under benchmark.steps" in str(exc.value)
+    assert "axes.steps: also set under measure.steps" in str(exc.value)  # its place now
 
 
 BAD = {

@@ -28,16 +28,16 @@ HOST = "hosts: [{name: a, engine: local}]\n"
         ("benchmark:\n  steps: 3\n  steps: 4\n" + HOST, ":3: duplicate key 'steps' (first on line 2)"),
         (HOST + "hosts: []\n", ":2: duplicate key 'hosts' (first on line 1)"),
         ("axes: {batch_size: [true]}\n" + HOST, "axes.batch_size[0]: expected a number, not the YAML boolean true"),
-        ("benchmark: {steps: false}\n" + HOST, "benchmark.steps: expected a number, not the YAML boolean false"),
-        ("benchmark: {repeats: yes}\n" + HOST, "benchmark.repeats: expected a number"),
+        ("measure: {steps: false}\n" + HOST, "measure.steps: expected a number, not the YAML boolean false"),
+        ("measure: {repeats: yes}\n" + HOST, "measure.repeats: expected a number"),
         ("benchmark: {timeout_s: .inf}\n" + HOST, "benchmark.timeout_s: Input should be a finite number"),
         ("benchmark: {timeout_s: .nan}\n" + HOST, "benchmark.timeout_s: Input should be a finite number"),
         ("benchmark: {timeout_s: 1.0e+9}\n" + HOST, "benchmark.timeout_s: Input should be less than or equal"),
         ("axes: {batch_size: [.inf]}\n" + HOST, "axes.batch_size[0]"),
         ("benchmark: {batch_size: 10000000}\n" + HOST, "benchmark.batch_size: Input should be less than or equal to 65536"),
         ("benchmark: {image_size: 100000}\n" + HOST, "benchmark.image_size: Input should be less than or equal to 8192"),
-        ("benchmark: {steps: 99999999}\n" + HOST, "benchmark.steps: Input should be less than or equal"),
-        ("benchmark: {repeats: 1000}\n" + HOST, "benchmark.repeats: expected a number of processes per cell from 1 to 100, or auto; got 1000"),
+        ("measure: {steps: 99999999}\n" + HOST, "measure.steps: Input should be less than or equal"),
+        ("measure: {repeats: 1000}\n" + HOST, "measure.repeats: expected a number of processes per cell from 1 to 100, or auto; got 1000"),
         ("benchmark: {batch_size: '32'}\n" + HOST, "benchmark.batch_size: Input should be a valid integer"),
         ("axes: {policy: ['" + "x" * 5000 + "']}\n" + HOST, "unknown policy 'xxxxxxx"),
         ("a: &a [1, *a]\n" + HOST, ":1: a YAML alias refers to itself"),
@@ -68,7 +68,7 @@ def test_too_many_cells_says_how_many_and_why() -> None:
     start = AutoRepeats().start  # auto's processes a cell to start with, by default
     cells = 2 * 6000 * start  # the default's two policies, 6,000 batch sizes
     assert f"expands to {cells:,} cells" in str(exc.value) and "at most 10,000" in str(exc.value)
-    assert f"set benchmark.repeats: 1, one process per cell instead of auto's {start}" in str(
+    assert f"set measure.repeats: 1, one process per cell instead of auto's {start}" in str(
         exc.value
     )
 

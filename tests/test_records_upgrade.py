@@ -199,7 +199,7 @@ def test_a_field_a_newer_mxbench_adds_inside_search_is_ignored(tmp_path: Path) -
     """Within a version fields are only added, and a reader ignores the ones it does not know:
     in ``search`` too (a batch-search trial written by a newer mxbench), for the report and
     for --resume; the matrix still refuses a misspelt ``batch_search`` key."""
-    from mxbench.matrix.file import _settings
+    from mxbench.matrix.schema import settings_struct
     from mxbench.matrix.search import BatchSearch
     from mxbench.records.store import ResultStore
 
@@ -212,7 +212,7 @@ def test_a_field_a_newer_mxbench_adds_inside_search_is_ignored(tmp_path: Path) -
     assert loaded.bad == [] and len(loaded.winners) == 1
     assert ResultStore(tmp_path).done_cells() == {raw["cell"]}
     with pytest.raises(ValueError, match="unknown field `growth`"):
-        _settings({"growth": 3}, BatchSearch)
+        settings_struct({"growth": 3}, BatchSearch)
 
 
 @pytest.mark.parametrize("schema", ["mxbench.result/1", SCHEMA])

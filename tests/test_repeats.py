@@ -133,16 +133,16 @@ def test_auto_plans_the_cells_and_keys_of_its_start() -> None:
 @pytest.mark.parametrize(
     ("bench", "where", "says"),
     [
-        ("repeats: sometimes", "benchmark.repeats", "auto"),
-        ("repeats: 3\n  auto_repeats: {max: 5}", "benchmark.auto_repeats", "repeats: auto"),
-        ("repeats: auto\n  auto_repeats: {start: 6, max: 5}", "benchmark.auto_repeats",
+        ("repeats: sometimes", "measure.repeats", "auto"),
+        ("repeats: 3\n  auto_repeats: {max: 5}", "measure.auto_repeats", "repeats: auto"),
+        ("repeats: auto\n  auto_repeats: {start: 6, max: 5}", "measure.auto_repeats",
          "start 6 is above max 5"),
-        ("repeats: auto\n  auto_repeats: {target: 0}", "benchmark.auto_repeats", "target"),
-        ("repeats: auto\n  auto_repeats: {maximum: 5}", "benchmark.auto_repeats", "maximum"),
+        ("repeats: auto\n  auto_repeats: {target: 0}", "measure.auto_repeats", "target"),
+        ("repeats: auto\n  auto_repeats: {maximum: 5}", "measure.auto_repeats", "maximum"),
     ],
 )  # fmt: skip
 def test_bad_settings_name_the_key(bench: str, where: str, says: str) -> None:
-    text = f"benchmark:\n  {bench}\nhosts:\n  - name: box\n    engine: local\n"
+    text = f"measure:\n  {bench}\nhosts:\n  - name: box\n    engine: local\n"
     with pytest.raises(UsageError) as err:
         parse_matrix(text)
     assert where in str(err.value) and says in str(err.value), str(err.value)

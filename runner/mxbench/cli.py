@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from mxbench.commands import bench, build, compare, data, doctor, report, run
+from mxbench.commands import bench, build, compare, data, doctor, init, report, run, schema
 from mxbench.errors import MxbenchError
 from mxbench.version import __version__
 
@@ -20,9 +20,9 @@ app = typer.Typer(
     name="mxbench",
     help=(
         "Is mixed precision actually faster on *my* hardware, and if not, why?\n\n"
-        "Typical use: `mxbench build` (images), `mxbench run --matrix matrix.yaml` "
-        "(every cell on every host), `mxbench report --markdown` (the tables, annotated "
-        "and diagnosed). With no --matrix, `run` uses a small embedded local matrix."
+        "`mxbench run --policy float32,mixed_bfloat16 --batch-size 32,64`, then "
+        "`mxbench report`. Every command reads the embedded default matrix (this machine's "
+        "CPU) unless given --matrix FILE; `mxbench init` writes one to edit."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -47,13 +47,19 @@ def _root(
     """mxbench: mixed-precision benchmark matrix runner."""
 
 
-app.command("build")(build.build)
 app.command("run")(run.run)
-app.command("report")(report.report)
-app.command("compare")(compare.compare)
+app.command("report", short_help="The answer first, then the tables, annotated and diagnosed.")(
+    report.report
+)
+app.command("compare", short_help="Two runs cell by cell, with verdicts (exit 1: a regression).")(
+    compare.compare
+)
 app.command("doctor")(doctor.doctor)
-app.command("bench")(bench.bench)
+app.command("build")(build.build)
+app.command("init")(init.init)
+app.command("schema")(schema.schema)
 app.add_typer(data.app, name="data")
+app.command("bench", hidden=True)(bench.bench)  # the worker inside each cell's process
 
 
 def _plain_help(command: Any) -> None:

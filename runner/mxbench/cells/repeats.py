@@ -1,4 +1,4 @@
-"""``benchmark.repeats: auto``: as many fresh processes per cell as the answer needs.
+"""``measure.repeats: auto``: as many fresh processes per cell as the answer needs.
 
 A speedup needs the variation between processes (:mod:`mxbench.stats`), and how many
 processes that takes depends on the machine: a quiet GPU agrees with itself after three, a
@@ -42,13 +42,13 @@ from mxbench.matrix.params import BASELINE
 from mxbench.records.record import Record
 from mxbench.records.summary import paired, processes
 
-AUTO = "auto"  # the benchmark.repeats value that asks for this
+AUTO = "auto"  # the measure.repeats value that asks for this
 
 Why = Literal["more", "verdict clear", "target met", "cap", "budget", "no baseline", "failed"]
 
 
 class AutoRepeats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """How ``repeats: auto`` adds processes (``benchmark.auto_repeats`` in the matrix)."""
+    """How ``repeats: auto`` adds processes (``measure.auto_repeats`` in the matrix)."""
 
     start: int = 2
     target: float = 0.03

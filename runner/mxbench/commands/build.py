@@ -11,8 +11,13 @@ from mxbench.errors import MxbenchError, UsageError
 
 
 def build(
-    matrix: Path = typer.Option(
-        Path("matrix.yaml"), "--matrix", "-m", help="Matrix file (schema v1)."
+    matrix: Path | None = typer.Option(
+        None,
+        "--matrix",
+        "-m",
+        help="Matrix file (schema v1). Default: the embedded default matrix, as for every "
+        "command (it names no image: nothing to build).",
+        show_default=False,
     ),
     image: list[str] = typer.Option(
         [], "--image", "-i", help="Build only this image (repeatable).", show_default=False
@@ -53,6 +58,8 @@ def build(
     if ca_bundle is not None:
         read_ca_bundle(ca_bundle)  # before any daemon is contacted
     m = load_matrix(matrix)
+    for note in m.notes:
+        typer.echo(f"mxbench: note: {note}", err=True)
     plan = _plan(m, host, image)
     if not plan:
         typer.echo("mxbench build: no docker host in the matrix uses an image; nothing to build")

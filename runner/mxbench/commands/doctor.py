@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ def doctor(
         None,
         "--matrix",
         "-m",
-        help="Matrix file. Default: the embedded local matrix.",
+        help="Matrix file. Default: the embedded default matrix, as for every command.",
         show_default=False,
     ),
     host: list[str] = typer.Option(
@@ -65,9 +66,11 @@ def doctor(
     """
     from mxbench.cells.cell import expand, searches
     from mxbench.engines import engine_class
-    from mxbench.matrix.file import default_matrix_path, load_matrix
+    from mxbench.matrix.file import load_matrix
 
-    mx = load_matrix(matrix or default_matrix_path())
+    mx = load_matrix(matrix)
+    for note in mx.notes:
+        print(f"mxbench: note: {note}", file=sys.stderr)
     cells = expand(mx, host or None) + [s.template for s in searches(mx, host or None)]
     names = list(dict.fromkeys([*(host or []), *(h.name for h in mx.hosts if not host)]))
     engines = {n: engine_class(mx.host(n).engine_name)(mx.host(n), mx) for n in names}

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from mxbench.cells.cell import Cell, Search
+    from mxbench.matrix.document import Override
     from mxbench.matrix.file import Matrix
     from mxbench.orchestrate import RunSummary
     from mxbench.records.store import ResultStore
@@ -27,10 +28,45 @@ _MATRIX = typer.Option(
     None,
     "--matrix",
     "-m",
-    help="Matrix file (schema v1). Default: the embedded local matrix "
-    "(this machine's CPU, small image size, a few minutes on 2 cores).",
+    help="Matrix file (schema v1). Default: the embedded default matrix, as for every "
+    "command (this machine's CPU, small images, a few minutes on 2 cores; `mxbench init` "
+    "writes one to edit). The options below go over it.",
     show_default=False,
 )
+_WHAT = "What to measure (over the matrix)"
+_MODEL = typer.Option(
+    [], "--model", help="Models (comma-separated): resnet50, gpt, nets/m.py:build, ...",
+    show_default=False, rich_help_panel=_WHAT,
+)  # fmt: skip
+_POLICY = typer.Option(
+    [], "--policy", help="Policies: float32,mixed_float16,mixed_bfloat16,float16.",
+    show_default=False, rich_help_panel=_WHAT,
+)  # fmt: skip
+_BATCH = typer.Option(
+    [], "--batch-size", help="Batch sizes: 32,64 (or max: the largest that fits).",
+    show_default=False, rich_help_panel=_WHAT,
+)  # fmt: skip
+_BACKEND = typer.Option(
+    [], "--backend", help="Keras backends: tensorflow,jax,torch.", show_default=False,
+    rich_help_panel=_WHAT,
+)  # fmt: skip
+_PARAM = typer.Option(
+    [], "--param", "-P", help="NAME=V1,V2: sweep any parameter (image_size=64,128; "
+    "docs/matrix.md lists them).", show_default=False, rich_help_panel=_WHAT,
+)  # fmt: skip
+_SET = typer.Option(
+    [], "--set", help="KEY=VALUE, a YAML value at a dotted key: steps=50, "
+    "benchmark.image_size=32, hosts.0.memory_limit=2g.", show_default=False,
+    rich_help_panel=_WHAT,
+)  # fmt: skip
+_FAST = typer.Option(
+    False, "--fast", help="measure: quick: a first answer in about a minute (short windows, "
+    "no profile or one-step check).", rich_help_panel=_WHAT,
+)  # fmt: skip
+_RIGOROUS = typer.Option(
+    False, "--rigorous", help="measure: rigorous: longer windows, up to 10 processes, "
+    "until the speedup is known within ±2%.", rich_help_panel=_WHAT,
+)  # fmt: skip
 
 _RESULTS = typer.Option(
     Path("results"),
@@ -85,6 +121,14 @@ def run(
     host: list[str] = _HOST,
     max_parallel: int | None = _MAX_PARALLEL,
     label: str | None = _LABEL,
+    model: list[str] = _MODEL,
+    policy: list[str] = _POLICY,
+    batch_size: list[str] = _BATCH,
+    backend: list[str] = _BACKEND,
+    param: list[str] = _PARAM,
+    set_: list[str] = _SET,
+    fast: bool = _FAST,
+    rigorous: bool = _RIGOROUS,
 ) -> None:
     """Measure every cell (host x image x parameters) of a matrix.
 
@@ -96,18 +140,17 @@ def run(
     unsupported, 1 when any errored or timed out, 2 for a bad matrix or bad options, 130
     when interrupted (Ctrl-C or SIGTERM).
 
-    Each comparison is paired by default (`benchmark.pairing: paired`): float32 and the
-    policy share each process and take turns in short windows, so a busy machine's drift
-    falls on both. With `benchmark.repeats: auto` (the default) a comparison starts with 2
-    processes and gets one more while its verdict is not clear at 99% (at 95% for a gross
-    difference, 2x or more) and the budget lasts
-    (settings: `benchmark.auto_repeats`); the run ends with where each comparison stopped
-    and why, the verdicts, and how much of the run's time was timed steps.
+    How to measure is `measure:` (a preset: quick, default, rigorous; or its knobs): by
+    default float32 and each policy share a process and take turns in short windows, 2
+    processes per comparison to start and one more while its verdict is unclear; the run
+    ends with the verdicts (docs/measuring.md).
 
     Examples:
 
     ```
     mxbench run                                      # embedded local default
+    mxbench run --model resnet50 --policy float32,mixed_bfloat16 --batch-size 32,64
+    mxbench run --fast --set benchmark.image_size=32 # a quick look, smaller images
     mxbench run -m matrix.yaml --dry-run             # what would run
     mxbench run -m matrix.yaml --host v100 --resume  # one host, skip done cells
     ```
@@ -115,11 +158,14 @@ def run(
 
     from mxbench.cells import trained
     from mxbench.cells.cell import expand, searches
-    from mxbench.matrix.file import default_matrix_path, load_matrix
+    from mxbench.matrix.file import DEFAULT_NAME, load_matrix
     from mxbench.records.store import ResultStore
 
-    matrix_path = matrix or default_matrix_path()
-    mx = load_matrix(matrix_path)
+    given = _overrides([model, policy, batch_size, backend], param, set_, fast, rigorous)
+    flags = [a for o in given for a in o[1]]
+    mx = load_matrix(matrix, [o[0] for o in given])
+    for note in mx.notes:
+        print(f"mxbench: note: {note}", file=sys.stderr)
     store = ResultStore(results, label)  # training runs' weights for serving cells: trained.py
     cells = trained.link(expand(mx, host or None), results, store.latest_by_cell)
     hunts = searches(mx, host or None)
@@ -133,13 +179,20 @@ def run(
 
     summary: RunSummary | None = RunSummary(interrupted=True)  # unless _measure returns
     with contextlib.suppress(KeyboardInterrupt), _guarded(store, cells, hunts, dry_run):
-        summary = _measure(mx, cells, hunts, store, matrix, matrix_path, resume, dry_run,
-                           max_parallel)  # fmt: skip
+        where = f"{matrix or DEFAULT_NAME}" + (f" with {shlex.join(flags)}" if flags else "")
+        summary = _measure(mx, cells, hunts, store, where, resume, dry_run, max_parallel)
     if summary is None:
         return
+    again = [*_resume_command(matrix, results, host, max_parallel, label), *flags]
+    _finish(summary, results, label, {c.key for c in cells}, again)
+
+
+def _finish(
+    summary: RunSummary, results: Path, label: str | None, keys: set[str], again: list[str]
+) -> None:
+    """How the run ended, on stderr, and the answers on stdout; the exit code."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(summary.counts.items())) or "nothing"
     if summary.interrupted:
-        again = _resume_command(matrix, results, host, max_parallel, label)
         print(
             f"\nmxbench: interrupted. {summary.done} finished cell(s) are saved in "
             f"{results}/ ({counts}).\nResume with: {shlex.join(again)}",
@@ -154,9 +207,45 @@ def run(
     if spent:
         print(f"mxbench: {spent}; the run took {summary.wall_s:.0f} s", file=sys.stderr)
     print(f"mxbench: done: {counts}. Report: mxbench report --results {results}", file=sys.stderr)
-    _print_answers(results, label, {c.key for c in cells} | summary.added)
+    _print_answers(results, label, keys | summary.added)
     if summary.failed:
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
+
+
+_AXES = (("--model", "model"), ("--policy", "policy"), ("--batch-size", "batch_size"),
+         ("--backend", "backend"))  # fmt: skip
+
+
+def _overrides(
+    axes: list[list[str]], param: list[str], set_: list[str], fast: bool, rigorous: bool
+) -> list[tuple[Override, list[str]]]:
+    """The options over the matrix, each with its command-line words (for the resume line):
+    the measure preset first, then the axes, then --set in the order given."""
+    from mxbench.matrix import document
+
+    if fast and rigorous:
+        raise UsageError("--fast and --rigorous: choose one (measure: quick or rigorous)")
+    out: list[tuple[Override, list[str]]] = []
+    if fast or rigorous:
+        flag = "--fast" if fast else "--rigorous"
+        out.append((document.preset("quick" if fast else "rigorous", flag), [flag]))
+    for (flag, name), given in zip(_AXES, axes, strict=True):
+        if given:
+            text = ",".join(given)
+            out.append((document.axis_from_text(name, text, f"{flag} {text}"), [flag, text]))
+    for item in param:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"-P {item[:60]!r}: expected NAME=V1,V2 (-P image_size=64,128)")
+        out.append((document.axis_from_text(name.strip(), text, f"-P {item}"), ["-P", item]))
+    for item in set_:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set {item[:60]!r}: expected KEY=VALUE (--set steps=50)")
+        origin = f"--set {item}"
+        value = document.parse_value(text, origin)
+        out.append((document.setting(key.strip(), value, origin), ["--set", item]))
+    return out
 
 
 @contextlib.contextmanager
@@ -203,8 +292,7 @@ def _measure(
     cells: list[Cell],
     hunts: list[Search],
     store: ResultStore,
-    matrix: Path | None,
-    matrix_path: Path,
+    where: str,
     resume: bool,
     dry_run: bool,
     max_parallel: int | None,
@@ -255,10 +343,9 @@ def _measure(
                 f"repeats: auto: {auto.describe()}. The plan above is the first round; "
                 f"{len(plan.groups)} comparison group(s) may grow to {auto.max} processes "
                 f"per policy ({sum(len(g.policies) for g in plan.groups) * auto.max} "
-                "processes at most; settings: benchmark.auto_repeats)"
+                "processes at most; settings: measure.auto_repeats)"
             )
         return None
-    where = "embedded default matrix" if matrix is None else str(matrix_path)
     print(
         f"mxbench: {len(cells)} cell(s)"
         + (f" and {len(hunts)} batch-size search(es)" if hunts else "")

@@ -1,6 +1,6 @@
 """A persistent XLA compilation cache shared by the bench processes of one host in one run.
 
-Repeats (``benchmark.repeats``, ``repeats: auto``) start a fresh process per measurement, and
+Repeats (``measure.repeats``, ``repeats: auto``) start a fresh process per measurement, and
 each used to compile the same programs again: under JAX every initializer and the train step
 (tens of seconds per process on a CPU, up to 90 s per cell on an H100). With a cache, the
 first process of a cell compiles and the others load. Compilation happens before the timed

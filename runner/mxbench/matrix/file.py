@@ -11,11 +11,11 @@ import functools
 import itertools
 import operator
 from collections import Counter
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import msgspec
 import yaml
 from pydantic import (
     BeforeValidator,
@@ -28,49 +28,47 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from mxbench import models
-from mxbench.cells.repeats import AUTO, AutoRepeats, check_auto
+from mxbench.cells.repeats import AUTO, AutoRepeats
 from mxbench.errors import UsageError
-from mxbench.matrix import params, scale, serving
+from mxbench.matrix import document, measure, params, scale, serving
 from mxbench.matrix.hosts import HOSTS
-from mxbench.matrix.reader import Loader, check_nodes, line_of, read_matrix_file
-from mxbench.matrix.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
+from mxbench.matrix.measure import AutoRepeatsSettings, Measure, Preset, Repeats
+from mxbench.matrix.reader import Loader, check_nodes, read_matrix_file
+from mxbench.matrix.schema import (
+    EnvName,
+    HostBase,
+    OneLine,
+    PathError,
+    Seconds,
+    Strict,
+    echo,
+    not_a_bool,
+    param_type,
+    settings_struct,
+)
 from mxbench.matrix.search import LIMITS, SEARCH, BatchSearch
 
 DEFAULT_CELL_TIMEOUT_S = 1800.0
-MAX_REPEATS = 100
 # Each cell is a fresh process (or container, or job) of seconds to minutes: a matrix of more
 # cells than this is a typo (a stray zero in an axis) far more often than a plan.
 MAX_CELLS = 10_000
-
-
-def _param_type(f: params.Field) -> Any:
-    """A parameter's type for pydantic, with the bounds :class:`~mxbench.matrix.params.Params`
-    declares (strict: ``true`` is not batch size 1, ``"32"`` is not 32)."""
-    if f.spec.parse is not None:  # one spelling per value (loss_scale: 1e9 is 1e+09)
-        return Annotated[f.type, BeforeValidator(f.spec.parse)]
-    if f.choices is not None:
-        if {"on", "off"} <= set(f.choices):  # YAML 1.1 reads a bare on / off as a boolean
-            return Annotated[f.type, BeforeValidator(_on_off)]
-        return f.type
-    if f.type is str:
-        return OneLine
-    return Annotated[f.type, Field(ge=f.ge, le=f.le, strict=True)]
 
 
 def _axis_type(f: params.Field) -> Any:
     """An axis: a list of the parameter's values; with ``max`` among them (or alone, as a
     scalar) where the parameter can be searched (``axes.batch_size: max``)."""
     if not f.spec.search:
-        return Annotated[list[_param_type(f)], Field(min_length=1)] | None  # type: ignore[misc]
+        return Annotated[list[param_type(f)], Field(min_length=1)] | None  # type: ignore[misc]
     low, high = f.ge or 1, f.le or params.MAX_BATCH_SIZE
 
     def item(value: Any) -> int | str:
         if value == SEARCH:
             return SEARCH
         if isinstance(value, bool):
-            raise ValueError(_not_a_bool(value))
+            raise ValueError(not_a_bool(value))
         if not isinstance(value, int) or not low <= value <= high:
             got = echo(value)
             raise ValueError(f"expected a {f.name} from {low} to {high}, or {SEARCH}; got {got}")
@@ -80,35 +78,14 @@ def _axis_type(f: params.Field) -> Any:
     return Annotated[list[each], Field(min_length=1), BeforeValidator(_scalar_search)] | None
 
 
-def _not_a_bool(value: bool) -> str:
-    return f"expected a number, not the YAML boolean {str(value).lower()}"
-
-
 def _scalar_search(value: Any) -> Any:
     return [value] if isinstance(value, str) else value  # `batch_size: max`
-
-
-_S = TypeVar("_S", BatchSearch, AutoRepeats)
-
-
-def _settings(value: Any, kind: type[_S]) -> _S:
-    """A settings block (``batch_search``, ``auto_repeats``) as its struct; ValueError naming
-    the key inside it (an unknown one too: a misspelt setting is not silently a default)."""
-    if isinstance(value, dict):
-        known = {f.encode_name for f in msgspec.structs.fields(kind)}
-        for key in value:
-            if key not in known:
-                raise ValueError(f"Object contains unknown field `{key}`")
-    try:
-        return msgspec.convert(value, kind, strict=True)
-    except msgspec.ValidationError as exc:
-        raise ValueError(str(exc).replace("`$.", "`")) from None
 
 
 def _batch_search(value: Any) -> BatchSearch:
     if isinstance(value, BatchSearch):
         return value
-    cfg = _settings(value, BatchSearch)
+    cfg = settings_struct(value, BatchSearch)
     for name, (low, high) in LIMITS.items():
         if not low <= getattr(cfg, name) <= high:
             raise ValueError(f"{name} must be between {low} and {high}")
@@ -117,27 +94,6 @@ def _batch_search(value: Any) -> BatchSearch:
     if cfg.start > cfg.cap:
         raise ValueError(f"start {cfg.start} is above cap {cfg.cap}")
     return cfg
-
-
-def _repeats(value: Any) -> int | str:
-    """``benchmark.repeats``: a number of processes per cell, or ``auto``."""
-    if value == AUTO:
-        return AUTO
-    if isinstance(value, bool):
-        raise ValueError(_not_a_bool(value) + f" (1 to {MAX_REPEATS} processes per cell, or auto)")
-    if not isinstance(value, int) or not 1 <= value <= MAX_REPEATS:
-        raise ValueError(
-            f"expected a number of processes per cell from 1 to {MAX_REPEATS}, or {AUTO}; "
-            f"got {echo(value)}"
-        )
-    return value
-
-
-def _auto_repeats(value: Any) -> AutoRepeats:
-    if isinstance(value, AutoRepeats):
-        return value
-    cfg = _settings(value, AutoRepeats)
-    return check_auto(cfg)
 
 
 def _model_name(value: str) -> str:
@@ -150,18 +106,15 @@ def _model_name(value: str) -> str:
     return value
 
 
-def _on_off(value: Any) -> Any:
-    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
-
-
 class _BenchmarkBase(Strict):
     """What every cell measures: one value per parameter (the experiment's defaults, except
-    the step count), plus how often and how long."""
+    the step count), plus how long at most. It also carries the values of ``measure:`` (its
+    knobs, not part of the written schema: :meth:`Matrix._measured` puts them here)."""
 
     # A number of fresh processes per cell, or `auto` (mxbench.cells.repeats, the default): as
     # many as the speedup's interval needs, settings under auto_repeats.
-    repeats: Annotated[int | str, PlainValidator(_repeats)] = AUTO
-    auto_repeats: Annotated[AutoRepeats, PlainValidator(_auto_repeats)] = AutoRepeats()
+    repeats: SkipJsonSchema[Repeats] = AUTO
+    auto_repeats: SkipJsonSchema[AutoRepeatsSettings] = AutoRepeats()
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
     # How `axes.batch_size: max` searches (defaults: mxbench.matrix.search.BatchSearch).
     batch_search: Annotated[BatchSearch, PlainValidator(_batch_search)] = BatchSearch()
@@ -170,12 +123,6 @@ class _BenchmarkBase(Strict):
     @classmethod
     def _model(cls, v: str) -> str:
         return _model_name(v)
-
-    @model_validator(mode="after")
-    def _auto_only(self) -> Any:
-        if "auto_repeats" in self.model_fields_set and self.repeats != AUTO:
-            raise _PathError(("benchmark", "auto_repeats"), "applies to `repeats: auto` only")
-        return self
 
     @property
     def auto(self) -> AutoRepeats | None:
@@ -223,6 +170,7 @@ class _AxesBase(Strict):
 
 
 _SWEPT = [f for f in params.fields() if f.spec.role != "repeat"]
+_KNOBS = frozenset(measure.KNOBS)
 # what mxbench.matrix.scale.problem judges, in its order
 _SCALE_KEYS = ("backend", "devices", "scaling", "batch_size", "epochs", "nodes", "allreduce")
 
@@ -233,7 +181,13 @@ else:
     Benchmark = create_model(
         "Benchmark",
         __base__=_BenchmarkBase,
-        **{f.name: (_param_type(f), f.default) for f in _SWEPT},
+        **{
+            f.name: (
+                SkipJsonSchema[param_type(f)] if f.name in _KNOBS else param_type(f),
+                f.default,
+            )
+            for f in _SWEPT
+        },
     )
     Axes = create_model(
         "Axes",
@@ -280,8 +234,21 @@ else:
     ]
 
 
+def _section(name: str) -> str:
+    """Where a matrix gives a parameter one value: ``measure`` for its knobs."""
+    return "measure" if name in _KNOBS else "benchmark"
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
 class Matrix(Strict):
     version: Literal[1] = 1
+    # How to measure: a preset or the knobs (mxbench.matrix.measure); what: benchmark and axes.
+    measure: Annotated[Measure, BeforeValidator(_same, json_schema_input_type=Preset | Measure)] = (
+        Measure()
+    )
     benchmark: Benchmark = Benchmark()
     axes: Axes = Axes()
     images: dict[str, Image] = {}
@@ -289,10 +256,37 @@ class Matrix(Strict):
     # The file it was loaded from (None when parsed from text): relative image contexts
     # resolve against its directory, and error hints name it (`mxbench build --matrix ...`).
     _source: Path | None = PrivateAttr(default=None)
+    # What reading it said (an older shape upgraded: mxbench.matrix.document.upgrade).
+    _notes: list[str] = PrivateAttr(default_factory=list)
 
     @property
     def source(self) -> Path | None:
         return self._source
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _measured(cls, data: Any) -> Any:
+        """The measure's knobs (its preset's, and those given) into ``benchmark``, where the
+        cells read them; a preset's knob gives way to an axis that sweeps it. An invalid
+        measure is left to its own field's errors."""
+        if not isinstance(data, dict) or not isinstance(data.get("benchmark", {}), dict):
+            return data
+        try:
+            knobs = Measure.model_validate(data.get("measure", {})).knobs()
+        except ValidationError:
+            return data
+        axes = data.get("axes")
+        swept = {k for k, v in axes.items() if v is not None} if isinstance(axes, dict) else set()
+        raw = data.get("measure")
+        given = set(raw) if isinstance(raw, dict) else set()
+        knobs = {k: v for k, v in knobs.items() if k not in swept or k in given}
+        if not knobs:
+            return data
+        return {**data, "benchmark": {**data.get("benchmark", {}), **knobs}}
 
     @model_validator(mode="after")
     def _size(self) -> Matrix:
@@ -305,13 +299,13 @@ class Matrix(Strict):
         cells = sum(per_image * max(1, len(h.image_names())) for h in self.hosts)
         if cells > MAX_CELLS:
             axes = " x ".join(f"{len(v)} {k}" for k, v in sweep.items() if len(v) > 1)
-            raise _PathError(
+            raise PathError(
                 ("axes",),
                 f"the matrix expands to {cells:,} cells ({len(self.hosts)} host(s), {axes}, "
                 f"{self.benchmark.planned_repeats} repeat(s)); at most {MAX_CELLS:,}: each cell "
                 "is a fresh process of seconds to minutes. Split it into several matrices"
                 + (
-                    " (or set benchmark.repeats: 1, one process per cell instead of auto's "
+                    " (or set measure.repeats: 1, one process per cell instead of auto's "
                     f"{self.benchmark.planned_repeats} to start)"
                     if self.benchmark.auto
                     else ""
@@ -323,33 +317,33 @@ class Matrix(Strict):
     def _references(self) -> Matrix:
         swept = {n for n in self.axes.model_fields_set if getattr(self.axes, n) is not None}
         for name in sorted(swept & self.benchmark.model_fields_set):
-            raise _PathError(
+            raise PathError(
                 ("axes", name),
-                f"also set under benchmark.{name}: give one value there or a list here",
+                f"also set under {_section(name)}.{name}: give one value there or a list here",
             )
         seen: set[str] = set()
         backends = self.sweep()["backend"]
         for i, host in enumerate(self.hosts):
             if host.name in seen:
-                raise _PathError(("hosts", i, "name"), f"duplicate host name {echo(host.name)}")
+                raise PathError(("hosts", i, "name"), f"duplicate host name {echo(host.name)}")
             seen.add(host.name)
             for j, image in enumerate(host.image_names()):
                 if image not in self.images:
                     known = ", ".join(sorted(self.images)) or "none defined"
-                    raise _PathError(
+                    raise PathError(
                         ("hosts", i, "images", j),
                         f"image {echo(image)} is not defined under 'images' (defined: {known})",
                     )
                 carried = self.images[image].backend
                 if carried not in backends:
-                    raise _PathError(
+                    raise PathError(
                         ("hosts", i, "images", j),
                         f"image {echo(image)} carries backend {carried} (build_args.BACKEND) "
                         f"but the matrix runs {', '.join(backends)}: no cell would run in it",
                     )
             self._enough_gpus(i, host)
             if max(self.sweep()["nodes"]) > 1 and getattr(host, "engine", None) != "slurm":
-                raise _PathError(
+                raise PathError(
                     ("hosts", i, "engine"),
                     f"host {echo(host.name)} runs one process per cell; nodes > 1 needs a "
                     "Slurm host (its tasks are the processes)",
@@ -363,7 +357,7 @@ class Matrix(Strict):
         if isinstance(listed, list) and getattr(host, "engine", None) == "docker":
             most = max(self.sweep()["devices"])
             if most > len(listed):
-                raise _PathError(
+                raise PathError(
                     ("hosts", i, "gpus"),
                     f"{len(listed)} GPU(s) listed, but a cell asks for devices: {most} "
                     f"(list {most} GPUs, or use gpus: all)",
@@ -383,7 +377,7 @@ class Matrix(Strict):
             except (OSError, SyntaxError):
                 continue
             except ValueError as exc:
-                raise _PathError(self._where("model"), str(exc)) from None
+                raise PathError(self._where("model"), str(exc)) from None
             for size, width, data in itertools.product(
                 sweep["image_size"], sweep["image_width"], sweep["data"]
             ):
@@ -394,8 +388,8 @@ class Matrix(Strict):
                     continue
                 name, why = problem
                 if self._names(name):
-                    raise _PathError(self._where(name), why)
-                raise _PathError(
+                    raise PathError(self._where(name), why)
+                raise PathError(
                     self._where("model"), f"{why} (the matrix names no {name}: set one)"
                 )
         return self
@@ -406,7 +400,7 @@ class Matrix(Strict):
         step counts are whole calls of ``steps_per_execution`` steps."""
         sweep = self.sweep()
         if any(sweep["epochs"]) and params.SYNTHETIC in sweep["data"]:
-            raise _PathError(
+            raise PathError(
                 self._where("epochs"),
                 "a training run needs real data: set benchmark.data to a folder with train/ and "
                 "val/ (`mxbench data digits DIR` writes one)",
@@ -414,31 +408,31 @@ class Matrix(Strict):
         for target in sweep["target"]:
             if target is not None and not 0 < target <= 1:
                 why = f"{target}: a validation accuracy, above 0 and at most 1"
-                raise _PathError(self._where("target"), why)
+                raise PathError(self._where("target"), why)
         for combo in itertools.product(*(sweep[k] for k in _SCALE_KEYS)):
             if found := scale.problem(*combo):
-                raise _PathError(self._where(found[0]), found[1])
+                raise PathError(self._where(found[0]), found[1])
         if "torch" in sweep["backend"] and max(sweep["steps_per_execution"]) > 1:
             why = "Keras runs one step per call on the torch backend (only 1)"
-            raise _PathError(self._where("steps_per_execution"), why)
+            raise PathError(self._where("steps_per_execution"), why)
         found = serving.problem(sweep)
         if found is not None:
-            raise _PathError(self._where(found[0]), found[1])
+            raise PathError(self._where(found[0]), found[1])
         timing = None in sweep["epochs"]
         for spe in sweep["steps_per_execution"] if timing else ():
             for name in ("warmup_steps", "steps"):
                 off = [v for v in sweep[name] if v % spe]
                 if off:
-                    raise _PathError(
+                    raise PathError(
                         self._where("steps_per_execution"),
                         f"{spe}: {name} {off[0]} is not a multiple of it",
                     )
         return self
 
     def sweep_source(self, name: str) -> str:
-        """``axes`` or ``benchmark``: where the parameter's values come from."""
+        """``axes``, ``benchmark`` or ``measure``: where the parameter's values come from."""
         listed = getattr(self.axes, name) is not None
-        return "axes" if listed and name not in self.benchmark.model_fields_set else "benchmark"
+        return "axes" if listed and name not in self.benchmark.model_fields_set else _section(name)
 
     def _names(self, name: str) -> bool:
         """Whether the matrix gives the parameter a value (else its default applies)."""
@@ -470,15 +464,6 @@ class Matrix(Strict):
         raise KeyError(name)
 
 
-class _PathError(ValueError):
-    """A cross-reference error that knows its own key path (pydantic would point at the root)."""
-
-    def __init__(self, loc: tuple[str | int, ...], msg: str) -> None:
-        super().__init__(msg)
-        self.loc = loc
-        self.msg = msg
-
-
 # --------------------------------------------------------------------------- loading
 
 
@@ -490,17 +475,34 @@ def default_matrix_path() -> Path:
 MAX_PROBLEMS_SHOWN = 20
 
 
-def load_matrix(path: Path | str) -> Matrix:
+DEFAULT_NAME = "embedded default matrix"
+
+
+def load_matrix(path: Path | str | None, overrides: Iterable[document.Override] = ()) -> Matrix:
+    """The matrix in the file at ``path`` (None: the embedded default, whose relative model
+    files are the current directory's), with ``overrides`` (the command line's
+    ``--policy``, ``--set``, ``--fast``: :mod:`mxbench.matrix.document`) put over it before it
+    is validated."""
+    if path is None:
+        text = read_matrix_file(default_matrix_path())
+        return parse_matrix(text, DEFAULT_NAME, Path.cwd(), overrides)
     path = Path(path)
     text = read_matrix_file(path)
-    matrix = parse_matrix(text, str(path), path.resolve().parent)
+    matrix = parse_matrix(text, str(path), path.resolve().parent, overrides)
     matrix._source = path.resolve()
     return matrix
 
 
-def parse_matrix(text: str, source: str = "<matrix>", base: Path | None = None) -> Matrix:
+def parse_matrix(
+    text: str,
+    source: str = "<matrix>",
+    base: Path | None = None,
+    overrides: Iterable[document.Override] = (),
+) -> Matrix:
     """The matrix in ``text``; ``base``: the folder its relative model files are in (the
-    matrix file's; default: the current directory)."""
+    matrix file's; default: the current directory). An older shape is upgraded
+    (:func:`mxbench.matrix.document.upgrade`, saying so in :attr:`Matrix.notes`), then the
+    overrides are put over it."""
     loader = Loader(text)
     try:
         node = loader.get_single_node()
@@ -520,20 +522,24 @@ def parse_matrix(text: str, source: str = "<matrix>", base: Path | None = None) 
         raise UsageError(f"{source}: the matrix is empty (it needs at least 'hosts')")
     if not isinstance(data, dict):
         raise UsageError(f"{source}: the matrix must be a mapping at the top level")
+    done = document.upgrade(data)
+    located = document.Located(node, source, document.apply(data, overrides), done.moved)
     try:
-        return Matrix.model_validate(data, context={"base": base})
+        matrix = Matrix.model_validate(data, context={"base": base})
     except ValidationError as exc:
-        raise UsageError(_format_errors(exc, node, source)) from None
+        raise UsageError(_format_errors(exc, located)) from None
+    matrix._notes = done.notes
+    return matrix
 
 
-def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) -> str:
+def _format_errors(exc: ValidationError, at: document.Located) -> str:
     lines = []
     errors = exc.errors(include_url=False)
     for err in errors[:MAX_PROBLEMS_SHOWN]:
         loc = tuple(err["loc"])
         ctx_err = (err.get("ctx") or {}).get("error")
-        if isinstance(ctx_err, _PathError):
-            lines.append(_format_one(ctx_err.loc, ctx_err.msg, node, source))
+        if isinstance(ctx_err, PathError):
+            lines.append(_format_one(ctx_err.loc, ctx_err.msg, at))
             continue
         loc = _strip_union_tags(loc)
         msg = err["msg"]
@@ -544,15 +550,15 @@ def _format_errors(exc: ValidationError, node: yaml.Node | None, source: str) ->
         elif err["type"] == "union_tag_not_found":
             msg = f"missing 'engine' (one of {', '.join(HOSTS)})"
         elif isinstance(err.get("input"), bool) and err["type"] in _NUMBER_ERRORS:
-            msg = _not_a_bool(err["input"])
+            msg = not_a_bool(err["input"])
         elif err["type"] == "literal_error" and (named := _param_in(loc)) is not None:
             choices = ", ".join(named.choices or ())
             msg = f"unknown {named.name} {echo(err.get('input'))}: expected one of {choices}"
         msg = msg.removeprefix("Value error, ")
-        lines.append(_format_one(loc, msg, node, source))
+        lines.append(_format_one(loc, msg, at))
     if len(errors) > len(lines):
         lines.append(f"... and {len(errors) - len(lines)} more")
-    head = f"{source}: invalid matrix ({len(errors)} problem{'s' if len(errors) > 1 else ''})"
+    head = f"{at.source}: invalid matrix ({len(errors)} problem{'s' if len(errors) > 1 else ''})"
     return head + "\n" + "\n".join(f"  {line}" for line in lines)
 
 
@@ -561,7 +567,7 @@ _NUMBER_ERRORS = frozenset({"int_type", "float_type", "int_parsing", "float_pars
 
 def _param_in(loc: tuple[Any, ...]) -> params.Field | None:
     """The parameter a benchmark / axes error location is about."""
-    if len(loc) >= 2 and loc[0] in ("benchmark", "axes"):
+    if len(loc) >= 2 and loc[0] in ("benchmark", "axes", "measure"):
         return next((f for f in _SWEPT if f.name == loc[1]), None)
     return None
 
@@ -586,7 +592,5 @@ def format_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _format_one(loc: tuple[Any, ...], msg: str, node: yaml.Node | None, source: str) -> str:
-    line = line_of(node, loc)
-    where = f"{source}:{line}" if line else source
-    return f"{where}: {format_path(loc)}: {msg}"
+def _format_one(loc: tuple[Any, ...], msg: str, at: document.Located) -> str:
+    return f"{at.where(loc)}: {format_path(loc)}: {msg}"

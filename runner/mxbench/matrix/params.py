@@ -247,7 +247,7 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         Annotated[int, Meta(ge=1, le=MAX_STEPS)] | None,
         Spec("A training run instead of a timing cell: this many epochs over the data "
              "folder's train/ split, evaluated on its val/ (or test/) split; repeat k trains "
-             "from seed k, so benchmark.repeats is the number of seeds.", flag="--epochs",
+             "from seed k, so measure.repeats is the number of seeds.", flag="--epochs",
              column="epochs", key_default=False),
     ] = None  # fmt: skip
     eval_every: Annotated[
@@ -356,7 +356,7 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
     ] = "native"  # fmt: skip
     repeat: Annotated[
         Annotated[int, Meta(ge=0, le=MAX_INT)] | None,
-        Spec("Which repetition of the cell (matrix benchmark.repeats > 1); a training run "
+        Spec("Which repetition of the cell (matrix measure.repeats > 1); a training run "
              "(--epochs) trains from this seed.", role="repeat", flag="--repeat", column="rep"),
     ] = None  # fmt: skip
 

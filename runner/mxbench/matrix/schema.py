@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
+import msgspec
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from mxbench.matrix import params
@@ -23,6 +24,54 @@ def echo(value: object, limit: int = 40) -> str:
     """A user's value quoted back in a message, shortened: a message stays one short line."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class PathError(ValueError):
+    """A cross-reference error that knows its own key path (pydantic would point at the root)."""
+
+    def __init__(self, loc: tuple[str | int, ...], msg: str) -> None:
+        super().__init__(msg)
+        self.loc = loc
+        self.msg = msg
+
+
+def not_a_bool(value: bool) -> str:
+    return f"expected a number, not the YAML boolean {str(value).lower()}"
+
+
+def _on_off(value: Any) -> Any:
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+def param_type(f: params.Field) -> Any:
+    """A parameter's type for pydantic, with the bounds :class:`~mxbench.matrix.params.Params`
+    declares (strict: ``true`` is not batch size 1, ``"32"`` is not 32)."""
+    if f.spec.parse is not None:  # one spelling per value (loss_scale: 1e9 is 1e+09)
+        return Annotated[f.type, BeforeValidator(f.spec.parse)]
+    if f.choices is not None:
+        if {"on", "off"} <= set(f.choices):  # YAML 1.1 reads a bare on / off as a boolean
+            return Annotated[f.type, BeforeValidator(_on_off)]
+        return f.type
+    if f.type is str:
+        return OneLine
+    return Annotated[f.type, Field(ge=f.ge, le=f.le, strict=True)]
+
+
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+def settings_struct(value: Any, kind: type[_S]) -> _S:
+    """A settings block (``batch_search``, ``auto_repeats``) as its struct; ValueError naming
+    the key inside it (an unknown one too: a misspelt setting is not silently a default)."""
+    if isinstance(value, dict):
+        known = {f.encode_name for f in msgspec.structs.fields(kind)}
+        for key in value:
+            if key not in known:
+                raise ValueError(f"Object contains unknown field `{key}`")
+    try:
+        return msgspec.convert(value, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc).replace("`$.", "`")) from None
 
 
 def _one_line(value: str) -> str:

@@ -60,7 +60,7 @@ VERDICTS: tuple[Verdict, ...] = (FASTER, SLOWER, SAME, TOO_FEW)
 # The same verdicts where a table cell has little room: with one process the cell shows the
 # bare ratio, and a note under the table says why there is no verdict.
 SHORT: dict[str, str] = {FASTER: "faster", SLOWER: "slower", SAME: "≈ same", TOO_FEW: ""}
-HINT = "set benchmark.repeats to auto, or 3 or more"  # what gives a TOO_FEW reader a verdict
+HINT = "set measure.repeats to auto, or 3 or more"  # what gives a TOO_FEW reader a verdict
 
 
 def mean(values: Sequence[float]) -> float:
