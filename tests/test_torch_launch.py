@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from conftest import wait_until
 from mxbench import scale
 from mxbench.bench import torch_launch
 from mxbench.codec import new_record
@@ -66,7 +67,8 @@ def test_a_rank_killed_ends_the_cell_with_its_error_not_a_hang() -> None:
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         ranks = _children(proc.pid, 2, within_s=60)
-        time.sleep(5)  # into the import or the training: a failure either way
+        # into the import or the training (a failure either way): torch loaded in the rank
+        wait_until(lambda: b"libtorch" in _maps(ranks[-1]), "rank 1 to load torch", 120)
         os.kill(ranks[-1], signal.SIGKILL)
         killed_at = time.monotonic()
         out, _ = proc.communicate(timeout=torch_launch.GRACE_S + torch_launch.STOP_S + 30)
@@ -91,6 +93,14 @@ def _children(pid: int, count: int, within_s: float) -> list[int]:
             return ranks
         time.sleep(0.2)
     raise AssertionError(f"the bench started no {count} processes in {within_s} s")
+
+
+def _maps(pid: int) -> bytes:
+    """What a process has mapped (its loaded libraries); empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/maps").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
 
 
 def _cmdline(pid: int) -> bytes:
