@@ -157,13 +157,15 @@ class _BenchmarkBase(Strict):
     """What every cell measures: one value per parameter (the experiment's defaults, except
     the step count), plus how often and how long."""
 
-    # A number of fresh processes per cell, or `auto` (mxbench.repeats, the default): as
-    # many as the speedup's interval needs, settings under auto_repeats.
     repeats: Annotated[int | str, PlainValidator(_repeats)] = AUTO
+    """A number of fresh processes per cell (1 to 100), or `auto` (mxbench.repeats, the
+    default): as many as the speedup's interval needs, settings under auto_repeats."""
     auto_repeats: Annotated[AutoRepeats, PlainValidator(_auto_repeats)] = AutoRepeats()
+    """How `repeats: auto` adds processes (below)."""
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
-    # How `axes.batch_size: max` searches (defaults: mxbench.search.BatchSearch).
+    """Seconds a cell may take before it is stopped (a `timeout` record)."""
     batch_search: Annotated[BatchSearch, PlainValidator(_batch_search)] = BatchSearch()
+    """How `axes.batch_size: max` searches (below)."""
 
     @field_validator("model", check_fields=False)
     @classmethod
@@ -245,12 +247,16 @@ class Image(Strict):
     """How to build one image (``mxbench build``)."""
 
     dockerfile: OneLine = "Dockerfile"
+    """The Dockerfile, relative to the matrix file's folder."""
     target: OneLine | None = None
+    """The Dockerfile's stage to build (docker build --target)."""
     context: OneLine = "."
+    """The build context, relative to the matrix file's folder."""
     build_args: dict[EnvName, OneLine] = {}
-    # A context or Dockerfile outside the matrix file's folder is refused unless set: a
-    # matrix from elsewhere must not send, say, a home directory to a remote daemon.
+    """Build arguments (BACKEND: the Keras backend the image carries)."""
     allow_outside: bool = False
+    """A context or Dockerfile outside the matrix file's folder is refused unless set: a
+    matrix from elsewhere must not send, say, a home directory to a remote daemon."""
 
     @property
     def backend(self) -> str:
