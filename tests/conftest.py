@@ -196,6 +196,19 @@ hosts:
 """
 
 
+def stamped_by_docker(record: dict, tag: str, docker_host: str) -> None:
+    """A docker record names the image it ran in (its id, its build's labels), the
+    framework inside it, its container and the daemon (test_docker's ssh host too)."""
+    import docker
+
+    assert record["engine"] == "docker"
+    image_id = docker.from_env().images.get(tag).id
+    assert record["image"]["name"] == "cpu" and record["image"]["id"] == image_id
+    assert record["image"]["labels"]["io.mxbench.tf-version"] == "2.21.0"
+    assert record["software"]["tensorflow"] == "2.21.0"
+    assert record["run"]["container"] and record["run"]["docker_host"] == docker_host
+
+
 def records(results: Path) -> list[dict]:
     out = []
     for f in sorted(results.glob("*.jsonl")):
