@@ -123,6 +123,7 @@ def fails_on_rank_1(p: Params, started_at: float, emit: Any) -> Record:
     return rec
 
 
+@pytest.mark.process  # torch_launch spawns the ranks
 @pytest.mark.parametrize(
     ("policy", "why"),
     [
@@ -153,6 +154,7 @@ def meets_late_on_rank_1(p: Params, started_at: float, emit: Any) -> Record:
     return new_record(params=p, status="ok")
 
 
+@pytest.mark.process  # torch_launch spawns the ranks
 def test_independent_ranks_leave_the_meeting_together_and_their_logs_merge() -> None:
     """The barrier of independent replicas across processes (their timed windows start
     together): nobody leaves before the last has come; every rank's log reaches the merge,

@@ -6,13 +6,15 @@ starts a process as far as its source shows: the test function, its fixtures and
 functions of tests/ they call (followed by name, to any depth) name ``subprocess``,
 ``Popen``, ``fork``, ``multiprocessing`` or the like. Library code a test calls is not read;
 a fast test that starts a process anyway (an engine's bench, a fan-out's workers) is caught
-while it runs: in the fast tier, the interpreter's audit hook sees the process start and the
-test fails, naming the ``process`` marker that moves it to the full tier. The classification
+while it runs: in the fast tier, the interpreter's audit hook (and, for multiprocessing's
+spawn, which raises no audit event, ``_posixsubprocess.fork_exec``) sees the process start
+and the test fails, naming the ``process`` marker that moves it to the full tier. The classification
 is therefore automatic for a new test and checked for an old one.
 """
 
 from __future__ import annotations
 
+import _posixsubprocess
 import sys
 import types
 from collections.abc import Generator, Iterator
@@ -136,6 +138,14 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         _started.append(f"{event} {str(args)[:120]}")
 
 
+def _recorded(real: Any) -> Any:
+    def fork_exec(*args: Any) -> Any:
+        _started.append(f"fork_exec {str(args[:2])[:120]}")
+        return real(*args)
+
+    return fork_exec
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """A test of the fast tier that starts a process fails, in a run of the fast tier only
@@ -147,7 +157,13 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         sys.addaudithook(_audit)
         _hooked.append(True)
     _started.clear()
-    result = yield
+    real = _posixsubprocess.fork_exec
+    if watch:  # what multiprocessing's spawn starts raises no audit event: seen here
+        _posixsubprocess.fork_exec = _recorded(real)
+    try:
+        result = yield
+    finally:
+        _posixsubprocess.fork_exec = real
     if watch and _started:
         pytest.fail(
             f"a fast-tier test started a process ({_started[0]}); mark it "
