@@ -53,7 +53,7 @@ def _default(param: Any) -> str:
     if getattr(param, "is_flag", False) and not param.default:
         return ""
     value = param.default
-    if value is None or value == () or value == []:
+    if value is None or value in ((), [], ""):
         return ""
     if isinstance(value, enum.Enum):
         value = value.value
