@@ -16,7 +16,7 @@ MAX_HOST_NAME = 128
 
 
 class Strict(BaseModel):
-    # a field's docstring is its description (docs/matrix-keys.md: mxbench.matrix_doc)
+    # a field's docstring is its description (docs/matrix-keys.md: mxbench.matrix.reference)
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
