@@ -18,14 +18,27 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from tiers import (  # the fast tier's hooks (pytest -m fast)
+    pytest_addoption,
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_runtest_call,
+)
+
 PYTHON = sys.executable
+__all__ = [
+    "pytest_addoption",
+    "pytest_collection_modifyitems",
+    "pytest_configure",
+    "pytest_runtest_call",
+]
 
 
 def slurm_up() -> bool:
@@ -70,6 +83,19 @@ def owned_processes(run_pid: int, steps: int | None = None) -> list[str]:
             if steps is None or re.search(f"--steps {steps}( |$)", line):
                 found.append(f"{proc.pid} {line[:160]}")
     return found
+
+
+def wait_until(
+    condition: Callable[[], object], what: str, within_s: float = 60, every_s: float = 0.05
+) -> None:
+    """Poll ``condition`` until it is true, in place of a fixed sleep that guesses how long
+    something takes: a fast machine goes on at once, a loaded one gets up to ``within_s``,
+    and a condition that never comes fails naming ``what`` was awaited."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {within_s:g} s for {what}")
+        time.sleep(every_s)
 
 
 def require_service(available: bool, what: str) -> None:
@@ -169,6 +195,19 @@ images:
 hosts:
 {hosts}
 """
+
+
+def stamped_by_docker(record: dict, tag: str, docker_host: str) -> None:
+    """A docker record names the image it ran in (its id, its build's labels), the
+    framework inside it, its container and the daemon (test_docker's ssh host too)."""
+    import docker
+
+    assert record["engine"] == "docker"
+    image_id = docker.from_env().images.get(tag).id
+    assert record["image"]["name"] == "cpu" and record["image"]["id"] == image_id
+    assert record["image"]["labels"]["io.mxbench.tf-version"] == "2.21.0"
+    assert record["software"]["tensorflow"] == "2.21.0"
+    assert record["run"]["container"] and record["run"]["docker_host"] == docker_host
 
 
 def records(results: Path) -> list[dict]:

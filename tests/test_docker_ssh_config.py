@@ -36,6 +36,7 @@ def ssh_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return calls
 
 
+@pytest.mark.process
 def test_an_ssh_host_reached_through_a_jump_host_of_the_ssh_config(ssh_config: Path) -> None:
     require_service(ssh_ok() and Path("/usr/bin/ssh").exists(), "sshd on loopback, ssh client")
     host = DockerHost(name="far", engine="docker", docker_host=f"ssh://{ALIAS}", images=["cpu"])

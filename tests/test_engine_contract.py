@@ -28,7 +28,14 @@ from typing import Any
 
 import pytest
 
-from conftest import BASE_IMAGE, long_benches, long_steps, require_service, slurm_up
+from conftest import (
+    BASE_IMAGE,
+    long_benches,
+    long_steps,
+    require_service,
+    slurm_up,
+    stamped_by_docker,
+)
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
@@ -44,6 +51,7 @@ class Rig:
     extra: dict[str, Any] = field(default_factory=dict)  # top-level matrix keys (images)
     env: dict[str, str] = field(default_factory=dict)
     leftovers: Callable[[str], list[str]] = lambda host: []
+    image_tag: str = ""  # docker: the tag `mxbench build` gave the cpu image
 
     def matrix(self, tmp: Path, host: str, benchmark: dict, axes: dict, **fields: Any) -> Path:
         axes = {"policy": ["float32"], "batch_size": [4], **axes}
@@ -104,7 +112,7 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Rig:
         return Rig("local", tmp_path, {"engine": "local"})
     if engine == "docker":
         ctx: Path = request.getfixturevalue("ctx")
-        request.getfixturevalue("built")
+        built: dict = request.getfixturevalue("built")
         images = {"cpu": {"dockerfile": "Dockerfile", "target": "cpu",
                           "build_args": {"BASE_IMAGE": BASE_IMAGE}}}  # fmt: skip
         return Rig(
@@ -113,6 +121,7 @@ def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Rig:
             {"engine": "docker", "images": ["cpu"]},
             extra={"images": images},
             leftovers=_containers,
+            image_tag=built["tag"],
         )
     require_service(slurm_up(), "a Slurm controller (slurmctld + slurmd + munge)")
     return Rig(
@@ -160,7 +169,10 @@ def test_ok_cells_are_complete_records_and_resume_runs_nothing(rig: Rig, tmp_pat
         assert step["n"] == 2 and len(step["samples"]) == 2 and step["median"] > 0
         assert len(r["metrics"]["losses"]) == 2
         assert r["device"]["kind"] == "cpu" and r["run"]["wall_s"] > 0
+        if rig.engine == "docker":  # the image's provenance, stamped by the engine
+            stamped_by_docker(r, rig.image_tag, "the local Docker socket")
     assert len({r["cell"] for r in recs}) == 2
+    _nothing_left(rig, host, None)
 
     before = (results / f"{host}.jsonl").read_bytes()
     again = rig.run("run", "-m", str(matrix), "-r", str(results), "--resume")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, docker_ok, require_service, shut, ssh_ok
+from conftest import BASE_IMAGE, docker_ok, require_service, shut, ssh_ok, wait_until
 from test_faults import GOOD, records
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -136,14 +136,13 @@ print(json.dumps({GOOD!r}))
 """
 
 
-def _containers(host: str) -> list[str]:
+def _containers(host: str, status: str | None = None) -> list[str]:
     import docker
 
     # sparse: one list call, no inspect of each; a container removed between the list and
     # an inspect made the non-sparse form raise 404 (seen once in CI)
-    found = docker.from_env().containers.list(
-        all=True, sparse=True, filters={"label": f"io.mxbench.host={host}"}
-    )
+    wanted = {"label": f"io.mxbench.host={host}"} | ({"status": status} if status else {})
+    found = docker.from_env().containers.list(all=True, sparse=True, filters=wanted)
     return [c.short_id for c in found]
 
 
@@ -200,7 +199,7 @@ def test_a_daemon_that_drops_out_mid_cell_is_reconnected_and_the_cell_kept(
     run = fake_image("run", "-r", "results", policies=["float32", "mixed_float16"])
     try:
         _started(host, run)
-        time.sleep(1)
+        wait_until(lambda: _containers(host, "running"), "the cell's container to run")
         proxy.cut(3)
         _, err = run.communicate(timeout=180)
     finally:

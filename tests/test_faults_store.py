@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
 from mxbench.records.codec import decode
 from mxbench.records.store import BadLine, ResultStore, StoreError, read_records
 from test_faults import GOOD, fake_python, matrix, records, run, start, wait_for
@@ -359,7 +360,10 @@ def test_an_unchanged_context_is_hashed_from_the_cache(
     (ctx / "Dockerfile").write_text("FROM scratch\nCOPY . /x\n")
     for i in range(20):
         (ctx / f"f{i}").write_bytes(os.urandom(1000))
-    time.sleep(images.DigestCache.RACY_S + 0.1)  # older than the racy window
+    racy_s = 0.05  # a short racy window: the files are soon older than it
+    monkeypatch.setattr(images.DigestCache, "RACY_S", racy_s)
+    newest = max(max(p.stat().st_mtime, p.stat().st_ctime) for p in ctx.iterdir())
+    wait_until(lambda: time.time() - newest > racy_s, "the files to leave the racy window", 5)
     read: list[str] = []
     real = images._file_digest
     monkeypatch.setattr(images, "_file_digest", lambda p: read.append(p.name) or real(p))

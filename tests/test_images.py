@@ -143,6 +143,7 @@ def test_dockerfile_arg_defaults() -> None:
     }
 
 
+@pytest.mark.process
 def test_avx2_labels_claim_the_copts_and_fingerprint_the_wheel(tmp_path: Path) -> None:
     shutil.copy(ROOT / "Dockerfile.cpu-avx2", tmp_path / "Dockerfile.cpu-avx2")
     (tmp_path / "wheels").mkdir()
@@ -166,6 +167,7 @@ def test_avx2_labels_claim_the_copts_and_fingerprint_the_wheel(tmp_path: Path) -
     assert source["io.mxbench.wheel-source"] == "source build v2.21.0"
 
 
+@pytest.mark.process
 def test_stock_image_labels_make_no_isa_claim() -> None:
     s = images.ImageSpec("cpu", ROOT, "Dockerfile", "cpu", {"TF_VERSION": "2.17.1"})
     labels = images.provenance_labels(s, "0" * 64)
@@ -241,6 +243,7 @@ hosts:
 """
 
 
+@pytest.mark.slow
 def test_unreachable_daemon_is_an_error_for_its_cells() -> None:
     m = parse_matrix(UNREACHABLE)
     engine = DockerEngine(m.hosts[0], m)

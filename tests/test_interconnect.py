@@ -78,6 +78,7 @@ def test_what_cannot_be_read_is_said() -> None:
     assert "the devices are not GPUs" in cpu.unreadable[0]
 
 
+@pytest.mark.process
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a host with nvidia-smi")
 def test_on_this_cpu_host_nvidia_smi_is_not_found_for_real() -> None:
     found = interconnect.read(["gpu:0", "gpu:1"])  # the real subprocess.run

@@ -84,6 +84,7 @@ def test_so_cnn_is_the_question_as_posted_at_224_by_336() -> None:
     assert x.shape == (3, 224, 336, 3) and y.shape == (3, 1) and set(np.unique(y)) <= {0.0, 1.0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(models.ZOO))
 def test_zoo_builds_offline_with_a_float32_output_under_mixed_precision(name: str) -> None:
     prepared = _prepared(name, "mixed_bfloat16", **TINY)

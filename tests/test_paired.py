@@ -23,6 +23,7 @@ import pytest
 
 import cpu_kinds
 from bench_helpers import SMALL, run_bench, shared_bench
+from conftest import wait_until
 from mxbench import stats
 from mxbench.bench.evidence import interference, onednn
 from mxbench.bench.process import windows
@@ -248,7 +249,7 @@ def test_the_interference_probe_sees_another_process_hold_a_core() -> None:
     was measured to get (whatever else this machine runs meanwhile)."""
     burner = subprocess.Popen([sys.executable, "-c", BURN])
     try:
-        time.sleep(0.3)
+        wait_until(lambda: _cpu_s(burner.pid) > 0.05, "the burner to get CPU", 30)
         before, a = _cpu_s(burner.pid), interference.snapshot()
         time.sleep(1.0)
         busy = interference.between(a, interference.snapshot())

@@ -54,13 +54,20 @@ _MEANWHILE = """
 import json, os, time
 from mxbench.report import fanout
 fanout.prepare()
-parent, seen = os.getpid(), []
+parent, seen, flag = os.getpid(), [], {flag!r}
+def job(i):
+    if os.getpid() != parent and not os.path.exists(flag):
+        open(flag, "a").close()  # a worker has started on the items
+    return time.time(), os.getpid()
 def meanwhile():
-    time.sleep(1.0)  # the workers have started on the items by now (a loaded machine too)
+    deadline = time.monotonic() + 60
+    while fanout.workers() >= 2 and not os.path.exists(flag):
+        assert time.monotonic() < deadline, "no worker started on the items in 60 s"
+        time.sleep(0.01)
     seen.append(os.getpid())
     {fail}
 try:
-    out = fanout.fan_out(lambda i: (time.time(), os.getpid()), 1000, meanwhile)
+    out = fanout.fan_out(job, 1000, meanwhile)
     workers = [t for t, p in out if p != parent]
     print(json.dumps({{"seen": seen == [parent], "before": bool(workers) and min(workers) < end,
                        "failed": False}}))
@@ -70,15 +77,16 @@ except ValueError as exc:
 
 
 @pytest.mark.skipif(CORES < 2, reason="one usable core: the report stays in one process")
-def test_this_process_does_its_other_work_while_the_workers_start() -> None:
+def test_this_process_does_its_other_work_while_the_workers_start(tmp_path: Path) -> None:
     fail = "global end; end = time.time()"
-    got = _python(_MEANWHILE.format(fail=fail))
+    got = _python(_MEANWHILE.format(fail=fail, flag=str(tmp_path / "started")))
     # meanwhile ran here, once, and a worker did items before it ended
     assert got == {"seen": True, "before": True, "failed": False}
 
 
-def test_a_failure_meanwhile_is_raised_and_ends_the_workers() -> None:
-    got = _python(_MEANWHILE.format(fail="raise ValueError('meanwhile broke')"))
+def test_a_failure_meanwhile_is_raised_and_ends_the_workers(tmp_path: Path) -> None:
+    fail = "raise ValueError('meanwhile broke')"
+    got = _python(_MEANWHILE.format(fail=fail, flag=str(tmp_path / "started")))
     assert got == {"seen": True, "failed": "meanwhile broke"}
 
 

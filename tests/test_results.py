@@ -36,6 +36,7 @@ def _writer(root: str, tag: str, n: int) -> None:
         store.append(rec)
 
 
+@pytest.mark.process
 def test_two_writers_never_interleave(tmp_path: Path) -> None:
     # Records of 20+ KB (well past PIPE_BUF) from two processes at once into one file.
     procs = [mp.Process(target=_writer, args=(str(tmp_path), t, 60)) for t in "ab"]

@@ -333,6 +333,7 @@ def test_slurm_time_formats_are_accepted(limit: str) -> None:
 _TEXT = st.text(max_size=30)
 
 
+@pytest.mark.process
 @settings(max_examples=200, deadline=None)
 @given(
     partition=st.none() | _TEXT, gres=st.none() | _TEXT, constraint=st.none() | _TEXT,
@@ -434,6 +435,7 @@ RUNNING = (
 )
 
 
+@pytest.mark.process
 def test_ctrl_c_returns_in_seconds_when_the_controller_does_not_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from conftest import wait_until
 from mxbench.bench.parallel import torch_launch
 from mxbench.matrix import scale
 from mxbench.matrix.file import parse_matrix
@@ -66,7 +67,8 @@ def test_a_rank_killed_ends_the_cell_with_its_error_not_a_hang() -> None:
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         ranks = _children(proc.pid, 2, within_s=60)
-        time.sleep(5)  # into the import or the training: a failure either way
+        # into the import or the training (a failure either way): torch loaded in the rank
+        wait_until(lambda: b"libtorch" in _maps(ranks[-1]), "rank 1 to load torch", 120)
         os.kill(ranks[-1], signal.SIGKILL)
         killed_at = time.monotonic()
         out, _ = proc.communicate(timeout=torch_launch.GRACE_S + torch_launch.STOP_S + 30)
@@ -93,6 +95,14 @@ def _children(pid: int, count: int, within_s: float) -> list[int]:
     raise AssertionError(f"the bench started no {count} processes in {within_s} s")
 
 
+def _maps(pid: int) -> bytes:
+    """What a process has mapped (its loaded libraries); empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/maps").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -113,6 +123,7 @@ def fails_on_rank_1(p: Params, started_at: float, emit: Any) -> Record:
     return rec
 
 
+@pytest.mark.process  # torch_launch spawns the ranks
 @pytest.mark.parametrize(
     ("policy", "why"),
     [
@@ -143,6 +154,7 @@ def meets_late_on_rank_1(p: Params, started_at: float, emit: Any) -> Record:
     return new_record(params=p, status="ok")
 
 
+@pytest.mark.process  # torch_launch spawns the ranks
 def test_independent_ranks_leave_the_meeting_together_and_their_logs_merge() -> None:
     """The barrier of independent replicas across processes (their timed windows start
     together): nobody leaves before the last has come; every rank's log reaches the merge,

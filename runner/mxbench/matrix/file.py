@@ -33,7 +33,7 @@ from pydantic.json_schema import SkipJsonSchema
 from mxbench import models
 from mxbench.cells.repeats import AUTO, AutoRepeats
 from mxbench.errors import UsageError
-from mxbench.matrix import document, measure, params, scale, serving
+from mxbench.matrix import document, measure, params, problems, scale, serving
 from mxbench.matrix.hosts import HOSTS
 from mxbench.matrix.measure import AutoRepeatsSettings, Measure, Preset, Repeats
 from mxbench.matrix.reader import Loader, check_nodes, read_matrix_file
@@ -111,13 +111,18 @@ class _BenchmarkBase(Strict):
     the step count), plus how long at most. It also carries the values of ``measure:`` (its
     knobs, not part of the written schema: :meth:`Matrix._measured` puts them here)."""
 
-    # A number of fresh processes per cell, or `auto` (mxbench.cells.repeats, the default): as
-    # many as the speedup's interval needs, settings under auto_repeats.
+    # A number of fresh processes per cell, or `auto`: under `measure:` since presets (a
+    # matrix of before is upgraded, mxbench.matrix.document); hidden from the schema here.
     repeats: SkipJsonSchema[Repeats] = AUTO
+    """A number of fresh processes per cell (1 to 100), or `auto` (mxbench.cells.repeats, the
+    default): as many as the speedup's interval needs; now `measure.repeats`."""
     auto_repeats: SkipJsonSchema[AutoRepeatsSettings] = AutoRepeats()
+    """How `repeats: auto` adds processes; now `measure.auto_repeats`."""
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
+    """Seconds a cell may take before it is stopped (a `timeout` record)."""
     # How `axes.batch_size: max` searches (defaults: mxbench.matrix.search.BatchSearch).
     batch_search: Annotated[BatchSearch, PlainValidator(_batch_search)] = BatchSearch()
+    """How `axes.batch_size: max` searches (below)."""
 
     @field_validator("model", check_fields=False)
     @classmethod
@@ -169,7 +174,6 @@ class _AxesBase(Strict):
         return v
 
 
-_SWEPT = [f for f in params.fields() if f.spec.role != "repeat"]
 _KNOBS = frozenset(measure.KNOBS)
 # what mxbench.matrix.scale.problem judges, in its order
 _SCALE_KEYS = ("backend", "devices", "scaling", "batch_size", "epochs", "nodes", "allreduce")
@@ -186,13 +190,16 @@ else:
                 SkipJsonSchema[param_type(f)] if f.name in _KNOBS else param_type(f),
                 f.default,
             )
-            for f in _SWEPT
+            for f in params.swept()
         },
     )
     Axes = create_model(
         "Axes",
         __base__=_AxesBase,
-        **{f.name: (_axis_type(f), list(f.spec.axis) if f.spec.axis else None) for f in _SWEPT},
+        **{
+            f.name: (_axis_type(f), list(f.spec.axis) if f.spec.axis else None)
+            for f in params.swept()
+        },
     )
 
 
@@ -200,12 +207,16 @@ class Image(Strict):
     """How to build one image (``mxbench build``)."""
 
     dockerfile: OneLine = "Dockerfile"
+    """The Dockerfile, relative to the matrix file's folder."""
     target: OneLine | None = None
+    """The Dockerfile's stage to build (docker build --target)."""
     context: OneLine = "."
+    """The build context, relative to the matrix file's folder."""
     build_args: dict[EnvName, OneLine] = {}
-    # A context or Dockerfile outside the matrix file's folder is refused unless set: a
-    # matrix from elsewhere must not send, say, a home directory to a remote daemon.
+    """Build arguments (BACKEND: the Keras backend the image carries)."""
     allow_outside: bool = False
+    """A context or Dockerfile outside the matrix file's folder is refused unless set: a
+    matrix from elsewhere must not send, say, a home directory to a remote daemon."""
 
     @property
     def backend(self) -> str:
@@ -446,7 +457,7 @@ class Matrix(Strict):
         ``axes``, else the one value under ``benchmark``, else the experiment's sweep (policy,
         batch size) or default."""
         out: dict[str, list[Any]] = {}
-        for f in _SWEPT:
+        for f in params.swept():
             listed = getattr(self.axes, f.name)
             if listed is not None and (
                 f.name in self.axes.model_fields_set
@@ -470,9 +481,6 @@ class Matrix(Strict):
 def default_matrix_path() -> Path:
     """The embedded default: a small, fast, local-engine matrix shipped with the package."""
     return Path(str(resources.files("mxbench") / "defaults" / "local.yaml"))
-
-
-MAX_PROBLEMS_SHOWN = 20
 
 
 DEFAULT_NAME = "embedded default matrix"
@@ -527,70 +535,6 @@ def parse_matrix(
     try:
         matrix = Matrix.model_validate(data, context={"base": base})
     except ValidationError as exc:
-        raise UsageError(_format_errors(exc, located)) from None
+        raise UsageError(problems.explain(exc, located)) from None
     matrix._notes = done.notes
     return matrix
-
-
-def _format_errors(exc: ValidationError, at: document.Located) -> str:
-    lines = []
-    errors = exc.errors(include_url=False)
-    for err in errors[:MAX_PROBLEMS_SHOWN]:
-        loc = tuple(err["loc"])
-        ctx_err = (err.get("ctx") or {}).get("error")
-        if isinstance(ctx_err, PathError):
-            lines.append(_format_one(ctx_err.loc, ctx_err.msg, at))
-            continue
-        loc = _strip_union_tags(loc)
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (not in matrix schema v1; a typo?)"
-        elif err["type"] == "union_tag_invalid":
-            msg = f"unknown engine: expected one of {', '.join(HOSTS)}"
-        elif err["type"] == "union_tag_not_found":
-            msg = f"missing 'engine' (one of {', '.join(HOSTS)})"
-        elif isinstance(err.get("input"), bool) and err["type"] in _NUMBER_ERRORS:
-            msg = not_a_bool(err["input"])
-        elif err["type"] == "literal_error" and (named := _param_in(loc)) is not None:
-            choices = ", ".join(named.choices or ())
-            msg = f"unknown {named.name} {echo(err.get('input'))}: expected one of {choices}"
-        msg = msg.removeprefix("Value error, ")
-        lines.append(_format_one(loc, msg, at))
-    if len(errors) > len(lines):
-        lines.append(f"... and {len(errors) - len(lines)} more")
-    head = f"{at.source}: invalid matrix ({len(errors)} problem{'s' if len(errors) > 1 else ''})"
-    return head + "\n" + "\n".join(f"  {line}" for line in lines)
-
-
-_NUMBER_ERRORS = frozenset({"int_type", "float_type", "int_parsing", "float_parsing"})
-
-
-def _param_in(loc: tuple[Any, ...]) -> params.Field | None:
-    """The parameter a benchmark / axes error location is about."""
-    if len(loc) >= 2 and loc[0] in ("benchmark", "axes", "measure"):
-        return next((f for f in _SWEPT if f.name == loc[1]), None)
-    return None
-
-
-def _strip_union_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # pydantic inserts the discriminator value ("docker") after the list index.
-    out: list[Any] = []
-    for i, part in enumerate(loc):
-        if part in HOSTS and i >= 2 and loc[i - 2] == "hosts" and isinstance(loc[i - 1], int):
-            continue
-        out.append(part)
-    return tuple(out)
-
-
-def format_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def _format_one(loc: tuple[Any, ...], msg: str, at: document.Located) -> str:
-    return f"{at.where(loc)}: {format_path(loc)}: {msg}"

@@ -21,7 +21,8 @@ class LocalHost(HostBase):
     """This machine, a fresh subprocess per cell, no container (the embedded default)."""
 
     engine: Literal["local"]
-    python: OneLine | None = None  # interpreter with mxbench[tf]; default: the running one
+    python: OneLine | None = None
+    """The interpreter with mxbench[tf] (default: the one running mxbench)."""
 
 
 Gpus = Literal["all", "none"] | list[str]
@@ -34,10 +35,14 @@ class DockerHost(HostBase):
     needs_build: ClassVar[bool] = True
 
     engine: Literal["docker"]
-    docker_host: OneLine | None = None  # unix://, tcp://, ssh://user@host[:port]; absent = local
-    context: OneLine | None = None  # a docker CLI context name
+    docker_host: OneLine | None = None
+    """The daemon: unix://, tcp://, ssh://user@host[:port]; absent: the local one."""
+    context: OneLine | None = None
+    """A docker CLI context name (instead of docker_host)."""
     gpus: Gpus = "none"
+    """The GPUs a cell's container gets: all, none, or a list of device ids."""
     images: Annotated[list[OneLine], Field(min_length=1)]
+    """The matrix's images (names under `images:`) this host runs cells in."""
 
     def image_names(self) -> list[str]:
         return list(self.images)
@@ -50,22 +55,34 @@ class DockerHost(HostBase):
 
 
 class SlurmHost(HostBase):
+    """A Slurm cluster: each cell a job (or a task of a job array) submitted with sbatch."""
+
     engine: Literal["slurm"]
     partition: OneLine | None = None
-    gres: OneLine | None = None  # e.g. gpu:v100:1
+    """sbatch --partition."""
+    gres: OneLine | None = None
+    """sbatch --gres, e.g. gpu:v100:1."""
     constraint: OneLine | None = None
+    """sbatch --constraint."""
     account: OneLine | None = None
-    time_limit: OneLine | None = None  # sbatch --time, e.g. "00:30:00"
+    """sbatch --account."""
+    time_limit: OneLine | None = None
+    """sbatch --time, e.g. "00:30:00"."""
     sbatch_options: list[OneLine] = []
-    # How the bench runs on the nodes: one of container_image (pyxis / apptainer) or python.
+    """More sbatch options, one per item (e.g. '--qos=high')."""
     container_image: OneLine | None = None
+    """The image the bench runs in on the nodes (pyxis / apptainer); or give python."""
     container_runtime: Literal["pyxis", "apptainer"] | None = None
-    python: OneLine | None = None  # interpreter with mxbench[tf] on the shared filesystem
-    workdir: OneLine | None = None  # shared directory for job scripts and outputs
-    array: bool = True  # many cells as one job array
-    # A cell of `nodes` processes is a job of that many tasks, this many to a node (1: one
-    # node each; a cluster of one node, or to pack them: nodes' worth).
+    """How container_image runs."""
+    python: OneLine | None = None
+    """The interpreter with mxbench[tf] on the shared filesystem (instead of a container)."""
+    workdir: OneLine | None = None
+    """A shared directory for the job scripts and outputs."""
+    array: bool = True
+    """Submit many cells as one job array."""
     tasks_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
+    """A cell of `nodes` processes is a job of that many tasks, this many to a node (1: one
+    node each; a cluster of one node, or to pack them: nodes' worth)."""
 
     @field_validator("time_limit")
     @classmethod

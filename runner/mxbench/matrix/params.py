@@ -469,6 +469,13 @@ def field(name: str) -> Field:
     return next(f for f in fields() if f.name == name)
 
 
+@cache
+def swept() -> tuple[Field, ...]:
+    """The parameters a matrix may set under ``benchmark`` / ``measure`` or sweep under
+    ``axes`` (every one but the repeat, which the run numbers)."""
+    return tuple(f for f in fields() if f.spec.role != "repeat")
+
+
 def names(*roles: Role) -> tuple[str, ...]:
     """Names of the parameters with these roles (all when none given)."""
     return tuple(f.name for f in fields() if not roles or f.spec.role in roles)

@@ -17,7 +17,8 @@ MAX_HOST_NAME = 128
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # a field's docstring is its description (docs/matrix-keys.md: mxbench.matrix.reference)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 def echo(value: object, limit: int = 40) -> str:
@@ -125,24 +126,27 @@ class HostBase(Strict):
     # Whether `mxbench build` builds images for hosts of this engine.
     needs_build: ClassVar[bool] = False
 
-    # Bounded: it names the host's results file (<name>.jsonl), its Slurm jobs and containers.
     name: Annotated[
         str, Field(min_length=1, max_length=MAX_HOST_NAME, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     ]
-    timeout_s: Seconds | None = None  # overrides benchmark.timeout_s
-    env: dict[EnvName, OneLine] = {}  # extra environment for the bench (TF_ENABLE_ONEDNN_OPTS)
-    # Memory the bench may use (Docker's notation, 2g / 512m): a cgroup on a local host, the
-    # container's limit on a docker host, --mem on Slurm. Past it the cell is an `oom` record.
+    """The host's name (bounded: it names its results file <name>.jsonl, its Slurm jobs and
+    containers)."""
+    timeout_s: Seconds | None = None
+    """Seconds a cell may take on this host (overrides benchmark.timeout_s)."""
+    env: dict[EnvName, OneLine] = {}
+    """Extra environment for the bench (e.g. TF_ENABLE_ONEDNN_OPTS)."""
     memory_limit: MemoryLimit | None = None
-    # Hosts of one machine run one at a time (their timings would mix); hosts of different
-    # machines run in parallel. Default: `local` for local hosts, the Docker daemon's ID for
-    # docker hosts, the cluster for Slurm hosts.
+    """Memory the bench may use (Docker's notation, 2g / 512m): a cgroup on a local host, the
+    container's limit on a docker host, --mem on Slurm. Past it the cell is an `oom` record."""
     machine: OneLine | None = None
-    # What an hour of this host costs (any currency, the same across a matrix): the report
-    # gives the cost of a million training images from it. Not part of the cell key.
+    """Hosts of one machine run one at a time (their timings would mix); hosts of different
+    machines run in parallel. Default: `local` for local hosts, the Docker daemon's ID for
+    docker hosts, the cluster for Slurm hosts."""
     cost_per_hour: (
         Annotated[float, Field(gt=0, lt=1e9, allow_inf_nan=False, strict=False)] | None
     ) = None
+    """What an hour of this host costs (any currency, the same across a matrix): the report
+    gives the cost of a million training images from it. Not part of the cell key."""
 
     @property
     def engine_name(self) -> str:

@@ -151,13 +151,14 @@ def _not_json(line: bytes | str, exc: msgspec.DecodeError) -> BadRecord:
 # ---- Versions: every record shape ever written keeps loading -------------------------------
 
 HISTORY: dict[str, str] = {
-    "mxbench.result/1": "2026-11-21 to Step 16: the first contract. Its minimum (schema, cell, "
-    "host, status, params) let any other part be null (`metrics: null` on an oom or error); "
+    "mxbench.result/1": "Written 2026-11-21 to 2026-11-23: the first contract. Its minimum "
+    "(schema, cell, host, status, params) let any other part be null (`metrics: null` on "
+    "an oom or error); "
     "the first report read a compute capability written as a number (7.0), a pair ([7, 0]) "
     "or a CUDA target ('sm_70'); "
     "device.used_by_tf said whether the framework used the GPU, whatever the backend; the bench "
     "before the typed record wrote a loss that was not finite as NaN or Infinity (json.dumps).",
-    SCHEMA: "Step 17: written with no nulls where the type holds an object, a list or a "
+    SCHEMA: "Written since 2026-11-23: no nulls where the type holds an object, a list or a "
     "default (read leniently: such a null is the default, as in /1); "
     "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu.",
 }
