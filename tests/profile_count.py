@@ -124,9 +124,10 @@ def _one(trace_dir: Path, pattern: str) -> Path:
 
 
 _TF_OP = re.compile(r"^[^:]+:(\w+)$")  # TF's op events: "scope/name:Type"
-# Keras' optimizers name their update's scope after themselves ("StatefulPartitionedCall/
-# adam/Sub_4:Sub"); TF's own fused updates are ResourceApply* / Apply* op types
-_TF_OPTIMIZER_SCOPE = re.compile(
+# Keras' optimizers name their update's scope after themselves (TF: "StatefulPartitionedCall/
+# adam/Sub_4:Sub"; JAX, in XLA's metadata: "jit(train_step)/adam/add"); TF's own fused
+# updates are ResourceApply* / Apply* op types
+_OPTIMIZER_SCOPE = re.compile(
     r"^(adam|adamw|adamax|nadam|sgd|rmsprop|adagrad|adadelta|adafactor|ftrl|lamb|lion|"
     r"loss_scale_optimizer)(_\d+)?$"
 )
@@ -159,7 +160,7 @@ def tf_category(name: str) -> str:
     if name.startswith("IteratorGetNext"):
         return "input"
     path, _, op_type = name.rpartition(":")
-    if any(_TF_OPTIMIZER_SCOPE.match(part.lower()) for part in path.split("/")[:-1]):
+    if any(_OPTIMIZER_SCOPE.match(part.lower()) for part in path.split("/")[:-1]):
         return "optimizer"
     if re.match(r"^(Resource)?(Sparse)?Apply[A-Z]", op_type):
         return "optimizer"
@@ -287,7 +288,7 @@ def xla_category(hlo_op: str, dump: dict[str, Hlo]) -> str:
     h = dump.get(hlo_op)
     if h is None:
         return "conv_matmul" if _XLA_CONV.match(hlo_op) else "other"
-    if any(_TF_OPTIMIZER_SCOPE.match(part) for part in h.op_name.split("/")[1:-1]):
+    if any(_OPTIMIZER_SCOPE.match(part) for part in h.op_name.split("/")[1:-1]):
         return "optimizer"
     if h.fused & {"convolution", "dot"}:
         return "conv_matmul"
