@@ -47,9 +47,10 @@ def steps_for(timed: StepStats | None) -> int:
     """How many steps to profile: :data:`STEPS`, fewer where the ``timed`` steps are slow, so
     that a 1.8 s step of emulated bfloat16 is profiled once, not three times (about
     :data:`WINDOW_S` of profiled steps, at least one)."""
-    if timed is None or not timed.median > 0:
+    median = timed.median if timed is not None else None
+    if median is None or not median > 0:
         return STEPS
-    return max(1, min(STEPS, round(WINDOW_S * 1000 / timed.median)))
+    return max(1, min(STEPS, round(WINDOW_S * 1000 / median)))
 
 
 KEEP_ENV = "MXBENCH_PROFILE_DIR"  # keep the raw trace under this directory
