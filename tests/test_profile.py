@@ -16,13 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import cpu_kinds
-import profile_count
-from bench_helpers import SMALL, BenchRun, run_bench, shared_bench
-from mxbench.bench import energy, onednn
-from mxbench.bench import profile as profiler
-from mxbench.bench.profile_ops import (
+from mxbench.bench.evidence import energy, onednn
+from mxbench.bench.evidence import profile as profiler
+from mxbench.bench.evidence.profile_ops import (
     RULES,
     Event,
     Op,
@@ -34,7 +30,11 @@ from mxbench.bench.profile_ops import (
     summarize,
     tensor_core,
 )
-from mxbench.results import Profile, StepStats
+from mxbench.records.record import Profile, StepStats
+
+import cpu_kinds
+import profile_count
+from bench_helpers import SMALL, BenchRun, run_bench, shared_bench
 
 # ---- categories from names (known truth: what each operation is) ---------------------------
 
@@ -729,10 +729,9 @@ def test_the_breakdown_agrees_with_an_independent_count_of_the_raw_trace(
 
 def _largest_besides_conv(rec: dict[str, Any]) -> str | None:
     """What the report's note names as the largest work besides convolutions/matmuls for a
-    record: its bar (the timed step split by its profile, mxbench.report.why)."""
+    record: its bar (the timed step split by its profile, mxbench.report.sections.why)."""
     import msgspec
-
-    from mxbench.report import why
+    from mxbench.report.sections import why
 
     step = float(rec["metrics"]["step_ms"]["median"])
     parts = why.split(step, msgspec.convert(rec["profile"], Profile))
@@ -745,8 +744,8 @@ def test_xla_library_fusions_are_named_after_what_they_compute() -> None:
     (the JAX operation in its metadata; else the fused computation's root). Lines from a
     real ResNet-50 step: a forward convolution, a weight gradient XLA kept no name for, a
     batch-norm reduction."""
-    from mxbench.bench.profile import library_fusions
-    from mxbench.bench.profile_ops import category
+    from mxbench.bench.evidence.profile import library_fusions
+    from mxbench.bench.evidence.profile_ops import category
 
     hlo = """
 %fused_computation.2 (param_0.2: f32[512,2,2,8], param_1.2: f32[2,2,8,2048]) -> f32[512,1,1,2048] {
@@ -776,7 +775,7 @@ ENTRY %main.1 (p: f32[8,64,64,3]) -> f32[] {
     }
     assert category(["ynn_fusion.9"]) == "other"  # nothing says what it is: not guessed
     # every instruction's JAX operation, with its scopes: Keras' optimizer names its update's
-    from mxbench.bench.profile import op_names
+    from mxbench.bench.evidence.profile import op_names
 
     scoped = op_names(hlo + '  %multiply_add_fusion.17 = f32[32]{0} fusion(%a), kind=kLoop, '
                       'calls=%fused_computation.47, metadata={op_name="jit(train_step)/adam/add" '
@@ -799,9 +798,10 @@ def test_profile_off_records_none() -> None:
 
 
 def test_profile_switch_and_cost_per_hour_in_the_matrix() -> None:
-    from mxbench.cells import expand
+    from mxbench.cells.cell import expand
+    from mxbench.matrix.file import parse_matrix
+
     from mxbench.errors import UsageError
-    from mxbench.matrix import parse_matrix
 
     host = "hosts:\n  - {name: box, engine: local, cost_per_hour: 2.5}\n"
     on = expand(parse_matrix(host))
@@ -823,7 +823,7 @@ def test_profile_switch_and_cost_per_hour_in_the_matrix() -> None:
 
 def test_xspace_planes_give_kernels_on_gpu_streams_and_ops_on_host_threads() -> None:
     """The XSpace reader's seam (TensorFlow and JAX traces): which lines and events count."""
-    from mxbench.bench.profile import _xspace_ops
+    from mxbench.bench.evidence.profile import _xspace_ops
 
     ps = 10**9  # picoseconds per millisecond
     planes = [
