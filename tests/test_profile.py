@@ -243,11 +243,13 @@ def test_a_thread_pools_loop_inside_an_operation_is_part_of_it() -> None:
     assert s.ops_ms == pytest.approx(7.0)  # the threads' busy time: 6 + 1
     # the independent count's rule agrees: time inside an operation is the innermost one's
     slices = [profile_count.Slice(e.name, e.start, e.start + e.duration, e.lane,
-                                  op="/" in e.name, conv="Conv" in e.name)
+                                  op="/" in e.name, category=profile_count.tf_category(e.name))
               for e in trace[:-1]]  # fmt: skip
     count = profile_count.count(slices)
     assert count.ops_s == pytest.approx(7 * ms) == count.thread_busy_s
     assert count.conv_s == pytest.approx(5 * ms)
+    assert count.categories == pytest.approx({"conv_matmul": 5 * ms, "elementwise_norm": 1 * ms,
+                                              "cast": 1 * ms})  # fmt: skip
 
 
 def test_pytorch_callers_decide_what_a_copy_is() -> None:
@@ -696,7 +698,21 @@ def test_the_breakdown_agrees_with_an_independent_count_of_the_raw_trace(
     # threads make the union below smaller than this sum, as ResNet-50's do)
     assert prof["ops_ms"] == pytest.approx(count.thread_busy_s * 1000 / steps, rel=0.1)
     assert busy == pytest.approx(count.busy_s * 1000 / steps, rel=0.1)
+    # the record says whether the busy time is thread time: operations side by side or not
+    assert prof["side_by_side"] == pytest.approx(prof["ops_ms"] / busy, rel=0.01)
+    assert prof["side_by_side"] == pytest.approx(count.thread_busy_s / count.busy_s, rel=0.1)
     assert bd["conv_matmul"] / busy == pytest.approx(count.conv_s / count.ops_s, abs=0.1)
+    # every category's share of the operations' time, against the count's own rules
+    shares = {c: v / busy for c, v in bd.items() if c != "host_gap"}
+    counted = {c: round(count.share(c), 4) for c in shares}
+    off = {c: (shares[c], counted[c]) for c in shares if abs(shares[c] - counted[c]) > 0.1}
+    assert not off, (off, shares, counted)
+    assert set(count.categories) <= set(shares), count.categories
+    # the report's "largest part besides convolutions/matmuls" is the count's largest, or
+    # within the same 10 points of it (a near tie the rules may split either way)
+    named, largest = _largest_besides_conv(run.record), count.largest_besides_conv()
+    assert named is not None and largest is not None, (shares, counted)
+    assert count.share(named) >= count.share(largest) - 0.1, (named, largest, shares, counted)
     if backend != "torch":  # Keras' PyTorch BatchNormalization: separate mean/var ATen ops
         # the largest part of the work (its share moves with the load: over half quiet, 45%
         # in a full run beside other work; the share itself is checked just above)
@@ -709,6 +725,19 @@ def test_the_breakdown_agrees_with_an_independent_count_of_the_raw_trace(
         # record names every one of them after what it computes, none is left "other"
         assert profile_count._library_convs(trace), "no library fusion in XLA's dump"
         assert not [t for t in prof["top_ops"] if t["name"] in ("ynn_fusion", "xnn_fusion")]
+
+
+def _largest_besides_conv(rec: dict[str, Any]) -> str | None:
+    """What the report's note names as the largest work besides convolutions/matmuls for a
+    record: its bar (the timed step split by its profile, mxbench.report.sections.why)."""
+    import msgspec
+
+    from mxbench.report.sections import why
+
+    step = float(rec["metrics"]["step_ms"]["median"])
+    parts = why.split(step, msgspec.convert(rec["profile"], Profile))
+    assert parts is not None, rec["profile"]
+    return why.Bar("p", 8, step, parts, "", None).largest_besides_conv()
 
 
 def test_xla_library_fusions_are_named_after_what_they_compute() -> None:
@@ -746,6 +775,17 @@ ENTRY %main.1 (p: f32[8,64,64,3]) -> f32[] {
         "ynn_fusion.25": "elementwise_norm",
     }
     assert category(["ynn_fusion.9"]) == "other"  # nothing says what it is: not guessed
+    # every instruction's JAX operation, with its scopes: Keras' optimizer names its update's
+    from mxbench.bench.evidence.profile import op_names
+
+    scoped = op_names(hlo + '  %multiply_add_fusion.17 = f32[32]{0} fusion(%a), kind=kLoop, '
+                      'calls=%fused_computation.47, metadata={op_name="jit(train_step)/adam/add" '
+                      "stack_frame_id=286}\n")  # fmt: skip
+    assert scoped["ynn_fusion.26"] == "jit(train_step)/jvp(conv2d)/conv_general_dilated"
+    assert "ynn_fusion.2" not in scoped  # XLA kept no name
+    update = ("multiply_add_fusion.17", scoped["multiply_add_fusion.17"])
+    assert category(update, "adam") == "optimizer"
+    assert category(update[:1], "adam") == "elementwise_norm"  # its name alone says no more
 
 
 def test_profile_off_records_none() -> None:

@@ -121,7 +121,9 @@ class Profile(Part):
         dict[str, float],
         Doc("ms per step by category: conv_matmul, elementwise_norm (memory-bound), cast, "
             "layout, optimizer, input, other, host_gap (nothing ran: Python, launches, "
-            "waits); the sum is step_ms"),
+            "waits); the sum is step_ms. The categories split the busy wall-clock time by "
+            "their operations' own times, thread time where operations ran side by side "
+            "(side_by_side above 1)"),
     ] = {}  # fmt: skip
     busy_share: Annotated[float | None, Doc("share of the window in which some operation ran")] = (
         None
@@ -130,6 +132,13 @@ class Profile(Part):
         float | None,
         Doc("the operations' own (exclusive) times per step, summed over threads (ms): the "
             "busy time, more where threads ran operations side by side"),
+    ] = None  # fmt: skip
+    side_by_side: Annotated[
+        float | None,
+        Doc("ops_ms over the busy wall time: 1.0 where one operation ran at a time (the busy "
+            "time is the operations' time); above 1 the executor ran operations side by side "
+            "on several threads, and breakdown_ms is their thread time scaled into the busy "
+            "wall time (null: a record written before it was kept)"),
     ] = None  # fmt: skip
     tensor_core_share: Annotated[
         float | None,

@@ -341,6 +341,7 @@ class Summary:
     breakdown_ms: dict[str, float]  # per category, ms per step (host_gap included)
     busy_share: float
     ops_ms: float  # the operations' own times, ms per step (summed over threads)
+    side_by_side: float | None  # ops_ms over the busy wall time (1.0: one at a time)
     top: list[tuple[str, str, float, int]]  # (name, category, ms per step, calls)
     tensor_core_share: float | None  # of conv/matmul time (GPU kernels only)
     cast_share: float | None  # of busy time
@@ -391,6 +392,7 @@ def summarize(
         breakdown_ms=out,
         busy_share=round(busy / wall_s, 4) if wall_s > 0 else 0.0,
         ops_ms=round(total * per_step, 4),
+        side_by_side=round(total / busy, 4) if busy > 0 else None,
         top=[(n, c, round(t * scale * per_step, 4), int(k)) for (n, c), (t, k) in ranked],
         tensor_core_share=round(tc / (tc + non_tc), 4) if gpu and tc + non_tc > 0 else None,
         cast_share=round(per_cat.get("cast", 0.0) / total, 4) if total > 0 else None,
