@@ -27,9 +27,10 @@ def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "results"
 
 
+@pytest.mark.process  # its first block measures: mxbench.run starts bench processes
 def test_the_documented_example_runs_as_written(results: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "api.md").read_text(), re.S)
-    assert len(blocks) >= 4
+    assert len(blocks) >= 5
     scope: dict[str, object] = {}
     for i, block in enumerate(blocks):
         exec(compile(block, f"docs/api.md block {i + 1}", "exec"), scope)
@@ -81,6 +82,18 @@ def test_speedup_intervals_hold_their_level_on_samples_with_a_known_truth() -> N
         same += mxbench.speedup(side(100.0), side(100.0)).verdict == "no clear difference"
     assert covered / 400 >= 0.91, covered
     assert same / 400 >= 0.91, same
+
+
+def test_a_bad_run_argument_is_refused_before_anything_runs(results: Path) -> None:
+    from mxbench.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"batch_size=\['abc'\]: axes\.batch_size\[0\]"):
+        mxbench.run(batch_size=["abc"], results="nothing")
+    with pytest.raises(TypeError, match="unknown argument 'batchsize'"):
+        mxbench.run(batchsize=[8], results="nothing")
+    with pytest.raises(UsageError, match="measure"):
+        mxbench.run(measure="fastest", results="nothing")
+    assert not (results.parent / "nothing").exists()
 
 
 def test_what_the_api_cannot_take_is_said_clearly(results: Path) -> None:

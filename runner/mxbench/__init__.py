@@ -12,8 +12,9 @@ rendering), ``stats`` (intervals and verdicts). ``bench`` is what runs inside an
 image: one cell, one process, one JSON record on stdout.
 
 The declared Python API (docs/api.md) is what this module exports: :func:`load_results`
-(pandas), :func:`render_report`, :func:`speedup`, :func:`load_records` and the types they
-return, each imported on first use; every other module is private by convention.
+(pandas), :func:`run`, :func:`render_report`, :func:`speedup`, :func:`load_records` and
+the types they return, each imported on first use; every other module is private by
+convention. The command line is a thin wrapper over the same rooms (``mxbench.session``).
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ from mxbench.version import __version__
 __all__ = [
     "Ratio",
     "Record",
+    "RunResult",
     "__version__",
     "load_records",
     "load_results",
     "render_report",
+    "run",
     "speedup",
 ]
 
 if TYPE_CHECKING:
-    from mxbench.api import Ratio, Record, load_records, render_report, speedup
+    from mxbench.api import Ratio, Record, RunResult, load_records, render_report, run, speedup
     from mxbench.report.frame import load_results
 
 

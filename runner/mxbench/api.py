@@ -1,6 +1,9 @@
 """mxbench's Python API: what a notebook or a script calls (docs/api.md).
 
     import mxbench
+    done = mxbench.run(model="resnet50", policy=["float32", "mixed_bfloat16"],
+                       batch_size=[32, 64], measure="quick")   # as `mxbench run --model ...`
+    done.verdicts                                        # the answer lines, as the run ends
     frame = mxbench.load_results("results")              # a DataFrame, one row per cell
     text = mxbench.render_report(frame[frame.batch_size == 32])  # the report of those rows
     r = mxbench.speedup([[101, 99, 100], [98, 102]], [[80, 81, 79], [82, 80]])
@@ -15,6 +18,7 @@ look like.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +30,82 @@ if TYPE_CHECKING:
 
     from mxbench.report.load import Loaded
 
-__all__ = ["Ratio", "Record", "load_records", "render_report", "speedup"]
+__all__ = ["Ratio", "Record", "RunResult", "load_records", "render_report", "run", "speedup"]
 
 Ratio = stats.Ratio  # a speedup with its interval and verdict (``value``, ``low``, ``high``)
 
 Source = str | Path | Sequence[str | Path] | Iterable[Record]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`run` did: where its records are, how its cells ended (``{"ok": 8}``),
+    whether Ctrl-C ended it, and the answer lines the command prints."""
+
+    results: Path
+    counts: dict[str, int]
+    interrupted: bool
+    failed: int
+    verdicts: list[str]
+    keys: frozenset[str]  # the cells of the matrix and the processes `repeats: auto` added
+
+    def records(self) -> list[Record]:
+        """This run's records (the latest attempt of each of its cells)."""
+        return [r for r in load_records(self.results) if r.cell in self.keys]
+
+
+AXES = ("model", "policy", "batch_size", "backend")  # run()'s keyword axes
+
+
+def run(
+    matrix: str | Path | None = None,
+    *,
+    results: str | Path = "results",
+    measure: str | None = None,
+    params: dict[str, Any] | None = None,
+    settings: dict[str, Any] | None = None,
+    hosts: Sequence[str] = (),
+    resume: bool = False,
+    max_parallel: int | None = None,
+    label: str | None = None,
+    **axes: Any,
+) -> RunResult:
+    """Measure a matrix, as ``mxbench run`` does: ``matrix`` a file (None: the embedded
+    default, this machine's CPU), with what to measure over it: ``model``, ``policy``,
+    ``batch_size``, ``backend`` (a value or a list: an axis), ``params`` (any parameter:
+    ``{"image_size": [64, 128]}``), ``settings`` (dotted keys: ``{"measure.timed_s": 4}``)
+    and ``measure`` (a preset: quick, default, rigorous). Bad values raise
+    :class:`mxbench.errors.UsageError` with the matrix's own message; Ctrl-C ends the run
+    with what is done kept (``interrupted``)."""
+    from mxbench import session
+    from mxbench.matrix import document
+
+    unknown = sorted(set(axes) - set(AXES))
+    if unknown:
+        raise TypeError(f"run: unknown argument {unknown[0]!r} (axes: {', '.join(AXES)}; any "
+                        "other parameter: params={...})")  # fmt: skip
+    given: list[document.Override] = []
+    if measure is not None:
+        given.append(document.preset(measure, f"measure={measure!r}"))
+    for name, value in [*axes.items(), *(params or {}).items()]:
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        given.append(document.axis(name, values, f"{name}={value!r}"))
+    for key, value in (settings or {}).items():
+        given.append(document.setting(key, value, f"settings[{key!r}]"))
+    where = Path(results)
+    done = session.run(None if matrix is None else Path(matrix), given, where,
+                       resume=resume, hosts=list(hosts), max_parallel=max_parallel,
+                       label=label, said=[o.origin for o in given])  # fmt: skip
+    summary = done.summary
+    said = session.verdicts(where, label, done.keys) if summary and not summary.interrupted else []
+    return RunResult(
+        results=where,
+        counts=dict(summary.counts) if summary else {},
+        interrupted=bool(summary and summary.interrupted),
+        failed=summary.failed if summary else 0,
+        verdicts=said,
+        keys=frozenset(done.keys),
+    )
 
 
 def load_records(*paths: str | Path, label: str | None = None) -> list[Record]:
