@@ -86,6 +86,7 @@ def one(design: str, where: Path) -> dict[str, Any]:
     proc = subprocess.run([*exe, "run", "-m", str(path), "-r", str(where / "results")],
                           capture_output=True, text=True)  # fmt: skip
     wall = time.monotonic() - t0
+    (where / "transcript.txt").write_text(proc.stderr + proc.stdout)  # what the user saw
     verdicts: dict[int, tuple[str, float | None]] = {}
     for line in proc.stdout.splitlines():
         m, at = SENTENCE.search(line.strip()), BATCH.search(line)
