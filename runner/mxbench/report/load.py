@@ -63,6 +63,31 @@ def _nested(run: dict[str, Any]) -> bool:
     return False
 
 
+_objects = msgspec.json.Decoder()
+_TAKEN = ("~process", "~loss")  # (what no line may set: the reader's summaries)
+
+
+def _older(data: bytes) -> list[Read] | None:
+    """Every line of a file of an older version, as :func:`mxbench.codec.decode` reads each
+    (JSON, upgraded, converted) and the reader then decoded its encoding again: the lines
+    read as JSON at once, upgraded one by one, converted together (reading the published
+    tables, schema /1, was three quarters decoding). None when any line is not a JSON object
+    of a version :func:`mxbench.codec.upgrade` upgrades, or does not convert (the lines are
+    then read one by one, and say why)."""
+    try:
+        objs = _objects.decode_lines(data)
+        for obj in objs:
+            schema = obj.get("schema") if type(obj) is dict else None
+            if not isinstance(schema, str) or schema not in codec.UPGRADES:
+                return None
+            codec.upgraded(obj)
+            for name in _TAKEN:
+                obj.pop(name, None)
+        return msgspec.convert(objs, list[Read])
+    except (msgspec.MsgspecError, ValueError, TypeError, RecursionError):
+        return None
+
+
 class Reader:
     """Lines -> :class:`Read` records, summarised a batch at a time (:data:`BATCH`,
     :data:`SAMPLES`)."""
@@ -98,6 +123,10 @@ class Reader:
         try:
             recs = _read.decode_lines(data)
         except (msgspec.MsgspecError, ValueError, RecursionError):  # (not UTF-8: ValueError)
+            recs = []
+        if not recs or recs[0].schema != results.SCHEMA:
+            recs = _older(data) or recs  # (a file of an older version: upgraded at once)
+        if not recs:
             return None
         for rec in recs:
             if rec.problem() is not None or (rec.run and _nested(rec.run)):
