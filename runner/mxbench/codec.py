@@ -189,7 +189,11 @@ def _null_shape(
         if (f.default is not None and f.default is not msgspec.NODEFAULT)
         or f.default_factory is not msgspec.NODEFAULT
     )
-    parts = tuple((f.encode_name, *p) for f in fields if (p := _part_of(f.type)) is not None)
+    parts = tuple(
+        (f.encode_name, *p)
+        for f in fields
+        if (p := _part_of(f.type)) is not None and any(_null_shape(p[0]))
+    )  # (a part with no default but null, and none below it, is not walked into)
     return defaulted, parts
 
 

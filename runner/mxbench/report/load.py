@@ -65,6 +65,7 @@ def _nested(run: dict[str, Any]) -> bool:
 
 _objects = msgspec.json.Decoder()
 _TAKEN = ("~process", "~loss")  # (what no line may set: the reader's summaries)
+_CURRENT = results.SCHEMA.encode()
 
 
 def _older(data: bytes) -> list[Read] | None:
@@ -120,14 +121,13 @@ class Reader:
         per-line work was a third of reading 100,000 small records); None, with nothing
         taken, when any line needs more than that (not a record of this version, a record
         that cannot stand for a cell): :meth:`decode`, line by line, then says which."""
-        try:
-            recs = _read.decode_lines(data)
-        except (msgspec.MsgspecError, ValueError, RecursionError):  # (not UTF-8: ValueError)
-            recs = []
-        if not recs or recs[0].schema != results.SCHEMA:
-            recs = _older(data) or recs  # (a file of an older version: upgraded at once)
-        if not recs:
-            return None
+        # a file of an older version (its first line names none other): upgraded at once
+        recs = _older(data) if _CURRENT not in data[:512] else None
+        if recs is None:
+            try:
+                recs = _read.decode_lines(data)
+            except (msgspec.MsgspecError, ValueError, RecursionError):  # (not UTF-8)
+                return None
         for rec in recs:
             if rec.problem() is not None or (rec.run and _nested(rec.run)):
                 return None
