@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from mxbench.cells import Cell
+    from mxbench.cells.cell import Cell
     from mxbench.engines import Check, Engine
 
 DISK_FAIL = 256 * 2**20  # results need little, but a full disk loses records
@@ -63,9 +63,9 @@ def doctor(
     mxbench doctor --noise 3              # the local machine's noise floor, 3 A/A processes
     ```
     """
-    from mxbench.cells import expand, searches
+    from mxbench.cells.cell import expand, searches
     from mxbench.engines import engine_class
-    from mxbench.matrix import default_matrix_path, load_matrix
+    from mxbench.matrix.file import default_matrix_path, load_matrix
 
     mx = load_matrix(matrix or default_matrix_path())
     cells = expand(mx, host or None) + [s.template for s in searches(mx, host or None)]
@@ -144,10 +144,10 @@ def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results:
 
     import msgspec
 
-    from mxbench import noise
-    from mxbench.codec import bench_records
     from mxbench.engines import to_record
-    from mxbench.params import BASELINE
+    from mxbench.matrix.params import BASELINE
+    from mxbench.records.codec import bench_records
+    from mxbench.stats import noise
 
     timing = [c for c in cells if c.search is None and not c.params.training_run]
     if not timing:
