@@ -21,16 +21,35 @@ params: no numbers), 10 a table and 2 tables a host: 100,000 of them are 10,000 
 the fleet where the report's cost is per table, not per byte (goal: B / A <= 4; the full
 records' goal is <= 2).
 
+--shape builds the fleet from records committed in this repository, the shapes users have,
+copied until it holds --records records (each copy of a file is a host of its own: its host
+names, cell keys and paired groups made unique; every other byte as committed):
+  published  examples/published (the experiment's published tables: 30 records, 3 tables a
+             copy; 100,000 records are 10,002 tables);
+  bench      full bench records: examples/measured/*/results, benchmarks/records'
+             h100-process-gpu and cpu-torch-independent (134 records, 11 tables a copy);
+  paired     paired records: benchmarks/records/cpu-step18-series (10 runs), h100-paired-gpu,
+             h200-paired-*, cpu-jax-resnet50-map (158 records, 16 tables a copy).
+It times in this process (--fresh: in fresh processes, as above), alternately: A, every line
+of every file through json.loads, and B, the report of --format (markdown; json, html) made
+and written, the report's own entry point; each run after one untimed run of each (imports,
+caches) (goal for every shape: B / A <= 4).
+
     python benchmarks/report_speed.py [--records 100000] [--attempts 1] [--one-file]
                                       [--minimal] [--baseline ../main/runner]
+    python benchmarks/report_speed.py --shape published|bench|paired [--records 20000]
+                                      [--format markdown] [--fresh] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import gc
 import hashlib
 import json
 import os
+import pstats
 import random
 import resource
 import statistics
@@ -38,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mxbench.bench.evidence.probe import ISA_FLAGS
@@ -162,6 +182,58 @@ def write_fleet(
     return hosts
 
 
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "benchmarks" / "records"
+SHAPES: dict[str, list[str]] = {
+    "published": ["examples/published/*.jsonl"],
+    "bench": ["examples/measured/*/results/*.jsonl", "benchmarks/records/h100-process-gpu.jsonl",
+              "benchmarks/records/cpu-torch-independent/*.jsonl"],
+    "paired": ["benchmarks/records/cpu-step18-series/*/paired-*/*.jsonl",
+               "benchmarks/records/h100-paired-gpu.jsonl",
+               "benchmarks/records/h200-paired-*.jsonl",
+               "benchmarks/records/cpu-jax-resnet50-map/*.jsonl"],
+}  # fmt: skip
+
+
+def shape_files(shape: str) -> list[Path]:
+    return [f for pattern in SHAPES[shape] for f in sorted(ROOT.glob(pattern))]
+
+
+def _copy(rec: dict, copy: int, index: int) -> dict:
+    """A record as copy ``copy`` of file ``index`` has it: a host, cell and paired group of
+    its own, every other part as committed."""
+    tag = f"{copy}-{index}"
+    if rec.get("host") is not None:
+        rec["host"] = f"{rec['host']}-{tag}"
+    if rec.get("cell") is not None:
+        rec["cell"] = hashlib.sha256(f"{rec['cell']}/{tag}".encode()).hexdigest()[:16]
+    pairing = rec.get("pairing")
+    if isinstance(pairing, dict) and pairing.get("group"):
+        pairing["group"] = f"{pairing['group']}-{tag}"
+    return rec
+
+
+def write_shape(root: Path, shape: str, records: int) -> int:
+    """Copies of the shape's committed files, one file per copy of each, until ``records``
+    records are written (the last copy cut short); the number of copies."""
+    sources = [
+        [json.loads(line) for line in f.read_bytes().splitlines() if line.strip()]
+        for f in shape_files(shape)
+    ]
+    written = copy = 0
+    while written < records:
+        for index, recs in enumerate(sources):
+            take = recs[: records - written]
+            if take:
+                lines = [json.dumps(_copy(json.loads(json.dumps(r)), copy, index)) for r in take]
+                (root / f"c{copy:05d}-{index:02d}.jsonl").write_text(
+                    "\n".join(lines) + "\n", encoding="utf-8"
+                )
+                written += len(take)
+        copy += 1
+    return copy
+
+
 _JSON_LOADS = """
 import json, pathlib, sys
 n = 0
@@ -280,6 +352,110 @@ def _memory(name: str, report: list[str], env: dict[str, str] | None) -> None:
           f"ru_maxrss of the report's process {rss / 2**10:.0f} MiB")  # fmt: skip
 
 
+def _loads_here(root: Path) -> int:
+    """A in this process: every line of every file through json.loads."""
+    n = 0
+    for path in sorted(root.glob("*.jsonl")):
+        with open(path, "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    json.loads(line)
+                    n += 1
+    return n
+
+
+SUFFIX = {"markdown": ".md", "json": ".json", "html": ".html"}
+
+
+def _report_here(root: Path, fmt: str) -> Path:
+    """B in this process: the report command's own function, its output written to a file."""
+    from mxbench.commands.report import report
+
+    out = root / f"report{SUFFIX[fmt]}"
+    report(results=[root], markdown=fmt == "markdown", csv=False, html=fmt == "html",
+           json_=fmt == "json", label=None, output=[out])  # fmt: skip
+    return out
+
+
+def _timed_here(work: Callable[[], object], name: str) -> float:
+    """Wall seconds of one run in this process (its CPU seconds, forked workers' included,
+    into ``cpu``), after a collection outside the timing."""
+    gc.collect()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c0, t0 = time.process_time(), time.perf_counter()
+    work()
+    wall, used = time.perf_counter() - t0, time.process_time() - c0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used += r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+    cpu.setdefault(name, []).append(used)
+    return wall
+
+
+def _profile(root: Path, fmt: str, top: int = 30) -> None:
+    """One more report in this process under cProfile, in one process (no forked workers,
+    whose work cProfile does not see): its top costs, by own time and by cumulative time."""
+    from mxbench.report import fanout
+
+    was, fanout.MIN_ITEMS = fanout.MIN_ITEMS, 2**62
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(_report_here, root, fmt)
+    finally:
+        fanout.MIN_ITEMS = was
+    for order in ("tottime", "cumulative"):
+        print(f"--- profile, one process, by {order}")
+        pstats.Stats(prof, stream=sys.stdout).sort_stats(order).print_stats(top)
+
+
+def run_shape(args: argparse.Namespace) -> None:
+    """--shape: the fleet of committed records, A and B alternated in this process (or in
+    fresh ones, --fresh)."""
+    from mxbench.report import fanout
+
+    fanout.prepare()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        copies = write_shape(root, args.shape, args.records)
+        files = sorted(root.glob("*.jsonl"))
+        size = sum(f.stat().st_size for f in files) / 2**20
+        print(f"shape {args.shape}: {args.records} records, {copies} copies of "
+              f"{len(shape_files(args.shape))} committed files, {len(files)} files, "
+              f"{size:.1f} MiB of JSONL; report --{args.format}, "
+              f"{'fresh processes' if args.fresh else 'in this process'}")  # fmt: skip
+        subprocess.run([sys.executable, "-c", _STAGES, str(root)], check=True)
+        if args.fresh:
+            loads = [sys.executable, "-c", _JSON_LOADS, str(root)]
+            out = root / f"report{SUFFIX[args.format]}"
+            cmd = [sys.executable, "-m", "mxbench", "report", "--results", str(root),
+                   f"--{args.format}", "--output", str(out)]  # fmt: skip
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "runner")],
+                           check=True)  # fmt: skip
+        else:
+            _loads_here(root)  # imports and caches, untimed
+            out = _report_here(root, args.format)
+        a: list[float] = []
+        b: list[float] = []
+        digests: set[str] = set()
+        for _ in range(args.repeats):
+            if args.fresh:
+                a.append(_time(loads, name="A"))
+                b.append(_time(cmd, name="B"))
+            else:
+                a.append(_timed_here(lambda: _loads_here(root), "A"))
+                b.append(_timed_here(lambda: _report_here(root, args.format), "B"))
+            # (the report names its folder: the digest is of the text with the folder's name
+            # replaced, the same for every fleet of one shape and size)
+            text = out.read_bytes().replace(str(root).encode(), b"ROOT")
+            digests.add(hashlib.sha256(text).hexdigest()[:16])
+        print(f"{'A json.loads of every line':32s}{_spread(a)}")
+        _ratios(f"B mxbench report --{args.format}", b, a, " (goal <= 4)")
+        print(f"output sha256: {sorted(digests)}; load average {os.getloadavg()[0]:.1f}")
+        if len(digests) != 1:
+            sys.exit("the report's output differs between runs")
+        if args.profile:
+            _profile(root, args.format)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
@@ -291,7 +467,16 @@ def main() -> None:
     minimal_help = "contract-minimum records, 10 a table (100,000: 10,000 tables)"
     ap.add_argument("--minimal", action="store_true", help=minimal_help)
     ap.add_argument("--baseline", help="runner/ of an older checkout: its report timed too")
+    ap.add_argument("--shape", choices=sorted(SHAPES), help="a fleet of committed records")
+    ap.add_argument("--format", choices=sorted(SUFFIX), default="markdown",
+                    help="with --shape: the report's format")  # fmt: skip
+    ap.add_argument("--fresh", action="store_true", help="with --shape: in fresh processes")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --shape: one more report under cProfile, its top costs")  # fmt: skip
     args = ap.parse_args()
+    if args.shape:
+        run_shape(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if args.minimal:

@@ -99,9 +99,7 @@ def decode(line: bytes | str) -> Record:
         raise _not_utf8(exc) from None
     try:
         if isinstance(obj, dict):
-            obj = upgrade(obj)
-            if obj.get("schema", SCHEMA) == SCHEMA:  # hand-written lines: nulls read as in /1
-                _drop_nulls(obj)
+            obj = upgraded(obj)
         rec = msgspec.convert(obj, Record)
     except msgspec.ValidationError as exc:
         schema = obj.get("schema") if isinstance(obj, dict) else None
@@ -192,7 +190,11 @@ def _null_shape(
         if (f.default is not None and f.default is not msgspec.NODEFAULT)
         or f.default_factory is not msgspec.NODEFAULT
     )
-    parts = tuple((f.encode_name, *p) for f in fields if (p := _part_of(f.type)) is not None)
+    parts = tuple(
+        (f.encode_name, *p)
+        for f in fields
+        if (p := _part_of(f.type)) is not None and any(_null_shape(p[0]))
+    )  # (a part with no default but null, and none below it, is not walked into)
     return defaulted, parts
 
 
@@ -234,6 +236,14 @@ def cc_pair(value: object) -> tuple[int, int] | None:
 def _cc_text(value: Any) -> Any:
     """A compute capability of an older line as text: 7.0, [8, 6], 'sm_86' -> '7.0', '8.6';
     what :func:`cc_pair` cannot read, unchanged."""
+    if type(value) in (str, float, int):  # (a fleet's lines repeat a few: read once each)
+        return _cc_text_of(value)
+    pair = cc_pair(value)
+    return value if pair is None else f"{pair[0]}.{pair[1]}"
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _cc_text_of(value: str | float) -> str | float:
     pair = cc_pair(value)
     return value if pair is None else f"{pair[0]}.{pair[1]}"
 
@@ -247,6 +257,8 @@ def _drop_nulls(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
+    """/1 -> /2. Its nulls dropped first; it writes none where the type holds a default
+    (used_gpu, compute capabilities: null is their default; params are no part)."""
     _drop_nulls(obj)
     p = obj.get("params")
     if isinstance(p, dict):  # /1 had no unset image size: the experiment's 256 was the default
@@ -269,6 +281,18 @@ def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
 UPGRADES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "mxbench.result/1": _upgrade_1_to_2,
 }
+
+
+def upgraded(obj: dict[str, Any]) -> dict[str, Any]:
+    """A decoded JSON line, in place, as :func:`decode` converts it into the record type:
+    a line of an older version upgraded (:func:`upgrade`; each step drops the nulls its
+    version allowed and writes none where the type holds a default), a line of this
+    version with its nulls where the type holds a default read as not recorded
+    (hand-written lines: nulls read as in /1), a line of an unknown version as it is."""
+    schema = obj.get("schema", SCHEMA)
+    if schema == SCHEMA:
+        return _drop_nulls(obj)
+    return upgrade(obj)
 
 
 def upgrade(obj: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import msgspec
 from mxbench import stats
 from mxbench.errors import UsageError
 from mxbench.records import codec, store
+from mxbench.records import record as results
 from mxbench.records.codec import BadRecord
 from mxbench.records.record import (
     SCHEMA,
@@ -73,6 +74,32 @@ def _nested(run: dict[str, Any]) -> bool:
     return False
 
 
+_objects = msgspec.json.Decoder()
+_TAKEN = ("~process", "~loss")  # (what no line may set: the reader's summaries)
+_CURRENT = results.SCHEMA.encode()
+
+
+def _older(data: bytes) -> list[Read] | None:
+    """Every line of a file of an older version, as :func:`mxbench.records.codec.decode` reads each
+    (JSON, upgraded, converted) and the reader then decoded its encoding again: the lines
+    read as JSON at once, upgraded one by one, converted together (reading the published
+    tables, schema /1, was three quarters decoding). None when any line is not a JSON object
+    of a version :func:`mxbench.records.codec.upgrade` upgrades, or does not convert (the lines are
+    then read one by one, and say why)."""
+    try:
+        objs = _objects.decode_lines(data)
+        for obj in objs:
+            schema = obj.get("schema") if type(obj) is dict else None
+            if not isinstance(schema, str) or schema not in codec.UPGRADES:
+                return None
+            codec.upgraded(obj)
+            for name in _TAKEN:
+                obj.pop(name, None)
+        return msgspec.convert(objs, list[Read])
+    except (msgspec.MsgspecError, ValueError, TypeError, RecursionError):
+        return None
+
+
 class Reader:
     """Lines -> :class:`Read` records, summarised a batch at a time (:data:`BATCH`,
     :data:`SAMPLES`)."""
@@ -105,10 +132,13 @@ class Reader:
         per-line work was a third of reading 100,000 small records); None, with nothing
         taken, when any line needs more than that (not a record of this version, a record
         that cannot stand for a cell): :meth:`decode`, line by line, then says which."""
-        try:
-            recs = _read.decode_lines(data)
-        except (msgspec.MsgspecError, ValueError, RecursionError):  # (not UTF-8: ValueError)
-            return None
+        # a file of an older version (its first line names none other): upgraded at once
+        recs = _older(data) if _CURRENT not in data[:512] else None
+        if recs is None:
+            try:
+                recs = _read.decode_lines(data)
+            except (msgspec.MsgspecError, ValueError, RecursionError):  # (not UTF-8)
+                return None
         for rec in recs:
             if rec.problem() is not None or (rec.run and _nested(rec.run)):
                 return None

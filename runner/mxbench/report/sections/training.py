@@ -306,7 +306,8 @@ def _ab(
     """Timing cells that differ only in parameter ``name``: per setup, each value other than
     ``base`` with the records at ``base`` (the processes of each side)."""
     records = list(records)
-    if set(map(operator.attrgetter(f"params.{name}"), records)) <= {base}:
+    values = set(map(operator.attrgetter(f"params.{name}"), records))
+    if values <= {base} or base not in values:
         return []  # no A/B in these records (most reports): no setup keys to make
     sides: dict[tuple[str, bytes], dict[Any, list[Record]]] = {}
     for r in records:
