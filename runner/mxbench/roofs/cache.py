@@ -21,8 +21,15 @@ from pathlib import Path
 from typing import Any
 
 PROBE_VERSION = 1
-SETTINGS = ("ONEDNN_MAX_CPU_ISA", "TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS", "OMP_NUM_THREADS",
-            "CUDA_VISIBLE_DEVICES", "NVIDIA_TF32_OVERRIDE", "JAX_PLATFORMS")  # fmt: skip
+SETTINGS = (
+    "ONEDNN_MAX_CPU_ISA",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "XLA_FLAGS",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_TF32_OVERRIDE",
+    "JAX_PLATFORMS",
+)
 DISTRIBUTIONS = {"torch": "torch", "jax": "jaxlib", "tensorflow": "tensorflow"}
 
 
@@ -61,8 +68,12 @@ def _gpus() -> list[str]:
         pynvml.nvmlShutdown()
 
 
-def identity(backend: str, cpu: dict[str, Any], env: dict[str, str] | None = None,
-             gpus: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+def identity(
+    backend: str,
+    cpu: dict[str, Any],
+    env: dict[str, str] | None = None,
+    gpus: list[str] | None = None,
+) -> dict[str, Any]:
     """What the key of ``backend``'s measured roofs is made of."""
     env = dict(os.environ) if env is None else env
     return {

@@ -11,6 +11,7 @@ anonymous memory) the answer is None and the caller falls back to the stated clo
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import platform
@@ -53,9 +54,7 @@ def measured_ghz(iterations: int = 200_000, repeats: int = 7) -> float | None:
             done = loop(iterations)
             rates.append(done / (time.perf_counter() - t0))
         del loop
-        return statistics.median(rates) / 1e9
+        return float(statistics.median(rates)) / 1e9
     finally:
-        try:
+        with contextlib.suppress(BufferError):  # a ctypes view still holds the page
             page.close()
-        except BufferError:  # a ctypes view still holds the page: leave it to the process
-            pass

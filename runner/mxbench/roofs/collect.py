@@ -26,8 +26,12 @@ def available() -> list[str]:
 
 
 def cpu_identity(facts: host.CpuFacts) -> dict[str, Any]:
-    return {"model": facts.model, "flags": sorted(facts.flags), "cores": facts.cores,
-            "arch": facts.arch}  # fmt: skip
+    return {
+        "model": facts.model,
+        "flags": sorted(facts.flags),
+        "cores": facts.cores,
+        "arch": facts.arch,
+    }
 
 
 def cpu_formula(facts: host.CpuFacts, env: dict[str, str] | None = None) -> list[Roof]:
@@ -40,21 +44,31 @@ def cpu_formula(facts: host.CpuFacts, env: dict[str, str] | None = None) -> list
         ghz, source = facts.max_mhz / 1000, "cpufreq cpuinfo_max_freq"
     if ghz is None:
         ghz, source = (facts.mhz or 0.0) / 1000, "/proc/cpuinfo cpu MHz, maybe below boost"
-    return cpu.formula_roofs(facts.name, facts.flags, facts.cores, ghz, source,
-                             facts.vendor, facts.family, facts.model_number,
-                             env.get("ONEDNN_MAX_CPU_ISA"))  # fmt: skip
+    return cpu.formula_roofs(
+        facts.name,
+        facts.flags,
+        facts.cores,
+        ghz,
+        source,
+        facts.vendor,
+        facts.family,
+        facts.model_number,
+        env.get("ONEDNN_MAX_CPU_ISA"),
+    )
 
 
-def run_probe(backend: str, quick: bool = False, timeout_s: float = PROBE_TIMEOUT_S
-              ) -> dict[str, Any]:  # fmt: skip
+def run_probe(
+    backend: str, quick: bool = False, timeout_s: float = PROBE_TIMEOUT_S
+) -> dict[str, Any]:
     """``backend``'s ceilings, measured in a fresh process (the argv is fixed, no shell)."""
     here = str(Path(__file__).resolve().parents[2])  # the directory holding mxbench/
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
     argv = [sys.executable, "-m", "mxbench.roofs.probe", backend, *(["--quick"] if quick else [])]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout_s,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=timeout_s, check=False
+        )
     except subprocess.TimeoutExpired:
         return {"backend": backend, "error": f"the probe ran past {timeout_s:.0f} s"}
     lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
@@ -71,19 +85,48 @@ def measured_roofs(m: dict[str, Any], device: str) -> list[Roof]:
     out = []
     for dtype, s in (m.get("matmul") or {}).items():
         if "error" in s:
-            out.append(Roof(device=device, dtype=dtype, value=None, provenance="measured",
-                            backend=backend, source=f"{backend} {version}", note=s["error"]))  # fmt: skip
+            out.append(
+                Roof(
+                    device=device,
+                    dtype=dtype,
+                    value=None,
+                    provenance="measured",
+                    backend=backend,
+                    source=f"{backend} {version}",
+                    note=s["error"],
+                )
+            )
             continue
         sizes = ", ".join(s["per_size"])
-        source = (f"{backend} {version}: square matmuls n = {sizes}, median after warm-up, "
-                  f"best at n = {s['best_n']} ({s['runs']} runs)")  # fmt: skip
-        out.append(Roof(device=device, dtype=dtype, value=s["tflops"], provenance="measured",
-                        backend=backend, source=source, detail=s["per_size"]))  # fmt: skip
+        source = (
+            f"{backend} {version}: square matmuls n = {sizes}, median after warm-up, "
+            f"best at n = {s['best_n']} ({s['runs']} runs)"
+        )
+        out.append(
+            Roof(
+                device=device,
+                dtype=dtype,
+                value=s["tflops"],
+                provenance="measured",
+                backend=backend,
+                source=source,
+                detail=s["per_size"],
+            )
+        )
     bw = m.get("bandwidth")
     if bw:
         source = f"{backend} {version}: {bw.get('stream', 'stream')}, {bw['bytes'] / 2**20:.0f} MiB"
-        out.append(Roof(device=device, dtype="float32", kind="bandwidth", value=bw["gbs"],
-                        provenance="measured", backend=backend, source=source))  # fmt: skip
+        out.append(
+            Roof(
+                device=device,
+                dtype="float32",
+                kind="bandwidth",
+                value=bw["gbs"],
+                provenance="measured",
+                backend=backend,
+                source=source,
+            )
+        )
     return out
 
 
@@ -92,8 +135,9 @@ def gpu_formula(m: dict[str, Any], device: str) -> list[Roof]:
     if not facts.get("sms") or not facts.get("cc") or not facts.get("max_clock_mhz"):
         return []
     cc = (int(facts["cc"][0]), int(facts["cc"][1]))
-    return gpu.formula_roofs(device, cc, int(facts["sms"]), float(facts["max_clock_mhz"]),
-                             "NVML max SM clock")  # fmt: skip
+    return gpu.formula_roofs(
+        device, cc, int(facts["sms"]), float(facts["max_clock_mhz"]), "NVML max SM clock"
+    )
 
 
 @dataclass
@@ -105,16 +149,35 @@ class Roofs:
     cached: dict[str, str] = field(default_factory=dict)  # backend -> cache file used
     seconds: float = 0.0
 
-    def find(self, device: str, dtype: str, provenance: str, backend: str | None = None,
-             kind: str = "matmul") -> Roof | None:  # fmt: skip
-        return next((r for r in self.roofs if r.device == device and r.dtype == dtype
-                     and r.provenance == provenance and r.kind == kind
-                     and (backend is None or r.backend == backend)
-                     and r.dense is not False), None)  # fmt: skip
+    def find(
+        self,
+        device: str,
+        dtype: str,
+        provenance: str,
+        backend: str | None = None,
+        kind: str = "matmul",
+    ) -> Roof | None:
+        return next(
+            (
+                r
+                for r in self.roofs
+                if r.device == device
+                and r.dtype == dtype
+                and r.provenance == provenance
+                and r.kind == kind
+                and (backend is None or r.backend == backend)
+                and r.dense is not False
+            ),
+            None,
+        )
 
 
-def collect(backends: list[str] | None = None, quick: bool = False, refresh: bool = False,
-            use_cache: bool = True) -> Roofs:  # fmt: skip
+def collect(
+    backends: list[str] | None = None,
+    quick: bool = False,
+    refresh: bool = False,
+    use_cache: bool = True,
+) -> Roofs:
     """This machine's roofs: the CPU's formula, and per backend the measured ceilings (from
     the cache unless ``refresh``) with, for a GPU, its formula and datasheet roofs."""
     t0 = time.perf_counter()
@@ -157,13 +220,20 @@ def rows(r: Roofs) -> list[dict[str, str]]:
             note += f"; emulated: {m.value / fp32.value:.0%} of the float32 roof"
         if judged and judged.flag:
             note = judged.flag + (f"; {note}" if note else "")
-        table.append({
-            "device": m.device, "backend": m.backend or "", "kind": m.kind, "dtype": m.dtype,
-            "formula": formula.text() if formula else "",
-            "datasheet": sheet.text() if sheet else "",
-            "measured": m.text(),
-            "share": f"{judged.share:.0%}" if judged else "",
-            "native": {True: "yes", False: "no", None: "?"}[formula.native if formula else None],
-            "note": note.strip("; "),
-        })  # fmt: skip
+        table.append(
+            {
+                "device": m.device,
+                "backend": m.backend or "",
+                "kind": m.kind,
+                "dtype": m.dtype,
+                "formula": formula.text() if formula else "",
+                "datasheet": sheet.text() if sheet else "",
+                "measured": m.text(),
+                "share": f"{judged.share:.0%}" if judged else "",
+                "native": {True: "yes", False: "no", None: "?"}[
+                    formula.native if formula else None
+                ],
+                "note": note.strip("; "),
+            }
+        )
     return table

@@ -20,6 +20,7 @@ capped CPU's.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mxbench.roofs.model import Roof
@@ -35,7 +36,7 @@ _ABOVE = {
 }
 
 
-def capped(flags: list[str] | set[str], max_isa: str | None) -> set[str]:
+def capped(flags: Iterable[str], max_isa: str | None) -> set[str]:
     """The flags oneDNN can use under ``ONEDNN_MAX_CPU_ISA=max_isa`` (no cap: all)."""
     found = {f.lower() for f in flags}
     above = _ABOVE.get((max_isa or "").strip().upper())
@@ -55,8 +56,12 @@ class Rates:
     why: dict[str, str]  # dtype -> the flags (and core) the rate follows from
 
 
-def rates(flags: list[str] | set[str], vendor: str = "", family: int | None = None,
-          model: int | None = None) -> Rates:  # fmt: skip
+def rates(
+    flags: Iterable[str],
+    vendor: str = "",
+    family: int | None = None,
+    model: int | None = None,
+) -> Rates:
     """FLOP per cycle per core from the flags (``/proc/cpuinfo``) and, for AMD, the family
     and model (Zen 4's AVX-512 is two 256-bit halves; Zen 1's FMA two 128-bit units)."""
     f = {x.lower() for x in flags}
@@ -94,30 +99,61 @@ def rates(flags: list[str] | set[str], vendor: str = "", family: int | None = No
     return Rates(fp32, bf16, f16, i8, why)
 
 
-def formula_roofs(device: str, flags: list[str] | set[str], cores: int, ghz: float,
-                  clock_source: str, vendor: str = "", family: int | None = None,
-                  model: int | None = None, max_isa: str | None = None) -> list[Roof]:  # fmt: skip
+def formula_roofs(
+    device: str,
+    flags: Iterable[str],
+    cores: int,
+    ghz: float,
+    clock_source: str,
+    vendor: str = "",
+    family: int | None = None,
+    model: int | None = None,
+    max_isa: str | None = None,
+) -> list[Roof]:
     """The formula roofs (TFLOP/s) of a CPU: per dtype, rate x cores x clock; a dtype with
     no native path gets ``value`` None and a note of what stands in for it."""
-    used = capped(flags, max_isa)
+    every = {x.lower() for x in flags}
+    used = capped(every, max_isa)
     r = rates(used, vendor, family, model)
-    cap = f"; flags capped by ONEDNN_MAX_CPU_ISA={max_isa}" if max_isa and used != set(
-        x.lower() for x in flags) else ""
+    cap = f"; flags capped by ONEDNN_MAX_CPU_ISA={max_isa}" if used != every else ""
     clock = f"{cores} core(s) x {ghz:.2f} GHz ({clock_source}){cap}"
     fp32 = r.float32 * cores * ghz / 1000
     out = []
-    for dtype, rate in (("float32", r.float32), ("bfloat16", r.bfloat16),
-                        ("float16", r.float16), ("int8", r.int8)):  # fmt: skip
+    for dtype, rate in (
+        ("float32", r.float32),
+        ("bfloat16", r.bfloat16),
+        ("float16", r.float16),
+        ("int8", r.int8),
+    ):
         if rate is None:
             if dtype == "int8":
                 note = "no int8 dot-product instructions (VNNI, AMX): no native path"
             else:
-                note = (f"no native {dtype} path on this ISA: converted and computed in "
-                        f"float32, at best the float32 roof ({fp32 * 1000:.3g} GFLOP/s)")  # fmt: skip
-            out.append(Roof(device=device, dtype=dtype, value=None, provenance="formula",
-                            source=clock, native=False, note=note))  # fmt: skip
+                note = (
+                    f"no native {dtype} path on this ISA: converted and computed in "
+                    f"float32, at best the float32 roof ({fp32 * 1000:.3g} GFLOP/s)"
+                )
+            out.append(
+                Roof(
+                    device=device,
+                    dtype=dtype,
+                    value=None,
+                    provenance="formula",
+                    source=clock,
+                    native=False,
+                    note=note,
+                )
+            )
             continue
         source = f"{r.why[dtype]}: {rate} FLOP/cycle/core x {clock}"
-        out.append(Roof(device=device, dtype=dtype, value=rate * cores * ghz / 1000,
-                        provenance="formula", source=source, native=True))  # fmt: skip
+        out.append(
+            Roof(
+                device=device,
+                dtype=dtype,
+                value=rate * cores * ghz / 1000,
+                provenance="formula",
+                source=source,
+                native=True,
+            )
+        )
     return out

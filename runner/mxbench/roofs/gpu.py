@@ -30,11 +30,23 @@ PER_SM: dict[tuple[int, int], dict[str, int]] = {
     (8, 0): {"float32": 128, "tf32": 1024, "bfloat16": 2048, "float16": 2048, "int8": 4096},
     (8, 6): {"float32": 256, "tf32": 512, "bfloat16": 1024, "float16": 1024, "int8": 2048},
     (8, 7): {"float32": 256, "tf32": 512, "bfloat16": 1024, "float16": 1024, "int8": 2048},
-    (8, 9): {"float32": 256, "tf32": 512, "bfloat16": 1024, "float16": 1024, "float8": 2048,
-             "int8": 2048},
-    (9, 0): {"float32": 256, "tf32": 2048, "bfloat16": 4096, "float16": 4096, "float8": 8192,
-             "int8": 8192},
-}  # fmt: skip
+    (8, 9): {
+        "float32": 256,
+        "tf32": 512,
+        "bfloat16": 1024,
+        "float16": 1024,
+        "float8": 2048,
+        "int8": 2048,
+    },
+    (9, 0): {
+        "float32": 256,
+        "tf32": 2048,
+        "bfloat16": 4096,
+        "float16": 4096,
+        "float8": 8192,
+        "int8": 8192,
+    },
+}
 TENSOR_CORE_DTYPES = frozenset({"tf32", "bfloat16", "float16", "float8", "int8"})
 DTYPES = ("float32", "tf32", "bfloat16", "float16", "float8", "int8")
 
@@ -43,13 +55,19 @@ def tensor_cores(cc: tuple[int, int], dtype: str) -> bool:
     """Whether compute capability ``cc`` runs ``dtype`` matmuls on Tensor Cores."""
     if dtype not in TENSOR_CORE_DTYPES:
         return False
-    first = {"float16": (7, 0), "int8": (7, 2), "tf32": (8, 0), "bfloat16": (8, 0),
-             "float8": (8, 9)}[dtype]  # fmt: skip
+    first = {
+        "float16": (7, 0),
+        "int8": (7, 2),
+        "tf32": (8, 0),
+        "bfloat16": (8, 0),
+        "float8": (8, 9),
+    }[dtype]
     return cc >= first
 
 
-def formula_roofs(device: str, cc: tuple[int, int], sms: int, clock_mhz: float,
-                  clock_source: str = "boost clock") -> list[Roof]:  # fmt: skip
+def formula_roofs(
+    device: str, cc: tuple[int, int], sms: int, clock_mhz: float, clock_source: str = "boost clock"
+) -> list[Roof]:
     """The formula roofs (TFLOP/s) of a GPU; a compute capability outside the table gives
     float32..int8 with ``value`` None and a note (no rate known, not "no path")."""
     per_sm = PER_SM.get(cc)
@@ -58,21 +76,45 @@ def formula_roofs(device: str, cc: tuple[int, int], sms: int, clock_mhz: float,
     out = []
     for dtype in DTYPES:
         if per_sm is None:
-            out.append(Roof(device=device, dtype=dtype, value=None, provenance="formula",
-                            source=clock, note=f"no per-SM rates known for compute "
-                            f"capability {label}"))  # fmt: skip
+            out.append(
+                Roof(
+                    device=device,
+                    dtype=dtype,
+                    value=None,
+                    provenance="formula",
+                    source=clock,
+                    note=f"no per-SM rates known for compute capability {label}",
+                )
+            )
             continue
         rate = per_sm.get(dtype)
         if rate is None:
             note = f"compute capability {label} has no {dtype} fast path"
             if dtype in ("bfloat16", "float16", "tf32"):
                 note += ": computed in float32, at best the float32 roof"
-            out.append(Roof(device=device, dtype=dtype, value=None, provenance="formula",
-                            source=clock, native=False, note=note))  # fmt: skip
+            out.append(
+                Roof(
+                    device=device,
+                    dtype=dtype,
+                    value=None,
+                    provenance="formula",
+                    source=clock,
+                    native=False,
+                    note=note,
+                )
+            )
             continue
         where = "Tensor Cores" if tensor_cores(cc, dtype) else "CUDA cores"
         source = f"cc {label} {where}: {rate} FLOP/cycle/SM x {clock}"
         native = tensor_cores(cc, dtype) or dtype == "float32" or rate >= per_sm["float32"]
-        out.append(Roof(device=device, dtype=dtype, value=rate * sms * clock_mhz / 1e6,
-                        provenance="formula", source=source, native=native))  # fmt: skip
+        out.append(
+            Roof(
+                device=device,
+                dtype=dtype,
+                value=rate * sms * clock_mhz / 1e6,
+                provenance="formula",
+                source=source,
+                native=native,
+            )
+        )
     return out

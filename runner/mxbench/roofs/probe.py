@@ -50,8 +50,9 @@ def timed(run: Callable[[], Any], budget_s: float = BUDGET_S) -> tuple[float, in
     return statistics.median(times), len(times)
 
 
-def sweep(make: Callable[[int], Callable[[], Any]], sizes: tuple[int, ...],
-          budget_s: float = BUDGET_S) -> dict[str, Any]:  # fmt: skip
+def sweep(
+    make: Callable[[int], Callable[[], Any]], sizes: tuple[int, ...], budget_s: float = BUDGET_S
+) -> dict[str, Any]:
     """TFLOP/s per size of the products ``make(n)`` runs; the best is the ceiling."""
     per_size: dict[str, float] = {}
     runs = 0
@@ -73,7 +74,8 @@ def nvml_clock() -> dict[str, float]:
         pynvml.nvmlInit()
         try:
             h = pynvml.nvmlDeviceGetHandleByIndex(0)
-            return {"max_clock_mhz": float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))}
+            mhz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
+            return {"max_clock_mhz": float(mhz)}
         finally:
             pynvml.nvmlShutdown()
     except Exception:
@@ -95,12 +97,18 @@ class Torch:
         self.device_name = torch.cuda.get_device_name(0) if self.gpu else None
         if self.gpu:  # what the formula needs: SMs, compute capability (the clock: NVML)
             props = torch.cuda.get_device_properties(0)
-            self.gpu_facts = {"sms": props.multi_processor_count,
-                              "cc": [props.major, props.minor], **nvml_clock()}  # fmt: skip
+            self.gpu_facts = {
+                "sms": props.multi_processor_count,
+                "cc": [props.major, props.minor],
+                **nvml_clock(),
+            }
 
     def dtypes(self) -> list[str]:
-        return ["float32", "tf32", "bfloat16", "float16"] if self.gpu else [
-            "float32", "bfloat16", "float16"]  # fmt: skip
+        return (
+            ["float32", "tf32", "bfloat16", "float16"]
+            if self.gpu
+            else ["float32", "bfloat16", "float16"]
+        )
 
     def sync(self) -> None:
         if self.gpu:
@@ -149,8 +157,11 @@ class Jax:
         self.device_name = getattr(dev, "device_kind", None) if self.gpu else None
 
     def dtypes(self) -> list[str]:
-        return ["float32", "tf32", "bfloat16", "float16"] if self.gpu else [
-            "float32", "bfloat16", "float16"]  # fmt: skip
+        return (
+            ["float32", "tf32", "bfloat16", "float16"]
+            if self.gpu
+            else ["float32", "bfloat16", "float16"]
+        )
 
     def matmul(self, dtype: str) -> Callable[[int], Callable[[], Any]]:
         jax, jnp = self.jax, self.jax.numpy
@@ -190,8 +201,11 @@ class TensorFlow:
         self.device_name = None
 
     def dtypes(self) -> list[str]:
-        return ["float32", "tf32", "bfloat16", "float16"] if self.gpu else [
-            "float32", "bfloat16", "float16"]  # fmt: skip
+        return (
+            ["float32", "tf32", "bfloat16", "float16"]
+            if self.gpu
+            else ["float32", "bfloat16", "float16"]
+        )
 
     def matmul(self, dtype: str) -> Callable[[int], Callable[[], Any]]:
         tf = self.tf
@@ -235,8 +249,12 @@ def measure(backend: str, quick: bool = False) -> dict[str, Any]:
         "device_name": b.device_name,
         "gpu_facts": getattr(b, "gpu_facts", None),
         "matmul": matmul,
-        "bandwidth": {"gbs": b.stream_bytes * elements / seconds / 1e9, "runs": runs,
-                      "bytes": b.stream_bytes * elements, "stream": b.stream_text},  # fmt: skip
+        "bandwidth": {
+            "gbs": b.stream_bytes * elements / seconds / 1e9,
+            "runs": runs,
+            "bytes": b.stream_bytes * elements,
+            "stream": b.stream_text,
+        },
         "import_s": import_s,
         "probe_s": time.perf_counter() - t0,
     }
@@ -244,8 +262,10 @@ def measure(backend: str, quick: bool = False) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in BACKENDS:
-        print(f"usage: python -m mxbench.roofs.probe {{{','.join(BACKENDS)}}} [--quick]",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"usage: python -m mxbench.roofs.probe {{{','.join(BACKENDS)}}} [--quick]",
+            file=sys.stderr,
+        )
         return 2
     print(json.dumps(measure(argv[0], "--quick" in argv)))
     return 0
