@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from mxbench.commands import bench, build, compare, data, doctor, report, run
+from mxbench.commands import bench, build, compare, data, doctor, report, roofs, run
 from mxbench.errors import MxbenchError
 from mxbench.version import __version__
 
@@ -53,6 +53,7 @@ app.command("report")(report.report)
 app.command("compare")(compare.compare)
 app.command("doctor")(doctor.doctor)
 app.command("bench")(bench.bench)
+app.command("roofs")(roofs.roofs)
 app.add_typer(data.app, name="data")
 
 

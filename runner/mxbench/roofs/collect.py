@@ -237,3 +237,53 @@ def rows(r: Roofs) -> list[dict[str, str]]:
             }
         )
     return table
+
+
+def ratios(r: Roofs) -> dict[tuple[str, str], float]:
+    """(device, backend) -> the measured bfloat16 / float32 ceiling ratio."""
+    out = {}
+    for m in r.roofs:
+        if m.provenance != "measured" or m.kind != "matmul" or m.dtype != "bfloat16":
+            continue
+        base = r.find(m.device, "float32", "measured", m.backend)
+        if m.value and base and base.value:
+            out[(m.device, m.backend or "")] = m.value / base.value
+    return out
+
+
+def text(r: Roofs) -> str:
+    """The roofs as a plain table, with the formula roofs no backend measured and where
+    each figure came from."""
+    from tabulate import tabulate
+
+    table = rows(r)
+    cols = ("device", "backend", "kind", "dtype", "formula", "datasheet", "measured", "share",
+            "native", "note")  # fmt: skip
+    body = [[row[c] for c in cols] for row in table]
+    lines = [tabulate(body, headers=["device", "backend", "roof", "dtype", "formula",
+                                     "datasheet", "measured", "of formula", "native hw",
+                                     "note"])]  # fmt: skip
+    measured = {(x.device, x.dtype, x.kind) for x in r.roofs if x.provenance == "measured"}
+    rest = [x for x in r.roofs if x.provenance != "measured"
+            and (x.device, x.dtype, x.kind) not in measured]  # fmt: skip
+    if rest:
+        lines.append("\nNot measured here:")
+        lines += [f"  {x.device} {x.dtype} {x.kind}: {x.text()} ({x.provenance}"
+                  f"{'' if x.dense is not False else ', sparse'}){': ' + x.note if x.note else ''}"
+                  for x in rest]  # fmt: skip
+    lines.append("\nSources:")
+    seen: set[str] = set()
+    for x in r.roofs:
+        line = f"  {x.provenance} {x.backend or ''} {x.dtype} {x.kind}: {x.source}"
+        if x.source not in seen or x.provenance == "measured":
+            seen.add(x.source)
+            lines.append(" ".join(line.split()))
+    for (device, backend), ratio in ratios(r).items():
+        lines.append(f"bfloat16 / float32 measured ceiling ratio, {backend} on {device}: "
+                     f"{ratio:.2f}x")  # fmt: skip
+    for backend, why in r.errors.items():
+        lines.append(f"{backend}: not measured: {why}")
+    for backend, where in r.cached.items():
+        lines.append(f"{backend}: from the cache ({where}; --refresh measures again)")
+    lines.append(f"Found in {r.seconds:.1f} s.")
+    return "\n".join(lines)
