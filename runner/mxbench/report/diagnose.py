@@ -30,6 +30,7 @@ from mxbench.report.diagnose_profile import (
 )
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 from mxbench.results import ModelInfo, OffMultipleOf8
+from mxbench.roofs import model as roof_model
 
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 OVERHEAD_MS = 10.0
@@ -391,6 +392,7 @@ def achieved_vs_peak(t: Table) -> str | None:
         share = value / peaks[key]
         how = " (estimated from the model's recorded FLOPs)" if estimated else ""
         low = ", far below: the fast path is largely unused" if share < FAR_BELOW_PEAK else ""
+        low = f": {roof_model.ABOVE}" if share > 1.0 else low
         parts.append(
             f"{policy} reaches {value:.1f} TFLOP/s{how}, {share:.0%} of the "
             f"{peaks[key]:g} TFLOP/s {key} peak{low}"
