@@ -48,11 +48,11 @@ def measured_ghz(iterations: int = 200_000, repeats: int = 7) -> float | None:
         address = ctypes.addressof(ctypes.c_char.from_buffer(page))
         loop = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64)(address)
         loop(1000)  # warm the page and the core's clock
-        rates = []
+        rates: list[float] = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             done = loop(iterations)
-            rates.append(done / (time.perf_counter() - t0))
+            rates.append(float(done) / (time.perf_counter() - t0))
         del loop
         return max(rates) / 1e9
     finally:
