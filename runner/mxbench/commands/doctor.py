@@ -45,6 +45,14 @@ def doctor(
         min=0,
         max=50,
     ),
+    roofs: bool = typer.Option(
+        False,
+        "--roofs",
+        help="Also the pre-flight of this machine: per backend and 16-bit dtype, whether a "
+        "fast path exists (ISA flags or Tensor Cores, the kernels a tiny probe ran) and the "
+        "measured matmul ceiling against float32's; warns where there is none. Measures once "
+        "(under a minute on a CPU), then reads the cache (`mxbench roofs`).",
+    ),
 ) -> None:
     """Check every host of a matrix in seconds, one line per check with the fix.
 
@@ -61,6 +69,7 @@ def doctor(
     mxbench doctor -m matrix.yaml
     mxbench doctor -m matrix.yaml --host v100
     mxbench doctor --noise 3              # the local machine's noise floor, 3 A/A processes
+    mxbench doctor --roofs                # does this machine have a bf16 / fp16 fast path?
     ```
     """
     from mxbench.cells import expand, searches
@@ -93,6 +102,10 @@ def doctor(
     typer.echo(summary, err=True)
     if failed or disk.state == "fail":
         raise typer.Exit(1)
+    if roofs:
+        from mxbench.commands.roofs import preflight
+
+        preflight()
     if noise:
         for name in names:
             _noise_floor(engines[name], [c for c in cells if c.host == name], noise, results)

@@ -56,3 +56,19 @@ def roofs(
         typer.echo(collect.text(found))
     if found.errors:
         raise typer.Exit(1)
+
+
+def preflight(backends: list[str] | None = None) -> None:
+    """``doctor --roofs``: the fast paths of this machine, one line per backend and dtype."""
+    from mxbench.roofs import collect
+    from mxbench.roofs import preflight as pre
+
+    found = collect.collect(backends)
+    paths = pre.fast_paths(found)
+    typer.echo("\nFast paths on this machine (mxbench roofs for the figures):")
+    typer.echo(pre.text(paths))
+    for backend, why in found.errors.items():
+        typer.echo(f"{backend}: not measured: {why}", err=True)
+    warned = [p for p in paths if p.state == "warn"]
+    if warned:
+        typer.echo(f"warn: {len(warned)} backend/dtype pair(s) without a fast path here", err=True)

@@ -20,7 +20,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # 2: the oneDNN kernels the probe ran
 SETTINGS = (
     "ONEDNN_MAX_CPU_ISA",
     "TF_ENABLE_ONEDNN_OPTS",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mxbench.bench import onednn
 from mxbench.roofs import cache, clock, cpu, datasheet, gpu, host
 from mxbench.roofs.model import Roof, judge
 
@@ -64,6 +65,8 @@ def run_probe(
     here = str(Path(__file__).resolve().parents[2])  # the directory holding mxbench/
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+    if backend in ("torch", "tensorflow"):  # oneDNN names each kernel it creates
+        env.setdefault("ONEDNN_VERBOSE", "profile_create")
     argv = [sys.executable, "-m", "mxbench.roofs.probe", backend, *(["--quick"] if quick else [])]
     try:
         done = subprocess.run(
@@ -76,7 +79,23 @@ def run_probe(
         tail = " ".join(done.stderr.strip().splitlines()[-1:])[:300]
         return {"backend": backend, "error": f"the probe failed (exit {done.returncode}): {tail}"}
     result: dict[str, Any] = json.loads(lines[-1])
+    result["kernels"] = kernels(done.stdout.splitlines())
     return result
+
+
+ONEDNN_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "s8": "int8",
+                 "u8": "int8"}  # fmt: skip
+
+
+def kernels(lines: list[str]) -> dict[str, list[str]]:
+    """dtype -> the oneDNN ISAs its matmuls were created for (``avx512_core_bf16``), from
+    the probe's verbose log; {} when oneDNN logged no matmul (another library ran them)."""
+    found: dict[str, set[str]] = {}
+    for p in onednn.parse(lines):
+        if p.kind in onednn.GEMM_KINDS and p.src_dtype:
+            dtype = ONEDNN_DTYPES.get(p.src_dtype, p.src_dtype)
+            found.setdefault(dtype, set()).add(p.isa)
+    return {k: sorted(v) for k, v in found.items()}
 
 
 def measured_roofs(m: dict[str, Any], device: str) -> list[Roof]:
@@ -147,6 +166,8 @@ class Roofs:
     roofs: list[Roof] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     cached: dict[str, str] = field(default_factory=dict)  # backend -> cache file used
+    # backend -> dtype -> the oneDNN ISAs its probe's matmuls ran on (CPU)
+    kernels: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     seconds: float = 0.0
 
     def find(
@@ -197,6 +218,7 @@ def collect(
             if use_cache:
                 cache.save(ident, m)
         device = m.get("device_name") or facts.name if m.get("gpu") else facts.name
+        out.kernels[backend] = m.get("kernels") or {}
         out.roofs += measured_roofs(m, device)
         if m.get("gpu") and device not in gpus_done:
             gpus_done.add(device)
