@@ -10,7 +10,7 @@ import os
 import pytest
 
 from mxbench.report import devices
-from mxbench.roofs import cache, clock, collect, cpu, datasheet, gpu, host
+from mxbench.roofs import cache, clock, collect, cpu, datasheet, gpu, host, preflight
 from mxbench.roofs.model import ABOVE, Roof, amdahl_bound, judge
 
 # ---- CPU formula --------------------------------------------------------------------------
@@ -257,3 +257,71 @@ def test_measured_ceiling_on_this_cpu_is_under_its_formula(
     assert [r for r in again.roofs if r.provenance == "measured"] == measured
     text = collect.text(again)
     assert "formula" in text and "from the cache" in text
+
+
+# ---- pre-flight ---------------------------------------------------------------------------
+
+
+def _constructed(kernels: dict[str, list[str]], bf16: float, fp16: float) -> collect.Roofs:
+    device = "cpu: constructed"
+    roofs = cpu.formula_roofs(device, COOPER_LAKE, 2, 3.0, "given", "GenuineIntel", 6, 85)
+    for dtype, value in (("float32", 0.3), ("bfloat16", bf16), ("float16", fp16)):
+        roofs.append(
+            Roof(
+                device=device,
+                dtype=dtype,
+                value=value,
+                provenance="measured",
+                source="constructed",
+                backend="torch",
+            )
+        )
+    return collect.Roofs(roofs=roofs, kernels={"torch": kernels})
+
+
+def test_preflight_says_where_a_fast_path_exists_and_warns_where_none() -> None:
+    found = _constructed(
+        {"bfloat16": ["avx512_core_bf16"], "float16": ["avx512_core"]}, bf16=0.6, fp16=0.01
+    )
+    paths = {p.dtype: p for p in preflight.fast_paths(found)}
+    assert paths["bfloat16"].state == "ok" and paths["bfloat16"].ratio == pytest.approx(2.0)
+    assert "native" in paths["bfloat16"].hardware and "(native)" in paths["bfloat16"].kernels
+    assert paths["float16"].state == "warn" and "no native float16" in paths["float16"].detail
+    assert "little or nothing to gain" in paths["float16"].detail
+    assert "float16" in preflight.text(list(paths.values()))
+
+
+def test_preflight_warns_when_the_backend_does_not_use_the_hardwares_path() -> None:
+    found = _constructed({"bfloat16": ["avx512_core"]}, bf16=0.28, fp16=0.28)
+    bf16 = next(p for p in preflight.fast_paths(found) if p.dtype == "bfloat16")
+    assert bf16.state == "warn" and "converted bfloat16 instead" in bf16.detail
+    assert "though the hardware has a fast path" in bf16.detail
+
+
+def test_kernels_from_a_onednn_log() -> None:
+    log = [
+        "onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ",
+        "onednn_verbose,v1,primitive,create:cache_miss,cpu,matmul,brg_matmul:avx512_core_bf16,"
+        "undef,src:bf16::blocked:ab::f0 wei:bf16::blocked:ab::f0 dst:bf16::blocked:ab::f0,,,"
+        "256x256:256x256,0.1",
+        '{"backend": "torch"}',
+    ]
+    assert collect.kernels(log) == {"bfloat16": ["avx512_core_bf16"]}
+    assert collect.kernels(['{"backend": "jax"}']) == {}
+
+
+def test_roofs_command_prints_json(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from mxbench.cli import app
+
+    monkeypatch.setenv("MXBENCH_ROOFS_CACHE", str(tmp_path))
+    bad = CliRunner().invoke(app, ["roofs", "--backend", "numpy"])
+    assert bad.exit_code == 2 and "unknown backend" in bad.output
+    if "torch" not in collect.available():
+        pytest.skip("torch not installed")
+    done = CliRunner().invoke(app, ["roofs", "-b", "torch", "--quick", "--json"])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.stdout)
+    kinds = {(r["provenance"], r.get("backend")) for r in doc["roofs"]}
+    assert {("formula", None), ("measured", "torch")} <= kinds and doc["seconds"] < 60
