@@ -325,3 +325,22 @@ def test_roofs_command_prints_json(tmp_path: object, monkeypatch: pytest.MonkeyP
     doc = json.loads(done.stdout)
     kinds = {(r["provenance"], r.get("backend")) for r in doc["roofs"]}
     assert {("formula", None), ("measured", "torch")} <= kinds and doc["seconds"] < 60
+
+
+@pytest.mark.skipif("torch" not in collect.available(), reason="torch not installed")
+def test_on_an_avx2_only_cpu_bf16_has_no_roof_and_emulation_is_stated(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cpu_kinds import KINDS
+
+    monkeypatch.setenv("MXBENCH_ROOFS_CACHE", str(tmp_path))
+    for k, v in KINDS["avx2"].items():
+        monkeypatch.setenv(k, v)
+    found = collect.collect(["torch"], quick=True)
+    device = next(r.device for r in found.roofs if r.provenance == "measured")
+    bf16 = found.find(device, "bfloat16", "formula")
+    assert bf16 is not None and bf16.value is None and "no native bfloat16 path" in bf16.note
+    row = next(r for r in collect.rows(found) if r["dtype"] == "bfloat16")
+    assert "emulated:" in row["note"] and row["native"] == "no"
+    paths = {p.dtype: p for p in preflight.fast_paths(found)}
+    assert paths["bfloat16"].state == "warn" and "avx512_core_bf16" not in paths["bfloat16"].kernels
