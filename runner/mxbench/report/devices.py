@@ -93,6 +93,7 @@ _NAME_CC: tuple[tuple[str, str], ...] = (
     ("5090", "12.0"),
 )
 
+
 @functools.cache
 def _fragment(fragment: str) -> re.Pattern[str]:
     """A name fragment as a whole word (compiled once per fragment, not per name)."""

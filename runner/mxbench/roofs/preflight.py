@@ -108,4 +108,4 @@ def text(paths: list[FastPath]) -> str:
         "vs float32",
         "detail",
     ]
-    return tabulate(body, headers=head)
+    return str(tabulate(body, headers=head))
