@@ -3,7 +3,7 @@ keep the verdicts honest, and how many processes does it take?
 
 Simulated processes as in ``benchmarks/calibration.py`` (each process its own log-normal
 level, sd --process-sd; AR(1) steps). Each trial runs the real rule
-(:func:`mxbench.repeats.decide`): ``start`` processes per policy, then one more per policy
+(:func:`mxbench.cells.repeats.decide`): ``start`` processes per policy, then one more per policy
 while it says so, up to ``max``. Prints, per process-level sd and truth (A/A 1.0, a real
 --speedup): the share of faster/slower verdicts (A/A: the false-verdict rate, target at
 most 5%; else the power), the interval's coverage of the truth, processes per policy
@@ -27,11 +27,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from mxbench.matrix.params import Params
+from mxbench.records.record import Metrics, Record, StepStats
+from mxbench.records.summary import processes
+
 from calibration import process
-from mxbench import repeats, stats
-from mxbench.params import Params
-from mxbench.results import Metrics, Record, StepStats
-from mxbench.summary import processes
+from mxbench import stats
+from mxbench.cells import repeats
 
 
 def record(policy: str, steps: np.ndarray) -> Record:

@@ -21,14 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from mxbench.cells.cell import expand
+from mxbench.matrix.file import parse_matrix
 from rich.console import Console
 from rich.table import Table
 
 from mxbench import images
-from mxbench.cells import expand
 from mxbench.engines import engine_class, to_record
 from mxbench.engines.docker import connect
-from mxbench.matrix import parse_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,8 +20,7 @@ import statistics
 import time
 
 import numpy as np
-
-from mxbench.bench import data
+from mxbench.bench.model import data
 
 
 def _pass(ds: object, batches: int) -> list[float]:

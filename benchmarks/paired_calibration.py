@@ -13,8 +13,8 @@ on the arms' ratio (--process-sd: memory placement, thread placement).
   rounds when enough), the interval :func:`mxbench.stats.judge_paired` over processes.
 - **process**: each process times one arm, --steps steps, processes alternating A B A B;
   :func:`mxbench.stats.judge` (Welch's t over processes).
-- **auto**: as ``repeats: auto`` runs it (:func:`mxbench.repeats.stop`, the rule of
-  :func:`mxbench.repeats.decide`): its ``start`` processes per comparison, then one more while
+- **auto**: as ``repeats: auto`` runs it (:func:`mxbench.cells.repeats.stop`, the rule of
+  :func:`mxbench.cells.repeats.decide`): its ``start`` processes per comparison, then one more while
   the verdict is not clear and there is not clearly no difference (within ±--target), at most
   --max: the rate of false verdicts with the looks it takes.
 
@@ -33,7 +33,8 @@ import math
 import numpy as np
 from scipy.signal import lfilter
 
-from mxbench import repeats, stats
+from mxbench import stats
+from mxbench.cells import repeats
 
 
 class Machine:

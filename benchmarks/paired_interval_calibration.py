@@ -39,7 +39,7 @@ k = 2..6 processes, --tables simulated comparisons a truth, A/A (truth 1.0) and 
   (faster or slower), how often it finds the 1.3x (faster), how often its 95% interval
   covers 1.3;
 - ``repeats: auto`` with ``auto_repeats`` at its defaults but ``max: k``: a look after every
-  process from ``start``, :func:`mxbench.repeats.stop`'s rule (stop when the 99% interval
+  process from ``start``, :func:`mxbench.cells.repeats.stop`'s rule (stop when the 99% interval
   excludes no difference, or the 95% one is within the target around 1, or at ``max``),
   the 95% interval where it stopped: the same three figures and the processes it took;
 - the rule before issue 48 (``df = k - 1`` where the processes differ more than half their
@@ -63,7 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mxbench import repeats, stats
+from mxbench import stats
+from mxbench.cells import repeats
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "benchmarks" / "records"
@@ -216,7 +217,7 @@ def auto(logs: np.ndarray, within: np.ndarray, cfg: repeats.AutoRepeats,
          rule: Rule = stats.paired_intervals, stop_level: float = repeats.STOP_LEVEL
          ) -> dict[str, np.ndarray]:  # fmt: skip
     """``repeats: auto`` over the first processes of each row, a look after every one from
-    ``cfg.start`` to ``cfg.max`` (:func:`mxbench.repeats.stop`'s rule, vectorised): where
+    ``cfg.start`` to ``cfg.max`` (:func:`mxbench.cells.repeats.stop`'s rule, vectorised): where
     each stopped, why, and the 95% interval there."""
     n = len(logs)
     out = {"k": np.zeros(n, int), "low": np.zeros(n), "high": np.zeros(n), "mean": np.zeros(n),

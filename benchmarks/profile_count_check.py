@@ -32,9 +32,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from mxbench.bench.evidence import profile
+from mxbench.bench.evidence.profile_ops import Op, category
+
 import profile_count
-from mxbench.bench import profile
-from mxbench.bench.profile_ops import Op, category
 
 
 def cell(args: argparse.Namespace, backend: str, model: str, policy: str) -> str:

@@ -8,7 +8,7 @@ For each backend x model x policy it runs ``mxbench bench`` in fresh processes, 
   to every cell;
 - the timed median step with the profile on and off (the window is after the timed steps:
   they should agree within the machine's noise; for TensorFlow oneDNN logs primitive
-  creation from the start, see mxbench.bench.onednn);
+  creation from the start, see mxbench.bench.evidence.onednn);
 - where the time goes (ms per step by category, scaled to the timed median) and the oneDNN
   kernels that ran the convolutions/matmuls.
 
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from mxbench.results import CATEGORY_NAMES
+from mxbench.records.record import CATEGORY_NAMES
 
 
 def bench(args: argparse.Namespace, backend: str, model: str, policy: str, profile: str) -> dict:

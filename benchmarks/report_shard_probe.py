@@ -34,7 +34,10 @@ from pathlib import Path
 from mxbench.report import fanout
 fanout.prepare()
 fanout.MIN_ITEMS = 10**9  # no fan-out inside a shard
-from mxbench.report import document, load, markdown, tables
+from mxbench.report import document
+from mxbench.report import load
+from mxbench.report.render import markdown
+from mxbench.report import tables
 
 if sys.argv[2] == "plain":
     def _table(headers, rows):

@@ -40,10 +40,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from mxbench.bench.probe import ISA_FLAGS
-from mxbench.cells import cell_key
-from mxbench.params import Params
-from mxbench.results import SCHEMA
+from mxbench.bench.evidence.probe import ISA_FLAGS
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.records.record import SCHEMA
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16")
 BATCHES = (16, 32, 64, 128, 256)
@@ -180,7 +180,10 @@ _STAGES = """
 import sys, time
 from mxbench.report import fanout
 fanout.prepare()
-from mxbench.report import document, load, markdown, tables
+from mxbench.report import document
+from mxbench.report import load
+from mxbench.report.render import markdown
+from mxbench.report import tables
 with load.collector_paused():
     t0 = time.perf_counter()
     loaded = load.load([sys.argv[1]])

@@ -2,7 +2,7 @@
 
 The map prints each slot's images/s as the median over its processes of their window
 images/s, and the efficiency (or the share of independent replicas kept) as the ratio of two
-such figures (``mxbench/report/throughput.py``). Here each side has K processes whose log
+such figures (``mxbench/report/sections/throughput.py``). Here each side has K processes whose log
 images/s are the truth plus a process effect of SD --process-sd (the drift study's 0.05-0.09)
 and, with --stray, windows whose steps are 3x slow with that probability (what a median step
 leaves out and a window counts). For each K and SD it prints, over --trials tables, how often
@@ -24,9 +24,8 @@ import math
 import statistics
 
 import numpy as np
+from mxbench.report.sections import throughput
 from scipy.special import stdtrit
-
-from mxbench.report import throughput
 
 
 def welch(num: np.ndarray, den: np.ndarray, centre: float, factor: bool) -> tuple[float, float]:

@@ -2,7 +2,7 @@
 in one process, or between stretches of time with the same built pair.
 
 Each of ``--processes`` fresh processes measures float32 against ``--policy`` at one batch
-size with mxbench's paired windows (``bench/cell_paired``), ``--blocks`` times:
+size with mxbench's paired windows (``bench/process/paired``), ``--blocks`` times:
 
 - ``--rebuild``: each block is a whole paired pass (both models built again, traced again,
   then ``--timed-s`` seconds of interleaved windows);
@@ -30,12 +30,14 @@ import time
 CHILD = r"""
 import json, statistics as st, sys, time
 import msgspec
-from mxbench.bench import cell_paired, paired, probe
-from mxbench.bench.cell import CellState, build_arm, load_backend
-from mxbench.bench.timing import Phases
-from mxbench.codec import new_record
-from mxbench.params import Params
-from mxbench.results import Cpu
+from mxbench.bench.process import paired as cell_paired
+from mxbench.bench.process import windows as paired
+from mxbench.bench.evidence import probe
+from mxbench.bench.process.cell import CellState, build_arm, load_backend
+from mxbench.bench.process.timing import Phases
+from mxbench.records.codec import new_record
+from mxbench.matrix.params import Params
+from mxbench.records.record import Cpu
 
 blocks, batch, timed_s, policy, rebuild = (int(sys.argv[1]), int(sys.argv[2]),
                                            float(sys.argv[3]), sys.argv[4], sys.argv[5] == "1")

@@ -2,7 +2,7 @@
 sync at every step?
 
 Alternates, in one process on the same data and backend (--backend), --rounds times:
-(a) mxbench's own measurement of a cell (``mxbench.bench.cell.run_cell``): ms per step from
+(a) mxbench's own measurement of a cell (``mxbench.bench.process.cell.run_cell``): ms per step from
 the timed window between two device syncs (what images/s comes from), and the median of
 the per-step completion stamps; (b) the same cell timed the way mxbench did up to Step 12:
 a callback that is not ``async_safe`` (a copy is kept below), so Keras turns every step's
@@ -28,9 +28,10 @@ import sys
 import time
 from typing import Any
 
-from mxbench.bench import cell, timing
+from mxbench.bench.process import cell, timing
+from mxbench.matrix.params import Params
+
 from mxbench.bench.params import validate
-from mxbench.params import Params
 
 
 def synced_timer(log: timing.StepLog, on_step: Any = None, warmup_steps: int = 0) -> Any:
@@ -65,7 +66,7 @@ def _source(backend: str, batch: Any) -> Any:
         import tensorflow as tf
 
         return tf.data.Dataset.from_tensors(batch).repeat()
-    from mxbench.bench import data
+    from mxbench.bench.model import data
 
     return data.device_batch(*batch)[0]
 
@@ -80,9 +81,8 @@ def bare_loop_ms(p: Params, times: int = 3) -> float:
     after its last step that a wall clock around ``fit`` counts and mxbench's window (the
     steps' own stamps) does not (``--fits`` shows it)."""
     import keras
-
-    from mxbench.bench import harness
-    from mxbench.bench.harness import set_policy
+    from mxbench.bench.model import harness
+    from mxbench.bench.model.harness import set_policy
 
     prepared = harness.prepare(p, set_policy)  # the cell's model, weights and loss
     harness.compile_model(prepared, p.jit_compile)
@@ -112,8 +112,8 @@ def fit_ab(p: Params, fits: int) -> None:
     ``p.steps`` steps each): no callback (the fit's wall clock), mxbench's own timer (its
     window clock and the fit's wall clock), and the per-step-synced timer of Step 12. Every
     fit's ms per step, then medians over all fits and over the faster mode's fits."""
-    from mxbench.bench import harness
-    from mxbench.bench.harness import set_policy
+    from mxbench.bench.model import harness
+    from mxbench.bench.model.harness import set_policy
 
     prepared = harness.prepare(p, set_policy)
     harness.compile_model(prepared, p.jit_compile)

@@ -242,8 +242,9 @@ def built(ctx: Path) -> dict:
     out = mxbench("build", "--matrix", str(m), "--ca-bundle", CA, cwd=ctx)
     seconds = time.monotonic() - t0
     assert out.returncode == 0, out.stderr[-3000:]
+    from mxbench.matrix.file import load_matrix
+
     from mxbench import images
-    from mxbench.matrix import load_matrix
 
     tag = images.specs(load_matrix(m))["cpu"].tag()
     state = "reused" if "reused" in out.stdout else "built"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from mxbench.bench import onednn
+from mxbench.bench.evidence import onednn
 
 KINDS: dict[str, dict[str, str]] = {
     # AMD EPYC without AVX-512: TensorFlow leaves its oneDNN operations off (its default on

@@ -1,7 +1,7 @@
 """An independent count of a profiled window, from the raw trace the bench kept
 (``MXBENCH_PROFILE_DIR``): computed apart from mxbench's reader, to check its figures.
 
-What differs from :mod:`mxbench.bench.profile`: other files and readers (TensorFlow's XSpace
+What differs from :mod:`mxbench.bench.evidence.profile`: other files and readers (TensorFlow's XSpace
 through its protobuf directly; JAX's and PyTorch's Chrome-format trace JSON, which the reader
 never opens), another rule for what an operation is (TF: an event named ``name:Type``, TF's
 own op naming; JAX: an event carrying XLA's ``hlo_op`` argument; PyTorch: an ``aten::``

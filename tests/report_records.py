@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mxbench.cells import cell_key
-from mxbench.codec import decode
-from mxbench.params import Params
-from mxbench.results import SCHEMA, Record
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.records.codec import decode
+from mxbench.records.record import SCHEMA, Record
 
 
 def rec(

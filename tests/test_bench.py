@@ -13,9 +13,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from mxbench.records.record import SCHEMA, Record
 
 from bench_helpers import SMALL, BenchRun, run_bench, shared_bench
-from mxbench.results import SCHEMA, Record
 
 pytest.importorskip("tensorflow")
 
@@ -76,7 +76,7 @@ def test_timing_is_sane(f32: BenchRun) -> None:
 
 
 def test_phases_account_for_the_process(f32: BenchRun) -> None:
-    from mxbench.bench.timing import PHASES
+    from mxbench.bench.process.timing import PHASES
 
     m = f32.record["metrics"]
     phases = m["phases_s"]
@@ -182,7 +182,7 @@ def test_so_cnn_alone_runs_the_questions_224_by_336() -> None:
 
 
 def test_record_is_json_serialisable_roundtrip(f32: BenchRun) -> None:
-    from mxbench.codec import encode, parse_bench_output
+    from mxbench.records.codec import encode, parse_bench_output
 
     parsed = parse_bench_output(f32.stdout)
     assert parsed is not None

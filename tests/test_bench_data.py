@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mxbench.bench.model.data import list_images
 
 from bench_helpers import run_bench
-from mxbench.bench.data import list_images
 
 CLASSES = ("n01440764", "n02102040", "n02979186")
 
@@ -38,7 +38,7 @@ def test_listing_follows_the_layout(imagenette: Path) -> None:
 
 
 def test_pipeline_resizes_and_scales(imagenette: Path) -> None:
-    from mxbench.bench.data import image_folder
+    from mxbench.bench.model.data import image_folder
 
     x, y = image_folder(imagenette, batch_size=5, size=(24, 40))[0]
     assert tuple(x.shape) == (5, 24, 40, 3) and x.dtype.name == "float32"

@@ -13,18 +13,18 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from mxbench.bench.evidence.gpu_health import HealthSampler
+from mxbench.bench.evidence.probe import cpu_info, device_record, nvml_gpus
+from mxbench.bench.evidence.probe_tf import parse_not_compiled_for
+from mxbench.bench.process.cell import CellState, _gpu_util, is_oom
+from mxbench.bench.process.timing import Phases, StepLog, split, summarize
+from mxbench.matrix.params import Params
+from mxbench.records.codec import new_record
+from mxbench.records.record import Device
 
 from mxbench.bench import params as bp
-from mxbench.bench.cell import CellState, _gpu_util, is_oom
-from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.probe import cpu_info, device_record, nvml_gpus
-from mxbench.bench.probe_tf import parse_not_compiled_for
-from mxbench.bench.timing import Phases, StepLog, split, summarize
-from mxbench.codec import new_record
 from mxbench.errors import UsageError
 from mxbench.models import blog_cnn
-from mxbench.params import Params
-from mxbench.results import Device
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ _ASYNC = """
 import os, sys, threading
 os.environ["KERAS_BACKEND"] = sys.argv[1]
 import keras, numpy as np
-from mxbench.bench.timing import StepLog, split, step_timer
+from mxbench.bench.process.timing import StepLog, split, step_timer
 threads, log = set(), StepLog()
 timer = step_timer(log, lambda k: threads.add(threading.current_thread().name), warmup_steps=2)
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])

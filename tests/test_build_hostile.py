@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from mxbench.matrix.file import Image
 
 from mxbench.errors import UsageError
 from mxbench.images import read_ca_bundle, resolve
-from mxbench.matrix import Image
 
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 

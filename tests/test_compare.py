@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mxbench.cells import cell_key
-from mxbench.params import Params
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+
 from report_records import rec, write
 
 

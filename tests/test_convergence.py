@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params, parse_loss_scale
+from mxbench.report.diagnosis import rules as dg
+from mxbench.report.sections import convergence as rc
 
 from bench_helpers import run_bench
 from mxbench.bench import params as bp
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params, parse_loss_scale
-from mxbench.report import convergence as rc
-from mxbench.report import diagnose as dg
 from mxbench.report import text
 from mxbench.report.tables import build
 from report_records import rec, typed_all
@@ -38,10 +38,10 @@ from report_records import rec, typed_all
 DRIVER = """
 import json, os, sys
 os.environ["KERAS_BACKEND"] = sys.argv[1]
-from mxbench.bench.cell import run_cell
+from mxbench.bench.process.cell import run_cell
 from mxbench.bench.params import validate
-from mxbench.params import Params
-from mxbench.codec import encode
+from mxbench.matrix.params import Params
+from mxbench.records.codec import encode
 out = []
 for spec in json.loads(sys.argv[2]):
     out.append(encode(run_cell(validate(Params(**spec)))).decode())
@@ -287,7 +287,7 @@ def test_report_without_checks_has_no_column_and_no_note() -> None:
 
 
 def test_old_records_without_convergence_still_load(tmp_path: Path) -> None:
-    from mxbench.codec import decode
+    from mxbench.records.codec import decode
 
     line = json.dumps(rec("h", "mixed_float16", 32))
     assert decode(line).convergence is None

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mxbench.report.diagnosis import rules as dg
 
 from mxbench.report import devices
-from mxbench.report import diagnose as dg
 from mxbench.report.tables import Table, build
 from report_records import rec, typed_all
 

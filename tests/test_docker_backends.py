@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mxbench.matrix.file import load_matrix
 
 from conftest import BASE_IMAGE, CA, docker_ok, mxbench, records, require_service
 from mxbench import images
-from mxbench.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEELS = Path(os.environ.get("MXBENCH_TORCH_CPU_WHEELS", "/opt/wheels"))

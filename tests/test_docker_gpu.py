@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from mxbench.matrix.file import load_matrix
 
 from conftest import BASE_IMAGE, CA, docker_ok, mxbench, records, require_service
 from mxbench import images
-from mxbench.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from mxbench.matrix.hosts import DockerHost
 
 from conftest import require_service, ssh_ok
 from mxbench.engines.docker import connect
-from mxbench.hosts import DockerHost
 
 ALIAS = "mxbench-behind-a-bastion"  # resolvable only through the ssh config below
 

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from mxbench.bench import energy, probe
+from mxbench.bench.evidence import energy, probe
 
 TWO = [
     {"index": 0, "name": "NVIDIA H100", "uuid": "GPU-aaaa-0", "bus_id": "0:18:00.0"},
@@ -119,8 +118,9 @@ def test_a_process_is_charged_its_own_devices_examples() -> None:
     """The examples a process's joules are divided by: its own devices' (scale.process_batch),
     for every layout a cell can have (one process driving N devices, one process per device,
     several nodes): N devices' joules over N devices' examples."""
-    from mxbench import scale
-    from mxbench.params import Params
+    from mxbench.matrix.params import Params
+
+    from mxbench.matrix import scale
 
     for backend, devices, nodes, scaling, per_process in [
         ("tensorflow", 2, 1, "weak", 2 * 32),  # one process drives both devices
@@ -163,7 +163,8 @@ def test_a_gpu_cell_whose_gpu_is_unknown_counts_nothing(monkeypatch: pytest.Monk
 _WITH_ARM_POWER = """
 import os, sys, threading, time
 from pathlib import Path
-from mxbench.bench import energy, paired
+from mxbench.bench.evidence import energy
+from mxbench.bench.process import windows as paired
 root, watts = Path(sys.argv.pop(1)), [float(w) for w in sys.argv.pop(1).split(",")]
 energy.POWERCAP = root
 zone = root / "intel-rapl:0"

@@ -265,8 +265,9 @@ def test_a_container_created_as_the_link_dropped_is_taken_back_not_made_twice(
 def test_cancel_does_not_wait_on_a_daemon_that_does_not_answer() -> None:
     """Ctrl-C: a daemon that takes its time over the kill (loaded, or its link cut) must
     not hold `mxbench run`; cancel() returns after its bound, the kill goes on meanwhile."""
+    from mxbench.matrix.file import parse_matrix
+
     from mxbench.engines.docker import DockerEngine
-    from mxbench.matrix import parse_matrix
 
     m = parse_matrix(
         "images: {cpu: {dockerfile: Dockerfile, target: cpu}}\n"

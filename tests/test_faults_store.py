@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mxbench.records.codec import decode
+from mxbench.records.store import BadLine, ResultStore, StoreError, read_records
 
-from mxbench.codec import decode
-from mxbench.store import BadLine, ResultStore, StoreError, read_records
 from test_faults import GOOD, fake_python, matrix, records, run, start, wait_for
 
 
@@ -93,7 +93,7 @@ def test_a_fifo_or_a_link_to_a_device_never_blocks_a_reader(tmp_path: Path) -> N
 
 
 def test_an_over_long_line_is_one_bad_line_and_reading_goes_on(tmp_path: Path) -> None:
-    from mxbench import store
+    from mxbench.records import store
 
     path = tmp_path / "h.jsonl"
     path.write_bytes(b"x" * (store.MAX_LINE_BYTES + 10) + b"\n" + _record_line())
@@ -111,7 +111,7 @@ def test_lines_read_a_chunk_at_a_time_are_the_files_lines(
     ``split(b"\\n")`` says, numbered as the file's lines."""
     import random
 
-    from mxbench import store
+    from mxbench.records import store
 
     monkeypatch.setattr(store, "READ_CHUNK", chunk)
     monkeypatch.setattr(store, "MAX_LINE_BYTES", 10)
@@ -136,7 +136,7 @@ def test_a_small_file_is_read_whole_to_its_bound_and_a_larger_one_is_left_to_the
 ) -> None:
     """``read_small`` reads in pieces of the file's size as it was when opened: a file that
     grew since (its size said less) is still read to its end, or found too large."""
-    from mxbench import store
+    from mxbench.records import store
 
     path = tmp_path / "h.jsonl"
     for size in (0, 1, 9, 10, 11, 25):

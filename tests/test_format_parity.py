@@ -29,15 +29,16 @@ from pathlib import Path
 from typing import Any, get_args
 
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.matrix.search import BatchSearch, Found, walk
+from mxbench.records.record import SCHEMA
+from mxbench.report.sections import capacity, inference, scaling, training, why
 
-from mxbench.cells import cell_key
-from mxbench.params import Params
-from mxbench.report import capacity, document, inference, scaling, training, why
+from mxbench.report import document
 from mxbench.report.document import Document, Grid, Section, SectionKind
 from mxbench.report.load import load
 from mxbench.report.tables import build
-from mxbench.results import SCHEMA
-from mxbench.search import BatchSearch, Found, walk
 from report_records import rec, write
 
 A100 = {"kind": "gpu", "name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"}
@@ -512,7 +513,9 @@ def test_every_part_of_compare_shows_in_markdown_and_json(tmp_path: Path) -> Non
     """``mxbench compare``'s document, walked the same way: each table part's title and
     cells in the markdown, its items in the JSON under its key; its sentences in the
     markdown (the JSON, a fixed schema, carries their numbers, not the sentences)."""
-    from mxbench.report import compare_document, export, markdown
+    from mxbench.report.render import export, markdown
+
+    from mxbench.report import compare_document
     from mxbench.report.compare import compare, speedups
 
     both = {

@@ -14,13 +14,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from mxbench.matrix.file import load_matrix, parse_matrix
 
 from mxbench import images
 from mxbench.engines.base import EngineUnavailable
 from mxbench.engines.docker import DockerEngine, has_nvidia_runtime
 from mxbench.engines.docker_container import data_mount, device_requests
 from mxbench.errors import UsageError
-from mxbench.matrix import load_matrix, parse_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 HADOLINT = Path(sys.executable).with_name("hadolint")

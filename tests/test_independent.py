@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.report.render import plot
+from mxbench.report.sections import scaling, scaling_reference
 
-from mxbench import scale
-from mxbench.cells import cell_key
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
-from mxbench.report import document, plot, scaling, scaling_reference
+from mxbench.matrix import scale
+from mxbench.report import document
 from mxbench.report.load import load
 from mxbench.report.tables import build
 from report_records import rec, write
@@ -46,7 +48,7 @@ def test_each_replica_trains_on_its_own_device_timed_on_its_own(backend: str) ->
     """Two replicas, each built and trained on its host device or logical CPU (its
     variables found there after training), no all-reduce; the record as one is the
     slowest replica's steps over the common window. PyTorch: each replica a process the
-    bench started (bench/torch_launch.py), in no process group, the record merged by the
+    bench started (bench/parallel/torch_launch.py), in no process group, the record merged by the
     launcher from both processes' step logs."""
     small = ["--image-size", "32", "--warmup-steps", "1", "--steps", "4", "--profile", "off"]
     proc = mxbench("bench", *small, "--backend", backend, "--devices", "2", "--scaling",
@@ -266,7 +268,7 @@ def test_replicas_have_weak_scalings_batches_in_one_process() -> None:
 
 
 def test_cells_of_replicas_run_one_policy_per_process() -> None:
-    from mxbench.cells import expand, pair_up
+    from mxbench.cells.cell import expand, pair_up
 
     axes = "axes: {scaling: [weak, independent], policy: [float32, mixed_bfloat16]}"
     cells = expand(parse_matrix(LOCAL + "benchmark: {backend: jax, devices: 2}\n" + axes))

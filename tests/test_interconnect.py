@@ -14,10 +14,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from mxbench.bench.parallel import interconnect
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
 
-from mxbench.bench import interconnect
-from mxbench.cells import cell_key
-from mxbench.params import Params
 from mxbench.report import document
 from mxbench.report.load import load
 from mxbench.report.tables import build

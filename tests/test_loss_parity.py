@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mxbench.report import diagnose as dg
-from mxbench.report import document, markdown, text
+from mxbench.report.diagnosis import rules as dg
+from mxbench.report.render import markdown
+
+from mxbench.report import document, text
 from mxbench.report.load import load
 from mxbench.report.tables import LOSS_TOLERANCE, build
 from report_records import rec, typed_all, write

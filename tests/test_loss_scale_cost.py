@@ -9,8 +9,8 @@ import random
 import re
 
 import pytest
+from mxbench.report.sections import training
 
-from mxbench.report import training
 from report_records import rec, typed_all
 
 

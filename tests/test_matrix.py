@@ -8,10 +8,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from mxbench.cells.cell import cell_key, expand
+from mxbench.matrix.file import default_matrix_path, load_matrix, parse_matrix
 
-from mxbench.cells import cell_key, expand
 from mxbench.errors import UsageError
-from mxbench.matrix import default_matrix_path, load_matrix, parse_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -270,9 +270,10 @@ def test_policies_alternate_within_a_batch_size_and_repeat() -> None:
 
 
 def test_engines_run_the_host_models_the_matrix_knows_and_stay_light() -> None:
+    from mxbench.matrix.hosts import HOSTS
+    from mxbench.matrix.schema import HostBase
+
     from mxbench.engines import ENGINES
-    from mxbench.hosts import HOSTS
-    from mxbench.schema import HostBase
 
     assert set(ENGINES) == set(HOSTS) == {"local", "docker", "slurm"}
     assert all(e.host_model is HOSTS[name] for name, e in ENGINES.items())
@@ -282,14 +283,14 @@ def test_engines_run_the_host_models_the_matrix_knows_and_stay_light() -> None:
         "  - {name: b, engine: docker, images: [gpu]}\n"
         "  - {name: c, engine: slurm, container_image: 'tf:2.21'}\n"
     )
-    assert {type(h).__module__ for h in m.hosts} == {"mxbench.hosts"}
+    assert {type(h).__module__ for h in m.hosts} == {"mxbench.matrix.hosts"}
     assert [h.needs_build for h in m.hosts] == [False, True, False]
     assert next(c.image for c in expand(m) if c.host == "b") == "gpu"
     assert {c.image_spec["container_image"] for c in expand(m) if c.host == "c"} == {"tf:2.21"}
     # loading a matrix imports no engine (no circle through the engine registry), and so
     # never the docker SDK (a local-only user need not have it)
     probe = (
-        "import sys, mxbench.matrix; print(sorted(m for m in sys.modules"
+        "import sys, mxbench.matrix.file; print(sorted(m for m in sys.modules"
         " if m.split('.')[0] in ('docker', 'paramiko', 'requests')"
         " or m.startswith('mxbench.engines')))"
     )
@@ -340,9 +341,10 @@ def test_memory_limit_is_part_of_the_key_only_when_set() -> None:
 
 
 def test_an_image_runs_the_cells_of_the_backend_it_carries() -> None:
-    from mxbench.cells import expand
+    from mxbench.cells.cell import expand
+    from mxbench.matrix.file import parse_matrix
+
     from mxbench.errors import UsageError
-    from mxbench.matrix import parse_matrix
 
     text = """version: 1
 benchmark: {repeats: 1}

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mxbench.cells.repeats import AutoRepeats
+from mxbench.matrix.file import load_matrix, parse_matrix
+from mxbench.matrix.reader import MAX_MATRIX_BYTES
 
 from mxbench.errors import UsageError
-from mxbench.matrix import load_matrix, parse_matrix
-from mxbench.matrix_yaml import MAX_MATRIX_BYTES
-from mxbench.repeats import AutoRepeats
 
 HOST = "hosts: [{name: a, engine: local}]\n"
 

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from mxbench.matrix.file import parse_matrix
+from mxbench.records.codec import tail
+from mxbench.report.sections import capacity
 
 from conftest import mxbench, records
-from mxbench import cells
-from mxbench.codec import tail
-from mxbench.matrix import parse_matrix
-from mxbench.report import capacity
+from mxbench.cells import cell as cells
 from report_records import rec, typed
 
 KILLED_IN_EAGER = """

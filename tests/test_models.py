@@ -13,12 +13,13 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
+from mxbench.bench.model.harness import set_policy  # noqa: E402
+from mxbench.matrix.params import Params  # noqa: E402
+
 import user_models  # noqa: E402
 from mxbench import models  # noqa: E402
 from mxbench.bench import facts, harness  # noqa: E402
-from mxbench.bench.harness import set_policy  # noqa: E402
 from mxbench.bench.params import validate  # noqa: E402
-from mxbench.params import Params  # noqa: E402
 
 TINY = {"image_size": 32, "seq_len": 16, "vocab_size": 256, "batch_size": 2}
 

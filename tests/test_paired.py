@@ -20,13 +20,14 @@ from typing import Any
 
 import msgspec
 import pytest
+from mxbench.bench.evidence import interference, onednn
+from mxbench.bench.process import windows as paired
+from mxbench.cells.cell import expand, pair_up, to_run
+from mxbench.matrix.file import parse_matrix
 
 import cpu_kinds
 from bench_helpers import SMALL, run_bench, shared_bench
 from mxbench import stats
-from mxbench.bench import interference, onednn, paired
-from mxbench.cells import expand, pair_up, to_run
-from mxbench.matrix import parse_matrix
 
 PAIR = ["--image-size", "32", "--batch-size", "8", "--steps", "400", "--warmup-steps", "2",
         "--timed-s", "1.5", "--profile", "off"]  # fmt: skip
@@ -428,12 +429,12 @@ def test_a_paired_run_end_to_end_resumes_and_measures_its_noise_floor(tmp_path: 
 def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
     """NVML cannot exist here: its readings are given to the sampler (the thinnest seam),
     and the windows of a paired record are marked from them, the rounds' cleanliness too."""
-    from mxbench.bench.cell import CellState
-    from mxbench.bench.cell_paired import _gpu_windows, _mark_rounds
-    from mxbench.bench.gpu_health import HealthSampler
-    from mxbench.bench.timing import Phases
-    from mxbench.params import Params
-    from mxbench.results import Device, Interference, Pairing, Record, Window
+    from mxbench.bench.evidence.gpu_health import HealthSampler
+    from mxbench.bench.process.cell import CellState
+    from mxbench.bench.process.paired import _gpu_windows, _mark_rounds
+    from mxbench.bench.process.timing import Phases
+    from mxbench.matrix.params import Params
+    from mxbench.records.record import Device, Interference, Pairing, Record, Window
 
     sampler = HealthSampler(object(), interval_s=0.1)
     sampler.samples = [(0.05, {"GPU-1": {"procs": 1, "throttle": 0x1}}),  # idle: not a reason
@@ -468,9 +469,9 @@ def test_a_gpu_window_with_another_process_or_throttling_is_disturbed() -> None:
 
 def line(policy: str, batch_size: int = 4) -> str:
     """A record line as a paired process prints it."""
-    from mxbench.codec import encode
-    from mxbench.params import Params
-    from mxbench.results import Metrics, Record, StepStats
+    from mxbench.matrix.params import Params
+    from mxbench.records.codec import encode
+    from mxbench.records.record import Metrics, Record, StepStats
 
     step = StepStats(median=10.0, p25=9.0, p75=11.0, min=8.0, max=12.0, n=3,
                      samples=[9.0, 10.0, 11.0])  # fmt: skip

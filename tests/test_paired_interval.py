@@ -18,12 +18,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from mxbench.cells.repeats import AutoRepeats
+from mxbench.matrix.params import Params
+from mxbench.records.pairing import Pairing
+from mxbench.records.record import Metrics, Record, StepStats
 
-from mxbench import repeats, stats
-from mxbench.pairing_record import Pairing
-from mxbench.params import Params
-from mxbench.repeats import AutoRepeats
-from mxbench.results import Metrics, Record, StepStats
+from mxbench import stats
+from mxbench.cells import repeats
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "benchmarks" / "records" / "paired-interval-calibration"

@@ -16,13 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import cpu_kinds
-import profile_count
-from bench_helpers import SMALL, BenchRun, run_bench, shared_bench
-from mxbench.bench import energy, onednn
-from mxbench.bench import profile as profiler
-from mxbench.bench.profile_ops import (
+from mxbench.bench.evidence import energy, onednn
+from mxbench.bench.evidence import profile as profiler
+from mxbench.bench.evidence.profile_ops import (
     RULES,
     Event,
     Op,
@@ -34,7 +30,11 @@ from mxbench.bench.profile_ops import (
     summarize,
     tensor_core,
 )
-from mxbench.results import Profile, StepStats
+from mxbench.records.record import Profile, StepStats
+
+import cpu_kinds
+import profile_count
+from bench_helpers import SMALL, BenchRun, run_bench, shared_bench
 
 # ---- categories from names (known truth: what each operation is) ---------------------------
 
@@ -716,8 +716,8 @@ def test_xla_library_fusions_are_named_after_what_they_compute() -> None:
     (the JAX operation in its metadata; else the fused computation's root). Lines from a
     real ResNet-50 step: a forward convolution, a weight gradient XLA kept no name for, a
     batch-norm reduction."""
-    from mxbench.bench.profile import library_fusions
-    from mxbench.bench.profile_ops import category
+    from mxbench.bench.evidence.profile import library_fusions
+    from mxbench.bench.evidence.profile_ops import category
 
     hlo = """
 %fused_computation.2 (param_0.2: f32[512,2,2,8], param_1.2: f32[2,2,8,2048]) -> f32[512,1,1,2048] {
@@ -759,9 +759,10 @@ def test_profile_off_records_none() -> None:
 
 
 def test_profile_switch_and_cost_per_hour_in_the_matrix() -> None:
-    from mxbench.cells import expand
+    from mxbench.cells.cell import expand
+    from mxbench.matrix.file import parse_matrix
+
     from mxbench.errors import UsageError
-    from mxbench.matrix import parse_matrix
 
     host = "hosts:\n  - {name: box, engine: local, cost_per_hour: 2.5}\n"
     on = expand(parse_matrix(host))
@@ -783,7 +784,7 @@ def test_profile_switch_and_cost_per_hour_in_the_matrix() -> None:
 
 def test_xspace_planes_give_kernels_on_gpu_streams_and_ops_on_host_threads() -> None:
     """The XSpace reader's seam (TensorFlow and JAX traces): which lines and events count."""
-    from mxbench.bench.profile import _xspace_ops
+    from mxbench.bench.evidence.profile import _xspace_ops
 
     ps = 10**9  # picoseconds per millisecond
     planes = [

@@ -5,12 +5,12 @@ from __future__ import annotations
 import io
 import threading
 
+from mxbench.matrix.params import Params
+from mxbench.records.codec import new_record
+from mxbench.records.record import StepStats
 from rich.console import Console
 
-from mxbench.codec import new_record
-from mxbench.params import Params
 from mxbench.progress import CellProgress
-from mxbench.results import StepStats
 
 
 def _record(status: str, median: float | None = None):  # type: ignore[no-untyped-def]

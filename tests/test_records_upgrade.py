@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
+from mxbench.records.codec import HISTORY, UPGRADES, BadRecord, decode, encode, upgrade
+from mxbench.records.record import SCHEMA, Record
 
-from mxbench.codec import HISTORY, UPGRADES, BadRecord, decode, encode, upgrade
 from mxbench.report import load, tables, text
-from mxbench.results import SCHEMA, Record
 
 CORPUS = Path(__file__).parent / "records"
 EXAMPLES = Path(__file__).parents[1] / "examples"
@@ -199,9 +199,9 @@ def test_a_field_a_newer_mxbench_adds_inside_search_is_ignored(tmp_path: Path) -
     """Within a version fields are only added, and a reader ignores the ones it does not know:
     in ``search`` too (a batch-search trial written by a newer mxbench), for the report and
     for --resume; the matrix still refuses a misspelt ``batch_search`` key."""
-    from mxbench.matrix import _settings
-    from mxbench.search import BatchSearch
-    from mxbench.store import ResultStore
+    from mxbench.matrix.file import _settings
+    from mxbench.matrix.search import BatchSearch
+    from mxbench.records.store import ResultStore
 
     raw = json.loads((CORPUS / "v2-current.jsonl").read_text().splitlines()[0])
     raw["search"] = {"start": 8, "cap": 4096, "max_trials": 16, "precision": 0.05, "growth": 3}

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from mxbench.cells.cell import expand
+from mxbench.cells.repeats import AutoRepeats, decide
+from mxbench.matrix.file import load_matrix, parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.records.record import Metrics, Record, StepStats
+from mxbench.records.store import ResultStore
 
-from mxbench import repeat_plan, repeats, stats
-from mxbench.cells import expand
+from mxbench import stats
+from mxbench.cells import repeats, rounds
 from mxbench.errors import UsageError
-from mxbench.matrix import load_matrix, parse_matrix
-from mxbench.params import Params
-from mxbench.repeats import AutoRepeats, decide
-from mxbench.results import Metrics, Record, StepStats
-from mxbench.store import ResultStore
 
 CFG = AutoRepeats(start=3, target=0.03, max=10, budget_s=600)
 
@@ -166,8 +167,8 @@ def test_resume_continues_an_auto_run(tmp_path: Path) -> None:
         rec = measured(cell.params.policy, level, cell.key, seed=i)
         rec.host, rec.params = "box", cell.params
         store.append(rec)
-    plan = repeat_plan.plan(mx.benchmark.auto_repeats, expand(mx), {"box": None})
-    repeat_plan.known(plan, store.latest_by_cell())
+    plan = rounds.plan(mx.benchmark.auto_repeats, expand(mx), {"box": None})
+    rounds.known(plan, store.latest_by_cell())
     assert decide(plan.cfg, plan.groups[0].by_policy(), 3).more  # the premise
 
     proc = mxbench("run", "-m", str(path), "-r", str(tmp_path / "results"), "--resume")
@@ -256,7 +257,7 @@ def test_a_training_run_gets_seeds_not_growth() -> None:
     seeds = range(AutoRepeats().start)
     assert sorted((c.params.policy, c.params.repeat or 0) for c in cells) == [
         (p, k) for p in ("float32", "mixed_bfloat16") for k in seeds]  # fmt: skip
-    assert repeat_plan.plan(mx.benchmark.auto_repeats, cells, {"a": None}).groups == []
+    assert rounds.plan(mx.benchmark.auto_repeats, cells, {"a": None}).groups == []
 
 
 def test_the_records_say_where_an_auto_comparison_stopped() -> None:

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.report.render import html, markdown, terminal
+from mxbench.report.render.plot import POLICY_COLOURS, png, speedup_png
 
-from mxbench.cells import cell_key
-from mxbench.params import Params
-from mxbench.report import document, html, markdown, tables, terminal, text
+from mxbench.report import document, tables, text
 from mxbench.report.load import load
-from mxbench.report.plot import POLICY_COLOURS, png, speedup_png
 from mxbench.report.tables import build
 from report_records import rec, write
 

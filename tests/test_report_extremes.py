@@ -15,12 +15,12 @@ from typing import Any
 
 import msgspec.inspect as mi
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.records.record import SCHEMA, Record
 from typer.testing import CliRunner
 
-from mxbench.cells import cell_key
 from mxbench.cli import app
-from mxbench.params import Params
-from mxbench.results import SCHEMA, Record
 
 EXTREMES = [1e308, -1e308, 1.7976931348623157e308, 0.0, -0.0, 5e-324, -5e-324, -1.0, 1e-300]
 
@@ -108,7 +108,7 @@ def _write(path: Path, records: list[dict[str, Any]]) -> None:
 def test_the_records_decode_as_written() -> None:
     """Known truth for the rest: the records are legal (the reader keeps every one) and
     carry the extremes (a float field of each part holds the value)."""
-    from mxbench.codec import decode
+    from mxbench.records.codec import decode
 
     for v in (1e308, -1.0):
         lines = [decode(json.dumps(r)) for r in _records(v)]

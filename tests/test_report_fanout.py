@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from mxbench.report.render import export, markdown
 
-from mxbench.report import document, export, fanout, load, markdown, tables
+from mxbench.report import document, fanout, load, tables
 from report_records import rec, write
 
 CORES = fanout.workers()

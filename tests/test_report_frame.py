@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
 from typer.testing import CliRunner
 
 import mxbench
-from mxbench.cells import cell_key
 from mxbench.cli import app
-from mxbench.params import Params
 from mxbench.report import annotate, devices
 from mxbench.report.load import load
 from mxbench.report.tables import build

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
 from typer.testing import CliRunner
 
-from mxbench.cells import cell_key
 from mxbench.cli import app
 from mxbench.errors import MxbenchError
-from mxbench.params import Params
 from report_records import rec, write
 
 FORMATS = ("--markdown", "--csv", "--html", "--json")
@@ -188,7 +188,7 @@ def test_markdown_escapes_what_it_interpolates(tmp_path: Path) -> None:
 
 
 def test_markdown_emphasis_and_strikethrough_from_a_name_stay_text() -> None:
-    from mxbench.report.markdown import escape
+    from mxbench.report.render.markdown import escape
 
     assert escape("_pwned_ ~~gone~~ __bold__") == "\\_pwned\\_ \\~\\~gone\\~\\~ \\_\\_bold\\_\\_"
     for plain in ("mixed_float16", "snake_case_host", "Tesla V100-SXM2-16GB"):

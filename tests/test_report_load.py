@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from mxbench.records import summary
 
-from mxbench import summary
 from mxbench.report import load as loading
 from mxbench.report import tables, text
 from mxbench.report.load import load, pick
@@ -216,8 +216,9 @@ def test_the_reader_summarises_records_as_the_record_type_reads_them(tmp_path: P
     """Known truth: each record decoded whole by codec.decode (samples and losses kept);
     the report's reader keeps per record only the process summary stats.summarise makes of
     its samples and the sum / count of its losses, and picks the same winners."""
+    from mxbench.records.store import read_records
+
     from mxbench import stats
-    from mxbench.store import read_records
 
     records = _summary_records(random.Random(3))
     path = write(tmp_path / "h1.jsonl", records)
@@ -264,7 +265,7 @@ def test_the_reader_summarises_records_as_the_record_type_reads_them(tmp_path: P
 def test_the_fast_reader_refuses_what_the_record_type_refuses(tmp_path: Path) -> None:
     """Lines the fast path must not vouch for: bad samples or losses, a deep ``run``, an
     injected summary field, an older schema (upgraded). Same records, same reasons."""
-    from mxbench.store import read_records
+    from mxbench.records.store import read_records
 
     deep: dict = {}
     inner = deep
@@ -327,8 +328,9 @@ def test_the_parts_records_leave_out_are_shared_and_no_format_writes_to_them(
     """A record read without a part gets the one default every record read shares
     (summary.Read): rendering every format from such records leaves each still equal to a
     fresh default, or one report's records would change the next one's."""
+    from mxbench.records.record import Record
+
     from mxbench.report import document
-    from mxbench.results import Record
 
     recs = [rec("bare", p, b, minimal=True) for p in ("float32", "mixed_float16") for b in (8, 16)]
     recs.append(rec("bare", "float16", 8, status="oom", minimal=True))
@@ -351,7 +353,8 @@ def test_equal_parts_of_records_read_one_after_another_are_one_and_no_format_wri
     """A record whose device, CPU, software, image or settings equal those of the record
     read before it shares them (summary.Read is never written to); a part that differs is
     its own. Every format rendered, each record's parts still equal its line's."""
-    from mxbench import codec
+    from mxbench.records import codec
+
     from mxbench.report import document
 
     cpu = {"model": "Xeon", "arch": "x86_64", "cores": 8, "flags": ["avx2", "fma"]}

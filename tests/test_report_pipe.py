@@ -5,9 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from mxbench.report.render import markdown
 from tabulate import tabulate
-
-from mxbench.report import markdown
 
 # Cells as the report makes them, and the edges tabulate treats apart: whitespace it strips
 # (Unicode's too), True / False (its bool type), empty cells, non-ASCII, markdown to escape.

@@ -13,11 +13,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from mxbench.report.render import markdown
+from mxbench.report.render.plot import png, speedup_png
 
 from conftest import require_service
-from mxbench.report import frame, markdown, text
+from mxbench.report import frame, text
 from mxbench.report.load import load
-from mxbench.report.plot import png, speedup_png
 from mxbench.report.tables import build
 from report_records import rec, write
 
@@ -274,7 +275,9 @@ def test_the_answer_fits_a_narrow_window_and_opens_the_page(
     require_service(Path(CHROMIUM).exists(), "chromium (Debian package)")
     import html as html_text
 
-    from mxbench.report import document, html
+    from mxbench.report.render import html
+
+    from mxbench.report import document
 
     loaded = load([PUBLISHED])
     page = html.render(document.build(loaded, build(loaded.winners)), lambda t: [])

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.records.record import CATEGORY_NAMES
+from mxbench.report.diagnosis import rules as dg
+from mxbench.report.render import export, html, markdown, terminal
+from mxbench.report.sections import why
 
-from mxbench.report import diagnose as dg
-from mxbench.report import document, export, frame, html, markdown, terminal, why
+from mxbench.report import document, frame
 from mxbench.report.load import load
 from mxbench.report.tables import Table, build
-from mxbench.results import CATEGORY_NAMES
 from report_records import rec, typed_all, write
 
 A100 = {"kind": "gpu", "name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"}

@@ -12,14 +12,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from mxbench.cells.cell import expand
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.records.codec import decode, encode, new_record, parse_bench_output
+from mxbench.records.record import SCHEMA, Metrics, StepStats
+from mxbench.records.store import BadLine, ResultStore, read_records
 
-from mxbench.cells import expand
-from mxbench.codec import decode, encode, new_record, parse_bench_output
 from mxbench.engines.base import Outcome, to_record
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
-from mxbench.results import SCHEMA, Metrics, StepStats
-from mxbench.store import BadLine, ResultStore, read_records
 
 MATRIX = parse_matrix(
     "benchmark:\n  repeats: 1\nhosts:\n  - name: box\n    engine: local\n"
@@ -106,11 +106,11 @@ def test_failures_become_records() -> None:
 
 
 def test_docs_record_md_is_generated_from_the_type() -> None:
-    from mxbench.record_doc import render
+    from mxbench.records.doc import render
 
     doc = Path(__file__).resolve().parents[1] / "docs" / "record.md"
     assert doc.read_text(encoding="utf-8") == render(), (
-        "docs/record.md is out of date: python -m mxbench.record_doc > docs/record.md"
+        "docs/record.md is out of date: python -m mxbench.records.doc > docs/record.md"
     )
 
 

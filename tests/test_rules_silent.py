@@ -21,11 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.matrix.search import Found
+from mxbench.records.inference import GATE_AGREEMENT, GATE_COSINE
+from mxbench.records.record import CATEGORY_NAMES
+from mxbench.report.diagnosis import kernels as dp
+from mxbench.report.diagnosis import rules as dg
+from mxbench.report.diagnosis.busy import BUSY_CORES, BUSY_ROUNDS
+from mxbench.report.sections import scaling_reference as sref
 
 from mxbench import stats
-from mxbench.cells import cell_key
-from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE
-from mxbench.params import Params
 from mxbench.report import (
     capacity,
     convergence,
@@ -36,13 +42,7 @@ from mxbench.report import (
     tables,
     training,
 )
-from mxbench.report import diagnose as dg
-from mxbench.report import diagnose_profile as dp
-from mxbench.report import scaling_reference as sref
-from mxbench.report.busy import BUSY_CORES, BUSY_ROUNDS
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
-from mxbench.results import CATEGORY_NAMES
-from mxbench.search import Found
 from report_records import rec, typed, typed_all
 
 # ---- devices ----------------------------------------------------------------------------
@@ -199,7 +199,7 @@ def busy_machine(others: float, disturbed: float) -> Table:
     return table([arm("float32", 100.0, []), arm("mixed_float16", 90.0, [1.1] * rounds)])
 
 
-# ---- serving (report/inference.py, report/diagnose_infer.py) ------------------------------
+# ---- serving (report/sections/inference.py, report/diagnosis/serving.py) ------------------------------
 
 
 def served(
@@ -327,7 +327,7 @@ def as_is(said: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Case:
-    rule: str  # the rule's function name (report/diagnose*.py), or what else it is
+    rule: str  # the rule's function name (report/diagnosis/rules*.py), or what else it is
     say: Callable[[Any], str | None]  # the rule's sentence(s) from what the builder made
     fires: Callable[[], Any]  # over the threshold: the rule speaks
     silent: Callable[[], Any]  # just under it: the rule says nothing (or not ``needle``)
@@ -512,12 +512,12 @@ CASES: list[Case] = [
          lambda: dispatch(BATCH_RATIO, TIME_RATIO + D), "Dispatch-bound", "DISPATCH_TIME_RATIO"),
     Case("dispatch_bound", as_is, lambda: dispatch(BATCH_RATIO, 1.0),
          lambda: dispatch(BATCH_RATIO - 1, 1.0), "Dispatch-bound", "DISPATCH_BATCH_RATIO"),
-    # ---- the serving gate (report/inference.py: struck), against main's behaviour
+    # ---- the serving gate (report/sections/inference.py: struck), against main's behaviour
     Case("inference.struck", as_is, lambda: gate(agreement=GATE_AGREEMENT - D / 10),
          lambda: gate(agreement=GATE_AGREEMENT), "speedup struck", "GATE_AGREEMENT"),
     Case("inference.struck", as_is, lambda: gate(cosine=GATE_COSINE - D / 10),
          lambda: gate(cosine=GATE_COSINE), "speedup struck", "GATE_COSINE"),
-    # ---- the scaling map's notes (report/scaling.py): with no independent replicas measured
+    # ---- the scaling map's notes (report/sections/scaling.py): with no independent replicas measured
     # the cause is "communication or contention" (communication-bound only where they show it:
     # tests/test_scaling.py)
     Case("scaling.communication_bound", as_is,
@@ -533,13 +533,13 @@ CASES: list[Case] = [
          lambda: scaling_notes(ratio(scaling.SUPERLINEAR - D)), "super-linear", "SUPERLINEAR"),
     Case("scaling_reference.Health.slow", as_is, lambda: sweep(sref.SLOW - D),
          lambda: sweep(sref.SLOW + D), "gpu:2 is slow", "SLOW"),
-    # ---- training (report/training.py)
+    # ---- training (report/sections/training.py)
     Case("training.stuck_at_chance", as_is, lambda: at_chance(near_chance() - D, 0.9),
          lambda: at_chance(near_chance() + D, 0.9), None, "CHANCE_MARGIN"),
     Case("training.stuck_at_chance", as_is,
          lambda: at_chance(0.1, training.LEARNING + D),
          lambda: at_chance(0.1, training.LEARNING - D), None, "LEARNING"),
-    # ---- the largest batch (report/capacity.py)
+    # ---- the largest batch (report/sections/capacity.py)
     Case("capacity.diagnosis", as_is, lambda: largest(capacity.LARGER + D),
          lambda: largest(capacity.LARGER - D), "lets this device train larger batches", "LARGER"),
     Case("capacity.diagnosis",  # the bug: 1.04x was "does not fit a larger batch"

@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.bench.parallel.distribute import FORCE_HOST_DEVICES, xla_flags
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.report.sections import scaling
 
-from mxbench import scale
-from mxbench.bench.distribute import FORCE_HOST_DEVICES, xla_flags
-from mxbench.cells import cell_key
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
-from mxbench.report import document, scaling
+from mxbench.matrix import scale
+from mxbench.report import document
 from mxbench.report.load import load
 from mxbench.report.tables import build
 from report_records import rec, write
@@ -359,7 +360,7 @@ def test_several_processes_are_refused_where_they_cannot_run(yaml: str, message:
 def test_several_processes_run_on_every_backend(backend: str) -> None:
     m = parse_matrix(f"version: 1\nbenchmark: {{backend: {backend}}}\naxes: {{nodes: [1, 2]}}\n"
                      "hosts: [{name: c, engine: slurm, python: /p}]\n")  # fmt: skip
-    from mxbench.cells import expand
+    from mxbench.cells.cell import expand
 
     assert {c.params.nodes for c in expand(m)} == {1, 2}
 
@@ -367,7 +368,8 @@ def test_several_processes_run_on_every_backend(backend: str) -> None:
 def test_a_cell_of_several_processes_is_one_job_of_as_many_tasks() -> None:
     """The batch script: srun starts the bench once per task; the job asks for the tasks,
     tasks_per_node to a node; cells of one process keep their one task."""
-    from mxbench.cells import expand
+    from mxbench.cells.cell import expand
+
     from mxbench.engines.slurm_script import bench_command, sbatch_directives, tasks
 
     m = parse_matrix(
@@ -617,9 +619,9 @@ def test_the_efficiency_interval_holds_its_level_with_process_effects() -> None:
     truth is the ratio of the population medians of the window rates, from 20,000 simulated
     processes; the interval holds it in at least 93% of 400 tables."""
     import numpy as np
+    from mxbench.report.sections import throughput
 
     from mxbench import stats as mstats
-    from mxbench.report import throughput
 
     rng = np.random.default_rng(7)
 
@@ -650,7 +652,7 @@ def test_the_efficiency_interval_holds_its_level_with_process_effects() -> None:
 
 def test_the_docs_name_the_map_s_rules_and_thresholds() -> None:
     """docs/scaling.md names each rule the map's notes say, with the code's threshold."""
-    from mxbench.report import scaling_reference
+    from mxbench.report.sections import scaling_reference
 
     doc = " ".join((Path(__file__).resolve().parents[1] / "docs/scaling.md").read_text().split())
     for rule in BOUND:

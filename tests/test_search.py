@@ -13,12 +13,12 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.search import BatchSearch, Found, walk
+from mxbench.report.sections import capacity
 
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
-from mxbench.report import capacity
 from mxbench.report.load import load
-from mxbench.search import BatchSearch, Found, walk
 from report_records import rec, write
 
 
@@ -111,8 +111,9 @@ BASE = "version: 1\nhosts: [{name: l, engine: local}]\n"
 
 
 def test_matrix_axis_takes_max_alone_or_among_numbers() -> None:
-    from mxbench import cells
-    from mxbench.cells import expand, searches
+    from mxbench.cells.cell import expand, searches
+
+    from mxbench.cells import cell as cells
 
     m = parse_matrix(BASE + "axes: {batch_size: max, policy: [float32, mixed_bfloat16]}\n")
     assert m.sweep()["batch_size"] == ["max"] and m.benchmark.batch_search == BatchSearch()
@@ -182,8 +183,10 @@ def test_report_replays_the_search_from_the_records(tmp_path: Path) -> None:
     assert "Largest batch: float32 20, mixed_float16 30 (1.50x): mixed precision lets" in (
         capacity.diagnosis(c) or ""
     )
-    from mxbench.report import document, html, tables
-    from mxbench.report.plot import memory_png
+    from mxbench.report.render import html
+    from mxbench.report.render.plot import memory_png
+
+    from mxbench.report import document, tables
 
     assert tables.build(winners) == []  # trials are not speed cells
     assert (memory_png(c) or b"").startswith(b"\x89PNG")  # peak memory against batch size

@@ -17,10 +17,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from mxbench.report.sections import capacity
 
 from conftest import mxbench, records, require_service
 from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
-from mxbench.report import capacity
 from mxbench.report.load import load
 
 pytestmark = pytest.mark.slow

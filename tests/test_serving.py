@@ -14,14 +14,17 @@ from typing import Any
 
 import msgspec
 import pytest
+from mxbench.cells.cell import expand, pair_up
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.records.codec import decode
+from mxbench.report.sections import answers, inference
 
-from mxbench import latency, serving, stats
-from mxbench.cells import expand, pair_up
-from mxbench.codec import decode
+from mxbench import stats
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
-from mxbench.report import answers, document, inference, load, tables
+from mxbench.matrix import serving
+from mxbench.report import document, load, tables
+from mxbench.stats import latency
 from report_records import rec, write
 
 
@@ -194,7 +197,7 @@ def served(
     call: str = "direct",
 ) -> dict[str, Any]:
     """A serving record: ``calls`` its call times (ms), the gate when ``agreement`` is given."""
-    from mxbench.cells import cell_key
+    from mxbench.cells.cell import cell_key
 
     params = {
         **{"model": "blog-cnn", "policy": policy, "batch_size": 1, "image_size": 32},
@@ -449,7 +452,7 @@ def test_records_round_trip_with_their_serving_part() -> None:
 
 
 def test_the_gate_runs_where_a_policy_or_quantization_departs_from_float32() -> None:
-    from mxbench.bench.infer import needs_gate
+    from mxbench.bench.process.infer import needs_gate
 
     assert not needs_gate(Params(mode="infer"))
     assert needs_gate(Params(mode="infer", policy="mixed_bfloat16"))
@@ -486,13 +489,13 @@ def test_a_failed_precision_says_why_beside_its_row_not_in_the_answers(tmp_path:
     assert inference.lines(doc.loaded.winners) == []
 
 
-# ---- the serving diagnosis (report/diagnose_infer.py), on records of known truth ----------
+# ---- the serving diagnosis (report/diagnosis/serving.py), on records of known truth ----------
 
 
 def _on(r: dict[str, Any], batch: int = 1, device: dict[str, Any] | None = None,
         cpu: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """``r`` at another batch, on another device or CPU (its key follows)."""
-    from mxbench.cells import cell_key
+    from mxbench.cells.cell import cell_key
 
     r["params"]["batch_size"] = batch
     r["cell"] = cell_key(r["host"], None, None, Params(**r["params"]))
@@ -696,7 +699,7 @@ def test_dispatch_bound_needs_the_whole_interval_under_the_limit(tmp_path: Path)
 
 def test_the_docs_name_the_serving_rules_and_thresholds() -> None:
     """docs/serving.md names each diagnosis rule and the thresholds the code uses."""
-    from mxbench.report import diagnose_infer
+    from mxbench.report.diagnosis import serving as diagnose_infer
 
     doc = " ".join((Path(__file__).resolve().parents[1] / "docs/serving.md").read_text().split())
     for rule in ("No fast float16", "float16 on an x86 CPU", "int8 without VNNI or AMX",

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.cells.cell import expand
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
 
 from bench_helpers import run_bench
 from conftest import mxbench
-from mxbench import trained
-from mxbench.cells import expand
+from mxbench.cells import trained
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
 from report_records import rec, write
 
 pytest.importorskip("PIL")
@@ -158,7 +158,7 @@ def test_a_later_matrix_serves_an_earlier_runs_weights(digits: Path, tmp_path: P
         trained.link(serving, tmp_path)  # the weights file is not there
     trained.weights_path(tmp_path, first.key).parent.mkdir()
     trained.weights_path(tmp_path, first.key).write_bytes(b"")
-    from mxbench.store import ResultStore
+    from mxbench.records.store import ResultStore
 
     (cell,) = trained.link(serving, tmp_path, ResultStore(tmp_path).latest_by_cell)
     assert cell.params.batch_size == 1  # served at another batch size than trained (8)

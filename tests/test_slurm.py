@@ -17,12 +17,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from mxbench.cells.cell import expand
+from mxbench.matrix.file import parse_matrix
 
 from conftest import require_service, slurm_up
-from mxbench.cells import expand
 from mxbench.engines import EngineUnavailable, to_record
 from mxbench.engines.slurm import SlurmEngine, SlurmProgress
-from mxbench.matrix import parse_matrix
 
 pytestmark = pytest.mark.slurm
 
@@ -243,7 +243,7 @@ def test_a_cell_of_two_processes_trains_data_parallel_as_two_tasks(
     per-device batch (the map's N = 1). PyTorch, one device per process, with devices: 2:
     two nodes' worth of two devices each is a job of four tasks (one node: the host's
     --overcommit puts them on its 2 CPUs), against the one task that starts its own two
-    processes (bench/torch_launch.py)."""
+    processes (bench/parallel/torch_launch.py)."""
     pytest.importorskip(backend)
     host = _name("nodes")
     torch = backend == "torch"

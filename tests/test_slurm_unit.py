@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mxbench.cells.cell import expand
+from mxbench.matrix.file import parse_matrix
 
-from mxbench.cells import expand
 from mxbench.engines.slurm import SlurmEngine
 from mxbench.engines.slurm_script import (
     RUN_BENCH,
@@ -37,7 +38,6 @@ from mxbench.engines.slurm_states import (
     task_ids,
 )
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
 
 BASE = """
 benchmark: {image_size: 32, steps: 2, warmup_steps: 1, timeout_s: 125, repeats: 1}

@@ -125,8 +125,9 @@ def test_noisy_flags_a_wide_iqr_only() -> None:
 
 
 def _repeated(policy: str, medians: tuple[float, ...]) -> list[dict[str, object]]:
-    from mxbench.cells import cell_key
-    from mxbench.params import Params
+    from mxbench.cells.cell import cell_key
+    from mxbench.matrix.params import Params
+
     from report_records import rec
 
     out = []

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from mxbench.matrix.params import Params
+from mxbench.records.record import Metrics, Record
+from mxbench.report.sections.answers import lines, time_per_run, time_to_answer
 
 from mxbench.engines.compile_cache import JAX_DIR, TF_FLAG, CompileCache
-from mxbench.params import Params
-from mxbench.report.answers import lines, time_per_run, time_to_answer
 from mxbench.report.tables import build
-from mxbench.results import Metrics, Record
 
 
 def test_the_cache_env_per_backend_and_what_the_user_set_wins() -> None:
@@ -65,8 +65,9 @@ def test_the_answer_lines_carry_no_control_sequence_from_a_bench() -> None:
 def test_a_line_under_the_answers_says_how_many_false_verdicts_their_level_expects() -> None:
     from dataclasses import dataclass, field
 
+    from mxbench.report.sections.answers import judged
+
     from mxbench import stats
-    from mxbench.report.answers import judged
 
     @dataclass
     class Shown:  # what judged reads of a table

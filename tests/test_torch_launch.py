@@ -1,6 +1,6 @@
 """PyTorch on several devices of one host (issue 36): ``devices: 2`` on the torch backend is
 two processes the bench starts itself, over gloo on this CPU, one record from rank 0; a rank
-that fails ends the cell with its error, bounded (bench/torch_launch.py). Real torch, real
+that fails ends the cell with its error, bounded (bench/parallel/torch_launch.py). Real torch, real
 processes."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mxbench.bench.parallel import torch_launch
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.records.codec import new_record
+from mxbench.records.record import Record
 
-from mxbench import scale
-from mxbench.bench import torch_launch
-from mxbench.codec import new_record
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
-from mxbench.results import Record
+from mxbench.matrix import scale
 
 SMALL = ["--backend", "torch", "--image-size", "32", "--warmup-steps", "1", "--profile", "off",
          "--check", "off"]  # fmt: skip
@@ -196,7 +196,7 @@ def test_a_local_host_takes_torch_devices_and_their_allreduce_dtype() -> None:
 def test_torch_devices_run_one_policy_per_process() -> None:
     """Their processes time their own windows: no paired process in a matrix, and
     --pair-with refused (exit 2)."""
-    from mxbench.cells import expand, pairable
+    from mxbench.cells.cell import expand, pairable
 
     m = parse_matrix(
         "version: 1\nhosts: [{name: box, engine: local}]\nbenchmark: {backend: torch}\n"

@@ -13,13 +13,13 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+from mxbench.matrix.file import parse_matrix
+from mxbench.matrix.params import Params
+from mxbench.records.record import Record
 
 from bench_helpers import run_bench
 from conftest import mxbench
 from mxbench.errors import UsageError
-from mxbench.matrix import parse_matrix
-from mxbench.params import Params
-from mxbench.results import Record
 
 pytest.importorskip("PIL")
 
@@ -72,7 +72,7 @@ def so_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_pipeline_reads_a_folder_as_posted(so_folder: Path) -> None:
-    from mxbench.bench import data
+    from mxbench.bench.model import data
 
     assert data.validation_split(so_folder) == "test"
     same = data.image_folder(
@@ -102,7 +102,7 @@ def test_pipeline_reads_a_folder_as_posted(so_folder: Path) -> None:
 
 
 def test_shuffling_is_seeded_per_epoch(digits: Path) -> None:
-    from mxbench.bench import data
+    from mxbench.bench.model import data
 
     def order(seed: int, epochs: int) -> list[list[int]]:
         ds = data.image_folder(digits, 1437, (8, 8), seed=seed, endless=False)
@@ -119,7 +119,7 @@ def test_shuffling_is_seeded_per_epoch(digits: Path) -> None:
 def test_validation_classes_must_be_training_classes(so_folder: Path, tmp_path: Path) -> None:
     import shutil
 
-    from mxbench.bench import data
+    from mxbench.bench.model import data
 
     shutil.copytree(so_folder, tmp_path / "d")
     (tmp_path / "d" / "test" / "birds").mkdir()
@@ -248,7 +248,7 @@ def test_matrix_names_the_key(benchmark: str, message: str) -> None:
 
 
 def test_each_repeat_of_a_training_run_is_a_seed() -> None:
-    from mxbench.cells import expand
+    from mxbench.cells.cell import expand
 
     m = parse_matrix(
         "benchmark: {epochs: 2, data: d, repeats: 2, batch_size: 8}\n"
@@ -259,7 +259,7 @@ def test_each_repeat_of_a_training_run_is_a_seed() -> None:
 
 
 def test_training_parameters_stay_out_of_old_cell_keys() -> None:
-    from mxbench.params import Params
+    from mxbench.matrix.params import Params
 
     assert Params().key_fields() == Params(steps_per_execution=1, flip="none").key_fields()
     assert "epochs" in Params(epochs=3).key_fields()
@@ -309,7 +309,7 @@ def _train_record(
 
 
 def test_time_to_accuracy_and_the_band_against_known_records() -> None:
-    from mxbench.report import training
+    from mxbench.report.sections import training
 
     f32 = [[0.5, 0.8, 0.92, 0.95], [0.55, 0.82, 0.93, 0.96], [0.5, 0.85, 0.91, 0.95]]
     records = [_train_record("float32", s, c, 10.0 + s) for s, c in enumerate(f32)]
@@ -352,7 +352,7 @@ def _timed(data: str, policy: str, rep: int, ms: float) -> Record:
 
 
 def test_input_share_against_known_step_times() -> None:
-    from mxbench.report import training
+    from mxbench.report.sections import training
 
     records = [
         _timed(d, "float32", k, ms)

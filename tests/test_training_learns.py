@@ -12,11 +12,10 @@ import json
 from pathlib import Path
 
 import msgspec
-
-from mxbench.bench.train import crossing
-from mxbench.codec import decode
-from mxbench.report import training
-from mxbench.results import TrainPoint
+from mxbench.bench.process.train import crossing
+from mxbench.records.codec import decode
+from mxbench.records.record import TrainPoint
+from mxbench.report.sections import training
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,9 +7,8 @@ training on the CI's Slurm cluster) is tests/test_slurm.py's."""
 from __future__ import annotations
 
 import pytest
-
-from mxbench.bench.torch_workers import rendezvous
-from mxbench.bench.workers import (
+from mxbench.bench.parallel.torch_workers import rendezvous
+from mxbench.bench.parallel.workers import (
     PORT_BASE,
     PORT_BLOCKS,
     PORT_SPAN,
@@ -127,7 +126,7 @@ _AVERAGE = """
 import json, os, socket
 import torch
 import torch.distributed as dist
-from mxbench.bench.torch_workers import average
+from mxbench.bench.parallel.torch_workers import average
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]

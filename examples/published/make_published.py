@@ -10,9 +10,9 @@ from pathlib import Path
 
 import msgspec
 
-from mxbench.cells import cell_key
-from mxbench.params import Params
-from mxbench.results import SCHEMA
+from mxbench.cells.cell import cell_key
+from mxbench.matrix.params import Params
+from mxbench.records.record import SCHEMA
 
 SOURCE = (
     "transcribed: rstudio ai-blog 2020-01-13 (mixed-precision-training), "
@@ -38,8 +38,9 @@ GPU_UTIL = {("blog-v100", 32): 72, ("blog-v100", 128): 78}
 def model_facts(policy: str) -> dict:
     """What mxbench's bench records about blog-cnn at 256 px (the model's static facts, from
     the model's code, not from the post): parameters, FLOPs, dimensions off a multiple of 8."""
-    from mxbench.bench import facts, harness
-    from mxbench.bench.harness import set_policy
+    from mxbench.bench.model import facts
+    from mxbench.bench.model import harness
+    from mxbench.bench.model.harness import set_policy
     from mxbench.models import blog_cnn
 
     p = Params(model="blog-cnn", image_size=256, policy=policy)  # type: ignore[arg-type]

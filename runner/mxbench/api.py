@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mxbench import stats
-from mxbench.results import Record
+from mxbench.records.record import Record
 
 if TYPE_CHECKING:
     import pandas as pd

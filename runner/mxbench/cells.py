@@ -19,12 +19,13 @@ from typing import Any
 
 import msgspec
 
-from mxbench import models, scale, serving
+from mxbench import models
 from mxbench.errors import UsageError
-from mxbench.matrix import Matrix
-from mxbench.params import Params
-from mxbench.schema import HostBase
-from mxbench.search import SEARCH, BatchSearch
+from mxbench.matrix import scale, serving
+from mxbench.matrix.file import Matrix
+from mxbench.matrix.params import Params
+from mxbench.matrix.schema import HostBase
+from mxbench.matrix.search import SEARCH, BatchSearch
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Cell:
     # policies of its comparison, then each other batch size's float32 and policies in the
     # same order: one process per family, :func:`pair_up`); this cell is float32's.
     partners: tuple[Cell, ...] = field(default=(), hash=False, compare=False)
-    # Trained weights on disk (mxbench.trained): the file a training run's first seed saves
+    # Trained weights on disk (mxbench.cells.trained): the file a training run's first seed saves
     # its final weights to, and the file a ``weights: trained`` serving cell loads.
     save_weights: str | None = field(default=None, hash=False, compare=False)
     weights_file: str | None = field(default=None, hash=False, compare=False)
@@ -140,7 +141,7 @@ def _placements(
     matrix: Matrix, hosts: list[str] | None
 ) -> Iterator[tuple[HostBase, str | None, dict[str, Any] | None, dict[str, Any], str | None]]:
     """(host, image, image identity, parameter values) of every cell, in plan order: host,
-    image, the parameters in the order :class:`~mxbench.params.Params` declares them (batch
+    image, the parameters in the order :class:`~mxbench.matrix.params.Params` declares them (batch
     size, ...), repeat, policy. A batch size may be ``max`` (a search). An image gets the
     cells of the Keras backend it carries."""
     names = [h.name for h in matrix.hosts]
@@ -310,8 +311,9 @@ def pairable(cell: Cell) -> bool:
         and not p.training_run
         and p.steps_per_execution == 1
         and scale.processes(p) == 1  # several processes: Slurm's tasks, torch's devices
-        and p.scaling != "independent"  # each replica times its own steps (bench/independent)
-        and p.mode == "train"  # a serving cell: one policy per process (bench/infer.py)
+        and p.scaling
+        != "independent"  # each replica times its own steps (bench/parallel/independent)
+        and p.mode == "train"  # a serving cell: one policy per process (bench/process/infer.py)
     )
 
 
@@ -319,7 +321,7 @@ def _comparison(c: Cell, family: bool = False) -> tuple[object, ...]:
     """What the cells of one paired comparison share (a cell that cannot be paired: its own
     key); ``family``: what the comparisons one paired process measures share, all but the
     batch size and the repeat too."""
-    from mxbench.params import BASELINE
+    from mxbench.matrix.params import BASELINE
 
     if not pairable(c):
         return (c.key,)
@@ -346,7 +348,7 @@ def pair_up(cells: Sequence[Cell], rng: random.Random | None = None) -> list[Cel
     once per process, not once per batch size. Every other cell is its own process. The
     processes run in a random order within a repeat (processes are the interval's outer
     level: no comparison always runs first), repeats in order."""
-    from mxbench.params import BASELINE
+    from mxbench.matrix.params import BASELINE
 
     if not any(pairable(c) for c in cells):
         return list(cells)

@@ -25,8 +25,8 @@ from typing import Any
 
 import msgspec
 
-from mxbench.params import DEFAULT_IMAGE_SIZE, Params
-from mxbench.results import SCHEMA, Image, Part, Record, Status, unknown_schema
+from mxbench.matrix.params import DEFAULT_IMAGE_SIZE, Params
+from mxbench.records.record import SCHEMA, Image, Part, Record, Status, unknown_schema
 
 
 def now_iso() -> str:

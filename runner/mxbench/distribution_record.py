@@ -1,5 +1,5 @@
-"""The data-parallel part of the result record (:mod:`mxbench.results`): how a cell of
-``devices`` > 1 was spread over its devices (:mod:`mxbench.bench.distribute`)."""
+"""The data-parallel part of the result record (:mod:`mxbench.records.record`): how a cell of
+``devices`` > 1 was spread over its devices (:mod:`mxbench.bench.parallel.distribute`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from mxbench.record_part import Doc, Part, Positive
+from mxbench.records.part import Doc, Part, Positive
 
 
 class Replica(Part, kw_only=True):

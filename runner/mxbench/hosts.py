@@ -1,6 +1,6 @@
 """The ``hosts:`` entries of a matrix, one model per engine.
 
-The matrix (``mxbench.matrix``) validates hosts against these models and the engines
+The matrix (``mxbench.matrix.file``) validates hosts against these models and the engines
 (``mxbench.engines``) run cells on them: both import this module, neither imports the
 other. A new engine is its host model here (one class and one :data:`HOSTS` entry) plus its
 engine module, which names the model as its ``host_model``.
@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from mxbench.schema import HostBase, OneLine, echo
+from mxbench.matrix.schema import HostBase, OneLine, echo
 
 
 class LocalHost(HostBase):

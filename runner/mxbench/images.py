@@ -33,8 +33,8 @@ from typing import IO, Any
 import msgspec
 
 from mxbench.errors import MxbenchError, UsageError
-from mxbench.matrix import Image, Matrix
-from mxbench.store import LOCK_NAME, write_atomic
+from mxbench.matrix.file import Image, Matrix
+from mxbench.records.store import LOCK_NAME, write_atomic
 from mxbench.version import __version__
 
 LABEL = "io.mxbench."

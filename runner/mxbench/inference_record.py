@@ -1,11 +1,11 @@
-"""The serving cell's parts of the result record (:mod:`mxbench.results`): how its inference
+"""The serving cell's parts of the result record (:mod:`mxbench.records.record`): how its inference
 calls were timed, their latency percentiles, and its output against float32's (the gate)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mxbench.record_part import Count, Doc, Part, Positive
+from mxbench.records.part import Count, Doc, Part, Positive
 
 # The quality gate: a policy's outputs against float32's on the same weights and inputs.
 GATE_AGREEMENT = 0.99  # top-1 agreement at least this (MLPerf: 99% of float32's quality)
@@ -14,7 +14,7 @@ GATE_RELATIVE_TOP1 = 0.99  # on real data: top-1 at least this share of float32'
 
 
 class LatencyPercentile(Part):
-    """One percentile of the per-call latency (mxbench.latency): its value and
+    """One percentile of the per-call latency (mxbench.stats.latency): its value and
     distribution-free interval, or null where the calls cannot support it."""
 
     q: Annotated[float, Doc("the quantile: 0.5, 0.9, 0.99")] = 0.5

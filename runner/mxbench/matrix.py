@@ -29,13 +29,14 @@ from pydantic import (
     model_validator,
 )
 
-from mxbench import models, params, scale, serving
+from mxbench import models
+from mxbench.cells.repeats import AUTO, AutoRepeats, check_auto
 from mxbench.errors import UsageError
-from mxbench.hosts import HOSTS
-from mxbench.matrix_yaml import Loader, check_nodes, line_of, read_matrix_file
-from mxbench.repeats import AUTO, AutoRepeats, check_auto
-from mxbench.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
-from mxbench.search import LIMITS, SEARCH, BatchSearch
+from mxbench.matrix import params, scale, serving
+from mxbench.matrix.hosts import HOSTS
+from mxbench.matrix.reader import Loader, check_nodes, line_of, read_matrix_file
+from mxbench.matrix.schema import EnvName, HostBase, OneLine, Seconds, Strict, echo
+from mxbench.matrix.search import LIMITS, SEARCH, BatchSearch
 
 DEFAULT_CELL_TIMEOUT_S = 1800.0
 MAX_REPEATS = 100
@@ -45,7 +46,7 @@ MAX_CELLS = 10_000
 
 
 def _param_type(f: params.Field) -> Any:
-    """A parameter's type for pydantic, with the bounds :class:`~mxbench.params.Params`
+    """A parameter's type for pydantic, with the bounds :class:`~mxbench.matrix.params.Params`
     declares (strict: ``true`` is not batch size 1, ``"32"`` is not 32)."""
     if f.spec.parse is not None:  # one spelling per value (loss_scale: 1e9 is 1e+09)
         return Annotated[f.type, BeforeValidator(f.spec.parse)]
@@ -141,7 +142,7 @@ def _auto_repeats(value: Any) -> AutoRepeats:
 
 def _model_name(value: str) -> str:
     """A zoo name or an entry point (whether its file exists is checked when cells are
-    planned: mxbench.cells.resolve_model)."""
+    planned: mxbench.cells.cell.resolve_model)."""
     try:
         models.parse(value)
     except ValueError as exc:
@@ -157,12 +158,12 @@ class _BenchmarkBase(Strict):
     """What every cell measures: one value per parameter (the experiment's defaults, except
     the step count), plus how often and how long."""
 
-    # A number of fresh processes per cell, or `auto` (mxbench.repeats, the default): as
+    # A number of fresh processes per cell, or `auto` (mxbench.cells.repeats, the default): as
     # many as the speedup's interval needs, settings under auto_repeats.
     repeats: Annotated[int | str, PlainValidator(_repeats)] = AUTO
     auto_repeats: Annotated[AutoRepeats, PlainValidator(_auto_repeats)] = AutoRepeats()
     timeout_s: Seconds = DEFAULT_CELL_TIMEOUT_S
-    # How `axes.batch_size: max` searches (defaults: mxbench.search.BatchSearch).
+    # How `axes.batch_size: max` searches (defaults: mxbench.matrix.search.BatchSearch).
     batch_search: Annotated[BatchSearch, PlainValidator(_batch_search)] = BatchSearch()
 
     @field_validator("model", check_fields=False)
@@ -222,7 +223,7 @@ class _AxesBase(Strict):
 
 
 _SWEPT = [f for f in params.fields() if f.spec.role != "repeat"]
-# what mxbench.scale.problem judges, in its order
+# what mxbench.matrix.scale.problem judges, in its order
 _SCALE_KEYS = ("backend", "devices", "scaling", "batch_size", "epochs", "nodes", "allreduce")
 
 if TYPE_CHECKING:  # the generated models, as far as a type checker can know them
@@ -447,7 +448,7 @@ class Matrix(Strict):
         return (self.sweep_source(name), name)
 
     def sweep(self) -> dict[str, list[Any]]:
-        """Every parameter's values, in :class:`~mxbench.params.Params` order: the list under
+        """Every parameter's values, in :class:`~mxbench.matrix.params.Params` order: the list under
         ``axes``, else the one value under ``benchmark``, else the experiment's sweep (policy,
         batch size) or default."""
         out: dict[str, list[Any]] = {}

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from mxbench.errors import UsageError
-from mxbench.schema import echo
+from mxbench.matrix.schema import echo
 
 # A matrix is a page of YAML; anything much larger is a mistake (or an attack).
 MAX_MATRIX_BYTES = 1 << 20

@@ -1,7 +1,7 @@
 """The noise floor of a host, measured: A/A processes of the paired design.
 
 An A/A process builds the same policy twice and times the two copies exactly as a paired
-process times float32 and a policy (:mod:`mxbench.bench.paired`). Their true ratio is 1, so
+process times float32 and a policy (:mod:`mxbench.bench.process.windows`). Their true ratio is 1, so
 what the ratios show is the floor of the measurement on that host, at each level:
 
 - **window**: how far one round's ratio strays from 1 (the robust spread of the rounds' log
@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from mxbench import stats
-from mxbench.results import Record
+from mxbench.records.record import Record
 
 
 class Floor(msgspec.Struct, kw_only=True):

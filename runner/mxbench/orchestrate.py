@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
-from mxbench import repeat_plan, repeats
-from mxbench.cells import Cell, Search, pair_up, to_run
+from mxbench.cells import repeats, rounds
+from mxbench.cells.cell import Cell, Search, pair_up, to_run
 from mxbench.engines import (
     Engine,
     EngineUnavailable,
@@ -37,11 +37,11 @@ from mxbench.engines import (
     to_record,
     to_records,
 )
-from mxbench.matrix import Matrix
+from mxbench.matrix.file import Matrix
+from mxbench.matrix.search import Found, walk
 from mxbench.progress import CellProgress
-from mxbench.results import FINAL_STATUSES, Record, Status
-from mxbench.search import Found, walk
-from mxbench.store import ResultStore, StoreError
+from mxbench.records.record import FINAL_STATUSES, Record, Status
+from mxbench.records.store import ResultStore, StoreError
 
 FAILED_STATUSES = frozenset({"error", "timeout"})
 CANCEL_GRACE_S = 60.0  # after Ctrl-C, how long hosts get to stop their cells
@@ -118,7 +118,7 @@ def plan_hosts(
     matrix: Matrix,
     cells: Sequence[Cell],
     searches: Sequence[Search] = (),
-    auto: repeat_plan.Plan | None = None,
+    auto: rounds.Plan | None = None,
 ) -> list[HostWork]:
     """Each host's engine and work, checked (exit 2 for what only the user can fix) before
     any cell of any host runs (a host whose cells are done may still have ``repeats: auto``
@@ -195,7 +195,7 @@ class _Fleet:
         progress: CellProgress,
         known: dict[str, Record],
         max_parallel: int,
-        auto: repeat_plan.Plan | None = None,
+        auto: rounds.Plan | None = None,
     ) -> None:
         self.auto = auto  # repeats: auto (None: a fixed number of repeats)
         self.store = store
@@ -309,7 +309,7 @@ class _Fleet:
                     close()  # a batch engine's generator cancels what it still has queued
         return True
 
-    def run_auto(self, work: HostWork, plan: repeat_plan.Plan, began: float) -> bool:
+    def run_auto(self, work: HostWork, plan: rounds.Plan, began: float) -> bool:
         """``repeats: auto``: rounds of one more process per policy for every comparison
         group of the host that needs one, until none does (or the budget is spent). A
         process ``--resume`` kept is reused, not measured again."""
@@ -322,7 +322,7 @@ class _Fleet:
                 decision = repeats.decide(cfg, g.by_policy(), g.attempts)
                 spent = time.monotonic() - began
                 if decision.more and spent + g.round_s() > cfg.budget_s:
-                    doing = repeat_plan.noise(g.records.values())
+                    doing = rounds.noise(g.records.values())
                     detail = f"{spent:.0f} s spent of auto_repeats.budget_s {cfg.budget_s:g}"
                     decision = replace(
                         decision, why="budget", detail=detail + (f"; {doing}" if doing else "")
@@ -381,7 +381,7 @@ def run_cells(
     searches: Sequence[Search] = (),
     known: dict[str, Record] | None = None,
     max_parallel: int | None = None,
-    auto: repeat_plan.Plan | None = None,
+    auto: rounds.Plan | None = None,
 ) -> RunSummary:
     """Every cell, then every search, of every host; hosts in parallel as their machines
     allow (``known``: the records a search may reuse, the store's latest per cell under

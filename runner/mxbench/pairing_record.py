@@ -1,4 +1,4 @@
-"""The paired design's parts of the result record (:mod:`mxbench.results`): how a paired
+"""The paired design's parts of the result record (:mod:`mxbench.records.record`): how a paired
 process measured the step times, and the interference each window saw."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from mxbench.record_part import Doc, Part, Positive
+from mxbench.records.part import Doc, Part, Positive
 
 
 class Interference(Part):
     """What else the machine did during a timed window, per second of its wall time
-    (mxbench.bench.interference): cores' worth of CPU."""
+    (mxbench.bench.evidence.interference): cores' worth of CPU."""
 
     own_cores: Annotated[float | None, Doc("CPU this process got (1.0: one core busy)")] = None
     waited_cores: Annotated[
@@ -45,7 +45,7 @@ class Window(Part):
 
 class Pairing(Part):
     """How a paired process measured this arm: the arms of one comparison in one process,
-    in short windows in a randomised balanced order (mxbench.bench.paired)."""
+    in short windows in a randomised balanced order (mxbench.bench.process.windows)."""
 
     design: Literal["paired"] = "paired"
     group: Annotated[str, Doc("the process's id: the records of its arms share it")] = ""

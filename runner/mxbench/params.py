@@ -30,7 +30,7 @@ Pairing = Literal["paired", "process"]
 OnOff = Literal["on", "off"]
 Flip = Literal["none", "horizontal", "vertical", "both"]
 Scaling = Literal["weak", "strong", "independent"]
-# The dtype PyTorch's processes all-reduce their gradients in (mxbench.bench.torch_workers)
+# The dtype PyTorch's processes all-reduce their gradients in (mxbench.bench.parallel.torch_workers)
 AllReduce = Literal["native", "bfloat16", "float16"]
 Mode = Literal["train", "infer"]
 Call = Literal["direct", "compiled", "predict_on_batch", "predict"]
@@ -124,7 +124,7 @@ class Spec:
     column: str | None = None
     axis: tuple[Any, ...] | None = None
     key_default: bool = True
-    # The axis may say ``max``: search for the largest value that fits (mxbench.search).
+    # The axis may say ``max``: search for the largest value that fits (mxbench.matrix.search).
     search: bool = False
     # Turns what a matrix or the command line gives into the value (ValueError: refused);
     # for a parameter whose text has one spelling per value (``loss_scale: 1e9``).
@@ -445,7 +445,7 @@ def fields() -> tuple[Field, ...]:
         union = typing.get_origin(base) in (typing.Union, types.UnionType)
         inner = next(a for a in typing.get_args(base) if a is not type(None)) if union else base
         # the bounds of the value, beside the Spec or on the type of an optional whole number
-        # (an optional fraction such as target keeps its own message: mxbench.matrix)
+        # (an optional fraction such as target keeps its own message: mxbench.matrix.file)
         annotated = typing.get_origin(inner) is Annotated
         inner_meta = typing.get_args(inner)[1:] if annotated and inner.__origin__ is int else ()
         bounds = next((m for m in (*meta, *inner_meta) if isinstance(m, Meta)), None)

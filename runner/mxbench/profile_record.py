@@ -1,4 +1,4 @@
-"""The profiled window's parts of the result record (:mod:`mxbench.results`): where its time
+"""The profiled window's parts of the result record (:mod:`mxbench.records.record`): where its time
 went by category, its busiest operations, and which kernels ran the CPU's convolutions and
 matmuls (oneDNN's, or the path that ran them instead)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mxbench.record_part import Count, Doc, Part
+from mxbench.records.part import Count, Doc, Part
 
 # The profiled window's categories (record.profile.breakdown_ms keys), with their headings.
 CATEGORY_NAMES: dict[str, str] = {
@@ -108,7 +108,7 @@ class OneDnnEvidence(Part):
 
 class Profile(Part):
     """The profiled window: a few training steps after the timed ones under the backend's
-    own profiler (mxbench.bench.profile), and where their time went."""
+    own profiler (mxbench.bench.evidence.profile), and where their time went."""
 
     tool: Annotated[str | None, Doc("tf.profiler, jax.profiler or torch.profiler")] = None
     device: Literal["gpu", "cpu"] | None = None

@@ -25,8 +25,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from mxbench.params import control
-from mxbench.results import Record
+from mxbench.matrix.params import control
+from mxbench.records.record import Record
 
 # What a record, a bench or a build could send to the terminal in a name, an error or a log
 # line: C0 and C1 control characters (ESC and CSI start colour, cursor and window-title

@@ -1,4 +1,4 @@
-"""What every part of the result record is made of (:mod:`mxbench.results`): the part
+"""What every part of the result record is made of (:mod:`mxbench.records.record`): the part
 type, the field description, the bounded numbers."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from mxbench.params import MAX_INT
+from mxbench.matrix.params import MAX_INT
 
 # A measured time or rate: positive and finite (JSON has no NaN; 1e999 decodes as inf).
 Positive = Annotated[float, Meta(gt=0, lt=1e15)]
@@ -16,7 +16,7 @@ Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
 
 
 def Doc(text: str) -> Meta:
-    """A field's description: it goes into docs/record.md (:mod:`mxbench.record_doc`)."""
+    """A field's description: it goes into docs/record.md (:mod:`mxbench.records.doc`)."""
     return Meta(description=text)
 
 

@@ -1,7 +1,7 @@
 """The run's planner for ``repeats: auto``: the comparison groups of a run's cells, the
 records filed under them, and each group's next round of cells.
 
-The rule that decides whether a group needs more processes is :mod:`mxbench.repeats`
+The rule that decides whether a group needs more processes is :mod:`mxbench.cells.repeats`
 (a pure function of the group's records, low in the house); this module sits above the
 matrix and the cells, whose keys it makes for the processes it adds. The budget and the
 rounds are the orchestrator's (:mod:`mxbench.orchestrate`).
@@ -16,11 +16,11 @@ from typing import Any
 
 import msgspec
 
-from mxbench.cells import cell_key
-from mxbench.params import BASELINE
-from mxbench.repeats import AutoRepeats, Decision
-from mxbench.report.busy import busy
-from mxbench.results import FINAL_STATUSES, Record
+from mxbench.cells.cell import cell_key
+from mxbench.cells.repeats import AutoRepeats, Decision
+from mxbench.matrix.params import BASELINE
+from mxbench.records.record import FINAL_STATUSES, Record
+from mxbench.report.diagnosis.busy import busy
 
 
 def noise(records: Iterable[Record]) -> str:
@@ -36,7 +36,7 @@ class Group:
     """The cells of one comparison: one per (policy, repeat), the same otherwise."""
 
     label: str
-    template: Any  # a mxbench.cells.Cell of the group (any policy, any repeat)
+    template: Any  # a mxbench.cells.cell.Cell of the group (any policy, any repeat)
     policies: list[str]
     limits: dict[str, Any] | None
     keys: dict[tuple[str, int], str] = field(default_factory=dict)  # (policy, repeat) -> key

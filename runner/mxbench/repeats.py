@@ -6,7 +6,7 @@ shared 2-core VM may not after thirty. With ``repeats: auto`` (the default: a ma
 leaves ``repeats`` out gets it) every cell starts with ``start`` fresh processes (policies
 alternating, as with a fixed count: the cells and keys are those of ``repeats: <start>``,
 except that where ``repeats`` is left out the first process keeps the key an unrepeated
-cell had, ``first_repeat`` in :mod:`mxbench.matrix`), and then, per *comparison group*
+cell had, ``first_repeat`` in :mod:`mxbench.matrix.file`), and then, per *comparison group*
 (the cells that differ only in policy: every policy against float32 at one batch size on
 one host and image), one more process per policy at a time (alternating again) until
 
@@ -22,7 +22,7 @@ end after ``budget_s`` of the host's run). The rule is :func:`stop`; the report'
 the 95 % interval where it stopped.
 
 The decision is a pure function of the group's records (:func:`decide`); the groups and
-their rounds of cells are planned by :mod:`mxbench.repeat_plan`, and the budget is the
+their rounds of cells are planned by :mod:`mxbench.cells.rounds`, and the budget is the
 orchestrator's (:mod:`mxbench.orchestrate` runs the rounds). So ``--resume`` replays it over
 the stored records, reusing every finished process and adding only what is still needed.
 Each added process's record says why it was added (``run.repeats``); ``mxbench run`` says
@@ -38,9 +38,9 @@ from typing import Literal
 import msgspec
 
 from mxbench import stats
-from mxbench.params import BASELINE
-from mxbench.results import Record
-from mxbench.summary import paired, processes
+from mxbench.matrix.params import BASELINE
+from mxbench.records.record import Record
+from mxbench.records.summary import paired, processes
 
 AUTO = "auto"  # the benchmark.repeats value that asks for this
 

@@ -3,9 +3,9 @@
 A record is one attempt at one cell. :class:`Record` is the contract: the bench fills it
 (params, metrics, device, cpu, software, settings, status), the engines stamp who ran it
 (cell key, host, engine, image) or make one for a failure (timeout, kill, garbage), the
-store (:mod:`mxbench.store`) writes it as one JSON line (:mod:`mxbench.codec`), and the
+store (:mod:`mxbench.records.store`) writes it as one JSON line (:mod:`mxbench.records.codec`), and the
 report and ``--resume`` decode the same type. ``docs/record.md`` is generated from it
-(``python -m mxbench.record_doc``).
+(``python -m mxbench.records.doc``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from mxbench.distribution_record import Distribution, Interconnect, Replica
-from mxbench.inference_record import Inference
-from mxbench.pairing_record import Interference, Pairing, Window
-from mxbench.params import Params
-from mxbench.profile_record import CATEGORY_NAMES, OneDnnEvidence, Profile, TopOp
-from mxbench.record_part import Count, Doc, Part, Positive
-from mxbench.search import BatchSearch
+from mxbench.matrix.params import Params
+from mxbench.matrix.search import BatchSearch
+from mxbench.records.distribution import Distribution, Interconnect, Replica
+from mxbench.records.inference import Inference
+from mxbench.records.pairing import Interference, Pairing, Window
+from mxbench.records.part import Count, Doc, Part, Positive
+from mxbench.records.profile import CATEGORY_NAMES, OneDnnEvidence, Profile, TopOp
 
 __all__ = [
     "CATEGORY_NAMES",
@@ -133,12 +133,12 @@ class Metrics(Part):
         dict[str, float],
         Doc("where the process's time went (s), phase by phase: start (interpreter, mxbench "
             "import), import (framework), build, data, facts, first_step, warmup, timed, "
-            "fit_other, probe, profile, check (mxbench.bench.timing.PHASES)"),
+            "fit_other, probe, profile, check (mxbench.bench.process.timing.PHASES)"),
     ] = {}  # fmt: skip
 
 
 class Convergence(Part):
-    """Whether the policy still trains like float32 (mxbench.bench.convergence): the steps its
+    """Whether the policy still trains like float32 (mxbench.bench.model.convergence): the steps its
     loss scaler skipped, and a one-step check of its gradient against float32's from the same
     initial weights and batch, done after the timed steps."""
 

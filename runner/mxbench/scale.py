@@ -6,7 +6,7 @@ gets and the global batch is ``devices x batch_size``. Strong scaling holds the 
 ``batch_size`` is the global batch and each device gets ``batch_size / devices``.
 Independent replicas (``scaling: independent``, tf_cnn_benchmarks' ``independent``) have weak
 scaling's batches, but each device trains a replica of its own with no gradient all-reduce:
-the no-communication reference (:mod:`mxbench.bench.independent`; torch: one process per
+the no-communication reference (:mod:`mxbench.bench.parallel.independent`; torch: one process per
 replica, as its data parallel's).
 
 Light on purpose (the bench imports it inside images): params only.
@@ -18,8 +18,8 @@ from typing import Any
 
 # The backend's own data-parallel mechanism, by Keras backend, in one process and across
 # several (``nodes``). torch: always across processes, one device each (Keras 3 has no
-# distribution for it; ours is mxbench.bench.torch_workers): ``devices: N`` on one host is
-# N processes started by the bench (mxbench.bench.torch_launch), ``nodes: N`` Slurm's tasks.
+# distribution for it; ours is mxbench.bench.parallel.torch_workers): ``devices: N`` on one host is
+# N processes started by the bench (mxbench.bench.parallel.torch_launch), ``nodes: N`` Slurm's tasks.
 MECHANISMS = {
     "jax": "keras.distribution.DataParallel",
     "tensorflow": "tf.distribute.MirroredStrategy",

@@ -1,4 +1,4 @@
-"""Pieces of the matrix schema shared by :mod:`mxbench.matrix` and the engines' host models
+"""Pieces of the matrix schema shared by :mod:`mxbench.matrix.file` and the engines' host models
 (each engine module defines and registers its own host model, see
 :mod:`mxbench.engines.base`): strict models, one-line text, durations, names."""
 
@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from mxbench import params
+from mxbench.matrix import params
 
 MAX_CELL_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_HOST_NAME = 128

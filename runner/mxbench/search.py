@@ -20,7 +20,7 @@ from typing import Literal
 
 import msgspec
 
-from mxbench.params import MAX_BATCH_SIZE
+from mxbench.matrix.params import MAX_BATCH_SIZE
 
 SEARCH = "max"  # the batch-size axis value that asks for a search
 

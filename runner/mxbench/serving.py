@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mxbench.params import SYNTHETIC, WEIGHTS_NONE, WEIGHTS_TRAINED, field
-from mxbench.search import SEARCH
+from mxbench.matrix.params import SYNTHETIC, WEIGHTS_NONE, WEIGHTS_TRAINED, field
+from mxbench.matrix.search import SEARCH
 
 INFER = "infer"
 TRAIN = "train"

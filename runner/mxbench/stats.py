@@ -279,7 +279,7 @@ def _intervals(
     return value.tolist(), low.tolist(), high.tolist(), judged
 
 
-# The paired design (mxbench.bench.paired): a process measured every arm in interleaved
+# The paired design (mxbench.bench.process.windows): a process measured every arm in interleaved
 # windows, and its speedup is the median of its rounds' ratios (base window / arm window).
 MIN_CLEAN = 3  # undisturbed rounds a process needs before its disturbed ones are left out
 # A paired process's median varies more than its rounds say, even with no effect of the

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from mxbench.codec import MAX_LINE_BYTES, BadRecord, decode, encode, now_iso
 from mxbench.errors import MxbenchError, UsageError
-from mxbench.results import FINAL_STATUSES, Record
+from mxbench.records.codec import MAX_LINE_BYTES, BadRecord, decode, encode, now_iso
+from mxbench.records.record import FINAL_STATUSES, Record
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ A process's timed steps become its median and the variance of its log
 (:func:`mxbench.stats.summarise`); a paired record's rounds become its speedup over the base
 of its own process (:func:`mxbench.stats.paired_process`). The report's reader decodes
 records as :class:`Read`, with these summaries made once and the bulky samples dropped; the
-rule of ``repeats: auto`` (:mod:`mxbench.repeats`) judges the same summaries.
+rule of ``repeats: auto`` (:mod:`mxbench.cells.repeats`) judges the same summaries.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from mxbench import stats
-from mxbench.results import Cpu, Device, Image, Metrics, Record, Settings, Software
+from mxbench.records.record import Cpu, Device, Image, Metrics, Record, Settings, Software
 
 # The parts a line leaves out, one of each for every record read (:class:`Read`): a record
 # read is never written to (its summaries go into its own fields), and a fleet of small

@@ -23,10 +23,10 @@ from typing import Any
 
 import msgspec
 
-from mxbench.cells import Cell
+from mxbench.cells.cell import Cell
 from mxbench.errors import UsageError
-from mxbench.params import WEIGHTS_TRAINED, Params, field, names
-from mxbench.results import Record
+from mxbench.matrix.params import WEIGHTS_TRAINED, Params, field, names
+from mxbench.records.record import Record
 
 FOLDER = "weights"  # under the results directory
 # What tells a training run's setup apart from a serving cell's: set alike on both sides

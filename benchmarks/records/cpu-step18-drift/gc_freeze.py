@@ -7,11 +7,11 @@ import sys
 import time
 
 import msgspec
-
-from mxbench.bench import cell_paired, probe
-from mxbench.bench.timing import Phases
-from mxbench.params import Params
-from mxbench.results import Cpu
+from mxbench.bench.evidence import probe
+from mxbench.bench.process import paired as cell_paired
+from mxbench.bench.process.timing import Phases
+from mxbench.matrix.params import Params
+from mxbench.records.record import Cpu
 
 freeze = sys.argv[1] == "freeze"
 p = Params(

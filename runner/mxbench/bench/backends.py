@@ -15,7 +15,7 @@ import re
 from typing import Any, ClassVar, Protocol
 
 from mxbench.errors import UsageError
-from mxbench.results import Record
+from mxbench.records.record import Record
 
 
 class Backend(Protocol):
@@ -59,7 +59,7 @@ class TensorFlow:
     def load(self, rec: Record) -> None:
         import msgspec
 
-        from mxbench.bench import probe_tf
+        from mxbench.bench.evidence import probe_tf
 
         self.tf, log = probe_tf.import_tensorflow()
         rec.cpu.tf_not_compiled_for = probe_tf.parse_not_compiled_for(log)
@@ -68,7 +68,7 @@ class TensorFlow:
         rec.settings.matmul_precision = "tf32" if rec.settings.tf32 else "highest"
 
     def accepted_gpus(self) -> list[dict[str, Any]]:
-        from mxbench.bench import probe_tf
+        from mxbench.bench.evidence import probe_tf
 
         return probe_tf.accepted_gpus(self.tf)
 
@@ -76,7 +76,7 @@ class TensorFlow:
         return any(":GPU:" in d.upper() for d in _variable_devices(model))
 
     def peak_gpu_memory_bytes(self) -> int | None:
-        from mxbench.bench import probe_tf
+        from mxbench.bench.evidence import probe_tf
 
         return probe_tf.peak_gpu_memory_bytes(self.tf)
 
@@ -132,7 +132,7 @@ class Jax:
         return None
 
     def dataset(self, x: Any, y: Any) -> tuple[Any, str]:
-        from mxbench.bench.data import device_batch
+        from mxbench.bench.model.data import device_batch
 
         ds, first = device_batch(x, y)
         return ds, str(next(iter(first.devices())))
@@ -179,7 +179,7 @@ class Torch:
         return int(t.cuda.max_memory_allocated()) if t.cuda.is_available() else None
 
     def dataset(self, x: Any, y: Any) -> tuple[Any, str]:
-        from mxbench.bench.data import device_batch
+        from mxbench.bench.model.data import device_batch
 
         ds, first = device_batch(x, y)
         return ds, str(first.device)

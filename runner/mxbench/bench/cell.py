@@ -19,7 +19,6 @@ from typing import Any
 
 import msgspec
 
-from mxbench import scale
 from mxbench.bench import (
     backends,
     convergence,
@@ -29,15 +28,16 @@ from mxbench.bench import (
     probe,
     torch_launch,
 )
-from mxbench.bench import profile as profiler
-from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.served import NO_FILES, WeightFiles, save
-from mxbench.bench.timing import Phases, StepLog, split, step_timer, window_figures
-from mxbench.codec import new_record, now_iso, tail
+from mxbench.bench.evidence import profile as profiler
+from mxbench.bench.evidence.gpu_health import HealthSampler
+from mxbench.bench.model.served import NO_FILES, WeightFiles, save
+from mxbench.bench.process.timing import Phases, StepLog, split, step_timer, window_figures
 from mxbench.errors import UsageError, pip_install
-from mxbench.inference_record import Gate
-from mxbench.params import BASELINE, Params
-from mxbench.results import (
+from mxbench.matrix import scale
+from mxbench.matrix.params import BASELINE, Params
+from mxbench.records.codec import new_record, now_iso, tail
+from mxbench.records.inference import Gate
+from mxbench.records.record import (
     Convergence,
     Cpu,
     Device,
@@ -190,7 +190,7 @@ class Arm:
 
 def build_arm(p: Params, rec: Record, state: CellState) -> Arm:
     """Build, compile and feed the model of ``p`` (its policy); the record's model facts."""
-    from mxbench.bench import data, facts, harness
+    from mxbench.bench.model import data, facts, harness
 
     phases = state.phases
     rec.model = ModelInfo(name=p.model)
@@ -237,7 +237,7 @@ def _measure(
     files: WeightFiles = NO_FILES,
 ) -> None:
     import_s = load_backend(p, rec, state)
-    if p.mode == "infer":  # a serving cell: inference calls only (bench/infer.py)
+    if p.mode == "infer":  # a serving cell: inference calls only (bench/process/infer.py)
         _serve(p, rec, state, import_s, emit, files)
         return
     if p.scaling == scale.INDEPENDENT and state.dist is not None:
@@ -246,11 +246,11 @@ def _measure(
     arm = build_arm(p, rec, state)
     model, ds, x, y = arm.model, arm.ds, arm.x, arm.y
     phases = state.phases
-    if p.epochs:  # a training run to an accuracy, not a timing cell (bench/train.py)
-        from mxbench.bench import train
+    if p.epochs:  # a training run to an accuracy, not a timing cell (bench/process/train.py)
+        from mxbench.bench.process import train
 
         train.run(p, arm.prepared, rec)
-        if files.save is not None:  # its final weights, for serving cells (mxbench.trained)
+        if files.save is not None:  # its final weights, for serving cells (mxbench.cells.trained)
             save(model, files.save)
         return
 
@@ -296,7 +296,7 @@ def _metrics(
     p: Params, rec: Record, model: Any, log_: StepLog, parts: dict[str, Any], import_s: float,
     started_at: float,
 ) -> None:  # fmt: skip
-    """The record's metrics from a fit's parts (:func:`mxbench.bench.timing.split`) and its
+    """The record's metrics from a fit's parts (:func:`mxbench.bench.process.timing.split`) and its
     log (the losses)."""
     spe = p.steps_per_execution
     total = p.warmup_steps + p.steps
@@ -310,7 +310,7 @@ def fill_metrics(
     rec: Record, model: Any, found: dict[str, Any], import_s: float, losses: list[float]
 ) -> None:
     """The record's metrics (and its jit setting) from one measurement's figures
-    (:func:`mxbench.bench.timing.figures`) and each timed step's loss: a cell's or one arm's
+    (:func:`mxbench.bench.process.timing.figures`) and each timed step's loss: a cell's or one arm's
     of a paired process."""
     finite = [_finite(x) for x in losses]
     rec.settings.jit_compile = bool(model.jit_compile)
@@ -327,7 +327,7 @@ def fill_metrics(
 
 def _independent(p: Params, rec: Record, state: CellState, import_s: float,
                  started_at: float) -> None:  # fmt: skip
-    """Independent replicas (bench/independent.py): one arm per device, fitted at once,
+    """Independent replicas (bench/parallel/independent.py): one arm per device, fitted at once,
     their record as one (the slowest replica's steps) with each replica's own figures; the
     one-step check on the first replica, and the GPU utilisation of its device. No
     profiled window (which replica's?), no energy (one device's counter for N devices'
@@ -370,7 +370,7 @@ def _serve(
 ) -> None:
     """Time a serving cell's calls, read the device and its memory, then (policies but
     float32, first process) compare its outputs with float32's."""
-    from mxbench.bench import infer
+    from mxbench.bench.process import infer
 
     assert state.backend is not None
     served = infer.measure(p, rec, state.backend, state.phases, import_s, files)
@@ -413,7 +413,7 @@ def emit_pending(emit: Emit | None, rec: Record, pending: list[str], phases: Pha
 
 
 def _user_dataset(prepared: Any, p: Params) -> Any:
-    from mxbench.bench.harness import ModelError
+    from mxbench.bench.model.harness import ModelError
 
     assert prepared.dataset is not None
     try:
@@ -431,7 +431,7 @@ def _finite(value: float) -> float | None:
 def _dtype_settings(settings: Settings, model: Any, policy: str) -> None:
     import keras
 
-    from mxbench.bench.facts import leaves
+    from mxbench.bench.model.facts import leaves
 
     first = next((x for x in leaves(model) if x.weights), None)
     if first is not None:
@@ -502,7 +502,7 @@ def start_energy(state: CellState, p: Params) -> energy.Counter | None:
     """A running energy counter of the devices this process trains on (every GPU it was
     matched to, summed, else the CPU package), before the timed steps; ``state.gpu`` says
     which GPU is the first. Its joules are charged to this process's examples
-    (:func:`mxbench.scale.process_batch`)."""
+    (:func:`mxbench.matrix.scale.process_batch`)."""
     gpus = _used_gpus(state, scale.total_devices(p) // scale.processes(p))
     state.gpu, state.gpu_known = (gpus[0] if gpus else None), True  # whose energy is charged
     uuids = [str(g.get("uuid")) for g in gpus] if gpus else None

@@ -1,7 +1,7 @@
 """A paired process: the arms of one comparison in one process, in interleaved windows
-(:mod:`mxbench.bench.paired` runs the windows; this fills one record per arm).
+(:mod:`mxbench.bench.process.windows` runs the windows; this fills one record per arm).
 
-Failure is data as in :func:`mxbench.bench.cell.run_cell`: every arm's record says it. What
+Failure is data as in :func:`mxbench.bench.process.cell.run_cell`: every arm's record says it. What
 must stay one policy per process (peak memory) is left out of these records.
 """
 
@@ -19,10 +19,13 @@ from typing import Any
 
 import msgspec
 
-from mxbench import scale
-from mxbench.bench import convergence, distribute, energy, paired, probe
-from mxbench.bench import profile as profiler
-from mxbench.bench.cell import (
+from mxbench.bench.evidence import energy, probe
+from mxbench.bench.evidence import profile as profiler
+from mxbench.bench.evidence.gpu_health import HealthSampler
+from mxbench.bench.model import convergence
+from mxbench.bench.parallel import distribute
+from mxbench.bench.process import windows as paired
+from mxbench.bench.process.cell import (
     Arm,
     CellState,
     CheckInputs,
@@ -39,12 +42,12 @@ from mxbench.bench.cell import (
     runs_profile,
     start_energy,
 )
-from mxbench.bench.gpu_health import HealthSampler
-from mxbench.bench.timing import Phases, StepLog, figures
-from mxbench.codec import new_record, now_iso, tail
+from mxbench.bench.process.timing import Phases, StepLog, figures
 from mxbench.errors import UsageError
-from mxbench.params import Params
-from mxbench.results import (
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.codec import new_record, now_iso, tail
+from mxbench.records.record import (
     Cpu,
     Interference,
     Pairing,
@@ -64,7 +67,7 @@ def run_paired(
     batch_sizes: Sequence[int] = (),
 ) -> list[Record]:
     """Measure ``p`` (the base arm, float32) and the policies ``others`` in this process,
-    in interleaved windows (:mod:`mxbench.bench.paired`): one record per arm, base first.
+    in interleaved windows (:mod:`mxbench.bench.process.windows`): one record per arm, base first.
     ``batch_sizes``: the same comparison at each of those batch sizes too, one pass each
     after ``p``'s, all passes in a random order (the framework's start paid once); records
     pass by pass in the given order, ``p``'s first. A pass that ends before the last prints

@@ -4,7 +4,7 @@ steps (nothing here runs inside them).
 Two answers go into the record's ``convergence``:
 
 - **skipped steps**: how many of the warm-up and timed steps the dynamic loss scaler skipped
-  because their gradients overflowed (:func:`mxbench.bench.loss_scale.skipped_steps`).
+  because their gradients overflowed (:func:`mxbench.bench.model.loss_scale.skipped_steps`).
 - **one-step check** (policies other than float32): the gradient of one training step of the
   cell's model, from the initial weights the cell started with and the batch it trained on
   (loss scaled as the cell's first step scaled it, then divided out), against the gradient of
@@ -39,10 +39,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from mxbench.bench import loss_scale
-from mxbench.codec import tail
-from mxbench.params import BASELINE, Params
-from mxbench.results import Convergence
+from mxbench.bench.model import loss_scale
+from mxbench.matrix.params import BASELINE, Params
+from mxbench.records.codec import tail
+from mxbench.records.record import Convergence
 
 THRESHOLD = 0.99
 CHECK_BATCH = 32  # examples the check's passes run on, at most
@@ -127,8 +127,8 @@ def _numpy(batch: Any) -> Any:
 def _compare(
     p: Params, out: Convergence, model: Any, initial: list[Any], batch: tuple[Any, Any]
 ) -> Convergence:
-    from mxbench.bench import harness
-    from mxbench.bench.harness import set_policy
+    from mxbench.bench.model import harness
+    from mxbench.bench.model.harness import set_policy
 
     model.set_weights(initial)
     scale = loss_scale.first_scale(model)
@@ -181,7 +181,7 @@ def _rounded_input(x: Any, model: Any) -> Any:
     input, or no 16-bit compute type)."""
     import keras
 
-    from mxbench.bench.facts import leaves
+    from mxbench.bench.model.facts import leaves
 
     dtype = next((str(lay.compute_dtype) for lay in leaves(model) if lay.weights), None)
     if dtype not in ("float16", "bfloat16") or not isinstance(x, np.ndarray):
@@ -194,7 +194,7 @@ def _rounded_input(x: Any, model: Any) -> Any:
 
 def _no_dropout(model: Any) -> set[str]:
     """Turn dropout off (rate 0) in every layer; the classes of other random layers."""
-    from mxbench.bench.facts import leaves
+    from mxbench.bench.model.facts import leaves
 
     kept = set()
     for layer in leaves(model):

@@ -14,20 +14,20 @@
   ``jax.distributed.initialize`` finds its peers from Slurm's own variables (the first
   node of the job coordinates), the CPU's collectives over gloo; ``DataParallel`` spans
   every process's devices. TensorFlow: ``MultiWorkerMirroredStrategy`` from a
-  ``TF_CONFIG`` each task writes from Slurm's variables (:mod:`mxbench.bench.workers`).
+  ``TF_CONFIG`` each task writes from Slurm's variables (:mod:`mxbench.bench.parallel.workers`).
   PyTorch (Keras 3 has no torch distribution): ``torch.distributed`` from torchrun's
   variables each task derives from Slurm's, the weights broadcast from rank 0 and the
   gradients all-reduced before the model's own optimizer applies them
-  (:mod:`mxbench.bench.torch_workers`; one device per process). PyTorch's ``devices``
+  (:mod:`mxbench.bench.parallel.torch_workers`; one device per process). PyTorch's ``devices``
   on one host are processes too, one per device, which the bench starts itself
-  (:mod:`mxbench.bench.torch_launch`).
+  (:mod:`mxbench.bench.parallel.torch_launch`).
   Each process feeds its own devices' share of the global batch (JAX: Keras's
   auto-sharding off; TensorFlow: each worker's dataset, distributed from a function;
   synthetic examples seeded by the process's rank, so each feeds its own), and only the
   first process prints the record.
 
 The batch a process feeds is its devices' share of the global one
-(:func:`mxbench.scale.process_batch`: the global batch in one process); each backend splits
+(:func:`mxbench.matrix.scale.process_batch`: the global batch in one process); each backend splits
 it over the devices. Devices cut from one CPU share its cores: their timings are
 plumbing, not scaling, and the record says that too (``distribution.shared_cores``).
 """
@@ -42,10 +42,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from mxbench import scale
-from mxbench.bench import interconnect, torch_launch, torch_workers, workers
-from mxbench.params import Params
-from mxbench.results import Distribution, Record
+from mxbench.bench.parallel import interconnect, torch_launch, torch_workers, workers
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.record import Distribution, Record
 
 FORCE_HOST_DEVICES = "--xla_force_host_platform_device_count"
 JIT_OFF = "jit_compile turned off: XLA breaks under MirroredStrategy on CPU devices"

@@ -1,6 +1,6 @@
 """Energy over the timed window, from a cumulative counter of the device that ran the cell:
 NVML's for the GPU the framework trained on (matched by UUID or PCI bus id, see
-:func:`mxbench.bench.probe.used_gpu`), RAPL's for a cell on the CPU.
+:func:`mxbench.bench.evidence.probe.used_gpu`), RAPL's for a cell on the CPU.
 
 - **NVML** (Volta and newer): ``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the
   driver loaded, for the whole board.

@@ -241,13 +241,13 @@ def xla_forward_flops(model: Any, x: Any) -> int | None:
 
 
 def model_info(p: Any, prepared: Any, x: Any = None) -> Any:
-    """The record's model facts (``mxbench.results.ModelInfo``): the harness's and a walk of
+    """The record's model facts (``mxbench.records.record.ModelInfo``): the harness's and a walk of
     the built model's layers; the FLOPs from the model's formula, else XLA's count on the
     batch ``x`` (when given), else the layers' analytic count. Training and serving cells
     alike."""
     import msgspec
 
-    from mxbench.results import ModelInfo
+    from mxbench.records.record import ModelInfo
 
     model = prepared.model
     found = facts(model, p.policy)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mxbench.results import GpuHealth
+from mxbench.records.record import GpuHealth
 
 INTERVAL_S = 0.1
 

@@ -325,8 +325,8 @@ def compile_model(
     prepared: Prepared, jit_compile: str, loss_scale: str = "auto", steps_per_execution: int = 1
 ) -> None:
     """Keras adds dynamic loss scaling itself under ``mixed_float16`` (not under float16);
-    ``loss_scale`` other than ``auto`` decides instead (:mod:`mxbench.bench.loss_scale`)."""
-    from mxbench.bench import loss_scale as scaling
+    ``loss_scale`` other than ``auto`` decides instead (:mod:`mxbench.bench.model.loss_scale`)."""
+    from mxbench.bench.model import loss_scale as scaling
 
     jit: bool | str = "auto" if jit_compile == "auto" else jit_compile == "on"
     optimizer, auto = scaling.optimizer(prepared.optimizer, loss_scale)

@@ -6,26 +6,26 @@ tf_cnn_benchmarks' ``independent`` variable update. Each replica is ``model.fit`
 thread of its own, inside ``keras.device`` (JAX: ``jax.default_device``; TensorFlow:
 ``tf.device``), so the frameworks run the replicas side by side (both release the GIL while
 a step runs). The timed windows start together (a barrier once every replica's warm-up
-steps have finished) and each replica is timed on its own clock (:mod:`mxbench.bench.timing`).
+steps have finished) and each replica is timed on its own clock (:mod:`mxbench.bench.process.timing`).
 
-What the record says (:class:`mxbench.results.Distribution`):
+What the record says (:class:`mxbench.records.record.Distribution`):
 
 - ``replica_timings``: each replica's device, the device its variables were found on after
   training (that it really ran there), its images/s over its own window and its timed steps:
-  what the report's per-device health sweep judges (:mod:`mxbench.report.scaling_reference`).
+  what the report's per-device health sweep judges (:mod:`mxbench.report.sections.scaling_reference`).
 - ``metrics``: the replicas as one: a step is the slowest replica's k-th step (what a data
   parallel step would take if its all-reduce cost nothing), images/s is every replica's
   examples over the common window (the first timed start to the last timed end). The map
   compares data parallel with it at the same N: what the all-reduce costs.
 
-The devices are those data parallel would use (:mod:`mxbench.bench.distribute`): JAX's first
+The devices are those data parallel would use (:mod:`mxbench.bench.parallel.distribute`): JAX's first
 N GPUs or forced host devices, TensorFlow's first N GPUs or logical CPUs (``jit_compile``
 off there too, so the two compare like with like); no mechanism is set over them.
 
 PyTorch drives one device per process, so its replicas are the N processes the bench starts
-as for data parallel (:mod:`mxbench.bench.torch_launch`; rank k on GPU k, or the host's CPU
+as for data parallel (:mod:`mxbench.bench.parallel.torch_launch`; rank k on GPU k, or the host's CPU
 cores shared), with no process group: each trains its one replica here, its warm-up's end
-met with the others' through the launcher (:func:`mxbench.bench.torch_launch.meet`, the
+met with the others' through the launcher (:func:`mxbench.bench.parallel.torch_launch.meet`, the
 barrier), and sends its step log; the launcher makes the record as one (:func:`merge`, the
 same arithmetic as :func:`combined` over one process's threads).
 """
@@ -41,11 +41,11 @@ from typing import Any
 
 import msgspec
 
-from mxbench import scale
-from mxbench.bench import distribute, torch_launch, torch_workers
-from mxbench.bench.timing import StepLog, callback_base, split, step_timer, window_figures
-from mxbench.params import Params
-from mxbench.results import Record, Replica, StepStats
+from mxbench.bench.parallel import distribute, torch_launch, torch_workers
+from mxbench.bench.process.timing import StepLog, callback_base, split, step_timer, window_figures
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.record import Record, Replica, StepStats
 
 BARRIER_S = 3600.0  # a replica's warm-up that takes longer than this has failed
 
@@ -183,7 +183,7 @@ def train(p: Params, plan: distribute.Plan, arms: Sequence[Any]) -> list[StepLog
 
 
 def combined(p: Params, logs: Sequence[StepLog]) -> dict[str, Any]:
-    """The replicas as one fit's parts (:func:`mxbench.bench.timing.split`): each timed step
+    """The replicas as one fit's parts (:func:`mxbench.bench.process.timing.split`): each timed step
     the slowest replica's, the window from the first timed start to the last end (``each``:
     every replica's own parts, its first timed step counted from the barrier)."""
     warmup = p.warmup_steps // p.steps_per_execution
@@ -219,7 +219,7 @@ def device_of(model: Any) -> str | None:
 
 def fill(p: Params, rec: Record, plan: distribute.Plan, arms: Sequence[Any],
          parts: dict[str, Any]) -> None:  # fmt: skip
-    """The record's replicas, once :func:`mxbench.bench.distribute.fill` has written the
+    """The record's replicas, once :func:`mxbench.bench.parallel.distribute.fill` has written the
     rest: no all-reduce, and each replica's own figures."""
     dist = rec.distribution
     assert dist is not None, "distribute.fill ran first"

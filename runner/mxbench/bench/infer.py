@@ -1,8 +1,8 @@
 """A serving cell (``mode: infer``): the cell's model, inference calls only, timed one by one.
 
-The model is the training cell's (:func:`mxbench.bench.harness.prepare`: the zoo's or the
+The model is the training cell's (:func:`mxbench.bench.model.harness.prepare`: the zoo's or the
 user's, under the cell's dtype policy, from a float32 build's weights, or given trained
-weights from a file: :mod:`mxbench.bench.served`), optionally quantized
+weights from a file: :mod:`mxbench.bench.model.served`), optionally quantized
 in place by Keras (``quantize: int8``: :meth:`keras.Model.quantize`), never compiled for
 training. Each call is timed from the host's side until its result exists as a NumPy array
 (``keras.ops.convert_to_numpy``: the backend has finished, asynchronous dispatch cannot end
@@ -16,7 +16,7 @@ split (every precision, float32's too); else a float32 build with the same weigh
 policy's model are called on the same synthetic inputs; the top-1 agreement and the cosine
 similarity of their outputs say whether the policy still serves float32's answers. It runs
 after the timed calls and after the memory reading
-(:func:`mxbench.bench.cell.probe_device`): neither sees it.
+(:func:`mxbench.bench.process.cell.probe_device`): neither sees it.
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from mxbench import latency
-from mxbench.bench import harness
 from mxbench.bench.backends import Backend
-from mxbench.bench.served import (
+from mxbench.bench.model import harness
+from mxbench.bench.model.served import (
     NO_FILES,
     WeightFiles,
     gates_on_data,
@@ -42,16 +41,17 @@ from mxbench.bench.served import (
     no_grad,
     outputs,
 )
-from mxbench.bench.timing import Phases, summarize
-from mxbench.inference_record import (
+from mxbench.bench.process.timing import Phases, summarize
+from mxbench.matrix.params import BASELINE, Params
+from mxbench.records.inference import (
     GATE_AGREEMENT,
     GATE_COSINE,
     Gate,
     Inference,
     LatencyPercentile,
 )
-from mxbench.params import BASELINE, Params
-from mxbench.results import Metrics, Record, StepStats
+from mxbench.records.record import Metrics, Record, StepStats
+from mxbench.stats import latency
 
 GATE_EXAMPLES = 256  # synthetic inputs the gate compares (top-1 agreement in steps of 0.4%)
 SYNC = "to_numpy"
@@ -96,7 +96,7 @@ def measure(
     quantized = quantize(model, p.quantize)
     compiled_fn, xla = None, False
     if p.call == "compiled":  # the backend's compiler around the forward pass
-        from mxbench.bench.compiled import forward
+        from mxbench.bench.model.compiled import forward
 
         compiled_fn, xla = forward(model, backend.name, p.jit_compile)
     elif p.call != "direct":  # Keras' loops want a compiled model (its jit_compile applies)
@@ -107,7 +107,7 @@ def measure(
     on_device = p.call in ("direct", "compiled")
     rec.settings.input_device = "device" if on_device else "host"
     phases.mark("data")
-    from mxbench.bench import facts
+    from mxbench.bench.model import facts
 
     rec.model = facts.model_info(p, prepared)
     phases.mark("facts")
@@ -151,7 +151,7 @@ def quantize(model: Any, mode: str) -> dict[str, int]:
     by class."""
     if mode == "none":
         return {}
-    from mxbench.bench.facts import leaves
+    from mxbench.bench.model.facts import leaves
 
     with warnings.catch_warnings():  # "Layer X does not have a quantize method": told below
         warnings.simplefilter("ignore")
@@ -168,7 +168,7 @@ def caller(
     model: Any, call: str, x: Any, backend: str, compiled_fn: Callable[[Any], Any] | None = None
 ) -> Callable[[], Any]:
     """One inference call on ``x`` that returns when its result is on the host; ``direct``
-    and ``compiled`` (``compiled_fn``: :func:`mxbench.bench.compiled.forward`) on ``x``
+    and ``compiled`` (``compiled_fn``: :func:`mxbench.bench.model.compiled.forward`) on ``x``
     converted to the backend's tensor once."""
     import keras
 
@@ -222,10 +222,10 @@ def time_calls(
 
 def gate(p: Params, served: Served, backend: str) -> Gate:
     """Top-1 on the data folder's validation split against float32's with the same weights
-    (loaded weights and a data folder: :func:`mxbench.bench.served.data_gate`); else the
+    (loaded weights and a data folder: :func:`mxbench.bench.model.served.data_gate`); else the
     policy's outputs against a float32 build's with the same weights, on
     :data:`GATE_EXAMPLES` synthetic inputs (seed 1, not the timed batch)."""
-    from mxbench.bench.served import data_gate
+    from mxbench.bench.model.served import data_gate
 
     if served.files.load is not None and gates_on_data(p, served.files):
         return data_gate(p, served.model, served.prepared, backend, served.files.load)

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mxbench.results import Interconnect
+from mxbench.records.record import Interconnect
 
 TOPOLOGY = ("nvidia-smi", "topo", "-m")
 TIMEOUT_S = 30.0

@@ -10,7 +10,7 @@ A snapshot (:func:`snapshot`) reads, in well under a millisecond on a quiet mach
 - CPU pressure (``/proc/pressure/cpu``, the ``some`` total: time some task waited for a CPU),
   where the kernel has PSI.
 
-Two snapshots make a :class:`~mxbench.results.Interference` (:func:`between`): each figure as
+Two snapshots make a :class:`~mxbench.records.record.Interference` (:func:`between`): each figure as
 a share of the window's wall time (``others_cores``: how many cores' worth the other
 processes held, 0.31 = 31 % of one core). A window is *disturbed* (:func:`disturbed`) when
 the other processes held at least :data:`OTHERS_CORES` of a core while the machine had less
@@ -18,7 +18,7 @@ than :data:`SPARE_CORES` to spare, or the hypervisor stole at least :data:`STEAL
 a core (all measured; what the thresholds mean is in docs/measuring.md). This process's
 run delay is recorded, not judged: a framework with more threads than cores waits for them
 on an idle machine too. On a GPU, other processes on the device and NVML's throttle reasons are
-read by :mod:`mxbench.bench.gpu_health` and marked the same way.
+read by :mod:`mxbench.bench.evidence.gpu_health` and marked the same way.
 
 Files a kernel lacks are left out (their figures stay null), never an error.
 """
@@ -30,7 +30,7 @@ import resource
 import time
 from dataclasses import dataclass
 
-from mxbench.results import Interference
+from mxbench.records.record import Interference
 
 # A window is disturbed from these on (cores' worth of CPU per second of wall time).
 OTHERS_CORES = 0.15

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mxbench.params import loss_scale_factor
+from mxbench.matrix.params import loss_scale_factor
 
 
 def optimizer(given: Any, loss_scale: str) -> tuple[Any, bool]:

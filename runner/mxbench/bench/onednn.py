@@ -22,7 +22,7 @@ printed while primitives are built, in the warm-up; in the timed steps only the 
 TensorFlow builds again each step, which oneDNN's cache answers: ``create:cache_hit``; no
 execution is timed or logged), and weighs each created convolution / matmul by its
 arithmetic (from its shape), not by measured time. The record says which (``weight``). In a
-paired process the log is one for every arm: :func:`mxbench.bench.profile.mark_turn` marks
+paired process the log is one for every arm: :func:`mxbench.bench.evidence.profile.mark_turn` marks
 whose turn each line was logged in.
 
 oneDNN writes the log to the process's standard output (file descriptor 1), which the bench
@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from mxbench.bench import stdio
+from mxbench.bench.process import stdio
 
 # oneDNN primitive kinds that are convolutions or matrix products (the Tensor Core / AMX /
 # AVX512_BF16 work).

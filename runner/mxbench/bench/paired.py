@@ -11,7 +11,7 @@ position once: A B, B A, B A, A B, ...; independent shuffles per round were not 
 The speedup of a round is the base window's time per step over the arm's, from windows
 seconds apart at most; what a burst of load does to one window of a round and not to the
 other is seen by the interference probe
-(:mod:`mxbench.bench.interference`), which marks the window.
+(:mod:`mxbench.bench.evidence.interference`), which marks the window.
 
 No per-window setup cost: each arm's ``fit`` starts once (its data adapter, callbacks and the
 fit-end work are paid once per arm, outside every window); a window begins when its arm gets
@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mxbench.bench import interference
-from mxbench.bench.timing import callback_base
-from mxbench.results import Interference
+from mxbench.bench.evidence import interference
+from mxbench.bench.process.timing import callback_base
+from mxbench.records.record import Interference
 
 WINDOW_S = 0.25  # a window's target length: short against the seconds the noise moves in
 MIN_ROUNDS = 4  # rounds run even past the time budget (an interval needs a few)

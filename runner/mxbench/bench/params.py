@@ -1,6 +1,6 @@
 """The arguments of one cell, validated before anything heavy is imported.
 
-The parameters themselves (types, bounds, defaults) are :class:`mxbench.params.Params`;
+The parameters themselves (types, bounds, defaults) are :class:`mxbench.matrix.params.Params`;
 this adds what only the machine that runs the cell can check (a data directory).
 """
 
@@ -12,9 +12,10 @@ from typing import Any
 
 import msgspec
 
-from mxbench import models, params, scale, serving
+from mxbench import models
 from mxbench.errors import UsageError
-from mxbench.params import Params
+from mxbench.matrix import params, scale, serving
+from mxbench.matrix.params import Params
 
 
 def validate(p: Params) -> Params:
@@ -60,7 +61,7 @@ def validate(p: Params) -> Params:
             raise UsageError(f"--data {p.data!r}: no such directory (or use 'synthetic')")
         if not train.is_dir():
             raise UsageError(f"--data {p.data!r}: no train/ folder (Imagenette layout expected)")
-        from mxbench.bench.data import list_images, validation_split
+        from mxbench.bench.model.data import list_images, validation_split
 
         classes = list_images(p.data)[2]
         if validation_split(p.data) is None and (p.epochs or p.mode == "infer"):

@@ -344,7 +344,7 @@ def process_start_time() -> float | None:
 
 
 def main() -> None:
-    """``python -m mxbench.bench.probe``: one JSON line of what the bench would see here (GPUs
+    """``python -m mxbench.bench.evidence.probe``: one JSON line of what the bench would see here (GPUs
     through NVML, the driver, the CPU, the Python): ``mxbench doctor`` runs it on each host,
     inside the host's image."""
     import json

@@ -10,7 +10,7 @@ import os
 import re
 from typing import Any
 
-from mxbench.bench.stdio import capture_stderr
+from mxbench.bench.process.stdio import capture_stderr
 
 # TF >= 2.14: "To enable the following instructions: AVX2 AVX512F FMA, in other operations"
 # TF 2.4-2.13: "...to use the following CPU instructions in performance-critical operations:

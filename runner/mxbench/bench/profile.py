@@ -9,12 +9,12 @@ the timed window (never inside it), summarised into the record's :class:`Profile
   ``jax.profiler.ProfileData`` (jaxlib), no TensorFlow needed.
 - PyTorch: ``torch.profiler`` over the same steps; each ATen operator with its callers
   (``aten::copy_`` under ``aten::_to_copy`` is a cast), and CUDA kernels on a GPU; on a CPU
-  oneDNN's verbose log is switched on for the window too (:mod:`mxbench.bench.onednn`).
+  oneDNN's verbose log is switched on for the window too (:mod:`mxbench.bench.evidence.onednn`).
 
 Every host trace is read the same way: events nested per thread, each operation counted by
 its own time, the wrappers around them (step functions, executors, Python frames, autograd
-nodes) never operations (:func:`mxbench.bench.profile_ops.exclusive`); the operations become
-categories (:mod:`mxbench.bench.profile_ops`). What the window costs (its
+nodes) never operations (:func:`mxbench.bench.evidence.profile_ops.exclusive`); the operations become
+categories (:mod:`mxbench.bench.evidence.profile_ops`). What the window costs (its
 steps, the profiler's start and stop, reading the trace) is recorded as ``cost_s``. The raw
 trace is deleted unless ``MXBENCH_PROFILE_DIR`` names a directory to keep it in.
 """
@@ -34,10 +34,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from mxbench.bench import onednn
-from mxbench.bench.profile_ops import Event, Op, exclusive, summarize
-from mxbench.params import Params
-from mxbench.results import OneDnnEvidence, Profile, Record, StepStats, TopOp
+from mxbench.bench.evidence import onednn
+from mxbench.bench.evidence.profile_ops import Event, Op, exclusive, summarize
+from mxbench.matrix.params import Params
+from mxbench.records.record import OneDnnEvidence, Profile, Record, StepStats, TopOp
 
 STEPS = 3  # profiled steps (after one unprofiled): a steady picture, at little cost
 WINDOW_S = 1.0  # fewer where a step is slow: about this much of profiled steps, at least one
@@ -79,7 +79,7 @@ TURN = "mxbench: the turn of arm "
 def end_log() -> None:
     """Mark the end of the cell's own kernels in TensorFlow's oneDNN log (C's buffers
     flushed first, so that the mark follows every line before it)."""
-    from mxbench.bench.stdio import flush
+    from mxbench.bench.process.stdio import flush
 
     flush()
     os.write(1, (LOG_END + "\n").encode())

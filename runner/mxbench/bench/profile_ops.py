@@ -24,7 +24,7 @@ part of the operation around them (a thread pool's loop that TensorFlow's own Ei
 run on the operation's thread: :data:`PARTS`) are none either: their time is that
 operation's own.
 
-:func:`summarize` turns timed operations into the record's :class:`~mxbench.results.Profile`
+:func:`summarize` turns timed operations into the record's :class:`~mxbench.records.record.Profile`
 figures: per category milliseconds per step scaled into the time the device (or the CPU's
 worker threads) was busy, plus ``host_gap``: the rest of the wall-clock step, when nothing
 ran (Python, dispatch and launch overhead, synchronisation). On one thread the operations'
@@ -42,7 +42,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from mxbench.results import CATEGORY_NAMES
+from mxbench.records.record import CATEGORY_NAMES
 
 CATEGORIES: tuple[str, ...] = tuple(CATEGORY_NAMES)
 

@@ -27,9 +27,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from mxbench.bench import harness
-from mxbench.inference_record import GATE_RELATIVE_TOP1, Gate
-from mxbench.params import BASELINE, WEIGHTS_NONE, Params
+from mxbench.bench.model import harness
+from mxbench.matrix.params import BASELINE, WEIGHTS_NONE, Params
+from mxbench.records.inference import GATE_RELATIVE_TOP1, Gate
 
 BATCH = 64  # validation images per call
 GATE_CHUNK = 32  # examples per call of the synthetic gate: its memory stays small
@@ -80,7 +80,7 @@ def gates_on_data(p: Params, files: WeightFiles) -> bool:
 
 def top1(model: Any, p: Params, prepared: harness.Prepared, backend: str) -> tuple[float, int]:
     """The model's top-1 accuracy on the data folder's validation split, and its images."""
-    from mxbench.bench import data
+    from mxbench.bench.model import data
 
     binary = harness.label_kind(model, prepared.labels) == "binary"
     split = data.validation_split(p.data) or "val"

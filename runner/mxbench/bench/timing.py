@@ -181,7 +181,7 @@ PHASES = {
     "fit_other": "the rest of fit (its setup, waiting on batch-end callbacks)",
     "probe": "probing CPU, device, GPU utilisation and memory",
     "profile": "the profiled window after the timed steps (first process of a cell)",
-    "check": "the one-step check against float32 (mxbench.bench.convergence; 16-bit policies)",
+    "check": "the one-step check against float32 (mxbench.bench.model.convergence; 16-bit policies)",
 }
 
 

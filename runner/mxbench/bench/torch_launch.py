@@ -3,7 +3,7 @@ is N processes, one per device, started by the bench process itself.
 
 Keras 3 has no distribution for its torch backend, and PyTorch drives one device per
 process, so a cell of N devices is N processes, as a Slurm cell of N tasks is
-(:mod:`mxbench.bench.torch_workers` joins them, broadcasts rank 0's weights and averages
+(:mod:`mxbench.bench.parallel.torch_workers` joins them, broadcasts rank 0's weights and averages
 the gradients). Here the bench process the engine started (local or Docker: the same
 ``mxbench bench``) is their launcher, torchrun's role, and trains nothing itself:
 
@@ -11,13 +11,13 @@ the gradients). Here the bench process the engine started (local or Docker: the 
   shell, never a fork of a process that imported a framework), each given torchrun's
   variables: ``MASTER_ADDR`` 127.0.0.1 and a free loopback port, ``RANK`` =
   ``LOCAL_RANK``, ``WORLD_SIZE`` N, gloo held to the loopback interface (unless the user
-  named one). Each measures the cell (:func:`mxbench.bench.cell.run_cell`) as rank k:
+  named one). Each measures the cell (:func:`mxbench.bench.process.cell.run_cell`) as rank k:
   gloo on CPUs (the N processes share the host's cores: ``distribution.shared_cores``),
   NCCL with GPU k on a host with GPUs.
 - **One record**: rank 0's (sent back over a pipe, as are its records before the extra
   phases, which the launcher prints as they come); the other ranks' serve to tell a failure.
 - **Independent replicas** (``scaling: independent``): the same N processes, each training a
-  replica of its own with no process group (:mod:`mxbench.bench.independent`). Their timed
+  replica of its own with no process group (:mod:`mxbench.bench.parallel.independent`). Their timed
   windows start together (:func:`meet`: each rank, once warmed up, waits on its pipe until
   the launcher has heard from every one), each sends its step log, and the cell's record is
   rank 0's with the replicas' figures as one (``merge``, passed in, as ``measure`` is).
@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from mxbench import scale
-from mxbench.codec import decode, encode, new_record, tail
-from mxbench.params import Params
-from mxbench.results import Record
+from mxbench.matrix import scale
+from mxbench.matrix.params import Params
+from mxbench.records.codec import decode, encode, new_record, tail
+from mxbench.records.record import Record
 
 RANK_VAR = "MXBENCH_TORCH_RANK"  # set in the launched processes: not a launcher
 GRACE_S = 20.0  # after a failure: how long the other ranks get to come back

@@ -1,12 +1,12 @@
 """PyTorch across processes: ``torch.distributed`` over a Slurm job's tasks, or over the
-processes the bench starts on one host (:mod:`mxbench.bench.torch_launch`), the gradients
+processes the bench starts on one host (:mod:`mxbench.bench.parallel.torch_launch`), the gradients
 averaged inside Keras's own fit.
 
 Keras 3 (3.15) has no distribution for its torch backend, so this is ours, kept thin:
 
 - **Rendezvous** as torchrun's, from Slurm's own variables (:func:`rendezvous`):
-  ``MASTER_ADDR`` the step's first node (:func:`mxbench.bench.workers.step_hosts`),
-  ``MASTER_PORT`` the first port of the job's block (:func:`mxbench.bench.workers.port_block`:
+  ``MASTER_ADDR`` the step's first node (:func:`mxbench.bench.parallel.workers.step_hosts`),
+  ``MASTER_PORT`` the first port of the job's block (:func:`mxbench.bench.parallel.workers.port_block`:
   from the job id, as TensorFlow's workers get theirs), ``RANK`` = ``SLURM_PROCID``,
   ``WORLD_SIZE`` = ``SLURM_NTASKS``, ``LOCAL_RANK`` = ``SLURM_LOCALID``. Each task then calls
   ``torch.distributed.init_process_group``: gloo on CPUs, NCCL on GPUs (each task its own
@@ -35,7 +35,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from mxbench.bench import workers
+from mxbench.bench.parallel import workers
 
 
 def rendezvous(env: Mapping[str, str]) -> dict[str, str]:

@@ -26,9 +26,9 @@ from typing import Any
 
 import msgspec
 
-from mxbench.bench.timing import summarize
-from mxbench.params import Params
-from mxbench.results import Metrics, Record, StepStats, Training, TrainPoint
+from mxbench.bench.process.timing import summarize
+from mxbench.matrix.params import Params
+from mxbench.records.record import Metrics, Record, StepStats, Training, TrainPoint
 
 
 def _curve_callback(points: list[TrainPoint], epoch_s: list[float]) -> Any:
@@ -101,7 +101,7 @@ def crossing(points: list[TrainPoint], target: float | None) -> tuple[float, flo
 def run(p: Params, prepared: Any, rec: Record) -> None:
     """Train ``prepared.model`` (compiled) as ``p`` says; fill ``rec.train`` and the step
     statistics of ``rec.metrics``."""
-    from mxbench.bench import data, harness
+    from mxbench.bench.model import data, harness
 
     assert p.epochs is not None
     model = prepared.model

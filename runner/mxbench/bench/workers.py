@@ -16,7 +16,7 @@ and writes it as ``TF_CONFIG`` before the strategy is made:
   of :data:`PORT_BLOCKS` and they share a node at once.
 
 The node list and the job's port block serve PyTorch's rendezvous too
-(:mod:`mxbench.bench.torch_workers`).
+(:mod:`mxbench.bench.parallel.torch_workers`).
 
 TensorFlow's own ``SlurmClusterResolver`` is not used: on a host without GPUs it divides by
 a GPU count of 0 (``range`` with step 0), and it orders nodes by name (``n10`` before

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import typer
 
-from mxbench import params, scale
-from mxbench.params import Params
+from mxbench.matrix import params, scale
+from mxbench.matrix.params import Params
 
 if TYPE_CHECKING:
-    from mxbench.results import Record
+    from mxbench.records.record import Record
 
 if TYPE_CHECKING:
-    from mxbench.bench.served import WeightFiles
+    from mxbench.bench.model.served import WeightFiles
 
 _IMPORTED_AT = time.time()
 
@@ -42,18 +42,18 @@ def bench(
     with --pair-with, the cell and the cells of those policies, interleaved (one record
     each, this cell's first); with --with-batch-sizes too, the same at those batch sizes."""
     # imported here: every other command starts without the bench's modules
-    from mxbench.bench import distribute
+    from mxbench.bench.parallel import distribute
     from mxbench.bench.params import validate
-    from mxbench.bench.stdio import stdout_to_stderr, write_line
-    from mxbench.codec import encode
+    from mxbench.bench.process.stdio import stdout_to_stderr, write_line
+    from mxbench.records.codec import encode
 
     params = validate(Params(**options))
     others = _pair_with(pair_with, params)
     sizes = _with_batch_sizes(with_batch_sizes, params, others)
     files = _weight_files(params, save_weights, weights_file)
-    from mxbench.bench.cell import run_cell
-    from mxbench.bench.cell_paired import run_paired
-    from mxbench.bench.probe import process_start_time
+    from mxbench.bench.evidence.probe import process_start_time
+    from mxbench.bench.process.cell import run_cell
+    from mxbench.bench.process.paired import run_paired
 
     started = process_start_time() or _IMPORTED_AT
     with stdout_to_stderr() as real_stdout, _progress(params) as on_step:
@@ -137,9 +137,9 @@ def _with_batch_sizes(text: str, p: Params, others: list[str]) -> list[int]:
 def _weight_files(p: Params, save: str, load: str) -> WeightFiles:
     """``--save-weights`` (a training run's first seed) and ``--weights-file`` (the file of
     ``--weights trained``; a weights file given as ``--weights`` is its own)."""
-    from mxbench.bench.served import WeightFiles
+    from mxbench.bench.model.served import WeightFiles
     from mxbench.errors import UsageError
-    from mxbench.params import WEIGHTS_NONE, WEIGHTS_TRAINED
+    from mxbench.matrix.params import WEIGHTS_NONE, WEIGHTS_TRAINED
 
     if save and not p.training_run:
         raise UsageError("--save-weights: a training run's (--epochs) final weights only")

@@ -48,7 +48,7 @@ def build(
     ```
     """
     from mxbench.images import read_ca_bundle
-    from mxbench.matrix import load_matrix
+    from mxbench.matrix.file import load_matrix
 
     if ca_bundle is not None:
         read_ca_bundle(ca_bundle)  # before any daemon is contacted

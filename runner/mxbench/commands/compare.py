@@ -52,9 +52,10 @@ def compare(
     labels.
     """
 
-    from mxbench.report import compare_document, export, markdown
+    from mxbench.report import compare_document
     from mxbench.report.compare import compare as diff
     from mxbench.report.compare import floors, speedups
+    from mxbench.report.render import export, markdown
 
     loaded = _load(base, new, base_label, new_label)
     found = diff(loaded[0], loaded[1], threshold / 100)
@@ -84,8 +85,8 @@ def compare(
 def _load(base: Path, new: Path, base_label: str | None, new_label: str | None) -> list[Any]:
     """BASE's and NEW's records (lean), saying which lines were unreadable; UsageError when a
     side is missing or its label matches none of its records."""
+    from mxbench.records.store import bad_line_warnings
     from mxbench.report import load
-    from mxbench.store import bad_line_warnings
 
     for name, path in (("BASE", base), ("NEW", new)):
         if not os.path.lexists(path):  # not the report's "--results PATH" wording

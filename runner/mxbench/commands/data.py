@@ -51,7 +51,7 @@ def digits(
     Then e.g. `benchmark: {data: DIR, image_size: 32, epochs: 20, target: 0.9, repeats: 3}`
     trains each policy to 90% validation accuracy from 3 seeds (docs/training.md).
     """
-    from mxbench.bench.data import VALIDATION, write_digits
+    from mxbench.bench.model.data import VALIDATION, write_digits
 
     if split not in VALIDATION:
         raise UsageError(f"--split {split!r}: expected one of {', '.join(VALIDATION)}")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from mxbench.cells import Cell
+    from mxbench.cells.cell import Cell
     from mxbench.engines import Check, Engine
 
 DISK_FAIL = 256 * 2**20  # results need little, but a full disk loses records
@@ -71,9 +71,9 @@ def doctor(
     mxbench doctor --roofs                # does this machine have a bf16 / fp16 fast path?
     ```
     """
-    from mxbench.cells import expand, searches
+    from mxbench.cells.cell import expand, searches
     from mxbench.engines import engine_class
-    from mxbench.matrix import default_matrix_path, load_matrix
+    from mxbench.matrix.file import default_matrix_path, load_matrix
 
     mx = load_matrix(matrix or default_matrix_path())
     cells = expand(mx, host or None) + [s.template for s in searches(mx, host or None)]
@@ -160,10 +160,10 @@ def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results:
 
     import msgspec
 
-    from mxbench import noise
-    from mxbench.codec import bench_records
     from mxbench.engines import to_record
-    from mxbench.params import BASELINE
+    from mxbench.matrix.params import BASELINE
+    from mxbench.records.codec import bench_records
+    from mxbench.stats import noise
 
     timing = [c for c in cells if c.search is None and not c.params.training_run]
     if not timing:

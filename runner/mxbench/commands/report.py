@@ -117,8 +117,8 @@ def _report(
     loaded: Any, sources: list[Path], label: str | None, targets: list[tuple[str, Path | None]]
 ) -> None:
     """Warnings, then every output asked for, from one document."""
+    from mxbench.records.store import bad_line_warnings
     from mxbench.report import document, tables
-    from mxbench.store import bad_line_warnings
 
     for warning in bad_line_warnings(loaded.bad):
         typer.echo(warning, err=True)
@@ -141,7 +141,7 @@ def _report(
         if fmt == "terminal" and path is None:
             from rich.console import Console
 
-            from mxbench.report import terminal
+            from mxbench.report.render import terminal
 
             terminal.show(doc, Console())
             continue
@@ -154,7 +154,7 @@ def _exit_now() -> None:
     """End the process here, its output flushed, without freeing the report's objects one
     by one: for 100,000 records that was 0.6 s of a 6 s report (mypy ends the same way).
     Nothing is left to clean up: the worker processes have ended, the files are written
-    whole (:func:`mxbench.store.write_atomic`). A stream that cannot be flushed (a closed
+    whole (:func:`mxbench.records.store.write_atomic`). A stream that cannot be flushed (a closed
     pipe) leaves it to the usual exit, which says so."""
     try:
         sys.stdout.flush()
@@ -208,7 +208,7 @@ def _html(doc: Any) -> str:
     from rich.console import Console
     from rich.progress import Progress
 
-    from mxbench.report import html
+    from mxbench.report.render import html
 
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as progress:
@@ -222,7 +222,7 @@ def _write(text: str, output: Path | None, written: list[Path]) -> None:
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    from mxbench.store import write_atomic
+    from mxbench.records.store import write_atomic
 
     try:
         write_atomic(output, text.encode("utf-8"))

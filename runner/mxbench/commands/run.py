@@ -16,10 +16,10 @@ from mxbench.errors import MxbenchError, UsageError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from mxbench.cells import Cell, Search
-    from mxbench.matrix import Matrix
+    from mxbench.cells.cell import Cell, Search
+    from mxbench.matrix.file import Matrix
     from mxbench.orchestrate import RunSummary
-    from mxbench.store import ResultStore
+    from mxbench.records.store import ResultStore
 
 
 # The options of `mxbench run` (typer reads each from its parameter's default).
@@ -113,10 +113,10 @@ def run(
     ```
     """
 
-    from mxbench import trained
-    from mxbench.cells import expand, searches
-    from mxbench.matrix import default_matrix_path, load_matrix
-    from mxbench.store import ResultStore
+    from mxbench.cells import trained
+    from mxbench.cells.cell import expand, searches
+    from mxbench.matrix.file import default_matrix_path, load_matrix
+    from mxbench.records.store import ResultStore
 
     matrix_path = matrix or default_matrix_path()
     mx = load_matrix(matrix_path)
@@ -146,7 +146,7 @@ def run(
             file=sys.stderr,
         )
         raise typer.Exit(130)
-    from mxbench.report.answers import time_to_answer
+    from mxbench.report.sections.answers import time_to_answer
 
     for note in summary.notes:
         print(note, file=sys.stderr)
@@ -210,12 +210,12 @@ def _measure(
     max_parallel: int | None,
 ) -> RunSummary | None:
     """The plan (``--dry-run``) or the run (under :func:`_guarded`); None when nothing ran."""
-    from mxbench import repeat_plan
-    from mxbench.cells import pair_up, to_run
+    from mxbench.cells import rounds
+    from mxbench.cells.cell import pair_up, to_run
     from mxbench.orchestrate import run_cells
     from mxbench.progress import CellProgress
-    from mxbench.results import FINAL_STATUSES
-    from mxbench.store import BadLine, bad_line_warnings
+    from mxbench.records.record import FINAL_STATUSES
+    from mxbench.records.store import BadLine, bad_line_warnings
 
     results = store.root
     skipped = 0
@@ -227,8 +227,8 @@ def _measure(
     plan = None
     if auto is not None:  # the groups of every planned cell, done ones too (their records)
         limits = {h.name: h.limits() for h in mx.hosts}
-        plan = repeat_plan.plan(auto, cells, limits)
-        repeat_plan.known(plan, known)
+        plan = rounds.plan(auto, cells, limits)
+        rounds.known(plan, known)
     if resume:
         done = {k for k, r in known.items() if r.status in FINAL_STATUSES}
         left = to_run(cells, done)
@@ -282,7 +282,8 @@ def _measure(
 def _print_answers(results: Path, label: str | None, keys: set[str]) -> None:
     """The verdicts of the matrix's cells (this run's, and those --resume kept), one line
     per comparison with float32, on stdout: the answer comes first."""
-    from mxbench.report import answers, inference, load, tables
+    from mxbench.report import load, tables
+    from mxbench.report.sections import answers, inference
 
     loaded = load.load([results], label=label)
     ours = [r for r in loaded.winners if r.cell in keys]
@@ -299,7 +300,8 @@ def _print_plan(cells: list[Cell]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from mxbench import models, params
+    from mxbench import models
+    from mxbench.matrix import params
 
     def varies(f: params.Field) -> bool:
         return len({getattr(c.params, f.name) for c in cells}) > 1

@@ -26,14 +26,21 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
-from mxbench import scale
-from mxbench.schema import HostBase, format_bytes
+from mxbench.matrix import scale
+from mxbench.matrix.schema import HostBase, format_bytes
 
 if TYPE_CHECKING:
-    from mxbench.cells import Cell
-    from mxbench.matrix import Matrix
-from mxbench.codec import MAX_LINE_BYTES, bench_output, bench_records, new_record, now_iso, tail
-from mxbench.results import Convergence, Image, Profile, Record, Status
+    from mxbench.cells.cell import Cell
+    from mxbench.matrix.file import Matrix
+from mxbench.records.codec import (
+    MAX_LINE_BYTES,
+    bench_output,
+    bench_records,
+    new_record,
+    now_iso,
+    tail,
+)
+from mxbench.records.record import Convergence, Image, Profile, Record, Status
 
 
 class EngineUnavailable(Exception):
@@ -184,7 +191,7 @@ def text(data: str | bytes) -> str:
     return data if isinstance(data, str) else data.decode("utf-8", "replace")
 
 
-PROBE = ["-m", "mxbench.bench.probe"]  # what `mxbench doctor` runs where the bench runs
+PROBE = ["-m", "mxbench.bench.evidence.probe"]  # what `mxbench doctor` runs where the bench runs
 
 
 def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
@@ -200,7 +207,7 @@ def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
             "devices",
             "fail",
             f"the probe printed no result: {why}",
-            "run `python -m mxbench.bench.probe` there and read its error",
+            "run `python -m mxbench.bench.evidence.probe` there and read its error",
         )
     cpu = facts.get("cpu") or {}
     where = f"{cpu.get('model') or 'unknown CPU'}, {cpu.get('cores')} cores"
@@ -224,7 +231,7 @@ def probe_check(stdout: str, stderr: str, want_gpus: bool) -> Check:
 
 def to_records(cell: Cell, outcome: Outcome) -> list[tuple[Cell, Record]]:
     """The result record of each cell ``cell``'s process measured (itself, then its
-    partners: :attr:`~mxbench.cells.Cell.arms`), whatever happened. A paired process prints
+    partners: :attr:`~mxbench.cells.cell.Cell.arms`), whatever happened. A paired process prints
     one record per arm, in the arms' order: per batch size (a process of several measures
     them pass by pass), the last records of that batch size, by position (each must carry
     its arm's policy); a missing one is that arm's failure. A pass's records followed by
@@ -386,7 +393,7 @@ _PHASES = {"profile": "the profiled window", "check": "the one-step check"}
 
 def interrupted(cell: Cell, outcome: Outcome, rec: Record) -> Record:
     """A record the bench printed after its timed steps, before the phases it names in
-    ``pending`` (:func:`mxbench.bench.cell.run_cell`'s ``emit``), from a process that never
+    ``pending`` (:func:`mxbench.bench.process.cell.run_cell`'s ``emit``), from a process that never
     printed a later one: the timed figures stand; the first pending phase is where the
     process ended (the reason: how it ended), the others never ran."""
     if outcome.returncode == 0 and not outcome.timed_out and outcome.status is None:
@@ -447,10 +454,10 @@ E = TypeVar("E", bound=type[Engine])
 
 def register(cls: E) -> E:
     """Class decorator: make an engine known by its ``name``; its ``host_model`` is the one
-    the matrix validates hosts of that engine against (:data:`mxbench.hosts.HOSTS`)."""
-    from mxbench.hosts import HOSTS
+    the matrix validates hosts of that engine against (:data:`mxbench.matrix.hosts.HOSTS`)."""
+    from mxbench.matrix.hosts import HOSTS
 
     if HOSTS.get(cls.name) is not cls.host_model:
-        raise TypeError(f"engine {cls.name!r}: its host model is not mxbench.hosts.HOSTS's")
+        raise TypeError(f"engine {cls.name!r}: its host model is not mxbench.matrix.hosts.HOSTS's")
     ENGINES[cls.name] = cls
     return cls

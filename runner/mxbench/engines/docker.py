@@ -46,11 +46,11 @@ from mxbench.engines.base import (
 )
 from mxbench.engines.docker_container import create_args, device_requests
 from mxbench.errors import MxbenchError
-from mxbench.hosts import DockerHost
+from mxbench.matrix.hosts import DockerHost
 
 if TYPE_CHECKING:
-    from mxbench.cells import Cell
-    from mxbench.matrix import Matrix
+    from mxbench.cells.cell import Cell
+    from mxbench.matrix.file import Matrix
 
 T = TypeVar("T")
 

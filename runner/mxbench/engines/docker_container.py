@@ -8,12 +8,13 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from mxbench import models, scale
+from mxbench import models
 from mxbench.engines import stale
+from mxbench.matrix import scale
 
 if TYPE_CHECKING:
-    from mxbench.cells import Cell
-    from mxbench.hosts import DockerHost
+    from mxbench.cells.cell import Cell
+    from mxbench.matrix.hosts import DockerHost
 
 
 def create_args(host: DockerHost, cell: Cell, tag: str) -> dict[str, Any]:

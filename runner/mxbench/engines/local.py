@@ -43,11 +43,11 @@ from mxbench.engines.cgroup import CgroupUnavailable, MemoryCgroup
 from mxbench.engines.cgroup import sweep_stale as cgroup_sweep
 from mxbench.engines.compile_cache import CompileCache
 from mxbench.errors import UsageError, pip_install
-from mxbench.hosts import LocalHost
+from mxbench.matrix.hosts import LocalHost
 
 if TYPE_CHECKING:
-    from mxbench.cells import Cell
-    from mxbench.matrix import Matrix
+    from mxbench.cells.cell import Cell
+    from mxbench.matrix.file import Matrix
 
 
 @register

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from mxbench.codec import parse_bench_output, tail
 from mxbench.engines import retry, stale
 from mxbench.engines.base import (
     STDOUT_LIMIT,
@@ -58,10 +57,11 @@ from mxbench.engines.slurm_states import (
     state_reason,
 )
 from mxbench.errors import UsageError
-from mxbench.hosts import SlurmHost
+from mxbench.matrix.hosts import SlurmHost
+from mxbench.records.codec import parse_bench_output, tail
 
 if TYPE_CHECKING:
-    from mxbench.cells import Cell
+    from mxbench.cells.cell import Cell
 
 
 MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (task ids 0..1000)

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mxbench import scale
 from mxbench.engines import stale
-from mxbench.params import control
+from mxbench.matrix import scale
+from mxbench.matrix.params import control
 
 if TYPE_CHECKING:
-    from mxbench.cells import Cell
-    from mxbench.hosts import SlurmHost
+    from mxbench.cells.cell import Cell
+    from mxbench.matrix.hosts import SlurmHost
 
 # A control character (a newline above all, or a Unicode line separator) would end a
 # #SBATCH or export line early and start a new one: the rest of the value would run.
@@ -74,7 +74,7 @@ def time_limit(host: SlurmHost, cells: Sequence[Cell]) -> str:
 
 
 def tasks(host: SlurmHost, cells: Sequence[Cell]) -> list[str]:
-    """The tasks of a submission: one, or a cell's processes (:func:`mxbench.scale.processes`:
+    """The tasks of a submission: one, or a cell's processes (:func:`mxbench.matrix.scale.processes`:
     its ``nodes``, each torch's ``devices`` processes), ``tasks_per_node`` of its ``nodes``
     to a node (the engine submits cells of one shape together; a check of them all,
     sbatch --test-only, asks for the largest)."""

@@ -6,7 +6,7 @@ a dict that adds ``loss``, ``optimizer``, ``inputs`` / ``labels`` specs or a ``d
 :data:`BUILD_KWARGS` and gets those (:func:`call`). Beside it the module may declare facts
 (:data:`DECLARED`: what shapes its input, its smallest image, its own input size, its
 classes) as top-level constants, and a ``forward_flops`` function called like ``build``. The
-bench (:mod:`mxbench.bench.harness`) owns the rest: seeds, identical initial weights across
+bench (:mod:`mxbench.bench.model.harness`) owns the rest: seeds, identical initial weights across
 policies, compile, loss scaling, synthetic data, timing, OOM.
 
 The ``model`` parameter names either a built-in model (:data:`ZOO`: one module each) or an
@@ -32,7 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from mxbench import params
+from mxbench.matrix import params
 
 # name -> module: adding a built-in model is one module plus one line here.
 ZOO: dict[str, str] = {
@@ -235,7 +235,7 @@ def own_input(
 ) -> tuple[int, int | None]:
     """The image a cell gives the model: the size (and width) the matrix or the command line
     names; where it names no size, the model's own (``IMAGE_SIZE`` x ``IMAGE_WIDTH``), else
-    :data:`~mxbench.params.DEFAULT_IMAGE_SIZE`, square."""
+    :data:`~mxbench.matrix.params.DEFAULT_IMAGE_SIZE`, square."""
     if image_size is not None:
         return image_size, image_width
     if found.image_size is not None:

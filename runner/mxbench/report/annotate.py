@@ -7,10 +7,11 @@ AVX2/FMA ("compiled in" only when TF's own probe said so, never guessed).
 
 from __future__ import annotations
 
-from mxbench import params, repeats
+from mxbench.cells import repeats
+from mxbench.matrix import params
+from mxbench.records.record import Record
 from mxbench.report import devices
 from mxbench.report.tables import Table, bounded
-from mxbench.results import Record
 
 
 def _yes(flag: bool) -> str:

@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from mxbench import stats
-from mxbench.params import BASELINE, control
+from mxbench.matrix.params import BASELINE, control
+from mxbench.records.record import Record
 from mxbench.report.tables import Table
-from mxbench.results import Record
 
 # A device name is what a bench printed: no control sequence reaches the user's terminal.
 _CONTROL = control()

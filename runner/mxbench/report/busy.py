@@ -1,5 +1,5 @@
 """What the machine was doing while a comparison was timed, in words (measured by the paired
-design's interference probe: :mod:`mxbench.bench.interference`)."""
+design's interference probe: :mod:`mxbench.bench.evidence.interference`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mxbench.results import Record
+from mxbench.records.record import Record
 
 # From these on the diagnosis says the machine was in use (a share of the rounds disturbed,
 # or other processes' CPU in cores).

@@ -1,7 +1,7 @@
 """The memory half: the largest batch each policy fits, from batch-size search records.
 
 Trials of ``axes.batch_size: max`` carry their search's settings (``record.search``). For
-each table (host, device, image, setup) and policy, :func:`mxbench.search.walk` replays the
+each table (host, device, image, setup) and policy, :func:`mxbench.matrix.search.walk` replays the
 search over the trials' outcomes, exactly as ``mxbench run`` walked it: the answer comes from
 the records alone, or the report says which trial is still missing.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mxbench import stats
-from mxbench.params import BASELINE
+from mxbench.matrix.params import BASELINE
+from mxbench.matrix.search import Found, walk
+from mxbench.records.record import Record
 from mxbench.report.load import latest
 from mxbench.report.tables import Table, group, make
-from mxbench.results import Record
-from mxbench.search import Found, walk
 
 
 @dataclass

@@ -22,11 +22,13 @@ from typing import Any
 
 import msgspec
 
-from mxbench import params, stats, summary
-from mxbench.params import Params
+from mxbench import stats
+from mxbench.matrix import params
+from mxbench.matrix.params import Params
+from mxbench.records import summary
+from mxbench.records.record import Record
 from mxbench.report import tables
 from mxbench.report.load import Loaded
-from mxbench.results import Record
 
 Key = tuple[str, ...]
 _IDENTITY = [n for n in params.names() if params.field(n).spec.role != "repeat"]
@@ -190,7 +192,7 @@ def compare(base: Loaded, new: Loaded, threshold: float) -> Comparison:
 def floors(changes: list[Change], dirs: list[Path]) -> dict[str, float]:
     """Each host's measured noise floor per process (the first of ``dirs`` that has one:
     ``mxbench doctor --noise``), stamped on its changes; host -> floor."""
-    from mxbench import noise
+    from mxbench.stats import noise
 
     found: dict[str, float] = {}
     for host in sorted({c.host for c in changes}):

@@ -1,6 +1,6 @@
 """``mxbench compare`` as a document of its own, built once and rendered by the report's
-renderers (:func:`mxbench.report.markdown.render_compare`,
-:func:`mxbench.report.export.write_compare`): the command only loads, builds and exits.
+renderers (:func:`mxbench.report.render.markdown.render_compare`,
+:func:`mxbench.report.render.export.write_compare`): the command only loads, builds and exits.
 
 Parts, in order: the cells timed on both sides (the change and its verdict), the cells that
 ran on one side and failed on the other, the cells one side has alone, the counts, the

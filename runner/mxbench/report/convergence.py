@@ -1,6 +1,6 @@
 """The convergence check in the report: a column per 16-bit policy, and the diagnosis.
 
-Each record's ``convergence`` (:mod:`mxbench.bench.convergence`) says how many steps its
+Each record's ``convergence`` (:mod:`mxbench.bench.model.convergence`) says how many steps its
 dynamic loss scaler skipped and how its first gradient compares with float32's. A slot shows
 the lowest cosine of its records (``cos 0.99995``; ``low`` below the threshold), or why
 there is none (``skipped``, ``not finite``), and the skipped steps when there were any.
@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mxbench.params import BASELINE
+from mxbench.matrix.params import BASELINE
+from mxbench.records.record import Convergence
 from mxbench.report.tables import Entry, Table
-from mxbench.results import Convergence
 
-THRESHOLD = 0.99  # mxbench.bench.convergence.THRESHOLD (the bench is not imported here)
+THRESHOLD = 0.99  # mxbench.bench.model.convergence.THRESHOLD (the bench is not imported here)
 UNDERFLOW = 0.01  # a gradient with this share of elements zero (float32's not) underflowed
 # The control excuses a low cosine only when the policy turns the gradient by at most this
 # many times the angle float32 turns it with only its input rounded. Committed records: the

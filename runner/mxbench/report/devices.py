@@ -11,7 +11,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from mxbench.codec import cc_pair
+from mxbench.records.codec import cc_pair
 from mxbench.roofs import datasheet
 
 

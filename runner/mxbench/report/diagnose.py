@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mxbench.codec import cc_pair
-from mxbench.params import BASELINE
-from mxbench.report import convergence, devices
+from mxbench.matrix.params import BASELINE
+from mxbench.records.codec import cc_pair
+from mxbench.records.record import ModelInfo, OffMultipleOf8
+from mxbench.report import devices
 from mxbench.report.annotate import compiled_for_avx2_fma, gpu_cc
-from mxbench.report.diagnose_cpu import bf16_on_cpu, float16_emulated_on_cpu, observed
-from mxbench.report.diagnose_profile import (
+from mxbench.report.diagnosis.cpu import bf16_on_cpu, float16_emulated_on_cpu, observed
+from mxbench.report.diagnosis.kernels import (
     BFLOAT16,
     FLOAT16,
     cast_overhead,
@@ -28,8 +29,8 @@ from mxbench.report.diagnose_profile import (
     tensor_core_kernels,
     tensor_core_policies,
 )
+from mxbench.report.sections import convergence
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
-from mxbench.results import ModelInfo, OffMultipleOf8
 from mxbench.roofs import model as roof_model
 
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
@@ -421,7 +422,7 @@ def isa_claim_mismatch(t: Table) -> str | None:
 def machine_in_use(t: Table) -> str | None:
     """The paired design measured what else ran during the timed windows: a busy machine is
     said, with the verdicts it may have blurred."""
-    from mxbench.report.busy import busy
+    from mxbench.report.diagnosis.busy import busy
 
     if "pairing" not in t.carries:
         return None  # no paired windows measured anything

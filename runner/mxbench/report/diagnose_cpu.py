@@ -1,15 +1,15 @@
-"""The CPU's 16-bit rules (:mod:`mxbench.report.diagnose` orders them among the others):
+"""The CPU's 16-bit rules (:mod:`mxbench.report.diagnosis.rules` orders them among the others):
 what float16 and bfloat16 can do on a CPU, from its flags and the settings that keep oneDNN
 from its instructions, where no record says which kernels ran (where one does, its
-kernels say it: :func:`mxbench.report.diagnose_profile.cpu_kernels`); and the observed
+kernels say it: :func:`mxbench.report.diagnosis.kernels.cpu_kernels`); and the observed
 speedups every rule quotes."""
 
 from __future__ import annotations
 
 from mxbench import stats
-from mxbench.bench import onednn
+from mxbench.bench.evidence import onednn
 from mxbench.report import devices
-from mxbench.report.diagnose_profile import (
+from mxbench.report.diagnosis.kernels import (
     AMX,
     BFLOAT16,
     FLOAT16,

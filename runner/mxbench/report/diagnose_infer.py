@@ -1,6 +1,6 @@
 """Why a serving precision is (not) faster: the diagnosis of inference groups.
 
-Each rule reads one serving group (its precisions, :class:`mxbench.report.inference.Rung`)
+Each rule reads one serving group (its precisions, :class:`mxbench.report.sections.inference.Rung`)
 and, for the dispatch rule, the other groups of the run; it returns a sentence or None. What
 the device can do comes from the records (compute capability, CPU flags), what ran from the
 records too, never from a guess:
@@ -31,12 +31,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from mxbench import stats
-from mxbench.params import Params
+from mxbench.matrix.params import Params
+from mxbench.records.record import Record
 from mxbench.report import devices
-from mxbench.results import Record
 
 if TYPE_CHECKING:
-    from mxbench.report.inference import Rung
+    from mxbench.report.sections.inference import Rung
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 # /proc/cpuinfo flags of 8-bit integer dot products: AVX512_VNNI, AVX-VNNI, AMX's int8 tiles

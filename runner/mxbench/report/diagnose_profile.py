@@ -1,18 +1,19 @@
 """The diagnosis rules that read the profiled window (``record.profile``): which kernels ran
 the convolutions and matmuls, Tensor Core use, casts, memory-bound and launch-bound steps.
-:mod:`mxbench.report.diagnose` orders them among the others.
+:mod:`mxbench.report.diagnosis.rules` orders them among the others.
 """
 
 from __future__ import annotations
 
 from typing import TypeGuard
 
-from mxbench.bench import onednn
-from mxbench.report import devices, why
+from mxbench.bench.evidence import onednn
+from mxbench.records.record import OneDnnEvidence, Profile
+from mxbench.report import devices
 from mxbench.report.annotate import gpu_cc
+from mxbench.report.sections import why
+from mxbench.report.sections.why import profile_of
 from mxbench.report.tables import Table
-from mxbench.report.why import profile_of
-from mxbench.results import OneDnnEvidence, Profile
 
 FLOAT16 = frozenset({"mixed_float16", "float16"})
 BFLOAT16 = frozenset({"mixed_bfloat16", "bfloat16"})
@@ -95,7 +96,7 @@ def _shares(
     t: Table, category: str, policies: frozenset[str] | None = None
 ) -> list[tuple[str, int, float]]:
     """(policy, batch, share of the timed step) of ``category`` in every profiled slot: the
-    breakdown's milliseconds of the timed step (:func:`mxbench.report.why.split`), so that
+    breakdown's milliseconds of the timed step (:func:`mxbench.report.sections.why.split`), so that
     the profiler's own cost is no share of anything."""
     return [
         (b.policy, b.batch, b.share(category))

@@ -19,7 +19,8 @@ from functools import cached_property, partial
 from typing import Literal, TypeVar
 
 from mxbench import stats
-from mxbench.params import BASELINE
+from mxbench.matrix.params import BASELINE
+from mxbench.records.record import Record
 from mxbench.report import (
     annotate,
     answers,
@@ -31,10 +32,9 @@ from mxbench.report import (
     training,
     why,
 )
-from mxbench.report.diagnose import diagnose
+from mxbench.report.diagnosis.rules import diagnose
 from mxbench.report.load import Loaded
 from mxbench.report.tables import Table, bounded, last_line
-from mxbench.results import Record
 
 R = TypeVar("R")
 
@@ -157,7 +157,7 @@ class Document:
     search): once, on first use of :attr:`sections`, or in worker processes by :meth:`each`
     when a renderer needs only what it makes of them. Everything else is made on first use
     too, so that a renderer makes it while the workers make the sections
-    (:func:`mxbench.report.markdown.render`)."""
+    (:func:`mxbench.report.render.markdown.render`)."""
 
     loaded: Loaded
     tables: Sequence[Table]
@@ -188,7 +188,7 @@ class Document:
 
     @cached_property
     def training(self) -> list[training.Section]:
-        """Training runs to an accuracy; input and host-overhead A/Bs (report/training.py)."""
+        """Training runs to an accuracy; input and host-overhead A/Bs (report/sections/training.py)."""
         return training.sections(self.loaded.winners)
 
     @cached_property
@@ -197,12 +197,12 @@ class Document:
 
     @cached_property
     def scaling(self) -> list[scaling.Map]:
-        """The speedup x scale map: tables that differ only in devices (report/scaling.py)."""
+        """The speedup x scale map: tables that differ only in devices (report/sections/scaling.py)."""
         return scaling.build(self.tables)
 
     @cached_property
     def inference(self) -> list[inference.Section]:
-        """Serving cells: latency percentiles, throughput, the gate (report/inference.py)."""
+        """Serving cells: latency percentiles, throughput, the gate (report/sections/inference.py)."""
         return inference.sections(self.loaded.winners)
 
     @cached_property
@@ -365,11 +365,11 @@ def build(loaded: Loaded, tables: Sequence[Table]) -> Document:
 
 # format name -> (module of its renderer, the file suffixes it is chosen by)
 FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "markdown": ("mxbench.report.markdown", (".md", ".markdown")),
-    "html": ("mxbench.report.html", (".html", ".htm")),
-    "json": ("mxbench.report.export", (".json",)),
+    "markdown": ("mxbench.report.render.markdown", (".md", ".markdown")),
+    "html": ("mxbench.report.render.html", (".html", ".htm")),
+    "json": ("mxbench.report.render.export", (".json",)),
     "csv": ("mxbench.report.frame", (".csv",)),
-    "terminal": ("mxbench.report.terminal", (".txt",)),
+    "terminal": ("mxbench.report.render.terminal", (".txt",)),
 }
 
 

@@ -17,10 +17,10 @@ from typing import Any, TextIO
 
 import msgspec
 
-from mxbench.report import answers, capacity, inference, scaling, training, why
 from mxbench.report.compare_document import CompareDocument
 from mxbench.report.document import Document, Grid, Section
 from mxbench.report.load import folders
+from mxbench.report.sections import answers, capacity, inference, scaling, training, why
 from mxbench.report.tables import LOSS_TOLERANCE, Table
 from mxbench.stats import LEVEL
 
@@ -187,11 +187,11 @@ def render(doc: Document) -> str:
         "notices": doc.notices,  # older attempts hidden, lines skipped, why no summary
         "tables": doc.each(_table, "speed"),
         "largest_batch": doc.each(_largest, "largest"),  # the batch-size searches
-        # training runs to an accuracy, and the input pipeline's share (report/training.py)
+        # training runs to an accuracy, and the input pipeline's share (report/sections/training.py)
         "training": [training.as_dict(s) for s in doc.training],
         "shares": doc.shares,
         "scaling": [scaling.as_dict(m) for m in doc.scaling],  # the speedup x scale map
-        # serving cells: latency percentiles, throughput, the gate (report/inference.py)
+        # serving cells: latency percentiles, throughput, the gate (report/sections/inference.py)
         "inference": [inference.as_dict(s) for s in doc.inference],
     }
     return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")

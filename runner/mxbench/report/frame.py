@@ -2,7 +2,7 @@
 
 One tidy row per record: the winning record of each cell by default (what the tables show),
 or every attempt with ``latest=False``. Flat columns: where it ran, what it measured (every
-parameter of :class:`mxbench.params.Params`), the outcome, the speedup over float32 and the
+parameter of :class:`mxbench.matrix.params.Params`), the outcome, the speedup over float32 and the
 loss parity, what changes the numbers (input device, TF32 and the matmul setting, throttling),
 memory, warm-up, versions as people write them (CUDA 13.0, cuDNN 9.19.0).
 
@@ -23,11 +23,12 @@ import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mxbench import params
-from mxbench.report import capacity, inference, load, scaling, tables, why
-from mxbench.report.busy import busy
+from mxbench.matrix import params
+from mxbench.records.record import Record
+from mxbench.report import load, tables
 from mxbench.report.devices import cuda_text, cudnn_text
-from mxbench.results import Record
+from mxbench.report.diagnosis.busy import busy
+from mxbench.report.sections import capacity, inference, scaling, why
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,7 +102,7 @@ _AFTER = (
     "error",
     "profile_error",
     *scaling.CSV_COLUMNS,
-    *inference.COLUMNS,  # serving cells (report/inference.py)
+    *inference.COLUMNS,  # serving cells (report/sections/inference.py)
 )
 COLUMNS = (*_BEFORE, *params.names(), *_AFTER)
 # The frame's types (everything else: text or float)
@@ -288,7 +289,7 @@ def _beside(rec: Record) -> dict[str, Any]:
 
 def _breakdown(rec: Record) -> dict[str, Any]:
     """Where the time goes, as the report shows it: each category's share of the profiled
-    window applied to the timed median step (:mod:`mxbench.report.why`), and the kernels."""
+    window applied to the timed median step (:mod:`mxbench.report.sections.why`), and the kernels."""
     p, step = why.profile_of([rec]), rec.metrics.step_ms
     parts = why.split(step.median, p) if p is not None and step is not None else None
     if p is None or parts is None:

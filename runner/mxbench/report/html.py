@@ -18,13 +18,13 @@ import base64
 import html
 from collections.abc import Callable, Container, Iterable, Sequence
 
-from mxbench import params
-from mxbench.report import inference, scaling, training, why
+from mxbench.matrix import params
+from mxbench.records.record import CATEGORY_NAMES
 from mxbench.report.document import LOOK, Document, Grid, Section, Verdict
-from mxbench.report.plot import curves_png, memory_png, pngs_base64, scaling_png
+from mxbench.report.render.plot import curves_png, memory_png, pngs_base64, scaling_png
+from mxbench.report.sections import inference, scaling, training, why
 from mxbench.report.tables import Table
 from mxbench.report.text import Titled
-from mxbench.results import CATEGORY_NAMES
 
 MAX_PLOTS = 200
 # Not allowed in an HTML page (NUL, ESC, C1 controls): a record's name loses them.

@@ -6,12 +6,12 @@ input and batch size. Each precision is one row: its latency percentiles (p50, p
 each process's own, its calls' dependence counted, and across processes their geometric
 mean with Student's t interval over them at 95 %; with one process the interval of its calls
 alone; "needs N queries" where a process's calls cannot support one:
-:func:`mxbench.latency.across`), its throughput, its speedup over float32 (float32's p50 as
+:func:`mxbench.stats.latency.across`), its throughput, its speedup over float32 (float32's p50 as
 printed / its own: each process's p50 with the variance of its log its calls give, judged as
 step times are, :func:`mxbench.stats.judge`: a verdict with two or more processes per side,
 else an interval over the calls of one without a verdict), and its gate: the top-1
 agreement and cosine of its outputs against float32's on the same weights and inputs
-(:mod:`mxbench.bench.infer`). A speedup whose gate did not pass, or that has no gate, is
+(:mod:`mxbench.bench.process.infer`). A speedup whose gate did not pass, or that has no gate, is
 struck from the summary sentences with the reason, as the compiler dashboards drop a model
 that fails its accuracy check.
 
@@ -30,9 +30,8 @@ from typing import Any
 
 import msgspec
 
-from mxbench import latency, stats
-from mxbench.inference_record import GATE_AGREEMENT, GATE_COSINE, GATE_RELATIVE_TOP1, Gate
-from mxbench.params import (
+from mxbench import stats
+from mxbench.matrix.params import (
     BASELINE,
     POLICIES,
     WEIGHTS_NONE,
@@ -42,9 +41,12 @@ from mxbench.params import (
     field,
     names,
 )
-from mxbench.report import diagnose_infer, why
+from mxbench.records.inference import GATE_AGREEMENT, GATE_COSINE, GATE_RELATIVE_TOP1, Gate
+from mxbench.records.record import Record
+from mxbench.report.diagnosis import serving as diagnose_infer
+from mxbench.report.sections import why
 from mxbench.report.tables import image_input, last_line
-from mxbench.results import Record
+from mxbench.stats import latency
 
 INFER = "infer"
 DASH = "–"
@@ -121,7 +123,7 @@ class Rung:
 
     @cached_property
     def percentiles(self) -> list[latency.Percentile]:
-        """p50, p90, p99 over its processes (:func:`mxbench.latency.across`)."""
+        """p50, p90, p99 over its processes (:func:`mxbench.stats.latency.across`)."""
         samples = self.samples
         return [latency.across(samples, q) for q in latency.QUANTILES]
 
@@ -335,7 +337,7 @@ def sentence(rung: Rung, where: str) -> str | None:
 
 def sections(winners: list[Record]) -> list[Section]:
     """One section per serving group: its rows, its answer lines (:func:`lines`), the
-    precisions that failed and the diagnosis (:mod:`mxbench.report.diagnose_infer`); the note
+    precisions that failed and the diagnosis (:mod:`mxbench.report.diagnosis.serving`); the note
     on how to read them under the last."""
     out = []
     answered = _answers(winners)

@@ -1,6 +1,6 @@
 """Read result records from any number of sources and pick one record per cell.
 
-Records are streamed line by line and decoded as :class:`~mxbench.summary.Read`, a
+Records are streamed line by line and decoded as :class:`~mxbench.records.summary.Read`, a
 :class:`Record` whose bulky parts (a record's raw step samples and per-step losses) are
 validated as the record type validates them and then summarised, a batch of records at a
 time, into what the tables need: the process's median and its uncertainty
@@ -8,7 +8,7 @@ time, into what the tables need: the process's median and its uncertainty
 grows with the cells, never with the steps; the winning record of a cell is chosen as
 records arrive. A line that is not a record, and a path that cannot be read (a directory
 named ``*.jsonl``, a FIFO, a device, a symlink loop, no permission), is skipped with one
-``file:line: reason`` warning: the same lines as :func:`mxbench.codec.decode` refuses, with
+``file:line: reason`` warning: the same lines as :func:`mxbench.records.codec.decode` refuses, with
 its reasons (a line the fast path cannot vouch for is decoded by it).
 
 Several attempts of one cell (a retry after an OOM, a resumed run, the same directory
@@ -31,12 +31,14 @@ from typing import Any
 
 import msgspec
 
-from mxbench import codec, results, stats, store
-from mxbench.codec import BadRecord
+from mxbench import stats
 from mxbench.errors import UsageError
-from mxbench.results import Device, Image, Metrics, Pairing, Record, Settings, StepStats
-from mxbench.store import BadLine
-from mxbench.summary import Read, loss_total, metrics_left_out
+from mxbench.records import codec, store
+from mxbench.records import record as results
+from mxbench.records.codec import BadRecord
+from mxbench.records.record import Device, Image, Metrics, Pairing, Record, Settings, StepStats
+from mxbench.records.store import BadLine
+from mxbench.records.summary import Read, loss_total, metrics_left_out
 
 _EPOCH = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
@@ -77,7 +79,7 @@ class Reader:
 
     def decode(self, line: bytes) -> Read:
         """One line as a :class:`Read` record, or :class:`BadRecord` (the reason
-        :func:`mxbench.codec.decode` gives)."""
+        :func:`mxbench.records.codec.decode` gives)."""
         try:
             rec = _read.decode(line)
             if rec.schema != results.SCHEMA or (rec.run and _nested(rec.run)):

@@ -16,10 +16,11 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 
-from mxbench.params import CONTROL_CHARS
-from mxbench.report import inference, scaling, text, training, why
+from mxbench.matrix.params import CONTROL_CHARS
+from mxbench.report import text
 from mxbench.report.compare_document import CompareDocument, Part
 from mxbench.report.document import Document, Grid, Section
+from mxbench.report.sections import inference, scaling, training, why
 from mxbench.report.text import Titled
 
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]+")

@@ -9,9 +9,9 @@ import io
 import warnings
 from typing import Any
 
-from mxbench.params import BASELINE, control
-from mxbench.report import scaling, training
-from mxbench.report.capacity import Capacity, peak_bytes
+from mxbench.matrix.params import BASELINE, control
+from mxbench.report.sections import scaling, training
+from mxbench.report.sections.capacity import Capacity, peak_bytes
 from mxbench.report.tables import Table
 
 MAX_LABEL = 80

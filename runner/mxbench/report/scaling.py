@@ -8,7 +8,7 @@ of a slot (policy, batch size) at N devices is the throughput the map prints for
 times the one it prints for the same slot on one device (images/s over the timed window, the
 median over processes): a reader gets the same figure from the table's own columns. Its
 interval is Welch's t over the processes' log images/s around that ratio
-(:mod:`mxbench.report.throughput`). Above :data:`SUPERLINEAR` it is flagged, never shown as a
+(:mod:`mxbench.report.sections.throughput`). Above :data:`SUPERLINEAR` it is flagged, never shown as a
 win; devices cut from one CPU share its cores, and the map says so.
 
 Why the efficiency falls short is said per policy where the devices have hardware of their
@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxbench import scale, stats
-from mxbench.params import BASELINE, POLICIES
-from mxbench.report import scaling_reference as reference
-from mxbench.report import throughput
+from mxbench import stats
+from mxbench.matrix import scale
+from mxbench.matrix.params import BASELINE, POLICIES
+from mxbench.records.record import Record
+from mxbench.report.sections import scaling_reference as reference
+from mxbench.report.sections import throughput
 from mxbench.report.tables import Entry, Table, bounded
-from mxbench.results import Record
 
 TITLE = "Scaling"  # each map's heading: "Scaling: <title>"
 SUPERLINEAR = 1.05  # efficiency above this is flagged: a measurement to doubt, not a win
@@ -75,7 +76,7 @@ class Point:
     speedup: stats.Ratio | None  # over float32 at this N (the table's)
     shared_cores: bool
     records: list[Record] = field(default_factory=list, repr=False)
-    # independent replicas at this N (scaling: independent; report/scaling_reference.py)
+    # independent replicas at this N (scaling: independent; report/sections/scaling_reference.py)
     reference: reference.Reference | None = None
 
     @property
@@ -271,7 +272,7 @@ def scaling_bound(points: Sequence[Point]) -> list[str]:
       parallel keeps clearly less than :data:`COMMUNICATION` of their throughput: the
       all-reduce alone costs more than the rest;
     - ``contention-bound``: it keeps clearly more (and not above
-      :data:`~mxbench.report.scaling_reference.KEPT_ABOVE`, a reference to doubt): the
+      :data:`~mxbench.report.sections.scaling_reference.KEPT_ABOVE`, a reference to doubt): the
       replicas, which do not talk, lose most of it too;
     - ``communication or contention``: no reference at that N, one without an interval, a
       flagged one, or one whose interval straddles :data:`COMMUNICATION`."""
@@ -376,7 +377,7 @@ def notes(points: Sequence[Point]) -> list[str]:
 
 
 def interconnects(points: Sequence[Point]) -> list[str]:
-    """What the records say about the devices' links (bench/interconnect.py), each distinct
+    """What the records say about the devices' links (bench/parallel/interconnect.py), each distinct
     account once: the links by kind and the slowest, NCCL's version, or what could not be
     read and why."""
     found: dict[str, set[int]] = {}

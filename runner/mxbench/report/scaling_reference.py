@@ -1,5 +1,5 @@
 """The map's no-communication reference and per-device health sweep, from cells of
-independent replicas (``scaling: independent``, :mod:`mxbench.bench.independent`).
+independent replicas (``scaling: independent``, :mod:`mxbench.bench.parallel.independent`).
 
 **The reference.** At each N, data parallel's throughput over the independent replicas' at
 the same N and per-device batch (both carry N x batch_size a step): the share of the
@@ -8,7 +8,7 @@ all-reduce and the synchronisation cost; the efficiency ``T_N / (N * T_1)`` mixe
 what N devices cost each other without talking (a shared host, its memory, its input
 pipeline), which the independent replicas pay too. It is the ratio of the two images/s the
 map prints, with an interval over the processes' log images/s
-(:mod:`mxbench.report.throughput`). Data parallel does the replicas' work and more: a share
+(:mod:`mxbench.report.sections.throughput`). Data parallel does the replicas' work and more: a share
 above :data:`KEPT_ABOVE` is flagged as a finding (the reference was slowed, or the two cells
 did not measure the same thing), never shown as a win.
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mxbench import stats
-from mxbench.report import throughput
+from mxbench.records.record import Record
+from mxbench.report.sections import throughput
 from mxbench.report.tables import Entry
-from mxbench.results import Record
 
 SLOW = 0.90  # a replica is slow when its throughput's interval lies wholly below this
 # data parallel keeping more than this share of independent replicas' throughput: flagged
@@ -101,7 +101,7 @@ def references(
 ) -> list[Reference | None]:
     """Per (data parallel's records, its printed images/s, the replicas' entry at its N or
     None, the global batch): the reference, judged together: kept is the printed images/s
-    over the replicas' printed images/s (:mod:`mxbench.report.throughput`)."""
+    over the replicas' printed images/s (:mod:`mxbench.report.sections.throughput`)."""
     found = [ind.images_per_s(glob) if ind is not None else None for _, _, ind, glob in wanted]
     kept = throughput.ratios([
         (throughput.rates(dp, glob), throughput.rates(ind.records, glob), rate / other)

@@ -4,7 +4,7 @@ Rows are batch sizes, columns policies. A slot (policy, batch size) normally hol
 with ``repeats`` > 1 it holds several, and shows the median of their medians (and of their
 quartiles). A slot with no ``ok`` record shows the status of its latest attempt. The
 setup that chooses a table is every parameter whose role is ``setup``
-(:mod:`mxbench.params`): a different image size or backend is a different experiment.
+(:mod:`mxbench.matrix.params`): a different image size or backend is a different experiment.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from typing import Any, Literal
 import msgspec
 from msgspec.structs import astuple
 
-from mxbench import params, stats, summary
-from mxbench.params import BASELINE, POLICIES, Params
+from mxbench import stats
+from mxbench.matrix import params
+from mxbench.matrix.params import BASELINE, POLICIES, Params
+from mxbench.records import summary
+from mxbench.records.record import Device, Image, Record
 from mxbench.report.devices import Capability, capability, cc_from_name
 from mxbench.report.load import latest
-from mxbench.results import Device, Image, Record
 
 SETUP = params.names("setup")
 # a parameters struct's setup values, from msgspec.structs.astuple of it
@@ -97,7 +99,7 @@ class Entry:
 
     def loss(self) -> tuple[float, int] | None:
         """(sum, count) of the training losses of every timed step of every ok record (the
-        sum NaN when one was not finite; :func:`mxbench.summary.loss`); None: none."""
+        sum NaN when one was not finite; :func:`mxbench.records.summary.loss`); None: none."""
         total, count = 0.0, 0
         for r in self.records:
             if r.status == "ok" and (part := summary.loss(r)) is not None:

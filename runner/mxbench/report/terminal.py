@@ -16,8 +16,8 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from mxbench.progress import plain
-from mxbench.report import inference, scaling, training, why
 from mxbench.report.document import LOOK, Document, Grid, Section
+from mxbench.report.sections import inference, scaling, training, why
 from mxbench.report.text import Titled
 
 _NUMERIC = frozenset("0123456789.")

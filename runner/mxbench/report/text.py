@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mxbench import stats, summary
-from mxbench.params import BASELINE
-from mxbench.report import convergence
-from mxbench.report.busy import busy
+from mxbench import stats
+from mxbench.matrix.params import BASELINE
+from mxbench.records import summary
+from mxbench.report.diagnosis.busy import busy
 from mxbench.report.load import Loaded, folders
+from mxbench.report.sections import convergence
 from mxbench.report.tables import LOSS_TOLERANCE, Entry, Parity, Table
 
 STATUS_TEXT = {"oom": "OOM", "error": "error", "timeout": "timeout", "unsupported": "unsupported"}

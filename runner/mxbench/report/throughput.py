@@ -26,13 +26,14 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from mxbench import stats, summary
-from mxbench.results import Record
+from mxbench import stats
+from mxbench.records import summary
+from mxbench.records.record import Record
 
 
 def rates(records: Sequence[Record], batch: int) -> list[stats.Process]:
     """Each ok process's images/s over its timed window and the variance of its log that
-    its steps give (:func:`mxbench.summary.process`; 0 without samples); where no record has
+    its steps give (:func:`mxbench.records.summary.process`; 0 without samples); where no record has
     a window's images/s, ``batch`` examples over its median step (as
     :meth:`~mxbench.report.tables.Entry.images_per_s` falls back)."""
     ok = [r for r in records if r.status == "ok"]

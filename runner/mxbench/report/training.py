@@ -33,10 +33,11 @@ from typing import Any
 
 import msgspec
 
-from mxbench import stats, summary
-from mxbench.params import BASELINE, SYNTHETIC
+from mxbench import stats
+from mxbench.matrix.params import BASELINE, SYNTHETIC
+from mxbench.records import summary
+from mxbench.records.record import Record
 from mxbench.report.tables import image_input
-from mxbench.results import Record
 
 DASH = "–"
 

@@ -1,7 +1,7 @@
 """Where the time goes, per table: the profiled windows of float32 and each policy side by
 side, and the energy and cost columns.
 
-Each profiled window (``record.profile``, :mod:`mxbench.bench.profile`) splits a step into
+Each profiled window (``record.profile``, :mod:`mxbench.bench.evidence.profile`) splits a step into
 categories: convolutions/matmuls, memory-bound work (elementwise, normalization), casts,
 layout changes, the optimizer, input waiting, other operations, and the host gap (nothing
 ran: Python, launches, waits). The bar's length is the timed median step of the table; its
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import msgspec
 
-from mxbench.bench import onednn
+from mxbench.bench.evidence import onednn
+from mxbench.records.record import CATEGORY_NAMES, OneDnnEvidence, Profile, Record
 from mxbench.report.tables import Table, last_line
-from mxbench.results import CATEGORY_NAMES, OneDnnEvidence, Profile, Record
 
 CATEGORIES: tuple[str, ...] = tuple(CATEGORY_NAMES)
 

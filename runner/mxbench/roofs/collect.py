@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mxbench.bench import onednn
+from mxbench.bench.evidence import onednn
 from mxbench.roofs import cache, clock, cpu, datasheet, gpu, host
 from mxbench.roofs.model import Roof, judge
 

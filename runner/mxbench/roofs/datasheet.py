@@ -134,7 +134,7 @@ def roofs(name: str | None) -> list[Roof]:
     return out
 
 
-# The report's short names for its peak keys (report/devices.py, report/diagnose.py)
+# The report's short names for its peak keys (report/devices.py, report/diagnosis/rules.py)
 SHORT = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf16",
          "float8": "fp8", "int8": "int8"}  # fmt: skip
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mxbench.bench import onednn
+from mxbench.bench.evidence import onednn
 from mxbench.roofs.collect import Roofs
 
 NO_GAIN = 1.1  # a ceiling ratio below this leaves mixed precision next to nothing
