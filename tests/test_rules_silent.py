@@ -475,7 +475,7 @@ CASES: list[Case] = [
     rule(dg.batch_not_multiple_of_8,  # the bug: bfloat16 on a Volta has no Tensor Cores
          lambda: pair(A100, "mixed_bfloat16", batch=63),
          lambda: pair(V100, "mixed_bfloat16", batch=63), why="bf16-below-cc-8"),
-    rule(dg.achieved_vs_peak, lambda: peak(0.5), lambda: pair(TITAN_XP, model={
+    rule(dg.achieved_vs_peak, lambda: peak(0.5), lambda: pair(GTX_1660_TI, model={
         "name": "m", "parameters": 1000, "flops_per_example": 1e9}), why="no-peak-known"),
     rule(dg.achieved_vs_peak, lambda: peak(dg.FAR_BELOW_PEAK - D),
          lambda: peak(dg.FAR_BELOW_PEAK + D), needle="far below", why="FAR_BELOW_PEAK"),

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from mxbench.commands import bench, build, compare, data, doctor, init, report, run, schema
+from mxbench.commands import bench, build, compare, data, doctor, init, report, roofs, run, schema
 from mxbench.errors import MxbenchError
 from mxbench.version import __version__
 
@@ -56,6 +56,7 @@ app.command("compare", short_help="Two runs cell by cell, with verdicts (exit 1:
 )
 app.command("doctor")(doctor.doctor)
 app.command("build")(build.build)
+app.command("roofs")(roofs.roofs)
 app.command("init")(init.init)
 app.command("schema")(schema.schema)
 app.add_typer(data.app, name="data")

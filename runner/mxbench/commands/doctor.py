@@ -20,6 +20,12 @@ DISK_FAIL = 256 * 2**20  # results need little, but a full disk loses records
 DISK_WARN = 2 * 2**30
 MARK = {"ok": "ok", "fail": "FAIL", "warn": "warn", "skip": "-"}
 STYLE = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+ROOFS_HELP = (
+    "Also the pre-flight of this machine: per backend and 16-bit dtype, whether a fast path "
+    "exists (ISA flags or Tensor Cores, the kernels a tiny probe ran) and the measured matmul "
+    "ceiling against float32's; warns where there is none. Measures once (under a minute on "
+    "a CPU), then reads the cache (`mxbench roofs`)."
+)
 
 
 def doctor(
@@ -46,6 +52,7 @@ def doctor(
         min=0,
         max=50,
     ),
+    roofs: bool = typer.Option(False, "--roofs", help=ROOFS_HELP),
 ) -> None:
     """Check every host of a matrix in seconds, one line per check with the fix.
 
@@ -62,6 +69,7 @@ def doctor(
     mxbench doctor -m matrix.yaml
     mxbench doctor -m matrix.yaml --host v100
     mxbench doctor --noise 3              # the local machine's noise floor, 3 A/A processes
+    mxbench doctor --roofs                # does this machine have a bf16 / fp16 fast path?
     ```
     """
     from mxbench.cells.cell import expand, searches
@@ -96,9 +104,17 @@ def doctor(
     typer.echo(summary, err=True)
     if failed or disk.state == "fail":
         raise typer.Exit(1)
+    if roofs:
+        _preflight()
     if noise:
         for name in names:
             _noise_floor(engines[name], [c for c in cells if c.host == name], noise, results)
+
+
+def _preflight() -> None:
+    from mxbench.commands.roofs import preflight
+
+    preflight()
 
 
 def _show(

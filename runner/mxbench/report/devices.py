@@ -1,8 +1,8 @@
 """What a device can do: NVIDIA compute capabilities Maxwell..Blackwell, peaks, CPU features.
 
 Facts, not measurements: the capability rules are NVIDIA's (float16 Tensor Cores from 7.0,
-bfloat16 and TF32 Tensor Cores from 8.0); the peak dense rates are vendor
-figures (TFLOP/s) and only listed where the figure is well known.
+bfloat16 and TF32 Tensor Cores from 8.0); the peak dense rates are the vendors' figures,
+kept with their sources in :mod:`mxbench.roofs.datasheet`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from mxbench.records.codec import cc_pair
+from mxbench.roofs import datasheet
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,6 @@ _NAME_CC: tuple[tuple[str, str], ...] = (
     ("5090", "12.0"),
 )
 
-# Peak dense TFLOP/s by precision path, vendor figures (name fragment -> peaks).
-# "fp16" is the float16 Tensor Core rate (or plain fp16 rate without Tensor Cores).
-PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
-    ("v100", {"fp32": 15.7, "fp16": 125.0}),
-    ("a100", {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0}),
-    ("h100", {"fp32": 67.0, "tf32": 495.0, "fp16": 989.0, "bf16": 989.0}),
-)
-
 
 @functools.cache
 def _fragment(fragment: str) -> re.Pattern[str]:
@@ -142,12 +135,9 @@ def capability(cc: object) -> Capability | None:
 
 
 def peaks(name: str | None) -> dict[str, float] | None:
-    if not name:
-        return None
-    for fragment, table in PEAKS:
-        if _name_match(name, fragment):
-            return table
-    return None
+    """Dense vendor peaks (TFLOP/s) by path, ``fp32`` / ``tf32`` / ``fp16`` / ``bf16`` /
+    ``fp8`` / ``int8``: the one datasheet table, :mod:`mxbench.roofs.datasheet`."""
+    return datasheet.peaks(name)
 
 
 # CPU instructions that matter for the report, as (flag in /proc/cpuinfo, display name).

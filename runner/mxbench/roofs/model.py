@@ -1,0 +1,98 @@
+"""A roof and its provenance; an achieved figure judged against one; the speedup's bound."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Provenance = Literal["measured", "formula", "datasheet"]
+Kind = Literal["matmul", "bandwidth"]
+# The dtypes a roof is stated for: float32 (IEEE, no TF32), TF32 (float32 storage on
+# Tensor Cores), bfloat16, float16, float8 (e4m3) and int8.
+DTYPES = ("float32", "tf32", "bfloat16", "float16", "float8", "int8")
+ABOVE = "above the roof: another path ran, or a unit is wrong"
+
+
+class Roof(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One ceiling: a matmul rate (TFLOP/s; TOP/s for int8) or a memory bandwidth (GB/s).
+
+    ``value`` None: no such path here (``note`` says why, and what stands in for it).
+    ``native``: whether the hardware computes this dtype natively (False: converted or
+    emulated; None: not known). ``dense`` (datasheets): the figure is without 2:4
+    sparsity."""
+
+    device: str
+    dtype: str
+    kind: Kind = "matmul"
+    value: float | None
+    provenance: Provenance
+    source: str
+    backend: str | None = None
+    native: bool | None = None
+    dense: bool | None = None
+    note: str = ""
+    detail: dict[str, float] = {}
+
+    @property
+    def unit(self) -> str:
+        if self.kind == "bandwidth":
+            return "GB/s"
+        return "TOP/s" if self.dtype == "int8" else "TFLOP/s"
+
+    def text(self) -> str:
+        """The value as people read it (GFLOP/s below one TFLOP/s)."""
+        return quantity(self.value, self.unit)
+
+
+def quantity(value: float | None, unit: str) -> str:
+    if value is None:
+        return "none"
+    if unit in ("TFLOP/s", "TOP/s") and value < 1:
+        return f"{value * 1000:.3g} G{unit[1:]}"
+    return f"{value:.4g} {unit}"
+
+
+class Judged(msgspec.Struct, frozen=True):
+    """An achieved figure as a share of a roof; ``flag`` when it is above the roof."""
+
+    share: float
+    flag: str | None
+
+
+def judge(achieved: float, roof: Roof, tolerance: float = 0.0) -> Judged | None:
+    """``achieved`` (in the roof's unit) as a share of ``roof``; flagged when above 100%
+    (plus ``tolerance``): the arithmetic cannot have run on this path, or a count or unit
+    is wrong. None when the roof has no value."""
+    if roof.value is None or roof.value <= 0:
+        return None
+    share = achieved / roof.value
+    if share <= 1.0 + tolerance:
+        return Judged(share, None)
+    what = f"{share:.0%} of the {roof.text()} {roof.dtype} {roof.provenance} roof"
+    return Judged(share, f"{what}: {ABOVE}")
+
+
+def amdahl_bound(f: float, r: float) -> float:
+    """The most a speedup ``r`` of a share ``f`` of the time can give the whole (Amdahl:
+    1 / ((1 - f) + f / r)). ``f`` is the share of time in the work that speeds up (the
+    profile's convolutions and matmuls), ``r`` the ratio of the two dtypes' ceilings."""
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"a share of time is between 0 and 1, not {f}")
+    if r <= 0:
+        raise ValueError(f"a ceiling ratio is positive, not {r}")
+    return 1.0 / ((1.0 - f) + f / r)
+
+
+def bound_text(speedup: float, f: float, r: float) -> str:
+    """The answer line's bound: the measured speedup against the most mixed precision can
+    give here (``f``: the profile's share of conv/matmul time, ``r``: the ratio of the two
+    dtypes' measured ceilings), and what holds the rest back."""
+    most = amdahl_bound(f, r)
+    if speedup > most * 1.05:
+        why = "above the bound: the profile's share or the ceilings do not describe this run"
+    elif f < 0.5:
+        why = f"the rest is elementwise and other work ({1 - f:.0%} of the time)"
+    else:
+        why = f"{f:.0%} of the time in conv/matmul, whose ceiling ratio is {r:.2f}x"
+    return f"{speedup:.2f}x of at most {most:.2f}x here: {why}"
