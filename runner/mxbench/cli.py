@@ -56,7 +56,9 @@ app.command("compare", short_help="Two runs cell by cell, with verdicts (exit 1:
 )
 app.command("doctor")(doctor.doctor)
 app.command("build")(build.build)
-app.command("roofs")(roofs.roofs)
+app.command("roofs", short_help="The roofs: measured ceilings per dtype beside the formula peak.")(
+    roofs.roofs
+)
 app.command("init")(init.init)
 app.command("schema")(schema.schema)
 app.add_typer(data.app, name="data")
