@@ -83,14 +83,8 @@ def doctor(
     names = list(dict.fromkeys([*(host or []), *(h.name for h in mx.hosts if not host)]))
     engines = {n: engine_class(mx.host(n).engine_name)(mx.host(n), mx) for n in names}
 
-    def check(name: str) -> tuple[list[Check], float]:
-        t0 = time.monotonic()
-        found = list(_guarded(engines[name], [c for c in cells if c.host == name]))
-        return found, time.monotonic() - t0
-
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        checked = dict(zip(names, pool.map(check, names), strict=True))
+    checked = _check_all(engines, cells)
     disk = _disk(results)
     wall = time.monotonic() - t0
 
@@ -195,6 +189,20 @@ def _noise_floor(engine: Engine, cells: Sequence[Cell], processes: int, results:
     floor = noise.floor(engine.host.name, found)
     where = noise.save(results, floor)
     typer.echo(noise.text(floor) + f" (saved to {where})")
+
+
+def _check_all(
+    engines: dict[str, Engine], cells: Sequence[Cell]
+) -> dict[str, tuple[list[Check], float]]:
+    """Every host's checks, the hosts in parallel, each with the seconds it took."""
+
+    def check(name: str) -> tuple[list[Check], float]:
+        t0 = time.monotonic()
+        found = list(_guarded(engines[name], [c for c in cells if c.host == name]))
+        return found, time.monotonic() - t0
+
+    with ThreadPoolExecutor(max_workers=max(1, len(engines))) as pool:
+        return dict(zip(engines, pool.map(check, engines), strict=True))
 
 
 def _guarded(engine: Engine, cells: Sequence[Cell]) -> Iterator[Check]:
