@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from mxbench.engines.compile_cache import JAX_DIR, TF_FLAG, CompileCache
 from mxbench.matrix.params import Params
 from mxbench.records.record import Metrics, Record
@@ -87,20 +85,19 @@ def test_a_line_under_the_answers_says_how_many_false_verdicts_their_level_expec
     assert judged([Shown({("mixed_bfloat16", 8): bare})]) is None  # type: ignore[list-item]
 
 
-def test_run_and_report_print_it_under_the_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_and_report_print_it_under_the_verdicts() -> None:
     import json
     import subprocess
     import sys
     from pathlib import Path
 
-    from mxbench.commands.run import _print_answers
     from mxbench.report.load import load
+    from mxbench.session import verdicts
 
     root = Path(__file__).resolve().parents[1]
     paired = root / "benchmarks" / "records" / "cpu-step18-series" / "quiet" / "paired-0"
     line = "2 comparisons judged at 95%: about 0.1 false verdicts expected if none differed."
-    _print_answers(paired, None, {r.cell or "" for r in load([paired]).winners})
-    said = capsys.readouterr().out.strip().splitlines()
+    said = verdicts(paired, None, {r.cell or "" for r in load([paired]).winners})
     assert len(said) == 3 and "faster than float32 at batch 8" in said[0] and said[-1] == line
     for fmt in ("--markdown", "--json"):
         proc = subprocess.run(

@@ -199,6 +199,7 @@ def run(
         prof.breakdown_ms = s.breakdown_ms
         prof.busy_share = s.busy_share
         prof.ops_ms = s.ops_ms
+        prof.side_by_side = s.side_by_side
         prof.top_ops = [TopOp(name=n, category=c, ms_per_step=t, calls=k) for n, c, t, k in s.top]
         prof.tensor_core_share = s.tensor_core_share
         prof.cast_share = s.cast_share
@@ -416,21 +417,22 @@ def tf_planes(path: Path) -> Planes:
 def _jax(
     window: Window, trace_dir: Path, gpu: bool, model: Any = None, ds: Any = None
 ) -> Collected:
-    """``model`` and ``ds``: a training window's, whose library fusions are then named from
-    the compiled training step (a serving window's stay as the profiler names them)."""
+    """``model`` and ``ds``: a training window's, whose instructions are then named from the
+    compiled training step: library fusions after what they compute, every instruction with
+    the JAX operation it came from (the optimizer's scope); a serving window's stay as the
+    profiler names them."""
     import jax
 
     profiler = jax.profiler
     wall = window(lambda: profiler.start_trace(str(trace_dir)), profiler.stop_trace)
     ops = _xspace_ops(jax_planes(_xplane(trace_dir)), gpu)
-    if model is not None and not gpu and any(_LIBRARY_FUSION.match(o.names[0]) for o in ops):
-        ops = _name_library_fusions(ops, model, ds)
+    if model is not None and not gpu:
+        ops = _name_from_hlo(ops, model, ds)
     return ops, wall, []
 
 
 # XLA:CPU hands convolutions, dots and reductions to XNNPACK / YNNPACK as fusions named
 # ``ynn_fusion.N``: the name does not say which (ResNet-50's convolutions are most of them).
-_LIBRARY_FUSION = re.compile(r"^[xy]nn_fusion(\.\d+)?$")
 _HLO_FUSION = re.compile(r"%([xy]nn_fusion(?:\.\d+)?) = [^\n]*?calls=%([\w.\-]+)([^\n]*)")
 _HLO_COMPUTATION = re.compile(r"^%([\w.\-]+) \(.*?\{\n(.*?)^\}", re.MULTILINE | re.DOTALL)
 _HLO_ROOT = re.compile(r"ROOT %[\w.\-]+ = .*? ([a-z][\w\-]*)\(")
@@ -453,11 +455,24 @@ def library_fusions(hlo_text: str) -> dict[str, str]:
     return out
 
 
-def _name_library_fusions(ops: list[Op], model: Any, ds: Any) -> list[Op]:
+def op_names(hlo_text: str) -> dict[str, str]:
+    """Each instruction of a compiled HLO module -> the JAX operation it was made from, as
+    its metadata names it with its scopes (``jit(train_step)/adam/add``); instructions XLA
+    kept no name for are left out."""
+    return dict(_HLO_OP_NAME.findall(hlo_text))
+
+
+_HLO_OP_NAME = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = [^\n]*?metadata=\{op_name="([^"]+)"', re.M)
+
+
+def _name_from_hlo(ops: list[Op], model: Any, ds: Any) -> list[Op]:
     """``ops`` with each library fusion named after what it computes, as a TensorFlow op is
-    (``ynn_fusion.12:conv_general_dilated``), from the compiled training step's HLO text:
-    the computation Keras compiled, lowered again on one batch of ``ds`` (JAX's
-    compilation cache answers it, in milliseconds). Unchanged when that fails."""
+    (``ynn_fusion.12:conv_general_dilated``), and each instruction inside the JAX operation
+    it was made from (its op name, the outermost of ``names``: Keras' optimizer names its
+    update's scope, ``jit(train_step)/adam/add``, as TensorFlow's ops are named), from the
+    compiled training step's HLO text: the computation Keras compiled, lowered again on one
+    batch of ``ds`` (JAX's compilation cache answers it, in milliseconds). Unchanged when
+    that fails."""
     import jax
 
     try:
@@ -469,16 +484,18 @@ def _name_library_fusions(ops: list[Op], model: Any, ds: Any) -> list[Op]:
             metrics_variables=True,
         )
         step = jax.jit(model.train_step, donate_argnums=0).lower(state, batch).compile()
-        made_of = library_fusions(step.as_text())
+        text = step.as_text()
+        made_of, scoped = library_fusions(text), op_names(text)
     except Exception as exc:  # the names stay as the profiler gave them ("other")
-        print(f"mxbench bench: XLA's library fusions not named: {exc!r}", file=sys.stderr)
+        print(f"mxbench bench: XLA's instructions not named: {exc!r}", file=sys.stderr)
         return ops
-    return [
-        dataclasses.replace(o, names=(f"{o.names[0]}:{made_of[o.names[0]]}", *o.names[1:]))
-        if o.names[0] in made_of
-        else o
-        for o in ops
-    ]
+    named = []
+    for o in ops:
+        name = o.names[0]
+        first = f"{name}:{made_of[name]}" if name in made_of else name
+        around = (scoped[name],) if name in scoped else ()
+        named.append(dataclasses.replace(o, names=(first, *o.names[1:], *around)))
+    return named
 
 
 def jax_planes(path: Path) -> Planes:
