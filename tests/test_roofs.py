@@ -236,6 +236,7 @@ def test_cache_is_keyed_on_device_and_stack(
 
 
 @pytest.mark.skipif(not collect.available(), reason="no backend installed")
+@pytest.mark.process  # the probe measures in a fresh process
 def test_measured_ceiling_on_this_cpu_is_under_its_formula(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -328,6 +329,7 @@ def test_roofs_command_prints_json(tmp_path: object, monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.skipif("torch" not in collect.available(), reason="torch not installed")
+@pytest.mark.process  # the probe measures in a fresh process
 def test_on_an_avx2_only_cpu_bf16_has_no_roof_and_emulation_is_stated(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
