@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mxbench.roofs.model import Roof
+from mxbench.roofs.model import Roof, absent
 
 # ONEDNN_MAX_CPU_ISA levels (lowest first) -> flag prefixes above that level
 _ABOVE = {
@@ -133,17 +133,7 @@ def formula_roofs(
                     f"no native {dtype} path on this ISA: converted and computed in "
                     f"float32, at best the float32 roof ({fp32 * 1000:.3g} GFLOP/s)"
                 )
-            out.append(
-                Roof(
-                    device=device,
-                    dtype=dtype,
-                    value=None,
-                    provenance="formula",
-                    source=clock,
-                    native=False,
-                    note=note,
-                )
-            )
+            out.append(absent(device, dtype, clock, note))
             continue
         source = f"{r.why[dtype]}: {rate} FLOP/cycle/core x {clock}"
         out.append(

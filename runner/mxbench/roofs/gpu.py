@@ -14,7 +14,7 @@ L4 58 x 2040 -> 30.3 / 121; T4 40 x 1590 -> 8.1 / 65 / 130.
 
 from __future__ import annotations
 
-from mxbench.roofs.model import Roof
+from mxbench.roofs.model import Roof, absent
 
 # compute capability -> dtype -> dense FLOP per cycle per SM
 PER_SM: dict[tuple[int, int], dict[str, int]] = {
@@ -76,33 +76,15 @@ def formula_roofs(
     out = []
     for dtype in DTYPES:
         if per_sm is None:
-            out.append(
-                Roof(
-                    device=device,
-                    dtype=dtype,
-                    value=None,
-                    provenance="formula",
-                    source=clock,
-                    note=f"no per-SM rates known for compute capability {label}",
-                )
-            )
+            note = f"no per-SM rates known for compute capability {label}"
+            out.append(absent(device, dtype, clock, note, native=None))
             continue
         rate = per_sm.get(dtype)
         if rate is None:
             note = f"compute capability {label} has no {dtype} fast path"
             if dtype in ("bfloat16", "float16", "tf32"):
                 note += ": computed in float32, at best the float32 roof"
-            out.append(
-                Roof(
-                    device=device,
-                    dtype=dtype,
-                    value=None,
-                    provenance="formula",
-                    source=clock,
-                    native=False,
-                    note=note,
-                )
-            )
+            out.append(absent(device, dtype, clock, note))
             continue
         where = "Tensor Cores" if tensor_cores(cc, dtype) else "CUDA cores"
         source = f"cc {label} {where}: {rate} FLOP/cycle/SM x {clock}"

@@ -96,3 +96,10 @@ def bound_text(speedup: float, f: float, r: float) -> str:
     else:
         why = f"{f:.0%} of the time in conv/matmul, whose ceiling ratio is {r:.2f}x"
     return f"{speedup:.2f}x of at most {most:.2f}x here: {why}"
+
+
+def absent(device: str, dtype: str, source: str, note: str, native: bool | None = False) -> Roof:
+    """A formula roof that is not there: no such path on this device (``note`` says why and
+    what stands in for it; ``native`` None where even that is not known)."""
+    return Roof(device=device, dtype=dtype, value=None, provenance="formula", source=source,
+                native=native, note=note)  # fmt: skip

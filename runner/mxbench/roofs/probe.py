@@ -82,6 +82,11 @@ def nvml_clock() -> dict[str, float]:
         return {}
 
 
+def dtypes(gpu: bool) -> list[str]:
+    """The dtypes every backend's probe measures: TF32 only where a GPU has it."""
+    return ["float32", "tf32", "bfloat16", "float16"] if gpu else ["float32", "bfloat16", "float16"]
+
+
 class Torch:
     name = "torch"
     stream_bytes = 8  # per element: a read and a write
@@ -102,13 +107,6 @@ class Torch:
                 "cc": [props.major, props.minor],
                 **nvml_clock(),
             }
-
-    def dtypes(self) -> list[str]:
-        return (
-            ["float32", "tf32", "bfloat16", "float16"]
-            if self.gpu
-            else ["float32", "bfloat16", "float16"]
-        )
 
     def sync(self) -> None:
         if self.gpu:
@@ -156,13 +154,6 @@ class Jax:
         self.version = jax.__version__
         self.device_name = getattr(dev, "device_kind", None) if self.gpu else None
 
-    def dtypes(self) -> list[str]:
-        return (
-            ["float32", "tf32", "bfloat16", "float16"]
-            if self.gpu
-            else ["float32", "bfloat16", "float16"]
-        )
-
     def matmul(self, dtype: str) -> Callable[[int], Callable[[], Any]]:
         jax, jnp = self.jax, self.jax.numpy
         precision = jax.lax.Precision.HIGHEST if dtype == "float32" else None
@@ -200,13 +191,6 @@ class TensorFlow:
         self.version = tf.__version__
         self.device_name = None
 
-    def dtypes(self) -> list[str]:
-        return (
-            ["float32", "tf32", "bfloat16", "float16"]
-            if self.gpu
-            else ["float32", "bfloat16", "float16"]
-        )
-
     def matmul(self, dtype: str) -> Callable[[int], Callable[[], Any]]:
         tf = self.tf
         tf.config.experimental.enable_tensor_float_32_execution(dtype == "tf32")
@@ -235,7 +219,7 @@ def measure(backend: str, quick: bool = False) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else GPU_SIZES if b.gpu else CPU_SIZES
     budget = BUDGET_S / 3 if quick else BUDGET_S
     matmul = {}
-    for dtype in b.dtypes():
+    for dtype in dtypes(b.gpu):
         try:
             matmul[dtype] = sweep(b.matmul(dtype), sizes, budget)
         except Exception as exc:  # a dtype this build cannot multiply: said, not fatal
