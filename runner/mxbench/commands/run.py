@@ -53,8 +53,8 @@ _SET = typer.Option(
     rich_help_panel=_WHAT,
 )  # fmt: skip
 _FAST = typer.Option(
-    False, "--fast", help="measure: quick: a first answer in about a minute (short windows, "
-    "no profile or one-step check).", rich_help_panel=_WHAT,
+    False, "--fast", help="measure: quick: short windows, no profile or one-step check (the "
+    "default model: a first answer in under a minute).", rich_help_panel=_WHAT,
 )  # fmt: skip
 _RIGOROUS = typer.Option(
     False, "--rigorous", help="measure: rigorous: longer windows, up to 10 processes, "
