@@ -12,6 +12,8 @@ follows from the record's own facts, the CPU's flags and the settings it ran und
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from mxbench.bench.evidence import onednn
@@ -65,6 +67,36 @@ def tf_onednn_on(rec: dict[str, Any]) -> bool:
     if setting is not None:
         return setting.lower() not in ("0", "false")
     return bool(TF_ONEDNN_DEFAULT & {f.lower() for f in rec["cpu"]["flags"]})
+
+
+def cpu_flags() -> list[str]:
+    """This machine's CPU flags (/proc/cpuinfo's first ``flags`` line; none off Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    return next((ln.split(":", 1)[1].split() for ln in text.splitlines()
+                 if ln.startswith("flags")), [])  # fmt: skip
+
+
+def tf_bf16_native(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether TensorFlow computes bfloat16 natively in a process of this environment: its
+    oneDNN operations on, on a CPU with AVX512_BF16 that ``ONEDNN_MAX_CPU_ISA`` leaves it.
+    Elsewhere (the AVX2-only kind) bfloat16 is emulated, several times float32's time."""
+    e = os.environ if environ is None else environ
+    rec = {"cpu": {"flags": cpu_flags()},
+           "settings": {"onednn_max_cpu_isa": e.get("ONEDNN_MAX_CPU_ISA"),
+                        "onednn": e.get("TF_ENABLE_ONEDNN_OPTS")}}  # fmt: skip
+    return tf_onednn_on(rec) and level(rec) >= AVX512_CORE_BF16
+
+
+def mixed_policy(environ: Mapping[str, str] | None = None) -> str:
+    """The mixed policy TensorFlow runs fastest here: mixed_bfloat16 where bfloat16 is
+    native (:func:`tf_bf16_native`), else mixed_float16 (measured on the AVX2-only kind,
+    blog-cnn at batch 64 and 128 px, one step: float32 2.8 s, mixed_float16 6.3 s,
+    mixed_bfloat16 14.3 s). For tests whose subject is not the bfloat16 arithmetic itself
+    (a batch-size search, the engines) but that train real mixed-precision cells."""
+    return "mixed_bfloat16" if tf_bf16_native(environ) else "mixed_float16"
 
 
 def check_kernels(rec: dict[str, Any]) -> dict[str, Any]:
