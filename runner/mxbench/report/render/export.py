@@ -32,6 +32,8 @@ def _num(value: float | None, digits: int = 4) -> float | None:
 
 
 def _rows(t: Table) -> list[dict[str, Any]]:
+    # (most tables carry no energy and no cost figure: nothing to look for in their records)
+    energy, cost = "energy" in t.carries, "cost" in t.carries
     out = []
     for b in t.batches:
         for p in t.policies:
@@ -53,8 +55,10 @@ def _rows(t: Table) -> list[dict[str, Any]]:
                         "n": e.n,
                     },
                     "images_per_s": _num(rate, 2),
-                    "j_per_image": _num(why.joules_per_image(e.records)),
-                    "cost_per_million_images": _num(why.dollars_per_million(e.records, rate)),
+                    "j_per_image": _num(why.joules_per_image(e.records)) if energy else None,
+                    "cost_per_million_images": _num(why.dollars_per_million(e.records, rate))
+                    if cost
+                    else None,
                     "repeats": len(e.records) if e.status == "ok" else 0,
                     "speedup": None
                     if r is None
