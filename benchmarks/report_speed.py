@@ -33,12 +33,16 @@ names, cell keys and paired groups made unique; every other byte as committed):
 It times in this process (--fresh: in fresh processes, as above), alternately: A, every line
 of every file through json.loads, and B, the report of --format (markdown; json, html) made
 and written, the report's own entry point; each run after one untimed run of each (imports,
-caches) (goal for every shape: B / A <= 4).
+caches) (goal for every shape: B / A <= 4). Several shapes (and formats), comma-separated,
+are timed side by side: every fleet's A then B in each round, so the machine's drift hits
+them all (--records: one for every shape, or one a shape).
 
     python benchmarks/report_speed.py [--records 100000] [--attempts 1] [--one-file]
                                       [--minimal] [--baseline ../main/runner]
     python benchmarks/report_speed.py --shape published|bench|paired [--records 20000]
                                       [--format markdown] [--fresh] [--profile]
+    python benchmarks/report_speed.py --shape published,bench,paired \
+                                      --records 100000,20000,10000 --format markdown,json
 """
 
 from __future__ import annotations
@@ -335,15 +339,24 @@ def _spread(values: list[float]) -> str:
     )
 
 
-def _ratios(name: str, walls: list[float], a: list[float], goal: str = "") -> None:
+def _ratios(
+    name: str,
+    walls: list[float],
+    a: list[float],
+    goal: str = "",
+    keys: tuple[str, str] | None = None,
+) -> None:
+    """The runs' wall times, their ratios to A's, and the same in CPU seconds (``keys``:
+    A's and this one's names in ``cpu``; else "A" and the name's first letter)."""
+    ka, kb = keys or ("A", name[0])
     ratios = [y / x for x, y in zip(a, walls, strict=True)]
     print(f"{name:32s}{_spread(walls)}")
     print(f"{name[0]} / A: median {statistics.median(ratios):.2f} "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f}){goal}")  # fmt: skip
-    used = [y / x for x, y in zip(cpu["A"], cpu[name[0]], strict=True)]
+    used = [y / x for x, y in zip(cpu[ka], cpu[kb], strict=True)]
     print(f"{name[0]} / A in CPU seconds: median {statistics.median(used):.2f} "
           f"(min {min(used):.2f}, max {max(used):.2f}); {name[0]} "
-          f"{_spread(cpu[name[0]])}, A {_spread(cpu['A'])}")  # fmt: skip
+          f"{_spread(cpu[kb])}, A {_spread(cpu[ka])}")  # fmt: skip
 
 
 def _memory(name: str, report: list[str], env: dict[str, str] | None) -> None:
@@ -407,58 +420,97 @@ def _profile(root: Path, fmt: str, top: int = 30) -> None:
         pstats.Stats(prof, stream=sys.stdout).sort_stats(order).print_stats(top)
 
 
+def _fleets(args: argparse.Namespace) -> list[tuple[str, int, str]]:
+    """(shape, records, format) of each fleet --shape and --records name (a list each,
+    comma-separated; one --records for every shape, or one a shape), in every --format."""
+    shapes = args.shape.split(",")
+    sizes = [int(n) for n in str(args.records).split(",")]
+    if len(sizes) == 1:
+        sizes *= len(shapes)
+    unknown = sorted(set(shapes) - set(SHAPES))
+    if unknown or len(sizes) != len(shapes):
+        sys.exit(f"--shape {args.shape} --records {args.records}: shapes {sorted(SHAPES)}, "
+                 "one --records or one a shape")  # fmt: skip
+    formats = args.format.split(",")
+    if set(formats) - set(SUFFIX):
+        sys.exit(f"--format {args.format}: of {sorted(SUFFIX)}")
+    return [(shape, n, fmt) for shape, n in zip(shapes, sizes, strict=True) for fmt in formats]
+
+
 def run_shape(args: argparse.Namespace) -> None:
-    """--shape: the fleet of committed records, A and B alternated in this process (or in
-    fresh ones, --fresh)."""
+    """--shape: fleets of committed records, each one's A and B alternated, every fleet in
+    each round (side by side: drift on a shared machine hits them all), in this process (or
+    in fresh ones, --fresh)."""
     from mxbench.report import fanout
 
     fanout.prepare()
+    fleets = _fleets(args)
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        copies = write_shape(root, args.shape, args.records)
-        files = sorted(root.glob("*.jsonl"))
-        size = sum(f.stat().st_size for f in files) / 2**20
-        print(f"shape {args.shape}: {args.records} records, {copies} copies of "
-              f"{len(shape_files(args.shape))} committed files, {len(files)} files, "
-              f"{size:.1f} MiB of JSONL; report --{args.format}, "
-              f"{'fresh processes' if args.fresh else 'in this process'}")  # fmt: skip
-        subprocess.run([sys.executable, "-c", _STAGES, str(root)], check=True)
+        roots: dict[tuple[str, int], Path] = {}
+        for shape, n, _ in fleets:
+            if (shape, n) in roots:
+                continue
+            root = roots[shape, n] = Path(tmp) / f"{shape}-{n}"
+            root.mkdir()
+            copies = write_shape(root, shape, n)
+            files = sorted(root.glob("*.jsonl"))
+            size = sum(f.stat().st_size for f in files) / 2**20
+            print(f"shape {shape}: {n} records, {copies} copies of "
+                  f"{len(shape_files(shape))} committed files, {len(files)} files, "
+                  f"{size:.1f} MiB of JSONL")  # fmt: skip
+            subprocess.run([sys.executable, "-c", _STAGES, str(root)], check=True)
+        print(f"report --format {args.format}, "
+              f"{'fresh processes' if args.fresh else 'in this process'}, {args.repeats} "
+              f"rounds, each fleet's A then B in every round")  # fmt: skip
         if args.fresh:
-            loads = [sys.executable, "-c", _JSON_LOADS, str(root)]
-            out = root / f"report{SUFFIX[args.format]}"
-            cmd = [sys.executable, "-m", "mxbench", "report", "--results", str(root),
-                   f"--{args.format}", "--output", str(out)]  # fmt: skip
             subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "runner")],
                            check=True)  # fmt: skip
         else:
-            _loads_here(root)  # imports and caches, untimed
-            out = _report_here(root, args.format)
-        a: list[float] = []
-        b: list[float] = []
-        digests: set[str] = set()
+            for shape, n, fmt in fleets:  # imports and caches, untimed
+                _loads_here(roots[shape, n])
+                _report_here(roots[shape, n], fmt)
+        a: dict[tuple[str, int, str], list[float]] = {f: [] for f in fleets}
+        b: dict[tuple[str, int, str], list[float]] = {f: [] for f in fleets}
+        digests: dict[tuple[str, int, str], set[str]] = {f: set() for f in fleets}
         for _ in range(args.repeats):
-            if args.fresh:
-                a.append(_time(loads, name="A"))
-                b.append(_time(cmd, name="B"))
-            else:
-                a.append(_timed_here(lambda: _loads_here(root), "A"))
-                b.append(_timed_here(lambda: _report_here(root, args.format), "B"))
-            # (the report names its folder: the digest is of the text with the folder's name
-            # replaced, the same for every fleet of one shape and size)
-            text = out.read_bytes().replace(str(root).encode(), b"ROOT")
-            digests.add(hashlib.sha256(text).hexdigest()[:16])
-        print(f"{'A json.loads of every line':32s}{_spread(a)}")
-        _ratios(f"B mxbench report --{args.format}", b, a, " (goal <= 4)")
-        print(f"output sha256: {sorted(digests)}; load average {os.getloadavg()[0]:.1f}")
-        if len(digests) != 1:
-            sys.exit("the report's output differs between runs")
+            for fleet in fleets:
+                root, fmt = roots[fleet[:2]], fleet[2]
+                out = root / f"report{SUFFIX[fmt]}"
+                name = "/".join(map(str, fleet))
+                if args.fresh:
+                    cmd = [sys.executable, "-m", "mxbench", "report", "--results", str(root),
+                           f"--{fmt}", "--output", str(out)]  # fmt: skip
+                    a[fleet].append(_time([sys.executable, "-c", _JSON_LOADS, str(root)],
+                                          name=f"A {name}"))  # fmt: skip
+                    b[fleet].append(_time(cmd, name=f"B {name}"))
+                else:
+                    a[fleet].append(_timed_here(lambda r=root: _loads_here(r), f"A {name}"))
+                    b[fleet].append(_timed_here(lambda r=root, f=fmt: _report_here(r, f),
+                                                f"B {name}"))  # fmt: skip
+                # (the report names its folder: the digest is of the text with the folder's
+                # name replaced, the same for every fleet of one shape and size)
+                text = out.read_bytes().replace(str(root).encode(), b"ROOT")
+                digests[fleet].add(hashlib.sha256(text).hexdigest()[:16])
+        for fleet in fleets:
+            name = "/".join(map(str, fleet))
+            print(f"--- {fleet[0]}, {fleet[1]} records, report --{fleet[2]}")
+            print(f"{'A json.loads of every line':32s}{_spread(a[fleet])}")
+            _ratios(f"B mxbench report --{fleet[2]}", b[fleet], a[fleet], " (goal <= 4)",
+                    (f"A {name}", f"B {name}"))  # fmt: skip
+            print(f"output sha256: {sorted(digests[fleet])}")
+        print(f"load average {os.getloadavg()[0]:.1f}")
+        if any(len(d) != 1 for d in digests.values()):
+            sys.exit("a report's output differs between runs")
         if args.profile:
-            _profile(root, args.format)
+            for shape, n, fmt in fleets:
+                print(f"=== {shape}, {n} records, report --{fmt}")
+                _profile(roots[shape, n], fmt)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--records", default="100000",
+                    help="records (--shape: one, or one a shape, comma-separated)")  # fmt: skip
     ap.add_argument("--attempts", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5, help="runs of each, alternating")
     ap.add_argument("--one-file", action="store_true", help="the whole fleet in one JSONL file")
@@ -467,9 +519,11 @@ def main() -> None:
     minimal_help = "contract-minimum records, 10 a table (100,000: 10,000 tables)"
     ap.add_argument("--minimal", action="store_true", help=minimal_help)
     ap.add_argument("--baseline", help="runner/ of an older checkout: its report timed too")
-    ap.add_argument("--shape", choices=sorted(SHAPES), help="a fleet of committed records")
-    ap.add_argument("--format", choices=sorted(SUFFIX), default="markdown",
-                    help="with --shape: the report's format")  # fmt: skip
+    ap.add_argument("--shape", help=f"fleets of committed records: {', '.join(SHAPES)} "
+                    "(comma-separated: side by side, round by round)")  # fmt: skip
+    ap.add_argument("--format", default="markdown",
+                    help=f"with --shape: the report's formats, of {', '.join(SUFFIX)} "
+                    "(comma-separated)")  # fmt: skip
     ap.add_argument("--fresh", action="store_true", help="with --shape: in fresh processes")
     ap.add_argument("--profile", action="store_true",
                     help="with --shape: one more report under cProfile, its top costs")  # fmt: skip
@@ -477,6 +531,7 @@ def main() -> None:
     if args.shape:
         run_shape(args)
         return
+    args.records = int(args.records)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if args.minimal:

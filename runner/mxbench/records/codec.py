@@ -198,6 +198,33 @@ def _null_shape(
     return defaulted, parts
 
 
+def _takes_null(hint: Any) -> bool:
+    """Whether a field of this type takes a null as a value (``| None``, Any, object)."""
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    if hint in (Any, object, type(None)):
+        return True
+    origin = typing.get_origin(hint)
+    return origin in (typing.Union, types.UnionType) and any(
+        _takes_null(a) for a in typing.get_args(hint)
+    )
+
+
+@functools.cache
+def nulls_refused(kind: type[msgspec.Struct] | None = None) -> bool:
+    """Whether, in a ``kind`` (the record) and every part below it, each field whose default
+    is not null refuses a null by its type. Then a line that converts into the type with its
+    nulls kept held no null that :func:`upgrade` drops, and reads the same: a reader may
+    convert first and drop the nulls only when the conversion refuses one (walking every
+    part of every line for nulls was a fifth of reading the published tables)."""
+    kind = Record if kind is None else kind
+    return all(
+        not _takes_null(f.type)
+        for f in msgspec.structs.fields(kind)
+        if f.encode_name in _null_shape(kind)[0]
+    ) and all(nulls_refused(part) for _, part, _ in _null_shape(kind)[1])
+
+
 def _nulls_to_defaults(obj: dict[str, Any], kind: type[msgspec.Struct]) -> None:
     """Every null in ``obj`` (a ``kind``) and in the parts below it where the type holds a
     default other than null, removed (read as that default)."""
@@ -256,10 +283,11 @@ def _drop_nulls(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
-    """/1 -> /2. Its nulls dropped first; it writes none where the type holds a default
-    (used_gpu, compute capabilities: null is their default; params are no part)."""
-    _drop_nulls(obj)
+def _upgrade_1_to_2(obj: dict[str, Any], nulls: bool = True) -> dict[str, Any]:
+    """/1 -> /2. Its nulls dropped first (``nulls``); it writes none where the type holds a
+    default (used_gpu, compute capabilities: null is their default; params are no part)."""
+    if nulls:
+        _drop_nulls(obj)
     p = obj.get("params")
     if isinstance(p, dict):  # /1 had no unset image size: the experiment's 256 was the default
         p.setdefault("image_size", DEFAULT_IMAGE_SIZE)
@@ -278,32 +306,34 @@ def _upgrade_1_to_2(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 # schema -> the step that rewrites a line of it as the next version (applied until current).
-UPGRADES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+UPGRADES: dict[str, Callable[[dict[str, Any], bool], dict[str, Any]]] = {
     "mxbench.result/1": _upgrade_1_to_2,
 }
 
 
-def upgraded(obj: dict[str, Any]) -> dict[str, Any]:
+def upgraded(obj: dict[str, Any], nulls: bool = True) -> dict[str, Any]:
     """A decoded JSON line, in place, as :func:`decode` converts it into the record type:
     a line of an older version upgraded (:func:`upgrade`; each step drops the nulls its
     version allowed and writes none where the type holds a default), a line of this
     version with its nulls where the type holds a default read as not recorded
-    (hand-written lines: nulls read as in /1), a line of an unknown version as it is."""
+    (hand-written lines: nulls read as in /1), a line of an unknown version as it is.
+    ``nulls=False``: every null kept (see :func:`nulls_refused`)."""
     schema = obj.get("schema", SCHEMA)
     if schema == SCHEMA:
-        return _drop_nulls(obj)
-    return upgrade(obj)
+        return _drop_nulls(obj) if nulls else obj
+    return upgrade(obj, nulls)
 
 
-def upgrade(obj: dict[str, Any]) -> dict[str, Any]:
+def upgrade(obj: dict[str, Any], nulls: bool = True) -> dict[str, Any]:
     """A decoded JSON line of any known version, rewritten (in place) as the current one;
-    an unknown schema (a newer mxbench, another tool) is returned as it is."""
+    an unknown schema (a newer mxbench, another tool) is returned as it is. ``nulls=False``:
+    the nulls the steps drop kept (see :func:`nulls_refused`)."""
     while True:
         schema = obj.get("schema")
         step = UPGRADES.get(schema) if isinstance(schema, str) else None
         if step is None:
             return obj
-        obj = step(obj)
+        obj = step(obj, nulls)
 
 
 # Bounds on what a line may be (a bench's output, a file from anywhere): a record with a

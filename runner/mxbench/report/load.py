@@ -85,19 +85,31 @@ def _older(data: bytes) -> list[Read] | None:
     read as JSON at once, upgraded one by one, converted together (reading the published
     tables, schema /1, was three quarters decoding). None when any line is not a JSON object
     of a version :func:`mxbench.records.codec.upgrade` upgrades, or does not convert (the lines are
-    then read one by one, and say why)."""
+    then read one by one, and say why). The nulls the upgrade drops are dropped only when
+    the lines do not convert with them (:func:`mxbench.records.codec.nulls_refused`)."""
     try:
-        objs = _objects.decode_lines(data)
-        for obj in objs:
-            schema = obj.get("schema") if type(obj) is dict else None
-            if not isinstance(schema, str) or schema not in codec.UPGRADES:
-                return None
-            codec.upgraded(obj)
-            for name in _TAKEN:
-                obj.pop(name, None)
-        return msgspec.convert(objs, list[Read])
+        if codec.nulls_refused():
+            try:
+                return msgspec.convert(_upgraded(data, nulls=False), list[Read])
+            except msgspec.ValidationError:
+                pass  # a null where the type holds a default: read again, nulls dropped
+        return msgspec.convert(_upgraded(data, nulls=True), list[Read])
     except (msgspec.MsgspecError, ValueError, TypeError, RecursionError):
         return None
+
+
+def _upgraded(data: bytes, nulls: bool) -> list[Any]:
+    """The lines of ``data`` as JSON objects of the current version (ValueError: a line
+    that is not an object of a version :func:`mxbench.records.codec.upgrade` upgrades)."""
+    objs = _objects.decode_lines(data)
+    for obj in objs:
+        schema = obj.get("schema") if type(obj) is dict else None
+        if not isinstance(schema, str) or schema not in codec.UPGRADES:
+            raise ValueError
+        codec.upgraded(obj, nulls)
+        for name in _TAKEN:
+            obj.pop(name, None)
+    return objs
 
 
 class Reader:

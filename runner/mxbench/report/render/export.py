@@ -32,6 +32,8 @@ def _num(value: float | None, digits: int = 4) -> float | None:
 
 
 def _rows(t: Table) -> list[dict[str, Any]]:
+    # (most tables carry no energy and no cost figure: nothing to look for in their records)
+    energy, cost = "energy" in t.carries, "cost" in t.carries
     out = []
     for b in t.batches:
         for p in t.policies:
@@ -53,8 +55,10 @@ def _rows(t: Table) -> list[dict[str, Any]]:
                         "n": e.n,
                     },
                     "images_per_s": _num(rate, 2),
-                    "j_per_image": _num(why.joules_per_image(e.records)),
-                    "cost_per_million_images": _num(why.dollars_per_million(e.records, rate)),
+                    "j_per_image": _num(why.joules_per_image(e.records)) if energy else None,
+                    "cost_per_million_images": _num(why.dollars_per_million(e.records, rate))
+                    if cost
+                    else None,
                     "repeats": len(e.records) if e.status == "ok" else 0,
                     "speedup": None
                     if r is None
@@ -118,6 +122,16 @@ def _table(s: Section) -> dict[str, Any]:
             for b in s.breakdown
         ],
     }
+
+
+def _encoded(part: Any) -> Any:
+    """A section's part of the document as a worker hands it back: encoded already (one
+    string pickles faster than a table's dicts; the document takes it as it is)."""
+
+    def encode(s: Section) -> msgspec.Raw:
+        return msgspec.Raw(msgspec.json.encode(part(s)))
+
+    return encode
 
 
 def _cells(s: Section) -> list[dict[str, str]]:
@@ -185,8 +199,8 @@ def render(doc: Document) -> str:
             "text": doc.judged,
         },
         "notices": doc.notices,  # older attempts hidden, lines skipped, why no summary
-        "tables": doc.each(_table, "speed"),
-        "largest_batch": doc.each(_largest, "largest"),  # the batch-size searches
+        "tables": doc.each(_encoded(_table), "speed"),
+        "largest_batch": doc.each(_encoded(_largest), "largest"),  # the batch-size searches
         # training runs to an accuracy, and the input pipeline's share (report/sections/training.py)
         "training": [training.as_dict(s) for s in doc.training],
         "shares": doc.shares,
