@@ -24,7 +24,7 @@ from mxbench.matrix.params import BASELINE
 from mxbench.report.sections.why import profile_of, split
 from mxbench.report.tables import Table
 from mxbench.roofs import recorded
-from mxbench.roofs.model import ABOVE, Roof, amdahl_bound, bound_text, judge
+from mxbench.roofs.model import ABOVE, Roof, amdahl_bound, judge
 
 CONVENTION = "training FLOP per example x examples/s, an FMA counted as 2 FLOP"
 PROVENANCES = ("datasheet", "measured", "formula")
@@ -141,12 +141,19 @@ def flops_text(found: list[Cell], t: Table) -> str:
     """The FLOP count the figures use, and its sources' disagreement where over 10%."""
     first = found[0]
     said = f"{first.flops / 1e9:.3g} GFLOP per example ({first.source})"
-    sources = recorded.flops_of(t.info) or {first.source: first.flops}
-    if len(sources) > 1 and max(sources.values()) > min(sources.values()) * (1 + DISAGREE):
-        each = ", ".join(f"{k} {v / 1e9:.3g}" for k, v in sources.items())
-        apart = max(sources.values()) / min(sources.values()) - 1
-        said += f"; its sources disagree by {apart:.0%}: {each} GFLOP"
-    return said
+    apart = disagreement(recorded.flops_of(t.info))
+    return f"{said}; {apart}" if apart else said
+
+
+def disagreement(sources: dict[str, float]) -> str | None:
+    """``its sources disagree by 50%: formula 1, xla 1.5 GFLOP`` where the FLOP counts by
+    source lie more than :data:`DISAGREE` apart; None where they agree (or there is one)."""
+    found = {k: v for k, v in sources.items() if v > 0}
+    if len(found) < 2 or max(found.values()) <= min(found.values()) * (1 + DISAGREE):
+        return None
+    each = ", ".join(f"{k} {v / 1e9:.3g}" for k, v in found.items())
+    apart = max(found.values()) / min(found.values()) - 1
+    return f"its sources disagree by {apart:.0%}: {each} GFLOP"
 
 
 def against(t: Table) -> str | None:
@@ -163,6 +170,9 @@ def against(t: Table) -> str | None:
         said = []
         for (label, own, stand_in), shares in _grouped(group).items():
             values = [s.share for s in shares]
+            if not own and max(values) > 1:  # a 16-bit path beyond float32's: no share
+                said.append(f"up to {max(values):.3g}x the {label}: a fast {dtype} path ran")
+                continue
             text = f"{_pct(values)} of the {label}"
             if stand_in:
                 text += f" ({stand_in}: float32's roof stands in)"
@@ -205,10 +215,13 @@ def above(t: Table) -> str | None:
     return f"{ABOVE[0].upper()}{ABOVE[1:]}. " + "; ".join(parts) + "."
 
 
-def _f(t: Table, batch: int) -> float | None:
-    """The float32 arm's share of conv/matmul time at a batch size: its profiled operations'
-    times in its timed median step (:func:`mxbench.report.sections.why.split`: the
-    profiler's own cost is in no category)."""
+BYTES = 2.0  # memory-bound work in 16 bits moves half float32's bytes: at most 2x faster
+
+
+def _shares_of_time(t: Table, batch: int) -> tuple[float, float] | None:
+    """The float32 arm's shares of conv/matmul and of memory-bound time at a batch size: its
+    profiled operations' times in its timed median step (:func:`why.split`: the profiler's
+    own cost is in no category)."""
     base = t.entries.get((BASELINE, batch))
     profile = profile_of(base.records) if base is not None else None
     if base is None or profile is None or not base.median:
@@ -216,7 +229,17 @@ def _f(t: Table, batch: int) -> float | None:
     parts = split(base.median, profile)
     if parts is None:
         return None
-    return min(1.0, max(0.0, parts["conv_matmul"] / base.median))
+    f = min(1.0, max(0.0, parts["conv_matmul"] / base.median))
+    m = min(1.0 - f, max(0.0, parts["elementwise_norm"] / base.median))
+    return f, m
+
+
+def most(f: float, r: float, m: float = 0.0, b: float = BYTES) -> float:
+    """The most a step can gain whose share ``f`` speeds up by ``r`` (the ceilings' ratio)
+    and share ``m`` by at most ``b`` (the bandwidth side), the rest not at all (Amdahl)."""
+    if m <= 0:
+        return amdahl_bound(f, r)
+    return 1.0 / ((1.0 - f - m) + f / r + m / b)
 
 
 def bound(t: Table, policy: str, batch: int) -> str | None:
@@ -226,9 +249,10 @@ def bound(t: Table, policy: str, batch: int) -> str | None:
     other, base = t.entries.get((policy, batch)), t.entries.get((BASELINE, batch))
     if r is None or not t.trusted((policy, batch)) or other is None or base is None:
         return None
-    f = _f(t, batch)
-    if f is None or not other.records or not base.records:
+    shares = _shares_of_time(t, batch)
+    if shares is None or not other.records or not base.records:
         return None
+    f, m = shares
     roofs = recorded.roofs_of(t.info)
     fast = recorded.compute_dtype(other.records[0], roofs)
     slow = recorded.compute_dtype(base.records[0], roofs)
@@ -237,19 +261,22 @@ def bound(t: Table, policy: str, batch: int) -> str | None:
     ratio = recorded.ceiling_ratio(t.info, fast, slow)
     if ratio is None:
         return None
+    top = most(f, ratio.value, m)
+    head = f"{r.value:.2f}x of at most {top:.2f}x here"
     where = f"R = {ratio.value:.2f}, {ratio.provenance} {fast}/{slow} ceilings"
-    if ratio.native:
-        said = bound_text(r.value, f, ratio.value)
-        if "ceiling ratio is" in said:  # R said already: only where it comes from
-            return f"{said} ({ratio.provenance} {fast}/{slow} ceilings)"
-        return f"{said} ({where})"
-    most = amdahl_bound(f, ratio.value)
-    if ratio.value < 1:
-        why = f"no fast {fast} path, its ceiling {ratio.value:.2f}x {slow}'s ({ratio.provenance})"
-    else:
-        why = (ratio.why or f"no native {fast} path").split(", at best")[0]
-        why += f" (R at most 1, {ratio.provenance})"
-    return f"{r.value:.2f}x of at most {most:.2f}x here: {why}"
+    if not ratio.native:
+        if ratio.value < 1:
+            why = f"no fast {fast} path, its ceiling {ratio.value:.2f}x {slow}'s"
+        else:
+            why = (ratio.why or f"no native {fast} path").split(", at best")[0]
+            where = f"R at most 1, {ratio.provenance}"
+        return f"{head}: {why} ({where})"
+    if r.value > top * 1.05:
+        why = "above the bound: the profile's shares or the ceilings do not describe this run"
+        return f"{head}: {why} ({where})"
+    time = f"conv/matmul {f:.0%} of float32's step, memory-bound {m:.0%} (at most {BYTES:g}x)"
+    rest = f", the rest {1 - f - m:.0%} gains nothing" if 1 - f - m >= 0.005 else ""
+    return f"{head}: {time}{rest} ({where})"
 
 
 def bounds(t: Table) -> str | None:
@@ -263,8 +290,9 @@ def bounds(t: Table) -> str | None:
     if not said:
         return None
     return (
-        "The speedup's bound (Amdahl: 1 / ((1 - f) + f / R), f the float32 arm's profiled "
-        "share of conv/matmul time, R the ratio of the two dtypes' matmul ceilings): "
+        "The speedup's bound (Amdahl: 1 / ((1 - f - m) + f / R + m / 2), f and m the float32 "
+        "arm's profiled shares of conv/matmul and memory-bound time, R the ratio of the two "
+        "dtypes' matmul ceilings, 2 the bytes saved by 16-bit activations): "
         + "; ".join(said)
         + "."
     )
