@@ -151,12 +151,13 @@ def ceiling_ratio(record: Record, dtype: str, base: str = "float32") -> CeilingR
         if provenance == "formula" and fast.native is False:
             return CeilingRatio(1.0, provenance, False, fast.note)
     rates = formula_rates(record)
-    if rates and rates.get(base):
+    base_rate = rates.get(base)
+    if base_rate:
         fast_rate = rates.get(dtype)
         if fast_rate is None:
             why = f"no native {dtype} path here: converted and computed in {base}"
             return CeilingRatio(1.0, "formula", False, why)
-        r = fast_rate / rates[base]
+        r = fast_rate / base_rate
         return CeilingRatio(r, "formula", r > 1)
     fast, slow = find(roofs, dtype, "datasheet"), find(roofs, base, "datasheet")
     if fast is not None and slow is not None and slow.value:
