@@ -287,20 +287,18 @@ def test_pure_float16_means_no_loss_scaling() -> None:
     assert dg.pure_float16(table(V100, SLOW)) is None
 
 
-def test_achieved_vs_peak_measured_and_estimated() -> None:
+def test_against_the_roof_from_the_models_flops() -> None:
     t = table(A100, SLOW, model=BLOG_CNN)
-    text = dg.achieved_vs_peak(t)
-    # estimated from the FLOPs the record carries: 64 images / 95 ms
+    text = dg.against_the_roof(t)
+    # from the FLOPs the record carries: 64 images / 95 ms; TF32 on: float32 runs as tf32
     flops = BLOG_CNN["flops_per_example"]
-    assert f"mixed_float16 reaches {flops * 64 / 0.095 / 1e12:.1f} TFLOP/s (estimated" in text
-    assert "312 TFLOP/s fp16 peak" in text and "156 TFLOP/s tf32 peak" in text
-    recs = [rec("h", "mixed_float16", 64, median=95.0, device=A100)]
-    recs[0]["metrics"]["achieved_tflops"] = 156.0
-    (t,) = build(typed_all(recs))
-    assert "mixed_float16 reaches 156.0 TFLOP/s, 50% of the 312 TFLOP/s fp16 peak." in (
-        dg.achieved_vs_peak(t)
-    )
-    assert dg.achieved_vs_peak(table(TITAN_XP, SLOW)) is None  # peak not in the table
+    assert f"mixed_float16 (float16) at batch 64: {flops * 64 / 0.095 / 1e12:.3g} TFLOP/s" in text
+    assert "312 TFLOP/s float16 datasheet roof (MFU)" in text
+    assert "156 TFLOP/s tf32 datasheet roof (MFU)" in text
+    assert "an FMA counted as 2 FLOP" in text
+    assert dg.above_the_roof(t) is None
+    gtx = {"kind": "gpu", "name": "NVIDIA GeForce GTX 1660 Ti", "compute_capability": "7.5"}
+    assert dg.against_the_roof(table(gtx, SLOW, model=BLOG_CNN)) is None  # no roof known
 
 
 def test_isa_claim_contradicted_by_the_probe() -> None:

@@ -90,7 +90,11 @@ def test_tensor_core_annotations_and_diagnosis(report: str) -> None:
     assert "No Tensor Cores" not in v100
     # the V100's own explanations: input-bound at 72%/78% and far below the fp16 peak
     assert "72% at batch 32" in v100 and "78% at batch 128" in v100
-    assert re.search(r"mixed_float16 reaches [\d.]+ TFLOP/s .*of the 125 TFLOP/s fp16 peak", v100)
+    assert re.search(
+        r"mixed_float16 \(float16\) at batch 32–512: [\d.–]+ TFLOP/s, 8–10% of "
+        r"the 125 TFLOP/s float16 datasheet roof \(MFU\), far below",
+        v100,
+    )
 
 
 def test_summary_has_every_device(report: str) -> None:

@@ -33,7 +33,7 @@ from mxbench.report.diagnosis import kernels as dp
 from mxbench.report.diagnosis import rules as dg
 from mxbench.report.diagnosis import serving as serving_rules
 from mxbench.report.diagnosis.busy import BUSY_CORES, BUSY_ROUNDS
-from mxbench.report.sections import capacity, convergence, inference, scaling, training
+from mxbench.report.sections import capacity, convergence, inference, roofline, scaling, training
 from mxbench.report.sections import scaling_reference as sref
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 from report_records import rec, typed, typed_all
@@ -164,10 +164,12 @@ def model(device: dict[str, Any], policy: str = "mixed_float16", **facts: Any) -
 
 
 def peak(share: float) -> Table:
-    """mixed_float16 on an A100 at ``share`` of its fp16 peak (measured TFLOP/s)."""
+    """mixed_float16 on an A100 at ``share`` of its fp16 datasheet roof (from the model's
+    FLOPs and the step time)."""
     fp16 = (devices.peaks(A100["name"]) or {})["fp16"]
-    metrics = {"step_ms": {"median": 90.0, "n": 50}, "achieved_tflops": fp16 * share}
-    return table([rec("h", "mixed_float16", 64, median=90.0, device=A100, metrics=metrics)])
+    flops = fp16 * 1e12 * share * 0.090 / 64  # per example: 64 examples in 90 ms
+    found = {"name": "m", "parameters": 1000, "flops_per_example": flops}
+    return table([rec("h", "mixed_float16", 64, median=90.0, device=A100, model=found)])
 
 
 def isa(missing: list[str]) -> Table:
@@ -475,10 +477,14 @@ CASES: list[Case] = [
     rule(dg.batch_not_multiple_of_8,  # the bug: bfloat16 on a Volta has no Tensor Cores
          lambda: pair(A100, "mixed_bfloat16", batch=63),
          lambda: pair(V100, "mixed_bfloat16", batch=63), why="bf16-below-cc-8"),
-    rule(dg.achieved_vs_peak, lambda: peak(0.5), lambda: pair(GTX_1660_TI, model={
-        "name": "m", "parameters": 1000, "flops_per_example": 1e9}), why="no-peak-known"),
-    rule(dg.achieved_vs_peak, lambda: peak(dg.FAR_BELOW_PEAK - D),
-         lambda: peak(dg.FAR_BELOW_PEAK + D), needle="far below", why="FAR_BELOW_PEAK"),
+    rule(dg.against_the_roof, lambda: peak(0.5), lambda: pair(GTX_1660_TI, model={
+        "name": "m", "parameters": 1000, "flops_per_example": 1e9}), why="no-roof-known"),
+    rule(dg.against_the_roof, lambda: peak(roofline.FAR_BELOW - D),
+         lambda: peak(roofline.FAR_BELOW + D), needle="far below", why="FAR_BELOW"),
+    rule(dg.above_the_roof, lambda: peak(1 + D), lambda: peak(1 - D), why="at-most-100%"),
+    rule(dg.speedup_bound, lambda: profiled(CPU, {}, cpu=XEON_BF16),
+         lambda: pair(CPU, "mixed_bfloat16", cpu=XEON_BF16), needle="of at most",
+         why="no-profile"),
     rule(dg.isa_claim_mismatch, lambda: isa(["AVX2", "FMA"]), lambda: isa(["AVX512F"]),
          why="claim-holds"),
     rule(dg.machine_in_use, lambda: busy_machine(BUSY_CORES + D, 0.0),

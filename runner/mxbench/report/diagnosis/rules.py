@@ -29,13 +29,12 @@ from mxbench.report.diagnosis.kernels import (
     tensor_core_kernels,
     tensor_core_policies,
 )
-from mxbench.report.sections import convergence
+from mxbench.report.sections import convergence, roofline
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
 
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 OVERHEAD_MS = 10.0
 LOW_UTIL_PCT = 80.0
-FAR_BELOW_PEAK = 0.25
 # A model whose memory-bound layers write at least this share of its activations.
 MEMORY_BOUND_SHARE = 0.75
 
@@ -351,52 +350,20 @@ def pure_float16(t: Table) -> str | None:
     )
 
 
-def _peak_key(policy: str, cap: devices.Capability | None, tf32: bool) -> str | None:
-    if policy in FLOAT16:
-        return "fp16"
-    if policy in BFLOAT16:
-        return "bf16"
-    if policy == BASELINE:
-        return "tf32" if cap is not None and cap.tf32 and tf32 else "fp32"
-    return None
+def above_the_roof(t: Table) -> str | None:
+    """A cell above 100% of its dtype's roof: flagged, with what its float32 share implies."""
+    return roofline.above(t)
 
 
-def achieved_vs_peak(t: Table) -> str | None:
-    peaks = devices.peaks(t.device.name) if is_gpu(t) else None
-    if not peaks:
-        return None
-    cap, _ = gpu_cc(t)
-    model = _model(t)
-    flops = model.flops_per_example if model is not None else None
-    best: dict[str, tuple[float, bool]] = {}  # policy -> (TFLOP/s, estimated)
-    tf32_on: dict[str, bool] = {}  # policy -> every ok run had TF32 on (or did not say)
-    for (policy, b), e in t.entries.items():
-        if e.status != "ok":
-            continue
-        if e.tf32_off:
-            tf32_on[policy] = False
-        tf32_on.setdefault(policy, True)
-        if e.tflops_max is not None:
-            value, est = e.tflops_max, False
-        elif flops and e.median:
-            value, est = flops * b / (e.median / 1000) / 1e12, True
-        else:
-            continue
-        if policy not in best or value > best[policy][0]:
-            best[policy] = (value, est)
-    parts = []
-    for policy, (value, estimated) in sorted(best.items(), key=lambda kv: t.policies.index(kv[0])):
-        key = _peak_key(policy, cap, tf32_on[policy])
-        if key not in peaks:
-            continue
-        share = value / peaks[key]
-        how = " (estimated from the model's recorded FLOPs)" if estimated else ""
-        low = ", far below: the fast path is largely unused" if share < FAR_BELOW_PEAK else ""
-        parts.append(
-            f"{policy} reaches {value:.1f} TFLOP/s{how}, {share:.0%} of the "
-            f"{peaks[key]:g} TFLOP/s {key} peak{low}"
-        )
-    return ("Achieved vs peak: " + "; ".join(parts) + ".") if parts else None
+def against_the_roof(t: Table) -> str | None:
+    """Every cell's achieved TFLOP/s against the roofs of its dtype (datasheet, measured,
+    formula): MFU and the share of the ceiling."""
+    return roofline.against(t)
+
+
+def speedup_bound(t: Table) -> str | None:
+    """The measured speedup against the most mixed precision can give here (Amdahl)."""
+    return roofline.bounds(t)
 
 
 def isa_claim_mismatch(t: Table) -> str | None:
@@ -445,6 +412,7 @@ def machine_in_use(t: Table) -> str | None:
 
 RULES: tuple[Callable[[Table], str | None], ...] = (
     silent_cpu_fallback,
+    above_the_roof,
     throttled,
     no_fp16_tensor_cores,
     no_bf16_tensor_cores,
@@ -466,7 +434,8 @@ RULES: tuple[Callable[[Table], str | None], ...] = (
     memory_bound,
     model_warnings,
     batch_not_multiple_of_8,
-    achieved_vs_peak,
+    against_the_roof,
+    speedup_bound,
     isa_claim_mismatch,
     machine_in_use,
 )
@@ -475,8 +444,8 @@ RULES: tuple[Callable[[Table], str | None], ...] = (
 # Rules that speak of one kind of device only (each checks it too): not tried on a table of
 # another kind (a fleet's tables are mostly of one kind; a minimal record's of none).
 GPU_ONLY = frozenset({no_fp16_tensor_cores, no_bf16_tensor_cores, tf32_baseline,
-                      tensor_core_kernels, dims_not_multiple_of_8, batch_not_multiple_of_8,
-                      achieved_vs_peak})  # fmt: skip
+                      tensor_core_kernels, dims_not_multiple_of_8,
+                      batch_not_multiple_of_8})  # fmt: skip
 CPU_ONLY = frozenset({float16_emulated_on_cpu, bf16_on_cpu, cpu_kernels})
 
 

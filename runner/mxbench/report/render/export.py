@@ -20,7 +20,15 @@ import msgspec
 from mxbench.report.compare_document import CompareDocument
 from mxbench.report.document import Document, Grid, Section
 from mxbench.report.load import folders
-from mxbench.report.sections import answers, capacity, inference, scaling, training, why
+from mxbench.report.sections import (
+    answers,
+    capacity,
+    inference,
+    roofline,
+    scaling,
+    training,
+    why,
+)
 from mxbench.report.tables import LOSS_TOLERANCE, Table
 from mxbench.stats import LEVEL
 
@@ -111,6 +119,8 @@ def _table(s: Section) -> dict[str, Any]:
         "interval_note": s.note,
         "failures": s.failures,
         "diagnosis": [{"rule": rule, "text": text} for rule, text in s.diagnosis_rules],
+        # every cell against the roofs of its dtype, with their provenance (roofline)
+        "roofs": roofline.as_json(t),
         "where_the_time_goes": [
             {
                 "policy": b.policy,
