@@ -14,10 +14,13 @@ import msgspec
 import pytest
 
 from bench_helpers import SMALL, BenchRun, run_bench
+from mxbench.bench.evidence.roofline import for_record
 from mxbench.bench.model.facts import flops_by_source, pick
+from mxbench.matrix.params import Params
 from mxbench.records.codec import decode
-from mxbench.records.record import Record
+from mxbench.records.record import Device, Record
 from mxbench.roofs import cache, collect, host
+from mxbench.roofs.model import Roof
 
 ANNOUNCED = "measuring this host's tensorflow roofs once"
 
@@ -93,6 +96,44 @@ def test_a_kept_measurement_is_read_not_measured_again(
     assert "measured 2026-11-29T09:00:00Z" in f32.source
 
 
+# ---- which roofs a record keeps -------------------------------------------------------------
+
+
+def _roof(device: str, dtype: str, provenance: str, **kw: Any) -> Roof:
+    return Roof(device=device, dtype=dtype, value=1.0, provenance=provenance,
+                source="s", **kw)  # fmt: skip
+
+
+CPU, GPU = "cpu: Xeon (8 core(s))", "NVIDIA H200"
+FOUND = collect.Roofs(cpu=CPU, roofs=[
+    _roof(CPU, "float32", "formula"),
+    _roof(CPU, "float32", "measured", backend="jax"),
+    _roof(GPU, "bfloat16", "measured", backend="jax"),
+    _roof(GPU, "bfloat16", "measured", backend="torch"),
+    _roof(GPU, "bfloat16", "formula"),
+    _roof(GPU, "bfloat16", "datasheet", dense=True),
+    _roof(GPU, "bfloat16", "datasheet", dense=False),
+])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "backend", "kept"),
+    [
+        ("gpu", "jax", [(GPU, "measured"), (GPU, "formula"), (GPU, "datasheet")]),
+        ("cpu", "jax", [(CPU, "formula"), (CPU, "measured")]),
+        ("cpu", "torch", [(CPU, "formula")]),
+    ],
+)
+def test_a_record_keeps_its_devices_roofs_measured_by_its_backend_dense_only(
+    kind: str, backend: str, kept: list[tuple[str, str]]
+) -> None:
+    rec = Record(params=Params(backend=backend), status="ok", device=Device(kind=kind))
+    roofs = for_record(FOUND, rec)
+    assert [(r.device, r.provenance) for r in roofs] == kept
+    assert all(r.dense is not False and r.backend in (None, backend) for r in roofs)
+    assert for_record(None, rec) == []
+
+
 # ---- a real bench process, cold cache then warm ---------------------------------------------
 
 
@@ -135,7 +176,7 @@ def test_a_real_runs_record_carries_measured_and_formula_roofs(runs: Runs) -> No
         assert m.backend == "tensorflow" and m.value and m.value > 0, m
         assert m.source.startswith("tensorflow ") and " measured 20" in m.source
         assert m.detail and "square matmuls" in m.source
-    assert by[("measured", "bandwidth", "float32")].value > 0  # type: ignore[operator]
+    assert (by[("measured", "bandwidth", "float32")].value or 0) > 0
     f32 = by[("formula", "matmul", "float32")]
     assert f32.value and f32.value > 0 and "FLOP/cycle/core" in f32.source and f32.native
     assert not any(r.provenance == "datasheet" for r in rec.roofs)  # a CPU: no datasheet
