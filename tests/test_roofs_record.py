@@ -221,3 +221,19 @@ def test_a_corrupt_cache_file_is_measured_again_and_replaced(
     assert told == [True] and found.measured == ["tensorflow"] and not found.errors
     assert cache.load(ident) is not None  # the file is a measurement again
     assert {r.dtype for r in _measured(found)} >= {"float32", "bfloat16"}
+
+
+def test_a_docker_cell_keeps_its_hosts_roofs_in_a_named_volume() -> None:
+    """Each cell's container is new: the roofs cache lives in a volume of the docker host,
+    so that host measures once per stack; a host's own env setting wins."""
+    from mxbench.cells.cell import Cell
+    from mxbench.engines.docker_container import ROOFS_DIR, create_args
+    from mxbench.matrix.hosts import DockerHost
+
+    cell = Cell(host="d", engine="docker", image="cpu", params=Params(), key="k")
+    args = create_args(DockerHost(name="d", engine="docker", images=["cpu"]), cell, "tag")
+    assert args["volumes"]["mxbench-roofs"] == {"bind": ROOFS_DIR, "mode": "rw"}
+    assert args["environment"]["MXBENCH_ROOFS_CACHE"] == ROOFS_DIR
+    mine = DockerHost(name="d", engine="docker", images=["cpu"],
+                      env={"MXBENCH_ROOFS_CACHE": "/mine"})  # fmt: skip
+    assert create_args(mine, cell, "tag")["environment"]["MXBENCH_ROOFS_CACHE"] == "/mine"
