@@ -96,6 +96,19 @@ def test_a_kept_measurement_is_read_not_measured_again(
     assert "measured 2026-11-29T09:00:00Z" in f32.source
 
 
+def test_a_failed_probe_is_kept_as_failed_not_run_again_by_every_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MXBENCH_ROOFS_CACHE", str(tmp_path))
+    failed = {"backend": "tensorflow", "error": "the probe ran past 60 s",
+              "measured_at": "2026-11-29T09:00:00Z"}  # fmt: skip
+    cache.save(_quick_identity(), failed)
+    found = collect.for_backend("tensorflow")  # measure allowed: the kept failure answers
+    assert not found.measured and not _measured(found)
+    why = found.errors["tensorflow"]
+    assert "ran past 60 s" in why and "--refresh" in why and "2026-11-29T09:00:00Z" in why
+
+
 # ---- which roofs a record keeps -------------------------------------------------------------
 
 

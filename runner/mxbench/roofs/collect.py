@@ -20,6 +20,7 @@ from mxbench.roofs.model import Roof, judge
 
 BACKENDS = ("torch", "jax", "tensorflow")
 PROBE_TIMEOUT_S = 120
+BENCH_PROBE_TIMEOUT_S = 60  # a bench's quick probe: seconds when it works
 
 
 def available() -> list[str]:
@@ -212,6 +213,8 @@ def collect(
     for backend in backends if backends is not None else available():
         ident = cache.identity(backend, {**cpu_identity(facts), "quick": quick})
         m = None if refresh or not use_cache else cache.load(ident)
+        if m is not None and "error" in m:  # a bench's failed probe: measured again here
+            m = None
         if m is not None:
             out.cached[backend] = str(cache.path(ident))
         else:
@@ -240,8 +243,8 @@ def add(out: Roofs, m: dict[str, Any]) -> None:
 
 def kept(backend: str, facts: host.CpuFacts) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """``backend``'s measurement the cache keeps for this machine and stack, a full
-    sweep's before a quick one's (None: none, or one that does not read), and the quick
-    one's identity (the one to measure and keep)."""
+    sweep's before a quick one's (None: none, or one that does not read; a failed probe's
+    ``error`` is kept too), and the quick one's identity (the one to measure and keep)."""
     full = cache.identity(backend, {**cpu_identity(facts), "quick": False})
     quick = {**full, "cpu": {**full["cpu"], "quick": True}}
     for ident in (full, quick):
@@ -249,6 +252,8 @@ def kept(backend: str, facts: host.CpuFacts) -> tuple[dict[str, Any] | None, dic
         if m is None:
             continue
         try:  # a file of the right identity whose figures do not read is not a measurement
+            if "error" in m:
+                return m, ident
             measured_roofs(m, "?")
             return m, ident
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -263,9 +268,10 @@ def for_backend(
     ``backend``'s measured ceilings: the cache's (a full sweep's, else a quick one's), else,
     when ``measure``, a quick probe run now in a fresh process (before the bench imports its
     framework: a GPU is the probe's alone) and kept for the next process. The processes of
-    one host measure once: a second one waits on the first's lock, then reads its figures.
-    ``announce``: called before a measurement starts. Never raises: what failed is in
-    ``errors``."""
+    one host measure once: a second one waits on the first's lock, then reads its figures;
+    a probe that failed is kept as failed too (the run's other processes do not pay for it
+    again; ``mxbench roofs`` measures again). ``announce``: called before a measurement
+    starts. Never raises: what failed is in ``errors``."""
     t0 = time.perf_counter()
     out = Roofs()
     try:
@@ -278,12 +284,14 @@ def for_backend(
                 if m is None:
                     if announce is not None:
                         announce()
-                    m = run_probe(backend, quick=True)
-                    if "error" in m:
-                        out.errors[backend], m = m["error"], None
-                    else:
-                        out.measured.append(backend)
-                        _keep(out, ident, m)
+                    m = run_probe(backend, quick=True, timeout_s=BENCH_PROBE_TIMEOUT_S)
+                    m.setdefault("measured_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                    out.measured.append(backend)
+                    _keep(out, ident, m)
+        if m is not None and "error" in m:
+            again = f"mxbench roofs -b {backend} --quick --refresh measures again"
+            out.errors[backend] = f"{m['error']} (probed {m.get('measured_at')}; {again})"
+            m = None
         if m is not None:
             if backend not in out.measured:
                 out.cached[backend] = str(cache.path(ident))
