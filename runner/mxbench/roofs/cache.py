@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-PROBE_VERSION = 3  # 2: the oneDNN kernels the probe ran; 3: a GPU's quick sweep, its sizes
+PROBE_VERSION = 3  # 2: the oneDNN kernels the probe ran; 3: a quick sweep, the full's sizes
 SETTINGS = (
     "ONEDNN_MAX_CPU_ISA",
     "TF_ENABLE_ONEDNN_OPTS",
