@@ -207,6 +207,10 @@ def test_other_keras_backends_measure_and_say_which_framework(backend: str, tmp_
     assert rec["device"]["framework"] == backend and rec["device"]["kind"] == "cpu"
     assert rec["settings"]["compute_dtype"] == "bfloat16"
     assert rec["settings"]["matmul_precision"]
+    by_source = rec["model"]["flops_by_source"]  # jax: XLA's cost analysis beside the others
+    assert set(by_source) == {"formula", "analytic"} | ({"xla"} if backend == "jax" else set())
+    assert all(v > 0 for v in by_source.values()), by_source
+    assert any(r["provenance"] == "measured" and r["backend"] == backend for r in rec["roofs"])
     assert rec["metrics"]["step_ms"]["n"] == 6 and rec["metrics"]["step_ms"]["median"] > 0
     # the synthetic batch is placed once on the backend's device (here its CPU), not copied
     assert (

@@ -98,6 +98,8 @@ def test_a_paired_process_times_both_arms_in_interleaved_windows(backend: str) -
     assert len({r["pairing"]["group"] for r in recs}) == 1  # one process
     assert all(r["metrics"]["phases_s"] == recs[0]["metrics"]["phases_s"] for r in recs)
     assert recs[0]["metrics"]["phases_s"]["timed"] >= 2 * 1.5  # both passes' windows
+    # the roofs, found once for the process: every arm's record carries the same
+    assert recs[0]["roofs"] and all(r["roofs"] == recs[0]["roofs"] for r in recs)
 
 
 # Small profiled cells on the AVX512_BF16 kind (tests/cpu_kinds.py): the kernels' evidence

@@ -28,10 +28,15 @@ def create_args(host: DockerHost, cell: Cell, tag: str) -> dict[str, Any]:
         "image": tag,
         "name": f"mxbench-{cell.key or 'cell'}-{uuid.uuid4().hex[:12]}",
         "command": cell.bench_args(),
-        "environment": {**env, **host.env},
+        "environment": {**env, ROOFS_ENV: ROOFS_DIR, **host.env},
         "device_requests": device_requests(host.gpus, cell.params.devices),
         "shm_size": shm_size(host.gpus, cell.params),
-        "volumes": {**data_mount(cell.params.data), **volumes, **weights_mounts(cell)},
+        "volumes": {
+            **data_mount(cell.params.data),
+            **volumes,
+            **weights_mounts(cell),
+            **ROOFS_MOUNT,
+        },
         "labels": {
             "io.mxbench.cell": cell.key,
             "io.mxbench.host": cell.host,
@@ -67,6 +72,13 @@ def shm_size(gpus: str | list[str], p: Any) -> str | None:
     devices: NCCL between them through shared memory, which crashes in ``ncclShmOpen`` under
     Docker's 64 MB); None: Docker's default."""
     return NCCL_SHM if gpus != "none" and scale.processes(p) > 1 else None
+
+
+# The roofs cache (mxbench.roofs.cache) of the docker host: a named volume, so that the
+# bench's measured roofs outlive a cell's container and its host measures them once per stack
+ROOFS_ENV = "MXBENCH_ROOFS_CACHE"
+ROOFS_DIR = "/var/cache/mxbench/roofs"
+ROOFS_MOUNT = {"mxbench-roofs": {"bind": ROOFS_DIR, "mode": "rw"}}
 
 
 def data_mount(data: str) -> dict[str, dict[str, str]]:

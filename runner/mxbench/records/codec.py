@@ -158,7 +158,11 @@ HISTORY: dict[str, str] = {
     "before the typed record wrote a loss that was not finite as NaN or Infinity (json.dumps).",
     SCHEMA: "Written since 2026-11-23: no nulls where the type holds an object, a list or a "
     "default (read leniently: such a null is the default, as in /1); "
-    "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu.",
+    "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu. "
+    "Added since 2026-11-29: roofs (how fast the record's device can go per dtype, measured, "
+    "by formula and from the datasheet, each with its source) and model.flops_by_source "
+    "(every FLOP count the bench found, beside the one it used); a line without them reads "
+    "them as empty.",
 }
 _json_decoder = msgspec.json.Decoder()
 

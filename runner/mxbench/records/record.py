@@ -22,6 +22,7 @@ from mxbench.records.inference import Inference
 from mxbench.records.pairing import Interference, Pairing, Window
 from mxbench.records.part import Count, Doc, Part, Positive
 from mxbench.records.profile import CATEGORY_NAMES, OneDnnEvidence, Profile, TopOp
+from mxbench.roofs.model import Roof
 
 __all__ = [
     "CATEGORY_NAMES",
@@ -36,6 +37,7 @@ __all__ = [
     "Positive",
     "Profile",
     "Replica",
+    "Roof",
     "TopOp",
     "Window",
 ]
@@ -132,8 +134,8 @@ class Metrics(Part):
     phases_s: Annotated[
         dict[str, float],
         Doc("where the process's time went (s), phase by phase: start (interpreter, mxbench "
-            "import), import (framework), build, data, facts, first_step, warmup, timed, "
-            "fit_other, probe, profile, check (mxbench.bench.process.timing.PHASES)"),
+            "import), roofs, import (framework), build, data, facts, first_step, warmup, "
+            "timed, fit_other, probe, profile, check (mxbench.bench.process.timing.PHASES)"),
     ] = {}  # fmt: skip
 
 
@@ -335,6 +337,13 @@ class ModelInfo(Part):
         Doc("xla: XLA's cost analysis of the forward pass; formula: the model's own; analytic: "
             "a walk of the layers (convolutions, dense, attention; elementwise ignored)"),
     ] = None  # fmt: skip
+    flops_by_source: Annotated[
+        dict[str, float],
+        Doc("training FLOPs per example (forward x 3, an FMA = 2 FLOP) from every source that "
+            "gave one: formula, xla, analytic (flops_source names the one used), so that "
+            "their disagreement shows; xla as XLA's cost analysis answered: a value <= 0 "
+            "(-1: it could not count) is its own answer, recorded and never used"),
+    ] = {}  # fmt: skip
     flops_unknown_layers: Annotated[
         list[str], Doc("layer classes with weights the analytic walk does not count")
     ] = []
@@ -472,6 +481,15 @@ class Record(msgspec.Struct, kw_only=True, gc=False):
         Inference | None,
         Doc("a serving cell's timed calls, latency percentiles and gate (params.mode infer)"),
     ] = None
+    roofs: Annotated[
+        list[Roof],
+        Doc("how fast the device that ran the cell can go, per dtype, each figure with its "
+            "provenance: the backend's measured matmul ceilings and memory bandwidth (the "
+            "roofs cache of this device and stack, else a quick probe in the bench process), "
+            "the formula peaks (a CPU's ISA flags x cores x clock; a GPU's SMs x clock x "
+            "rate) and a known GPU's dense datasheet figures; empty: not found (an older "
+            "record)"),
+    ] = []  # fmt: skip
     pending: Annotated[
         list[str],
         Doc("what had not run yet when the bench printed this record (profile, check): the "

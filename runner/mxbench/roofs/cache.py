@@ -12,15 +12,17 @@ file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
 import os
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-PROBE_VERSION = 2  # 2: the oneDNN kernels the probe ran
+PROBE_VERSION = 3  # 2: the oneDNN kernels the probe ran; 3: a quick sweep, the full's sizes
 SETTINGS = (
     "ONEDNN_MAX_CPU_ISA",
     "TF_ENABLE_ONEDNN_OPTS",
@@ -118,3 +120,22 @@ def save(ident: dict[str, Any], measured: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps({"identity": ident, "measured": measured}, default=str))
     tmp.replace(where)
     return where
+
+
+@contextlib.contextmanager
+def locked(ident: dict[str, Any]) -> Iterator[None]:
+    """Hold this identity's lock file while measuring it: the bench processes of one host
+    measure it once, the others wait and then read what the first kept (no lock where the
+    directory cannot be written: each measures, as without a cache)."""
+    import fcntl
+
+    try:
+        where = path(ident).with_suffix(".lock")
+        where.parent.mkdir(parents=True, exist_ok=True)
+        handle = where.open("a")
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

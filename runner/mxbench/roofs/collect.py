@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from mxbench.roofs.model import Roof, judge
 
 BACKENDS = ("torch", "jax", "tensorflow")
 PROBE_TIMEOUT_S = 120
+BENCH_PROBE_TIMEOUT_S = 60  # a bench's quick probe: seconds when it works
 
 
 def available() -> list[str]:
@@ -101,6 +103,8 @@ def kernels(lines: list[str]) -> dict[str, list[str]]:
 def measured_roofs(m: dict[str, Any], device: str) -> list[Roof]:
     """A probe's result as roofs."""
     backend, version = m["backend"], m.get("version")
+    if m.get("measured_at"):  # which measurement: a cached one keeps its time
+        version = f"{version}, measured {m['measured_at']}"
     out = []
     for dtype, s in (m.get("matmul") or {}).items():
         if "error" in s:
@@ -169,6 +173,8 @@ class Roofs:
     # backend -> dtype -> the oneDNN ISAs its probe's matmuls ran on (CPU)
     kernels: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     seconds: float = 0.0
+    cpu: str = ""  # this machine's CPU as a roof's device
+    measured: list[str] = field(default_factory=list)  # the backends probed now, not cached
 
     def find(
         self,
@@ -203,11 +209,12 @@ def collect(
     the cache unless ``refresh``) with, for a GPU, its formula and datasheet roofs."""
     t0 = time.perf_counter()
     facts = host.read()
-    out = Roofs(roofs=cpu_formula(facts))
-    gpus_done: set[str] = set()
+    out = Roofs(roofs=cpu_formula(facts), cpu=facts.name)
     for backend in backends if backends is not None else available():
         ident = cache.identity(backend, {**cpu_identity(facts), "quick": quick})
         m = None if refresh or not use_cache else cache.load(ident)
+        if m is not None and "error" in m:  # a bench's failed probe: measured again here
+            m = None
         if m is not None:
             out.cached[backend] = str(cache.path(ident))
         else:
@@ -215,16 +222,91 @@ def collect(
             if "error" in m:
                 out.errors[backend] = m["error"]
                 continue
+            out.measured.append(backend)
             if use_cache:
                 cache.save(ident, m)
-        device = m.get("device_name") or facts.name if m.get("gpu") else facts.name
-        out.kernels[backend] = m.get("kernels") or {}
-        out.roofs += measured_roofs(m, device)
-        if m.get("gpu") and device not in gpus_done:
-            gpus_done.add(device)
-            out.roofs += gpu_formula(m, device) + datasheet.roofs(device)
+        add(out, m)
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def add(out: Roofs, m: dict[str, Any]) -> None:
+    """A backend's measurement (a probe's result) into ``out``: its measured roofs and, for
+    a GPU not seen yet, the GPU's formula and datasheet roofs."""
+    gpu = bool(m.get("gpu"))
+    device = m.get("device_name") or out.cpu if gpu else out.cpu
+    out.kernels[m["backend"]] = m.get("kernels") or {}
+    out.roofs += measured_roofs(m, device)
+    if gpu and not any(r.device == device and r.provenance == "formula" for r in out.roofs):
+        out.roofs += gpu_formula(m, device) + datasheet.roofs(device)
+
+
+def kept(backend: str, facts: host.CpuFacts) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """``backend``'s measurement the cache keeps for this machine and stack, a full
+    sweep's before a quick one's (None: none, or one that does not read; a failed probe's
+    ``error`` is kept too), and the quick one's identity (the one to measure and keep)."""
+    full = cache.identity(backend, {**cpu_identity(facts), "quick": False})
+    quick = {**full, "cpu": {**full["cpu"], "quick": True}}
+    for ident in (full, quick):
+        m = cache.load(ident)
+        if m is None:
+            continue
+        try:  # a file of the right identity whose figures do not read is not a measurement
+            if "error" in m:
+                return m, ident
+            measured_roofs(m, "?")
+            return m, ident
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return None, quick
+
+
+def for_backend(
+    backend: str, measure: bool = True, announce: Callable[[], None] | None = None
+) -> Roofs:
+    """The roofs a bench process's records carry: this machine's CPU formula and
+    ``backend``'s measured ceilings: the cache's (a full sweep's, else a quick one's), else,
+    when ``measure``, a quick probe run now in a fresh process (before the bench imports its
+    framework: a GPU is the probe's alone) and kept for the next process. The processes of
+    one host measure once: a second one waits on the first's lock, then reads its figures;
+    a probe that failed is kept as failed too (the run's other processes do not pay for it
+    again; ``mxbench roofs`` measures again). ``announce``: called before a measurement
+    starts. Never raises: what failed is in ``errors``."""
+    t0 = time.perf_counter()
+    out = Roofs()
+    try:
+        facts = host.read()
+        out = Roofs(roofs=cpu_formula(facts), cpu=facts.name)
+        m, ident = kept(backend, facts)
+        if m is None and measure:
+            with cache.locked(ident):
+                m, ident = kept(backend, facts)  # another process measured it meanwhile
+                if m is None:
+                    if announce is not None:
+                        announce()
+                    m = run_probe(backend, quick=True, timeout_s=BENCH_PROBE_TIMEOUT_S)
+                    m.setdefault("measured_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                    out.measured.append(backend)
+                    _keep(out, ident, m)
+        if m is not None and "error" in m:
+            again = f"mxbench roofs -b {backend} --quick --refresh measures again"
+            out.errors[backend] = f"{m['error']} (probed {m.get('measured_at')}; {again})"
+            m = None
+        if m is not None:
+            if backend not in out.measured:
+                out.cached[backend] = str(cache.path(ident))
+            add(out, m)
+    except Exception as exc:  # the roofs are context: never the cell's failure
+        out.errors[backend] = f"{type(exc).__name__}: {exc}"
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _keep(out: Roofs, ident: dict[str, Any], m: dict[str, Any]) -> None:
+    try:
+        cache.save(ident, m)
+    except OSError as exc:  # measured, not kept: the next process measures again
+        out.errors["cache"] = f"not kept in {cache.directory()}: {exc}"
 
 
 def rows(r: Roofs) -> list[dict[str, str]]:

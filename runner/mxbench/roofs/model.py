@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
 Provenance = Literal["measured", "formula", "datasheet"]
 Kind = Literal["matmul", "bandwidth"]
 # The dtypes a roof is stated for: float32 (IEEE, no TF32), TF32 (float32 storage on
 # Tensor Cores), bfloat16, float16, float8 (e4m3) and int8.
 DTYPES = ("float32", "tf32", "bfloat16", "float16", "float8", "int8")
+
+
+def Doc(text: str) -> Meta:
+    """A field's description (docs/record.md, as the record's own parts have)."""
+    return Meta(description=text)
+
+
 ABOVE = "above the roof: another path ran, or a unit is wrong"
 
 
@@ -22,17 +30,26 @@ class Roof(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     emulated; None: not known). ``dense`` (datasheets): the figure is without 2:4
     sparsity."""
 
-    device: str
-    dtype: str
-    kind: Kind = "matmul"
-    value: float | None
-    provenance: Provenance
-    source: str
-    backend: str | None = None
-    native: bool | None = None
-    dense: bool | None = None
-    note: str = ""
-    detail: dict[str, float] = {}
+    device: Annotated[str, Doc("a GPU's name, or 'cpu: MODEL (N core(s))'")]
+    dtype: Annotated[str, Doc("float32, tf32, bfloat16, float16, float8, int8")]
+    kind: Annotated[Kind, Doc("matmul (TFLOP/s; int8: TOP/s) or bandwidth (GB/s)")] = "matmul"
+    value: Annotated[float | None, Doc("null: no such path here (note says why)")]
+    provenance: Annotated[
+        Provenance,
+        Doc("measured (a matmul sweep or a stream, run here), formula (ISA flags x cores x "
+            "clock; SMs x clock x rate per SM) or datasheet"),
+    ]  # fmt: skip
+    source: Annotated[
+        str, Doc("where the figure comes from: the sweep and its stack, the formula's terms, "
+                 "the datasheet")
+    ]  # fmt: skip
+    backend: Annotated[str | None, Doc("the backend that measured it")] = None
+    native: Annotated[
+        bool | None, Doc("the hardware computes this dtype natively (false: converted)")
+    ] = None
+    dense: Annotated[bool | None, Doc("a datasheet figure without 2:4 sparsity")] = None
+    note: Annotated[str, Doc("why a figure is absent, what stands in for it")] = ""
+    detail: Annotated[dict[str, float], Doc("measured: the rate at each matrix size n")] = {}
 
     @property
     def unit(self) -> str:

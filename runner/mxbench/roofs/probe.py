@@ -3,11 +3,12 @@ memory-bandwidth stream. Run as ``python -m mxbench.roofs.probe BACKEND [--quick
 fresh process (so that each backend's threads, caches and ``ONEDNN_*`` settings are its
 own); prints one JSON object.
 
-The sweep: square matmuls of growing size (CPU 256..2048, GPU 1024..8192), each warmed up
-once, then timed until a time budget or a count of runs is spent; the ceiling is the best
-size's median rate (an FMA is 2 FLOP: ``2 n^3`` per product). A size whose warm-up alone
-takes longer than the budget is timed once and ends the sweep (a dtype without a fast path
-would otherwise take minutes). The stream: ``y = 2 x`` over 128 MiB of float32 (a read and
+The sweep: square matmuls of growing size (CPU 256..2048, GPU 1024..8192; ``--quick``: a
+third of the time per size, and a smaller stream), each warmed up once, then timed until
+a time budget or a count of runs is spent; the ceiling is the best size's median rate (an
+FMA is 2 FLOP: ``2 n^3`` per product). A size whose warm-up alone takes longer than the
+budget is timed once and ends the sweep (a dtype without a fast path would otherwise take
+minutes). The stream: ``y = 2 x`` over 128 MiB of float32 (a read and
 a write per element; JAX, whose every output is a fresh buffer: the fused ``sum(2 x)``, a
 read per element), the median of a few passes after one warm-up.
 """
@@ -23,7 +24,6 @@ from typing import Any
 
 CPU_SIZES = (256, 512, 1024, 2048)
 GPU_SIZES = (1024, 2048, 4096, 8192)
-QUICK_SIZES = (256, 512)
 BUDGET_S = 0.35  # timing per size
 MAX_RUNS = 15
 STREAM_ELEMENTS = 32 * 2**20  # 128 MiB of float32
@@ -153,6 +153,9 @@ class Jax:
         self.gpu = dev.platform == "gpu"
         self.version = jax.__version__
         self.device_name = getattr(dev, "device_kind", None) if self.gpu else None
+        cc = str(getattr(dev, "compute_capability", "") or "").split(".")
+        if self.gpu and len(cc) == 2 and getattr(dev, "core_count", None):  # SMs, as XLA counts
+            self.gpu_facts = {"sms": int(dev.core_count), "cc": cc, **nvml_clock()}
 
     def matmul(self, dtype: str) -> Callable[[int], Callable[[], Any]]:
         jax, jnp = self.jax, self.jax.numpy
@@ -187,9 +190,11 @@ class TensorFlow:
         import tensorflow as tf
 
         self.tf = tf
-        self.gpu = bool(tf.config.list_physical_devices("GPU"))
+        gpus = tf.config.list_physical_devices("GPU")
+        self.gpu = bool(gpus)
         self.version = tf.__version__
-        self.device_name = None
+        details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+        self.device_name = details.get("device_name")  # the GPU's name (no SM count: no formula)
 
     def matmul(self, dtype: str) -> Callable[[int], Callable[[], Any]]:
         tf = self.tf
@@ -216,7 +221,7 @@ def measure(backend: str, quick: bool = False) -> dict[str, Any]:
     t0 = time.perf_counter()
     b = BACKENDS[backend]()
     import_s = time.perf_counter() - t0
-    sizes = QUICK_SIZES if quick else GPU_SIZES if b.gpu else CPU_SIZES
+    sizes = GPU_SIZES if b.gpu else CPU_SIZES  # quick: less time per size, the same sizes
     budget = BUDGET_S / 3 if quick else BUDGET_S
     matmul = {}
     for dtype in dtypes(b.gpu):
@@ -241,6 +246,7 @@ def measure(backend: str, quick: bool = False) -> dict[str, Any]:
         },
         "import_s": import_s,
         "probe_s": time.perf_counter() - t0,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 

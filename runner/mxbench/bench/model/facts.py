@@ -1,11 +1,12 @@
 """Facts about any Keras model, for the record: what the report needs to explain a speedup.
 
-Parameters, layers by kind, FLOPs per example (XLA's cost analysis where the backend gives
-it, else an analytic walk of the layers), GEMM dimensions that are not multiples of 8 (Tensor
-Core kernels want multiples of 8 in every dimension), the output dtype, layers whose dtype
-policy is not the global one, and the share of the activations written by memory-bound
-layers (normalization, activations, depthwise convolutions, pooling, elementwise), whose
-speedup from 16-bit types is at most the bandwidth ratio.
+Parameters, layers by kind, FLOPs per example from every source that gives a count (the
+model's own formula, XLA's cost analysis under JAX, an analytic walk of the layers: their
+disagreement is a finding; the first positive one is used), GEMM dimensions that are not
+multiples of 8 (Tensor Core kernels want multiples of 8 in every dimension), the output
+dtype, layers whose dtype policy is not the global one, and the share of the activations
+written by memory-bound layers (normalization, activations, depthwise convolutions, pooling,
+elementwise), whose speedup from 16-bit types is at most the bandwidth ratio.
 """
 
 from __future__ import annotations
@@ -211,9 +212,11 @@ def facts(model: Any, global_policy: str) -> dict[str, Any]:
     }
 
 
-def xla_forward_flops(model: Any, x: Any) -> int | None:
+def xla_forward_flops(model: Any, x: Any) -> float | None:
     """FLOPs of one forward pass per example from XLA's cost analysis (JAX backend only:
-    lowering is cheap, nothing is compiled); None where the backend does not give it."""
+    lowering is cheap, nothing is compiled); XLA's own answer as it came where it is not
+    positive (-1: it could not count; never a count to use); None where the backend gives
+    none."""
     if "jax" not in sys.modules:
         return None
     import jax
@@ -233,29 +236,47 @@ def xla_forward_flops(model: Any, x: Any) -> int | None:
         analysis = jax.jit(forward).lower(trainable, non_trainable, x).cost_analysis()
         if isinstance(analysis, list):
             analysis = analysis[0] if analysis else {}
-        total = float((analysis or {}).get("flops", 0.0))
-        return int(total / batch) if total > 0 else None
+        if not analysis or "flops" not in analysis:
+            return None
+        total = float(analysis["flops"])
+        return total / batch if total > 0 else total
     except Exception as exc:  # the cost analysis is a nicety: fall back to the layer walk
         print(f"mxbench bench: XLA cost analysis failed: {exc!r}", file=sys.stderr)
         return None
 
 
+SOURCES = ("formula", "xla", "analytic")  # the order one is picked in
+
+
+def flops_by_source(forward: dict[str, float | None]) -> dict[str, float]:
+    """Training FLOPs per example (forward x 3) of each source that gave a forward count
+    (``forward``: source -> FLOPs of one forward pass per example, None: no answer); a
+    count that is not positive (XLA's -1) is kept as it came, never multiplied."""
+    return {k: 3 * float(v) if v > 0 else float(v) for k, v in forward.items() if v is not None}
+
+
+def pick(by_source: dict[str, float]) -> str | None:
+    """The source whose count the record uses: the first of :data:`SOURCES` with a positive
+    count (the model's own formula, then XLA's, then the layer walk's)."""
+    return next((k for k in SOURCES if by_source.get(k, 0) > 0), None)
+
+
 def model_info(p: Any, prepared: Any, x: Any = None) -> Any:
     """The record's model facts (``mxbench.records.record.ModelInfo``): the harness's and a walk of
-    the built model's layers; the FLOPs from the model's formula, else XLA's count on the
-    batch ``x`` (when given), else the layers' analytic count. Training and serving cells
-    alike."""
+    the built model's layers; the FLOPs of every source (:func:`flops_by_source`), the first
+    positive of the model's formula, XLA's count on the batch ``x`` (when given), the
+    layers' analytic count used. Training and serving cells alike."""
     import msgspec
 
     from mxbench.records.record import ModelInfo
 
     model = prepared.model
     found = facts(model, p.policy)
-    forward, source = prepared.forward_flops, "formula"
-    if forward is None and x is not None:
-        forward, source = xla_forward_flops(model, x), "xla"
-    if forward is None:
-        forward, source = found["analytic_forward_flops"], "analytic"
+    xla = xla_forward_flops(model, x) if x is not None else None
+    forward = {"formula": prepared.forward_flops, "xla": xla,
+               "analytic": found["analytic_forward_flops"]}  # fmt: skip
+    by_source = flops_by_source(forward)
+    source = pick(by_source)
     inputs = ["x".join(str(d) for d in t.shape[1:]) + f" {t.dtype}" for t in model.inputs]
     info = {k: v for k, v in found.items() if k != "analytic_forward_flops"}
     return msgspec.convert(
@@ -268,8 +289,9 @@ def model_info(p: Any, prepared: Any, x: Any = None) -> Any:
             "init": prepared.init,
             "inputs": inputs,
             "image_input": list(prepared.image) if prepared.image else None,
-            "flops_per_example": 3 * forward if forward else None,
-            "flops_source": source if forward else None,
+            "flops_per_example": by_source[source] if source else None,
+            "flops_source": source,
+            "flops_by_source": by_source,
             "warnings": prepared.warnings,
         },
         ModelInfo,

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench.bench.evidence import energy, probe
+from mxbench.bench.evidence import energy, probe, roofline
 from mxbench.bench.evidence import profile as profiler
 from mxbench.bench.evidence.gpu_health import HealthSampler
 from mxbench.bench.model import convergence
@@ -66,6 +66,8 @@ def run_cell(
     rec.settings = msgspec.convert({**probe.number_settings(), "policy": p.policy}, Settings)
     state = Process(phases)
     phases.mark("probe")
+    state.roofs = roofline.find(p)  # before the framework: a cold cache's probe has the device
+    phases.mark("roofs")
     # the profiled window answers "where does the time go": once per cell, not per repeat
     profiled = p if runs_profile(p) else msgspec.structs.replace(p, profile="off")
     try:

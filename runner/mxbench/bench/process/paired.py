@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench.bench.evidence import energy, probe
+from mxbench.bench.evidence import energy, probe, roofline
 from mxbench.bench.evidence import profile as profiler
 from mxbench.bench.evidence.gpu_health import HealthSampler
 from mxbench.bench.model import convergence
@@ -50,6 +50,7 @@ from mxbench.records.record import (
     Software,
     Window,
 )
+from mxbench.roofs.collect import Roofs
 from mxbench.version import __version__
 
 
@@ -72,11 +73,14 @@ def run_paired(
     phases = Phases(started_at)
     group = f"{os.getpid()}-{time.time_ns():x}"  # the process's: every pass's records share it
     cpu = msgspec.convert(probe.cpu_info(), Cpu)
+    phases.mark("probe")
+    roofs = roofline.find(p)  # once per process, before the framework (cell.py's reasons)
+    phases.mark("roofs")
     sizes = [p.batch_size, *batch_sizes]
     passes: dict[int, list[Record]] = {}
     for n, size in enumerate(random.sample(sizes, len(sizes)), start=1):
         q = msgspec.structs.replace(p, batch_size=size)
-        passes[size] = _pass(q, others, cpu, phases, group, started_at, emit)
+        passes[size] = _pass(q, others, cpu, phases, group, started_at, emit, roofs)
         if n < len(sizes) and emit is not None:
             for rec in passes[size]:
                 emit(rec)
@@ -89,7 +93,7 @@ def run_paired(
 
 def _pass(
     p: Params, others: list[str], cpu: Cpu, phases: Phases, group: str, started_at: float,
-    emit: Emit | None,
+    emit: Emit | None, roofs: Roofs | None = None,
 ) -> list[Record]:  # fmt: skip
     """One comparison (one batch size) of a paired process: a record per arm."""
     ps = [p, *(msgspec.structs.replace(p, policy=x) for x in others)]
@@ -99,7 +103,7 @@ def _pass(
         rec.software = Software(python=sys.version.split()[0], backend=p.backend,
                                 mxbench=__version__)  # fmt: skip
         rec.settings = msgspec.convert({**probe.number_settings(), "policy": q.policy}, Settings)
-    state = Process(phases)
+    state = Process(phases, roofs=roofs)
     phases.mark("probe")
     profiled = runs_profile(p)
     try:

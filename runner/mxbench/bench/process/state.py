@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from mxbench.bench import backends
-from mxbench.bench.evidence import energy, probe
+from mxbench.bench.evidence import energy, probe, roofline
 from mxbench.bench.evidence.gpu_health import HealthSampler
 from mxbench.bench.model import convergence
 from mxbench.bench.parallel import distribute, independent
@@ -41,6 +41,7 @@ from mxbench.records.record import (
     Settings,
     StepStats,
 )
+from mxbench.roofs.collect import Roofs
 
 _OOM_NAMES = ("ResourceExhaustedError", "OutOfMemoryError", "MemoryError")
 _OOM_TEXT = ("resource_exhausted", "out of memory", "oom when allocating", "failed to allocate")
@@ -105,6 +106,7 @@ class Process:
     spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # per policy
     probed: bool = False
     dist: Any = None  # the devices of data parallel (bench.parallel.distribute.Plan; None: one)
+    roofs: Roofs | None = None  # this host's, for the backend (bench.evidence.roofline.find)
 
     def load_backend(self, p: Params, rec: Record) -> float:
         """Import the backend and Keras (seconds it took); the first import's objects are
@@ -205,6 +207,7 @@ class Process:
             )
             self.gpu_util(rec)
             rec.device.framework = rec.params.backend
+            rec.roofs = roofline.for_record(self.roofs, rec)
             peak = backend.peak_gpu_memory_bytes() if used and backend is not None else None
             limited = probe.cgroup_peak_bytes()
             if peak is not None:

@@ -171,6 +171,10 @@ def figures(step_s: list[float], examples: int, window_s: float, first_s: float,
 # Where a cell process's wall time goes, in order (the record's ``metrics.phases_s``).
 PHASES = {
     "start": "process start -> the cell begins (interpreter, importing mxbench)",
+    "roofs": (
+        "the device's roofs: the roofs cache, or a quick probe once per host and stack "
+        "(mxbench.bench.evidence.roofline)"
+    ),
     "import": "importing the framework and Keras",
     "build": "building and compiling the model (harness: float32 build, weights copied)",
     "data": "making the input pipeline",
