@@ -20,6 +20,12 @@ def Doc(text: str) -> Meta:
 
 
 ABOVE = "above the roof: another path ran, or a unit is wrong"
+# A measured ceiling is what a short sweep of matmul shapes reached, a floor under the true
+# roof: a cell a little above it is not impossible, but says the sweep or the count is off.
+ABOVE_MEASURED = (
+    "above the measured ceiling: this model's kernels beat the probe's matmul shapes, or its "
+    "FLOP count (3x forward) overstates"
+)
 
 
 class Roof(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -87,7 +93,7 @@ def judge(achieved: float, roof: Roof, tolerance: float = 0.0) -> Judged | None:
     if share <= 1.0 + tolerance:
         return Judged(share, None)
     what = f"{share:.0%} of the {roof.text()} {roof.dtype} {roof.provenance} roof"
-    return Judged(share, f"{what}: {ABOVE}")
+    return Judged(share, f"{what}: {ABOVE_MEASURED if roof.provenance == 'measured' else ABOVE}")
 
 
 def amdahl_bound(f: float, r: float) -> float:

@@ -24,7 +24,7 @@ from mxbench.matrix.params import BASELINE
 from mxbench.report.sections.why import profile_of, split
 from mxbench.report.tables import Table
 from mxbench.roofs import recorded
-from mxbench.roofs.model import ABOVE, Roof, amdahl_bound, judge
+from mxbench.roofs.model import ABOVE, ABOVE_MEASURED, Roof, amdahl_bound, judge
 
 CONVENTION = "training FLOP per example x examples/s, an FMA counted as 2 FLOP"
 PROVENANCES = ("datasheet", "measured", "formula")
@@ -161,7 +161,7 @@ def against(t: Table) -> str | None:
     found = cells(t)
     if not any(c.shares for c in found):
         return None
-    parts = []
+    parts, kinds = [], set()
     for group in _by_policy(t, found):
         batches = _span([float(c.batch) for c in group])
         policy, dtype = group[0].policy, group[0].dtype
@@ -177,7 +177,8 @@ def against(t: Table) -> str | None:
             if stand_in:
                 text += f" ({stand_in}: float32's roof stands in)"
             if any(s.flag for s in shares):
-                text += ", above the roof: flagged"
+                above = "measured ceiling" if shares[0].roof.provenance == "measured" else "roof"
+                text += f", above the {above}: flagged"
             elif own and dtype in SIXTEEN and not stand_in and max(values) < FAR_BELOW:
                 text += ", far below: the fast path is largely unused"
             said.append(text)
@@ -191,13 +192,14 @@ def above(t: Table) -> str | None:
     found = [c for c in cells(t) if c.flagged]
     if not found:
         return None
-    parts = []
+    parts, kinds = [], set()
     for group in _by_policy(t, found):
         policy, dtype = group[0].policy, group[0].dtype
         for (label, own, stand_in), shares in _grouped(group).items():
             flagged = [s for s in shares if s.flag]
             if not own or not flagged:
                 continue
+            kinds.add(flagged[0].roof.provenance == "measured")
             reach = _pct([s.share for s in flagged])
             where = _span([float(c.batch) for c in group if any(s in c.shares for s in flagged)])
             text = f"{policy} at batch {where} reaches {reach} of the {label}"
@@ -212,7 +214,10 @@ def above(t: Table) -> str | None:
                     "the FLOP count is wrong"
                 )
             parts.append(text)
-    return f"{ABOVE[0].upper()}{ABOVE[1:]}. " + "; ".join(parts) + "."
+    # Above a physical roof (formula, datasheet): impossible as counted. Above only a
+    # measured ceiling: the probe's shapes or the count fall short, said as such.
+    said = ABOVE_MEASURED if kinds == {True} else ABOVE
+    return f"{said[0].upper()}{said[1:]}. " + "; ".join(parts) + "."
 
 
 BYTES = 2.0  # memory-bound work in 16 bits moves half float32's bytes: at most 2x faster
