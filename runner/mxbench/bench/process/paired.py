@@ -185,8 +185,10 @@ def _measure_paired(
         for i, (arm, rec) in enumerate(zip(arms, recs, strict=True)):
             gpu = state.backend is not None and state.backend.model_on_gpu(arm.model)
             turn(i)
-            steps = profiler.steps_for(rec.metrics.step_ms)
-            rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu, steps=steps)
+            timed = rec.metrics.step_ms
+            rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu,
+                                       steps=profiler.steps_for(timed),
+                                       lead=profiler.lead_for(timed))  # fmt: skip
             turn(None)
         phases.mark("profile")
         for rec in recs:
