@@ -8,6 +8,7 @@ it. What must stay one policy per process (peak memory) is left out of these rec
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import random
@@ -176,6 +177,10 @@ def _measure_paired(
     for name, spent in (*totals.items(), ("fit_other", max(0.0, fit_s - sum(totals.values())))):
         phases.out[name] = phases.out.get(name, 0.0) + spent  # a family: every pass's
     phases.last = time.perf_counter()
+    # what the pass made so far (its models, their traced functions) out of the collector's
+    # sight: a full collection over them took 3-8 s of the profile or of the next pass's
+    # build (Keras' clear_session); their garbage is left to the process's exit
+    gc.freeze()
     _settle_paired(recs, state)
     checked = any(x is not None for x in state.checks)
     pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
