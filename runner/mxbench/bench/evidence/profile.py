@@ -57,10 +57,9 @@ LEAD_S = 0.3  # a timed step at least this long: no unprofiled step before the p
 
 
 def lead_for(timed: StepStats | None) -> int:
-    """Unprofiled steps before the profiled ones: one, which pays a new ``fit`` call's setup
-    (a new iterator, the callbacks: milliseconds), unless the ``timed`` steps take
-    :data:`LEAD_S` or more: that setup is then under 1 % of a profiled step, and repeating
-    such a step (1.8 s of emulated bfloat16 at batch 32) would cost more than it keeps out."""
+    """Unprofiled steps first: one, paying a new ``fit`` call's setup (milliseconds), unless
+    the ``timed`` steps take :data:`LEAD_S` or more (repeating a 1.8 s step of emulated
+    bfloat16 would cost more than the setup it keeps out of the profile)."""
     median = timed.median if timed is not None else None
     return 0 if median is not None and median >= LEAD_S * 1000 else 1
 
@@ -203,11 +202,8 @@ def run(
     try:
         trace_dir.mkdir(parents=True, exist_ok=True)
         collect = _COLLECTORS[backend]
-        window: Window = (
-            partial(_fit, model, ds, steps, lead=lead)
-            if calls is None
-            else partial(_calls, calls, steps)
-        )
+        fit = partial(_fit, model, ds, steps, lead=lead)
+        window: Window = fit if calls is None else partial(_calls, calls, steps)
         ops, wall, lines = collect(window, trace_dir, gpu, model if calls is None else None, ds)
         s = summarize(ops, wall_s=wall, steps=steps, optimizer=optimizer, gpu=gpu)
         prof.step_ms = round(wall * 1000 / steps, 4)
@@ -350,14 +346,8 @@ def _evidence(found: onednn.Evidence, isa: str | None) -> OneDnnEvidence:
     )
 
 
-def _fit(
-    model: Any,
-    ds: Any,
-    steps: int,
-    start: Callable[[], None],
-    stop: Callable[[], None],
-    lead: int = 1,
-) -> float:
+def _fit(model: Any, ds: Any, steps: int, start: Callable[[], None], stop: Callable[[], None],
+         lead: int = 1) -> float:  # fmt: skip
     """``lead`` + ``steps`` training steps, the profiler on after the ``lead`` ones (the first
     of a new ``fit`` call pays its setup: a new iterator, callbacks); the profiled seconds."""
     import keras
