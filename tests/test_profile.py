@@ -860,3 +860,15 @@ def test_slow_steps_are_profiled_fewer_times() -> None:
     assert profiler.steps_for(None) == profiler.STEPS == 3
     assert [profiler.steps_for(timed(ms)) for ms in (53.0, 190.0, 452.0, 1811.0, 9000.0)] == [
         3, 3, 2, 1, 1]  # fmt: skip
+
+
+def test_slow_steps_are_profiled_without_an_unprofiled_step_before() -> None:
+    """The unprofiled step before the profiled ones pays a new fit's setup (milliseconds):
+    kept before 53 ms steps, left out before a 452 ms or 1.8 s one (it would cost more than
+    the whole profiled window of a fast arm); no timed steps: kept."""
+
+    def timed(ms: float) -> StepStats:
+        return StepStats(median=ms, p25=ms, p75=ms, n=5)
+
+    assert profiler.lead_for(None) == 1
+    assert [profiler.lead_for(timed(ms)) for ms in (53.0, 190.0, 452.0, 1811.0)] == [1, 1, 0, 0]

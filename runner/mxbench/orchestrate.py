@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from mxbench.cells import repeats, rounds
-from mxbench.cells.cell import Cell, Search, pair_up, to_run
+from mxbench.cells.cell import Cell, Search, family, pair_up, to_run
 from mxbench.engines import (
     Engine,
     EngineUnavailable,
@@ -318,10 +318,12 @@ class _Fleet:
         while groups and not self.stop.is_set():
             todo: list[Cell] = []
             reasons: dict[str, str] = {}
+            families: set[tuple[object, ...]] = set()  # a process this round: one start each
             for g in list(groups):
                 decision = repeats.decide(cfg, g.by_policy(), g.attempts)
                 spent = time.monotonic() - began
-                if decision.more and spent + g.round_s() > cfg.budget_s:
+                shared = family(g.template) in families
+                if decision.more and spent + g.round_s(shared) > cfg.budget_s:
                     doing = rounds.noise(g.records.values())
                     detail = f"{spent:.0f} s spent of auto_repeats.budget_s {cfg.budget_s:g}"
                     decision = replace(
@@ -332,6 +334,7 @@ class _Fleet:
                     groups.remove(g)
                     progress.message(f"{g.label}: stopped after {decision.text()}")
                     continue
+                families.add(family(g.template))
                 repeat = g.attempts
                 why = f"process {repeat + 1}: {decision.text()}"
                 progress.message(

@@ -331,6 +331,12 @@ def _comparison(c: Cell, family: bool = False) -> tuple[object, ...]:
     return (c.host, c.image, c.model_source, same)
 
 
+def family(c: Cell) -> tuple[object, ...]:
+    """What the comparisons one paired process measures share (:func:`pair_up`); a cell that
+    cannot be paired: its own key."""
+    return _comparison(c, family=True)
+
+
 def to_run(cells: Sequence[Cell], done: set[str]) -> list[Cell]:
     """The cells of ``cells`` not in ``done`` (``--resume``), and with them every cell of
     their paired comparison: a speedup of the paired design comes from one process that

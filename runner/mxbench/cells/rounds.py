@@ -64,12 +64,53 @@ class Group:
         self.keys[policy, repeat] = key
         return replace(t, params=params, key=key)
 
-    def round_s(self) -> float:
-        """About how long one more process per policy takes (0 before any ran)."""
+    def round_s(self, shared: bool = False) -> float:
+        """About how long one more process per policy takes (0 before any ran). A paired
+        process from its records' phases (:func:`paired_process_s`): the start and the
+        framework's import (none where ``shared``: another comparison of its family is
+        measured in the same process this round) and this comparison's part of the
+        process's passes; not the one-off profile and check of a first process, nor the
+        passes of other batch sizes, which its processes so far also measured."""
         if not self.wall_s:
             return 0.0
         paired = any(r.pairing is not None for r in self.records.values())
-        return statistics.fmean(self.wall_s) * (1 if paired else len(self.policies))
+        if not paired:
+            return statistics.fmean(self.wall_s) * len(self.policies)
+        by_process: dict[str, list[Record]] = {}
+        for r in self.records.values():
+            if r.pairing is not None and r.pairing.group:
+                by_process.setdefault(r.pairing.group, []).append(r)
+        found = [x for x in map(paired_process_s, by_process.values()) if x is not None]
+        if not found:
+            return statistics.fmean(self.wall_s)
+        start = 0.0 if shared else statistics.fmean(s for s, _ in found)
+        return start + statistics.fmean(own for _, own in found)
+
+
+STARTUP_PHASES = ("start", "probe", "import")  # a process's own, whatever it measures
+ONE_OFF_PHASES = ("profile", "check")  # a cell's first process's only
+
+
+def paired_process_s(arms: list[Record]) -> tuple[float, float] | None:
+    """A paired process's start-up seconds, and the seconds of the comparison whose arms'
+    records ``arms`` are: the process's wall time past its start-up and one-off phases,
+    times the comparison's share of the process's steps (its arms' warm-ups and windows,
+    of every pass's). None where the records do not say (no phases)."""
+    phases, wall = arms[0].metrics.phases_s, arms[0].run.get("wall_s")
+    if not phases or not isinstance(wall, int | float):
+        return None
+    steps = sum(phases.get(k, 0.0) for k in ("first_step", "warmup", "timed"))
+    own = sum(
+        (r.metrics.warmup_ms or 0.0) / 1000.0
+        + sum(w.ms * w.steps for w in r.pairing.windows) / 1000.0
+        for r in arms
+        if r.pairing is not None
+    )
+    if not steps > 0:
+        return None
+    start = sum(phases.get(k, 0.0) for k in STARTUP_PHASES)
+    rest = wall - start - sum(phases.get(k, 0.0) for k in ONE_OFF_PHASES)
+    return start, max(0.0, rest) * min(1.0, own / steps)
 
 
 @dataclass

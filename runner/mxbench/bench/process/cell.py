@@ -153,8 +153,9 @@ def _measure(
     state.emit_pending(emit, rec, pending)
     if runs_profile(p):  # after the timed window, never inside it
         gpu = state.backend is not None and state.backend.model_on_gpu(model)
-        steps = profiler.steps_for(rec.metrics.step_ms)
-        rec.profile = profiler.run(p.backend, model, ds, gpu=gpu, steps=steps)
+        timed = rec.metrics.step_ms
+        rec.profile = profiler.run(p.backend, model, ds, gpu=gpu, steps=profiler.steps_for(timed),
+                                   lead=profiler.lead_for(timed))  # fmt: skip
         phases.mark("profile")
         state.emit_pending(emit, rec, pending[1:])
 

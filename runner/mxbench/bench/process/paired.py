@@ -8,6 +8,7 @@ it. What must stay one policy per process (peak memory) is left out of these rec
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import random
@@ -180,6 +181,10 @@ def _measure_paired(
     for name, spent in (*totals.items(), ("fit_other", max(0.0, fit_s - sum(totals.values())))):
         phases.out[name] = phases.out.get(name, 0.0) + spent  # a family: every pass's
     phases.last = time.perf_counter()
+    # what the pass made so far (its models, their traced functions) out of the collector's
+    # sight: a full collection over them took 3-8 s of the profile or of the next pass's
+    # build (Keras' clear_session); their garbage is left to the process's exit
+    gc.freeze()
     _settle_paired(recs, state)
     checked = any(x is not None for x in state.checks)
     pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
@@ -189,8 +194,10 @@ def _measure_paired(
         for i, (arm, rec) in enumerate(zip(arms, recs, strict=True)):
             gpu = state.backend is not None and state.backend.model_on_gpu(arm.model)
             turn(i)
-            steps = profiler.steps_for(rec.metrics.step_ms)
-            rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu, steps=steps)
+            timed = rec.metrics.step_ms
+            rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu,
+                                       steps=profiler.steps_for(timed),
+                                       lead=profiler.lead_for(timed))  # fmt: skip
             turn(None)
         phases.mark("profile")
         for rec in recs:
