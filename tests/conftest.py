@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
+import prebuild
 from tiers import (  # the fast tier's hooks (pytest -m fast)
     pytest_addoption,
     pytest_collection_modifyitems,
@@ -170,14 +172,16 @@ def ssh_ok() -> bool:
 
 
 def mxbench(
-    *args: str, cwd: Path | None = None, timeout: float = 900
+    *args: str, cwd: Path | None = None, timeout: float = 900, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """``mxbench *args``, its output captured; ``env`` added to this environment."""
     return subprocess.run(
         [sys.executable, "-m", "mxbench", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=timeout,
+        env={**os.environ, **env} if env else None,
     )
 
 
@@ -261,27 +265,43 @@ def bounded_docker_disk(request: pytest.FixtureRequest) -> Iterator[None]:
     builds = any(item.path.name.startswith("test_docker") for item in request.session.items)
     if builds and docker_ok():
         prune_built_images()
+        prebuild.start(request)  # the session's image builds, in the background, after the prune
     yield
+    prebuild.stop(request)
+
+
+_contexts: dict[int, tuple[pytest.TempPathFactory, Path]] = {}
+_contexts_lock = threading.Lock()
+
+
+def snapshot_context(factory: pytest.TempPathFactory) -> Path:
+    """The session's frozen copy of the build context, made once by whichever asks first:
+    the ``ctx`` fixture or the cpu image's build (in the background)."""
+    with _contexts_lock:
+        if id(factory) not in _contexts:
+            dest = factory.mktemp("ctx")
+            from mxbench import images
+
+            images.ImageSpec("cpu", ROOT, "Dockerfile", "cpu").snapshot(dest)
+            _contexts[id(factory)] = (factory, dest)
+        return _contexts[id(factory)][1]
 
 
 @pytest.fixture(scope="session")
 def ctx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A frozen copy of the build context (and the matrix's home)."""
     require_service(docker_ok(), f"a Docker engine with the base image {BASE_IMAGE}")
-    dest = tmp_path_factory.mktemp("ctx")
-    from mxbench import images
-
-    images.ImageSpec("cpu", ROOT, "Dockerfile", "cpu").snapshot(dest)
-    return dest
+    return snapshot_context(tmp_path_factory)
 
 
-@pytest.fixture(scope="session")
-def built(ctx: Path) -> dict:
+def build_cpu(factory: pytest.TempPathFactory) -> dict:
     """`mxbench build` of the cpu image on the local socket, timed."""
+    require_service(docker_ok(), f"a Docker engine with the base image {BASE_IMAGE}")
+    ctx = snapshot_context(factory)
     m = ctx / "build.yaml"
     m.write_text(matrix_text("  - {name: box, engine: docker, images: [cpu]}"))
     t0 = time.monotonic()
-    out = mxbench("build", "--matrix", str(m), "--ca-bundle", CA, cwd=ctx)
+    out = mxbench("build", "--matrix", str(m), "--ca-bundle", CA, cwd=ctx, env=prebuild.ENV)
     seconds = time.monotonic() - t0
     assert out.returncode == 0, out.stderr[-3000:]
     from mxbench import images
@@ -289,8 +309,24 @@ def built(ctx: Path) -> dict:
 
     tag = images.specs(load_matrix(m))["cpu"].tag()
     state = "reused" if "reused" in out.stdout else "built"
-    print(f"\nmxbench build (cpu image): {seconds:.1f} s ({state})")
-    return {"matrix": m, "tag": tag, "stdout": out.stdout, "seconds": seconds}
+    note = f"mxbench build (cpu image): {seconds:.1f} s ({state})"
+    return {"matrix": m, "tag": tag, "stdout": out.stdout, "seconds": seconds, "note": note}
+
+
+def _wants_cpu(item: pytest.Item) -> bool:
+    """``built`` by signature, or the docker rig of test_engine_contract (asked for there)."""
+    callspec = getattr(item, "callspec", None)
+    rig = callspec.params.get("rig") if callspec is not None else None
+    return prebuild.uses("built")(item) or rig == "docker"
+
+
+prebuild.register("cpu", build_cpu, _wants_cpu)
+
+
+@pytest.fixture(scope="session")
+def built(ctx: Path, request: pytest.FixtureRequest) -> dict:
+    """The cpu image, built in the background since the session began (tests/prebuild.py)."""
+    return prebuild.result(request, "cpu")
 
 
 @pytest.fixture(scope="session")
@@ -367,12 +403,14 @@ def _owned_by_a_gone_run() -> list[str]:
 def _own_helper(proc: psutil.Process) -> bool:
     """A helper process of this interpreter's own (multiprocessing's resource tracker or
     fork server, started once by whatever first needs it): no test's work, and killing it
-    only makes the next user start another, with a warning."""
+    only makes the next user start another, with a warning. An image build the session
+    runs in the background (tests/prebuild.py) is none either: the session ends it."""
     try:
         line = " ".join(proc.cmdline())
     except psutil.Error:
         return False
-    return "multiprocessing.resource_tracker" in line or "multiprocessing.forkserver" in line
+    helper = "multiprocessing.resource_tracker" in line or "multiprocessing.forkserver" in line
+    return helper or prebuild.marked(proc)  # or an image build of the session's background
 
 
 @pytest.fixture(autouse=True)

@@ -43,6 +43,35 @@ def test_build_labels_the_image_with_provenance(built: dict) -> None:
     assert image.attrs["Config"]["Entrypoint"] == ["mxbench", "bench"]
 
 
+def pip_in(tag: str, *args: str) -> tuple[int, str]:
+    """``pip *args`` in a container of the image ``tag``, without a network: its exit code
+    and its output (stdout and stderr)."""
+    import docker
+
+    container = docker.from_env().containers.run(
+        tag, list(args), entrypoint="/opt/venv/bin/pip", network_mode="none", detach=True
+    )
+    try:
+        code = container.wait(timeout=120)["StatusCode"]
+        return code, container.logs().decode()
+    finally:
+        container.remove(force=True)
+
+
+def test_pip_in_the_image_is_not_pointed_at_a_ca_bundle_it_lacks(built: dict) -> None:
+    """``--ca-bundle`` configures pip in the build stages only: the bundle is not copied into
+    the image, and neither is a pip config naming it, so pip in the image tries an index
+    (here a closed port) rather than stopping for a file that is not there."""
+    code, config = pip_in(built["tag"], "config", "list")
+    assert code == 0 and "cert" not in config, config
+    code, out = pip_in(
+        built["tag"], "install", "--disable-pip-version-check", "--retries", "0",
+        "--timeout", "2", "--index-url", "https://127.0.0.1:9/simple", "nothing-here",
+    )  # fmt: skip
+    assert "TLS CA certificate bundle" not in out, out
+    assert code != 0 and "No matching distribution found for nothing-here" in out, out
+
+
 def test_second_build_reuses_the_image(built: dict, ctx: Path) -> None:
     t0 = time.monotonic()
     out = mxbench("build", "--matrix", str(built["matrix"]), cwd=ctx)

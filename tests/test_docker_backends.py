@@ -10,6 +10,7 @@ firewall would.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import importlib.metadata
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+import prebuild
 from conftest import BASE_IMAGE, CA, docker_ok, mxbench, records, require_service
 from mxbench import images
 from mxbench.matrix.file import load_matrix
@@ -34,7 +36,7 @@ TORCH = importlib.metadata.version("torch") if importlib.util.find_spec("torch")
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
+@contextlib.contextmanager
 def wheel_server() -> Iterator[str]:
     """WHEELS over HTTP where build containers reach the host (the docker0 bridge)."""
     import docker
@@ -68,24 +70,53 @@ hosts:
     return m
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_cpu_image_of_another_backend_builds_and_runs(
-    backend: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> None:
+def build_backend(backend: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """`mxbench build` of the cpu target with ``backend``, timed (torch's CPU wheel served
+    to the build over HTTP for its duration)."""
     require_service(docker_ok(), f"a Docker engine with the base image {BASE_IMAGE}")
     extra = ""
-    if backend == "torch":
-        wheel = sorted(WHEELS.glob(f"torch-{TORCH}-*.whl"))
-        require_service(bool(TORCH and wheel), f"a torch CPU wheel in {WHEELS}")
-        url = request.getfixturevalue("wheel_server")
-        extra = f', TORCH_CPU: "torch=={TORCH}", FRAMEWORK_FIND_LINKS: "{url}"'
-    ctx = tmp_path_factory.mktemp(f"ctx-{backend}")
-    images.ImageSpec(f"cpu-{backend}", ROOT, "Dockerfile", "cpu").snapshot(ctx)
-    m = _matrix(ctx, backend, extra)
-    t0 = time.monotonic()
-    out = mxbench("build", "--matrix", str(m), "--ca-bundle", CA, cwd=ctx, timeout=1500)
-    built_s = time.monotonic() - t0
+    with contextlib.ExitStack() as stack:
+        if backend == "torch":
+            wheel = sorted(WHEELS.glob(f"torch-{TORCH}-*.whl"))
+            require_service(bool(TORCH and wheel), f"a torch CPU wheel in {WHEELS}")
+            url = stack.enter_context(wheel_server())
+            extra = f', TORCH_CPU: "torch=={TORCH}", FRAMEWORK_FIND_LINKS: "{url}"'
+        ctx = tmp_path_factory.mktemp(f"ctx-{backend}")
+        images.ImageSpec(f"cpu-{backend}", ROOT, "Dockerfile", "cpu").snapshot(ctx)
+        m = _matrix(ctx, backend, extra)
+        t0 = time.monotonic()
+        out = mxbench(
+            "build", "--matrix", str(m), "--ca-bundle", CA, cwd=ctx, timeout=1500, env=prebuild.ENV
+        )
+        built_s = time.monotonic() - t0
     assert out.returncode == 0, out.stderr[-3000:]
+    note = f"mxbench build (cpu-{backend} image): {built_s:.1f} s"
+    return {"ctx": ctx, "matrix": m, "seconds": built_s, "note": note}
+
+
+def _wants(backend: str, item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return (
+        getattr(item, "originalname", "") == "test_cpu_image_of_another_backend_builds_and_runs"
+        and callspec is not None
+        and callspec.params.get("backend") == backend
+    )
+
+
+for _backend in ("jax", "torch"):
+    prebuild.register(
+        f"cpu-{_backend}",
+        functools.partial(build_backend, _backend),
+        functools.partial(_wants, _backend),
+    )
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_cpu_image_of_another_backend_builds_and_runs(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    built = prebuild.result(request, f"cpu-{backend}")  # its build's error, if it failed
+    ctx, m, built_s = built["ctx"], built["matrix"], built["seconds"]
     import docker
 
     tag = images.specs(load_matrix(m))[f"cpu-{backend}"].tag()
