@@ -161,7 +161,7 @@ def against(t: Table) -> str | None:
     found = cells(t)
     if not any(c.shares for c in found):
         return None
-    parts, kinds = [], set()
+    parts = []
     for group in _by_policy(t, found):
         batches = _span([float(c.batch) for c in group])
         policy, dtype = group[0].policy, group[0].dtype
