@@ -13,7 +13,6 @@ reads.
 from __future__ import annotations
 
 import math
-import secrets
 from typing import Any, TextIO
 
 import msgspec
@@ -26,7 +25,6 @@ from mxbench.report.tables import LOSS_TOLERANCE, Table
 from mxbench.stats import LEVEL
 
 SCHEMA = "mxbench.report/1"
-INDENT = 1  # spaces a level
 
 
 def _num(value: float | None, digits: int = 4) -> float | None:
@@ -127,35 +125,13 @@ def _table(s: Section) -> dict[str, Any]:
 
 
 def _encoded(part: Any) -> Any:
-    """A section's part of the document as a worker hands it back: encoded and indented
-    already, as it stands in the document (one string pickles faster than a table's dicts,
-    and the workers indent the tables in parallel: the document only splices them in)."""
+    """A section's part of the document as a worker hands it back: encoded already (one
+    string pickles faster than a table's dicts; the document takes it as it is)."""
 
-    def encode(s: Section) -> str:
-        text = msgspec.json.format(msgspec.json.encode(part(s)), indent=INDENT)
-        # an item of a list in the document's top object: two levels in (a string's
-        # newline is escaped in JSON, so every newline here is the layout's)
-        return text.replace(b"\n", b"\n" + b" " * (2 * INDENT)).decode("utf-8")
+    def encode(s: Section) -> msgspec.Raw:
+        return msgspec.Raw(msgspec.json.encode(part(s)))
 
     return encode
-
-
-def _splice(top: dict[str, Any], parts: dict[str, list[str]]) -> str:
-    """``top`` indented, each of ``parts`` (a list of items indented already by
-    :func:`_encoded`) in place of its key's marker; the same text as indenting it all."""
-    marker = "\x00" + secrets.token_hex(16)  # not a text any record can carry
-    for key in parts:
-        top[key] = marker + key
-    text = msgspec.json.format(msgspec.json.encode(top), indent=INDENT).decode("utf-8")
-    for key, items in parts.items():
-        quoted = msgspec.json.encode(marker + key).decode("utf-8")
-        if text.count(quoted) != 1:  # cannot happen: indent the whole document instead
-            top.update({k: [msgspec.Raw(i.encode("utf-8")) for i in v] for k, v in parts.items()})
-            return msgspec.json.format(msgspec.json.encode(top), indent=INDENT).decode("utf-8")
-        pad = "\n" + " " * (2 * INDENT)
-        listed = "[" + pad + ("," + pad).join(items) + "\n" + " " * INDENT + "]" if items else "[]"
-        text = text.replace(quoted, listed, 1)
-    return text
 
 
 def _cells(s: Section) -> list[dict[str, str]]:
@@ -199,12 +175,10 @@ def _grid(g: Grid) -> dict[str, Any]:
     }
 
 
-def _rest(doc: Document) -> dict[str, Any]:
-    """Every part of the document but the sections, in the document's order (the sections'
-    keys where they go, filled in by :func:`render`)."""
+def render(doc: Document) -> str:
     loaded = doc.loaded
     judged = answers.judged_count(doc.tables)
-    return {
+    out = {
         "schema": SCHEMA,
         "counts": doc.counts,
         "definitions": doc.definitions,
@@ -225,8 +199,8 @@ def _rest(doc: Document) -> dict[str, Any]:
             "text": doc.judged,
         },
         "notices": doc.notices,  # older attempts hidden, lines skipped, why no summary
-        "tables": None,
-        "largest_batch": None,  # the batch-size searches
+        "tables": doc.each(_encoded(_table), "speed"),
+        "largest_batch": doc.each(_encoded(_largest), "largest"),  # the batch-size searches
         # training runs to an accuracy, and the input pipeline's share (report/sections/training.py)
         "training": [training.as_dict(s) for s in doc.training],
         "shares": doc.shares,
@@ -234,17 +208,7 @@ def _rest(doc: Document) -> dict[str, Any]:
         # serving cells: latency percentiles, throughput, the gate (report/sections/inference.py)
         "inference": [inference.as_dict(s) for s in doc.inference],
     }
-
-
-def render(doc: Document) -> str:
-    top: dict[str, Any] = {}
-
-    def rest() -> None:  # made here while worker processes make the sections
-        top.update(_rest(doc))
-
-    tables = doc.each(_encoded(_table), "speed", meanwhile=rest)
-    largest = doc.each(_encoded(_largest), "largest")
-    return _splice(top, {"tables": tables, "largest_batch": largest})
+    return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")
 
 
 COMPARE_SCHEMA = "mxbench.compare/1"
