@@ -127,6 +127,10 @@ def _old_non_finite(line: bytes | str, exc: msgspec.DecodeError) -> Any:
     wrote its line with ``json.dumps`` (a loss that was not finite as NaN), and that mxbench
     read it back. Any other line that is not JSON: :class:`BadRecord` saying why."""
     raw = line.encode("utf-8", "replace") if isinstance(line, str) else line
+    try:  # msgspec 0.23 says "Invalid UTF-8" as a DecodeError, 0.22 raised UnicodeDecodeError
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        raise _not_utf8(bad) from None
     if _NON_FINITE.search(raw):
         try:
             obj = json.loads(raw, parse_constant=lambda _: None)
