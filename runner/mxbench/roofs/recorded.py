@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from mxbench.records.codec import cc_pair
 from mxbench.records.record import Record
@@ -36,10 +35,7 @@ _AMD = re.compile(r"\bamd\b|epyc|ryzen|threadripper|opteron", re.I)
 
 def roofs_of(record: Record) -> list[Roof]:
     """The roofs of the record's device: the ones it carries, else those its fields allow."""
-    stored = getattr(record, "roofs", None)
-    if stored:
-        return list(stored)
-    return derived(record)
+    return list(record.roofs) if record.roofs else derived(record)
 
 
 def derived(record: Record) -> list[Roof]:
@@ -77,7 +73,7 @@ def flops_of(record: Record) -> dict[str, float]:
     """Training FLOP per example by source (``formula``, ``xla``, ``analytic``): the
     record's ``model.flops_by_source``, else its one count; {} without any."""
     model = record.model
-    by: Any = getattr(model, "flops_by_source", None) if model is not None else None
+    by = model.flops_by_source if model is not None else None
     if by:
         return {str(k): float(v) for k, v in by.items() if v and v > 0}
     if model is not None and model.flops_per_example:
