@@ -27,6 +27,8 @@ from mxbench.records import summary
 from mxbench.records.record import Device, Image, Record
 from mxbench.report.devices import Capability, capability, cc_from_name
 from mxbench.report.load import latest
+from mxbench.roofs import recorded
+from mxbench.roofs.model import Roof
 
 SETUP = params.names("setup")
 # a parameters struct's setup values, from msgspec.structs.astuple of it
@@ -204,6 +206,12 @@ class Table:
         if cap is not None:
             return cap, False
         return capability(cc_from_name(self.device.name)), True
+
+    @cached_property
+    def roofs(self) -> list[Roof]:
+        """The roofs of the table's device (:func:`mxbench.roofs.recorded.roofs_of` of the
+        record the heading describes), found once for every section that judges against them."""
+        return recorded.roofs_of(self.info)
 
     @property
     def device_name(self) -> str:

@@ -132,10 +132,13 @@ class CeilingRatio:
     why: str = ""  # what the formula or the roof says where there is no fast path
 
 
-def ceiling_ratio(record: Record, dtype: str, base: str = "float32") -> CeilingRatio | None:
+def ceiling_ratio(
+    record: Record, dtype: str, base: str = "float32", roofs: list[Roof] | None = None
+) -> CeilingRatio | None:
     """R of ``dtype`` over ``base`` on the record's device: measured, else formula (its
-    values, or clock-free its per-cycle rates), else datasheet; None where nothing says."""
-    roofs = roofs_of(record)
+    values, or clock-free its per-cycle rates), else datasheet; None where nothing says.
+    ``roofs``: the record's, where the caller has them already (:func:`roofs_of`)."""
+    roofs = roofs_of(record) if roofs is None else roofs
     backend = record.params.backend
     for provenance in ("measured", "formula"):
         fast, slow = find(roofs, dtype, provenance, backend), find(roofs, base, provenance, backend)

@@ -89,7 +89,7 @@ def _shares(tflops: float, dtype: str, roofs: list[Roof], backend: str | None) -
 
 def cells(t: Table) -> list[Cell]:
     """Every ok cell of the table with a FLOP count and a rate, against its roofs."""
-    roofs = recorded.roofs_of(t.info)
+    roofs = t.roofs
     backend = t.info.params.backend
     out = []
     for (policy, batch), e in t.by_batch:
@@ -258,12 +258,12 @@ def bound(t: Table, policy: str, batch: int) -> str | None:
     if shares is None or not other.records or not base.records:
         return None
     f, m = shares
-    roofs = recorded.roofs_of(t.info)
+    roofs = t.roofs
     fast = recorded.compute_dtype(other.records[0], roofs)
     slow = recorded.compute_dtype(base.records[0], roofs)
     if fast is None or slow is None or fast == slow:
         return None
-    ratio = recorded.ceiling_ratio(t.info, fast, slow)
+    ratio = recorded.ceiling_ratio(t.info, fast, slow, roofs)
     if ratio is None:
         return None
     top = most(f, ratio.value, m)
