@@ -9,7 +9,6 @@ import os
 
 import pytest
 
-from mxbench.report import devices
 from mxbench.roofs import cache, clock, collect, cpu, datasheet, gpu, host, preflight
 from mxbench.roofs.model import ABOVE, Roof, amdahl_bound, judge
 
@@ -175,12 +174,6 @@ def test_datasheet_table_entries_carry_sources_and_dense_flags() -> None:
     assert datasheet.roofs("NVIDIA GeForce GTX 1660 Ti") == []
     titan16 = datasheet.roofs("NVIDIA TITAN Xp")
     assert any("1/64" in r.note for r in titan16 if r.dtype == "float16")
-
-
-def test_the_report_reads_the_one_table() -> None:
-    assert devices.peaks("NVIDIA H200") == datasheet.peaks("NVIDIA H200")
-    assert devices.peaks("Tesla V100-PCIE-16GB") == {"fp32": 15.7, "fp16": 125.0}
-    assert devices.peaks("GTX 1660 Ti") is None
 
 
 # ---- judging against a roof, and the bound ------------------------------------------------

@@ -28,7 +28,7 @@ from mxbench.matrix.params import Params
 from mxbench.matrix.search import Found
 from mxbench.records.inference import GATE_AGREEMENT, GATE_COSINE
 from mxbench.records.record import CATEGORY_NAMES
-from mxbench.report import devices, tables
+from mxbench.report import tables
 from mxbench.report.diagnosis import kernels as dp
 from mxbench.report.diagnosis import rules as dg
 from mxbench.report.diagnosis import serving as serving_rules
@@ -36,6 +36,7 @@ from mxbench.report.diagnosis.busy import BUSY_CORES, BUSY_ROUNDS
 from mxbench.report.sections import capacity, convergence, inference, roofline, scaling, training
 from mxbench.report.sections import scaling_reference as sref
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
+from mxbench.roofs import datasheet
 from report_records import rec, typed, typed_all
 
 # ---- devices ----------------------------------------------------------------------------
@@ -166,7 +167,9 @@ def model(device: dict[str, Any], policy: str = "mixed_float16", **facts: Any) -
 def peak(share: float) -> Table:
     """mixed_float16 on an A100 at ``share`` of its fp16 datasheet roof (from the model's
     FLOPs and the step time)."""
-    fp16 = (devices.peaks(A100["name"]) or {})["fp16"]
+    sheet = datasheet.sheet(A100["name"])
+    assert sheet is not None
+    fp16 = sheet.peaks["float16"]
     flops = fp16 * 1e12 * share * 0.090 / 64  # per example: 64 examples in 90 ms
     found = {"name": "m", "parameters": 1000, "flops_per_example": flops}
     return table([rec("h", "mixed_float16", 64, median=90.0, device=A100, model=found)])

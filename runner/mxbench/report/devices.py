@@ -1,7 +1,7 @@
-"""What a device can do: NVIDIA compute capabilities Maxwell..Blackwell, peaks, CPU features.
+"""What a device can do: NVIDIA compute capabilities Maxwell..Blackwell, CPU features.
 
 Facts, not measurements: the capability rules are NVIDIA's (float16 Tensor Cores from 7.0,
-bfloat16 and TF32 Tensor Cores from 8.0); the peak dense rates are the vendors' figures,
+bfloat16 and TF32 Tensor Cores from 8.0); the vendors' peak rates are roofs,
 kept with their sources in :mod:`mxbench.roofs.datasheet`.
 """
 
@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 
 from mxbench.records.codec import cc_pair
-from mxbench.roofs import datasheet
 
 
 @dataclass(frozen=True)
@@ -132,12 +131,6 @@ def capability(cc: object) -> Capability | None:
     if arch is None:
         arch = "future" if parsed > (12, 1) else "unknown"
     return Capability(parsed, arch)
-
-
-def peaks(name: str | None) -> dict[str, float] | None:
-    """Dense vendor peaks (TFLOP/s) by path, ``fp32`` / ``tf32`` / ``fp16`` / ``bf16`` /
-    ``fp8`` / ``int8``: the one datasheet table, :mod:`mxbench.roofs.datasheet`."""
-    return datasheet.peaks(name)
 
 
 # CPU instructions that matter for the report, as (flag in /proc/cpuinfo, display name).

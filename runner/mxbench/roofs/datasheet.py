@@ -133,14 +133,3 @@ def roofs(name: str | None) -> list[Roof]:
                     provenance="datasheet", source=where))  # fmt: skip
     return out
 
-
-# The report's short names for its peak keys (report/devices.py, report/diagnosis/rules.py)
-SHORT = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf16",
-         "float8": "fp8", "int8": "int8"}  # fmt: skip
-
-
-def peaks(name: str | None) -> dict[str, float] | None:
-    """Dense peaks by the report's short dtype names (``fp32``, ``tf32``, ``fp16``,
-    ``bf16``, ...); None for a GPU not in the table."""
-    s = sheet(name)
-    return {SHORT[k]: v for k, v in s.peaks.items()} if s else None
