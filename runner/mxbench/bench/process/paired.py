@@ -182,8 +182,9 @@ def _measure_paired(
         phases.out[name] = phases.out.get(name, 0.0) + spent  # a family: every pass's
     phases.last = time.perf_counter()
     # what the pass made so far (its models, their traced functions) out of the collector's
-    # sight: a full collection over them took 3-8 s of the profile or of the next pass's
-    # build (Keras' clear_session); their garbage is left to the process's exit
+    # sight: a full collection over them took 2-9 s of the profile or of the next pass's
+    # build (Keras' clear_session; benchmarks/records/cpu-issue48-share/phases.py); their
+    # garbage, device buffers included, is left to the process's exit
     gc.freeze()
     _settle_paired(recs, state)
     checked = any(x is not None for x in state.checks)
