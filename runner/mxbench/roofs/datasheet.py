@@ -132,4 +132,3 @@ def roofs(name: str | None) -> list[Roof]:
     out.append(Roof(device=device, dtype="float32", kind="bandwidth", value=s.bandwidth_gbs,
                     provenance="datasheet", source=where))  # fmt: skip
     return out
-
