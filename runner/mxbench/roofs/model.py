@@ -5,18 +5,14 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import msgspec
-from msgspec import Meta
+
+from mxbench.records.part import Doc
 
 Provenance = Literal["measured", "formula", "datasheet"]
 Kind = Literal["matmul", "bandwidth"]
 # The dtypes a roof is stated for: float32 (IEEE, no TF32), TF32 (float32 storage on
 # Tensor Cores), bfloat16, float16, float8 (e4m3) and int8.
 DTYPES = ("float32", "tf32", "bfloat16", "float16", "float8", "int8")
-
-
-def Doc(text: str) -> Meta:
-    """A field's description (docs/record.md, as the record's own parts have)."""
-    return Meta(description=text)
 
 
 ABOVE = "above the roof: another path ran, or a unit is wrong"
