@@ -34,6 +34,14 @@ if docker info >/dev/null 2>&1; then
   say "dockerd already running ($(docker info --format '{{.Driver}}'))"
 else
   say "starting dockerd (overlay2)"
+  # A machine restarted without a clean shutdown keeps dockerd's pid file; dockerd then
+  # refuses to start. Remove it only when the pid it names is not running.
+  for pidfile in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+    if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+      say "removing stale $pidfile"
+      rm -f "$pidfile"
+    fi
+  done
   # setsid: survive the shell that started it; the log stays for post-mortems.
   setsid dockerd --storage-driver=overlay2 --host=unix:///var/run/docker.sock \
     >"$STATE/dockerd.log" 2>&1 </dev/null &
