@@ -252,6 +252,16 @@ def prune_built_images() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def own_roofs_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The session's measured roofs (:mod:`mxbench.roofs.cache`) in a directory of its own:
+    a bench of a test never reuses what the user's runs, or an earlier session, measured
+    (a fresh CI machine starts empty too). Tests of the cache set their own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MXBENCH_ROOFS_CACHE", str(tmp_path_factory.mktemp("roofs")))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def bounded_docker_disk(request: pytest.FixtureRequest) -> Iterator[None]:
     """`prune_built_images` before the session's builds, in a session that runs the
     image-building tests (test_docker*.py; a full run does). Only there: dangling layers

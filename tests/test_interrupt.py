@@ -9,6 +9,7 @@ leaves Ctrl-C ignored: in CI six Ctrl-C cases hung for 90 s, their benches runni
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,6 +68,7 @@ class _Run:
              "-r", str(self.results)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
             preexec_fn=_ignore_sigint if ignored else None,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT: every thread's stack
         )  # fmt: skip
         self.err: list[str] = []
         assert self.proc.stderr is not None
@@ -87,10 +89,19 @@ class _Run:
             time.sleep(0.05)
 
     def interrupt(self) -> float:
+        """SIGINT, and how long the run took to exit. A run still there after
+        :data:`STOP_S` is aborted, and the test fails with where each of its threads was."""
         t0 = time.monotonic()
         self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(timeout=STOP_S)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+            self.reader.join(5)
+            err = "".join(self.err)[-8000:]
+            pytest.fail(f"no exit {STOP_S} s after SIGINT; its stderr:\n{err}")
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()

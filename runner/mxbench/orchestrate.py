@@ -32,6 +32,7 @@ from mxbench.engines import (
     Engine,
     EngineUnavailable,
     Outcome,
+    bounded,
     engine_class,
     retry,
     to_record,
@@ -45,6 +46,7 @@ from mxbench.records.store import ResultStore, StoreError
 
 FAILED_STATUSES = frozenset({"error", "timeout"})
 CANCEL_GRACE_S = 60.0  # after Ctrl-C, how long hosts get to stop their cells
+CANCEL_ONE_S = 5.0  # how long one host's cancel() may hold the others' (it goes on meanwhile)
 
 
 @dataclass
@@ -432,15 +434,26 @@ def _cancel_all(
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         for engine in engines:
-            try:
-                engine.cancel()
-            except Exception as exc:  # one host's failing cleanup must not stop the others'
-                fleet.progress.message(f"{engine.host.name}: cancelling failed: {exc}")
+            if not bounded(engine.host.name, _cancel_one(fleet, engine), CANCEL_ONE_S):
+                fleet.progress.message(
+                    f"{engine.host.name}: still cancelling after {CANCEL_ONE_S:g} s; "
+                    "what it leaves is swept by the next run"
+                )
         deadline = time.monotonic() + CANCEL_GRACE_S
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _cancel_one(fleet: _Fleet, engine: Engine) -> Callable[[], None]:
+    def cancel() -> None:
+        try:
+            engine.cancel()
+        except Exception as exc:  # one host's failing cleanup must not stop the others'
+            fleet.progress.message(f"{engine.host.name}: cancelling failed: {exc}")
+
+    return cancel
 
 
 def _search(

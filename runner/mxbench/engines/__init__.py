@@ -11,6 +11,7 @@ from mxbench.engines.base import (
     Engine,
     EngineUnavailable,
     Outcome,
+    bounded,
     to_record,
     to_records,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "Engine",
     "EngineUnavailable",
     "Outcome",
+    "bounded",
     "engine_class",
     "to_record",
     "to_records",

@@ -163,19 +163,23 @@ class LocalEngine(Engine):
 
     def _run(self, cell: Cell, env: dict[str, str], cgroup: MemoryCgroup | None) -> Outcome:
         start = time.monotonic()
+        if self._cancelled:
+            return Outcome(returncode=None, status="error", reason="cancelled")
+        # Started outside the lock, so that cancel() never waits on a spawn; a cancel that
+        # came meanwhile kills the new group the moment it is known.
+        proc = subprocess.Popen(
+            self.command(cell),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # Ctrl-C goes to us; we decide what the cell gets
+            preexec_fn=_child_setup(cgroup),
+        )
         with self._lock:
-            if self._cancelled:
-                return Outcome(returncode=None, status="error", reason="cancelled")
-            proc = subprocess.Popen(
-                self.command(cell),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # Ctrl-C goes to us; we decide what the cell gets
-                preexec_fn=_child_setup(cgroup),
-            )
             self._proc = proc
+            if self._cancelled:
+                _kill_group(proc)
         out, err = Tail(STDOUT_LIMIT), Tail(STDERR_LIMIT)
         try:
             timed_out = _collect(proc, out, err, cell.timeout_s)
