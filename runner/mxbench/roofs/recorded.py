@@ -56,11 +56,16 @@ def derived(record: Record) -> list[Roof]:
         "as cores (with SMT siblings among them the figure is up to twice the truth)"
     )
     model = c.model or dev.name or ""
-    vendor = "AuthenticAMD" if _AMD.search(model) else ""
     return cpu.formula_roofs(
-        dev.name or model, c.flags, c.cores, ghz, source, vendor,
+        dev.name or model, c.flags, c.cores, ghz, source, vendor_of(model),
         max_isa=record.settings.onednn_max_cpu_isa,
     )  # fmt: skip
+
+
+def vendor_of(model: str) -> str:
+    """The CPU vendor a record's model name implies (records keep no vendor string):
+    ``AuthenticAMD`` for AMD's product names, else unknown ("")."""
+    return "AuthenticAMD" if _AMD.search(model) else ""
 
 
 def nominal_ghz(model: str | None) -> float | None:
@@ -175,7 +180,7 @@ def formula_rates(record: Record) -> dict[str, int | None]:
     if dev.kind == "cpu" and record.cpu.flags:
         model = record.cpu.model or dev.name or ""
         flags = cpu.capped(record.cpu.flags, record.settings.onednn_max_cpu_isa)
-        r = cpu.rates(flags, "AuthenticAMD" if _AMD.search(model) else "")
+        r = cpu.rates(flags, vendor_of(model))
         return {"float32": r.float32, "bfloat16": r.bfloat16, "float16": r.float16}
     if dev.kind == "gpu":
         cc = cc_pair(dev.compute_capability)
