@@ -187,36 +187,54 @@ def _grid(g: Grid) -> dict[str, Any]:
 
 def render(doc: Document) -> str:
     loaded = doc.loaded
-    judged = answers.judged_count(doc.tables)
+    head: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+
+    def parts() -> None:  # made here while worker processes make the sections
+        judged = answers.judged_count(doc.tables)
+        head.update(
+            {
+                "schema": SCHEMA,
+                "counts": doc.counts,
+                "definitions": doc.definitions,
+                "records": loaded.read,
+                "files": [str(f) for f in loaded.files],
+                "folders": [str(d) for d in folders(loaded.files)],
+                "cells": len(loaded.winners),
+                "older_attempts": sum(n - 1 for n in loaded.attempts.values()),
+                "unreadable": len(loaded.bad),
+                "loss_tolerance": LOSS_TOLERANCE,
+                # the answer: per policy, the speedup's verdict per device and batch size
+                "summary": [_grid(g) for g in doc.grids],
+                # how many answers are verdicts, and how many false ones their level expects
+                "judged": {
+                    "comparisons": judged,
+                    "level": LEVEL,
+                    "false_expected": judged * (1 - LEVEL),
+                    "text": doc.judged,
+                },
+                "notices": doc.notices,  # older attempts hidden, lines skipped, why no summary
+            }
+        )
+        rest.update(
+            {
+                # training runs to an accuracy, and the input pipeline's share
+                # (report/sections/training.py)
+                "training": [training.as_dict(s) for s in doc.training],
+                "shares": doc.shares,
+                "scaling": [scaling.as_dict(m) for m in doc.scaling],  # the speedup x scale map
+                # serving cells: latency percentiles, throughput, the gate
+                # (report/sections/inference.py)
+                "inference": [inference.as_dict(s) for s in doc.inference],
+            }
+        )
+
+    tables = doc.each(_encoded(_table), "speed", meanwhile=parts)
     out = {
-        "schema": SCHEMA,
-        "counts": doc.counts,
-        "definitions": doc.definitions,
-        "records": loaded.read,
-        "files": [str(f) for f in loaded.files],
-        "folders": [str(d) for d in folders(loaded.files)],
-        "cells": len(loaded.winners),
-        "older_attempts": sum(n - 1 for n in loaded.attempts.values()),
-        "unreadable": len(loaded.bad),
-        "loss_tolerance": LOSS_TOLERANCE,
-        # the answer: per policy, the speedup's verdict per device and batch size
-        "summary": [_grid(g) for g in doc.grids],
-        # how many answers are verdicts, and how many false ones their level expects
-        "judged": {
-            "comparisons": judged,
-            "level": LEVEL,
-            "false_expected": judged * (1 - LEVEL),
-            "text": doc.judged,
-        },
-        "notices": doc.notices,  # older attempts hidden, lines skipped, why no summary
-        "tables": doc.each(_encoded(_table), "speed"),
+        **head,
+        "tables": tables,
         "largest_batch": doc.each(_encoded(_largest), "largest"),  # the batch-size searches
-        # training runs to an accuracy, and the input pipeline's share (report/sections/training.py)
-        "training": [training.as_dict(s) for s in doc.training],
-        "shares": doc.shares,
-        "scaling": [scaling.as_dict(m) for m in doc.scaling],  # the speedup x scale map
-        # serving cells: latency percentiles, throughput, the gate (report/sections/inference.py)
-        "inference": [inference.as_dict(s) for s in doc.inference],
+        **rest,
     }
     return msgspec.json.format(msgspec.json.encode(out), indent=1).decode("utf-8")
 

@@ -17,10 +17,10 @@ the most mixed precision can give here (Amdahl, :func:`mxbench.roofs.model.amdah
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from mxbench.matrix.params import BASELINE
 from mxbench.report.sections.why import profile_of, split
@@ -35,8 +35,23 @@ DISAGREE = 0.10  # FLOP sources further apart than this are shown
 FAR_BELOW = 0.25  # a 16-bit cell's best share of its own roof below this: the path is unused
 
 
-@dataclass(frozen=True)
-class Share:
+class Against(msgspec.Struct, frozen=True):
+    """A roof the cells of one dtype are set against (the same for each of a table's cells
+    of that dtype: found once per dtype and table), and how it is named."""
+
+    roof: Roof
+    own: bool  # the roof of the cells' dtype (or float32's standing in for it): judged
+    stand_in: str = ""  # why float32's roof stands in for the dtype's
+    label: str = ""
+
+    @classmethod
+    def of(cls, roof: Roof, own: bool, stand_in: str = "") -> Against:
+        mfu = " (MFU)" if roof.provenance == "datasheet" and own else ""
+        label = f"{roof.text()} {roof.dtype} {roof.provenance} roof{mfu}"
+        return cls(roof, own, stand_in, label)
+
+
+class Share(msgspec.Struct, frozen=True):
     """A cell's achieved figure as a share of one roof."""
 
     roof: Roof
@@ -44,15 +59,10 @@ class Share:
     flag: str | None  # above the roof (own roofs only)
     own: bool  # the roof of the cell's dtype (or float32's standing in for it): judged
     stand_in: str = ""  # why float32's roof stands in for the dtype's
-
-    @property
-    def label(self) -> str:
-        mfu = " (MFU)" if self.roof.provenance == "datasheet" and self.own else ""
-        return f"{self.roof.text()} {self.roof.dtype} {self.roof.provenance} roof{mfu}"
+    label: str = ""  # the roof as the notes name it (:meth:`Against.of`)
 
 
-@dataclass(frozen=True)
-class Cell:
+class Cell(msgspec.Struct, frozen=True):
     policy: str
     batch: int
     dtype: str
@@ -66,26 +76,36 @@ class Cell:
         return [s for s in self.shares if s.flag]
 
 
-def _shares(tflops: float, dtype: str, find: Callable[[str, str], Roof | None]) -> list[Share]:
+def _against(dtype: str, find: Callable[[str, str], Roof | None]) -> list[Against]:
+    """The roofs a cell of ``dtype`` is judged against, per provenance: its dtype's own
+    (and float32's beside a 16-bit dtype's), or float32's standing in where the dtype has
+    no path of its own."""
     out = []
     for provenance in PROVENANCES:
         own = find(dtype, provenance)
         base = find("float32", provenance)
         base = base if base is not None and base.value else None
         if own is not None and own.value:
-            j = judge(tflops, own)
-            if j is not None:
-                out.append(Share(own, j.share, j.flag, True))
+            out.append(Against.of(own, True))
             if dtype in SIXTEEN and base is not None:
-                out.append(Share(base, tflops / (base.value or 1.0), None, False))
+                out.append(Against.of(base, False))
             continue
         # no path of its own: a roof without a value, or a known GPU's datasheet without it
         no_path = own is not None or (provenance == "datasheet" and dtype in SIXTEEN)
         if no_path and base is not None and dtype != "float32":
             why = own.note if own is not None and own.note else f"no {dtype} path"
-            j = judge(tflops, base)
-            if j is not None:
-                out.append(Share(base, j.share, j.flag, True, why.split(":")[0]))
+            out.append(Against.of(base, True, why.split(":")[0]))
+    return out
+
+
+def _shares(tflops: float, against: list[Against]) -> list[Share]:
+    """``tflops`` as a share of each roof, judged against its dtype's own."""
+    out = []
+    for a in against:
+        if not a.own:
+            out.append(Share(a.roof, tflops / (a.roof.value or 1.0), None, False, "", a.label))
+        elif (j := judge(tflops, a.roof)) is not None:
+            out.append(Share(a.roof, j.share, j.flag, True, a.stand_in, a.label))
     return out
 
 
@@ -110,10 +130,10 @@ def _cells(t: Table) -> list[Cell]:
     roofs = t.roofs
     backend = t.info.params.backend
 
-    @functools.cache
-    def find(dtype: str, provenance: str) -> Roof | None:  # a few per table, asked per cell
+    def find(dtype: str, provenance: str) -> Roof | None:
         return recorded.find(roofs, dtype, provenance, backend)
 
+    by_dtype: dict[str, list[Against]] = {}  # a table's cells have a dtype or two
     out = []
     for (policy, batch), e in t.by_batch:
         if e.status != "ok" or not e.records:
@@ -124,8 +144,11 @@ def _cells(t: Table) -> list[Cell]:
         dtype = recorded.compute_dtype(rec, roofs)
         if counted is None or not rate or dtype is None:
             continue
+        against = by_dtype.get(dtype)
+        if against is None:
+            against = by_dtype[dtype] = _against(dtype, find)
         tflops = counted[0] * rate / 1e12
-        shares = _shares(tflops, dtype, find)
+        shares = _shares(tflops, against)
         out.append(Cell(policy, batch, dtype, tflops, counted[0], counted[1], shares))
     return out
 
