@@ -145,7 +145,7 @@ def _report(
 
             terminal.show(doc, Console())
             continue
-        _write(_html(doc) if fmt == "html" else document.render(doc, fmt), path, written)
+        _write(_html(doc).encode() if fmt == "html" else document.encode(doc, fmt), path, written)
     if EXIT_WHEN_DONE:
         _exit_now()
 
@@ -216,16 +216,17 @@ def _html(doc: Any) -> str:
         return html.render(doc, on_table=lambda: progress.advance(task))
 
 
-def _write(text: str, output: Path | None, written: list[Path]) -> None:
-    """One output, whole or not at all; ``written``: the files written before it (a
+def _write(data: bytes, output: Path | None, written: list[Path]) -> None:
+    """One output (UTF-8), whole or not at all; ``written``: the files written before it (a
     failure names them)."""
     if output is None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
         return
     from mxbench.records.store import write_atomic
 
     try:
-        write_atomic(output, text.encode("utf-8"))
+        write_atomic(output, data)
     except OSError as exc:
         done = f"not written; written: {', '.join(map(str, written))}" if written else ""
         raise UsageError(

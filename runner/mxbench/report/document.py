@@ -375,6 +375,16 @@ def render(doc: Document, fmt: str) -> str:
     return out
 
 
+def encode(doc: Document, fmt: str) -> bytes:
+    """:func:`render` as UTF-8 bytes (what a file or a pipe gets); the JSON export is made
+    as bytes, without a str between."""
+    if fmt == "json":
+        from mxbench.report.render import export
+
+        return export.encode(doc)
+    return render(doc, fmt).encode("utf-8")
+
+
 def format_of(suffix: str) -> str | None:
     """The format a file name's suffix chooses (``.md`` -> markdown), or None."""
     for name, (_, suffixes) in FORMATS.items():
