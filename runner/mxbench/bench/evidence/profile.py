@@ -41,13 +41,14 @@ from mxbench.records.record import OneDnnEvidence, Profile, Record, StepStats, T
 
 STEPS = 3  # profiled steps (after one unprofiled): a steady picture, at little cost
 IN_FIT = ("tensorflow",)  # backends whose paired arms' profiled steps go on in their own fit
-WINDOW_S = 1.0  # fewer where a step is slow: about this much of profiled steps, at least one
+WINDOW_S = 0.5  # fewer where a step is slow: about this much of profiled steps, at least one
 
 
 def steps_for(timed: StepStats | None) -> int:
     """How many steps to profile: :data:`STEPS`, fewer where the ``timed`` steps are slow, so
-    that a 1.8 s step of emulated bfloat16 is profiled once, not three times (about
-    :data:`WINDOW_S` of profiled steps, at least one)."""
+    that a 1.8 s or a 0.45 s step of emulated bfloat16 is profiled once, not three or two times
+    (about :data:`WINDOW_S` of profiled steps, at least one: one such step holds every
+    operation of the step hundreds of times over the profiler's resolution)."""
     median = timed.median if timed is not None else None
     if median is None or not median > 0:
         return STEPS

@@ -79,17 +79,20 @@ def check(
     model: Any,
     initial: Initial,
     source: Any,
+    reference: Any = None,
 ) -> Convergence:
     """``found`` with the one-step check of ``model`` (the cell's, which started from the
     weights ``initial``) against float32, on the batch ``(x, y)`` it trained on, or the next
-    batch of its input ``source`` (a tf.data dataset starts again: its first batch)."""
+    batch of its input ``source`` (a tf.data dataset starts again: its first batch).
+    ``reference``: a float32 build of the same model whose own work is over (a paired
+    process's float32 arm: its weights are set to ``initial``), else one is built."""
     if p.policy == BASELINE:
         return found
     t0 = time.perf_counter()
     out = msgspec.structs.replace(found, check="error")
     try:
         batch = _head(_numpy(source if isinstance(source, tuple) else first_batch(source)))
-        out = _compare(p, out, model, initial.load(), batch)
+        out = _compare(p, out, model, initial.load(), batch, reference)
     except Exception as exc:  # the check is a diagnosis: it never fails the cell
         out.note = tail(f"{type(exc).__name__}: {exc}")
     finally:
@@ -125,16 +128,18 @@ def _numpy(batch: Any) -> Any:
 
 
 def _compare(
-    p: Params, out: Convergence, model: Any, initial: list[Any], batch: tuple[Any, Any]
-) -> Convergence:
+    p: Params, out: Convergence, model: Any, initial: list[Any], batch: tuple[Any, Any],
+    ref_model: Any = None,
+) -> Convergence:  # fmt: skip
     from mxbench.bench.model import harness
     from mxbench.bench.model.harness import set_policy
 
     model.set_weights(initial)
     scale = loss_scale.first_scale(model)
-    reference = harness.prepare(msgspec.structs.replace(p, policy=BASELINE), set_policy)
-    harness.compile_model(reference, "off")
-    ref_model = reference.model
+    if ref_model is None:
+        reference = harness.prepare(msgspec.structs.replace(p, policy=BASELINE), set_policy)
+        harness.compile_model(reference, "off")
+        ref_model = reference.model
     ref_model.set_weights([np.asarray(w, np.float32) for w in initial])
     random = _no_dropout(model) | _no_dropout(ref_model)
     grads = _gradients(model, batch, scale)

@@ -41,7 +41,7 @@ from mxbench.bench.process.state import (
 from mxbench.bench.process.timing import Phases, StepLog, figures
 from mxbench.errors import UsageError
 from mxbench.matrix import scale
-from mxbench.matrix.params import Params
+from mxbench.matrix.params import BASELINE, Params
 from mxbench.records.codec import new_record, now_iso, tail
 from mxbench.records.record import (
     Cpu,
@@ -167,6 +167,8 @@ def _measure_paired(
         overall = _overall([w.interference for log_ in out.logs for w in log_.windows])
         started_perf = started_at - (time.time() - time.perf_counter())  # on the windows' clock
         totals = {"timed": 0.0, "first_step": 0.0, "warmup": 0.0}
+        # the check's float32 reference: the float32 arm (the same build), once its work is over
+        base = next((a for a in arms if a.p.policy == BASELINE), None)
         for i, (arm, rec, log_) in enumerate(zip(arms, recs, out.logs, strict=True)):
             steps = _fill_arm(arm, rec, log_, plan, started_perf, import_s, totals)
             spans = [(w.start, w.end) for w in log_.windows]  # the arm's own windows only
@@ -176,7 +178,8 @@ def _measure_paired(
             init = state.initial[i]
             batch = (arm.x, arm.y) if arm.x is not None else arm.ds
             found = convergence.skipped(arm.model, plan.warmup + steps)
-            state.checks.append(CheckInputs(found, arm.model, init, batch) if init else None)
+            ref = base.model if base is not None and base is not arm else None
+            state.checks.append(CheckInputs(found, arm.model, init, batch, ref) if init else None)
         state.spans = {
             a.p.policy: [(w.start, w.end) for w in lg.windows]
             for a, lg in zip(arms, out.logs, strict=True)

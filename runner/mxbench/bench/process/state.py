@@ -67,11 +67,13 @@ class CheckInputs:
     model: Any
     initial: convergence.Initial | None
     batch: Any
+    reference: Any = None  # a float32 build of the same model, done with (a paired float32 arm)
 
     def check(self, p: Params) -> Convergence:
         """The one-step check of one arm (``p``), from what its timed work left."""
         assert self.initial is not None
-        return convergence.check(p, self.found, self.model, self.initial, self.batch)
+        return convergence.check(p, self.found, self.model, self.initial, self.batch,
+                                 reference=self.reference)  # fmt: skip
 
 
 @dataclass
