@@ -130,7 +130,7 @@ def _pass(
         _settle_paired(recs, state)
     for rec, c in zip(recs, state.checks, strict=False):
         if c is not None:
-            rec.convergence = c.check(rec.params)
+            rec.convergence = c.check(rec.params, rec.metrics.step_ms)
     state.drop_initial()
     phases.mark("check")
     done = phases.done()
