@@ -45,10 +45,8 @@ WINDOW_S = 0.5  # fewer where a step is slow: about this much of profiled steps,
 
 
 def steps_for(timed: StepStats | None) -> int:
-    """How many steps to profile: :data:`STEPS`, fewer where the ``timed`` steps are slow, so
-    that a 1.8 s or a 0.45 s step of emulated bfloat16 is profiled once, not three or two times
-    (about :data:`WINDOW_S` of profiled steps, at least one: one such step holds every
-    operation of the step hundreds of times over the profiler's resolution)."""
+    """How many steps to profile: :data:`STEPS`, fewer where the ``timed`` steps are slow (about
+    :data:`WINDOW_S` of them, at least one: a 1.8 s or 0.45 s emulated bfloat16 step once)."""
     median = timed.median if timed is not None else None
     if median is None or not median > 0:
         return STEPS
@@ -196,10 +194,9 @@ def run(
 ) -> Profile:
     """Profile ``steps`` training steps of ``model`` on ``ds`` (after ``lead`` unprofiled
     ones: :func:`lead_for`), or with ``calls`` (a serving cell's inference call) ``steps``
-    of those calls, or the ``steps`` training steps ``window`` runs (given the profiler's
-    start and stop: a paired arm's own fit going on after its windows,
-    :meth:`mxbench.bench.process.windows.Outcome.tail`); never raises (a failure is the
-    profile's ``error``)."""
+    of those calls, or the ``steps`` that ``window`` runs given the profiler's start and stop
+    (a paired arm's fit going on: :meth:`mxbench.bench.process.windows.Outcome.tail`); never
+    raises (a failure is the profile's ``error``)."""
     t0 = time.perf_counter()
     keep = os.environ.get(KEEP_ENV)
     trace_dir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mxbench-profile-"))

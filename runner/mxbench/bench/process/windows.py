@@ -130,6 +130,15 @@ class Plan:
         return self.warmup + self.max_steps + max(1, self.tail)
 
 
+def _synced(done: threading.Condition, finished: list[float], upto: int) -> float:
+    """Wait until steps 0..upto-1 have finished (``finished``: their completion times, under
+    ``done``); the time the last one did."""
+    with done:
+        while len(finished) < upto:
+            done.wait()
+        return finished[upto - 1]
+
+
 def gate(
     arm: int,
     log: ArmLog,
@@ -141,21 +150,13 @@ def gate(
 ) -> Any:
     """The Keras callback that holds arm ``arm``'s fit at its turnstile. ``rounds``: the
     coordinator's current (round, position) for the arm, read when a window starts;
-    ``handoff``: called right after a window's start and right after its end (a reading of
-    the energy counter at the hand-offs between arms); ``turn``: called with ``arm`` where
-    the arm's turn begins (its warm-up, each window) and with None where its steps have
-    finished and it gives the turn back, outside the timed windows."""
+    ``handoff``: called right after a window's start and end (the energy counter's readings);
+    ``turn``: called with ``arm`` where the arm's turn begins (warm-up, window, tail) and with
+    None where its steps have finished and it gives the turn back."""
     mark = handoff or (lambda: None)
     own = turn or (lambda _arm: None)
     done = threading.Condition()
     finished: list[float] = []  # completion time of each step, by step index
-
-    def synced(upto: int) -> float:
-        """Wait until steps 0..upto-1 have finished; the time the last one did."""
-        with done:
-            while len(finished) < upto:
-                done.wait()
-            return finished[upto - 1]
 
     state: dict[str, Any] = {"window": None, "snap": None, "tail_end": 0}
 
@@ -169,27 +170,23 @@ def gate(
                 log.begin = time.perf_counter()
                 return
             if state["tail_end"]:  # a tail's step: its last ends the loop
-                if batch == state["tail_end"] - 1:
-                    self.model.stop_training = True
+                self.model.stop_training = batch == state["tail_end"] - 1
                 return
             at_boundary = batch == plan.warmup or (
                 batch > plan.warmup and plan.k and (batch - plan.warmup) % plan.k == 0
             )
             if not at_boundary:
                 return
-            end = synced(batch)  # the sync: every step so far has finished
+            end = _synced(done, finished, batch)  # the sync: every step so far has finished
             if batch > plan.warmup:
                 mark()  # the window's end: its energy is read before the next arm's turn
             snap = interference.snapshot()
             if batch == plan.warmup:
                 log.warm_ends = finished[:batch]
             else:
-                start, start_snap = state["window"], state["snap"]
-                rnd, pos = state["where"]
-                steps = finished[batch - plan.k : batch]
-                window = WindowMark(rnd, pos, plan.k, start, end, steps,
-                                    interference.between(start_snap, snap))  # fmt: skip
-                log.windows.append(window)
+                steps, seen = finished[batch - plan.k : batch], state["snap"]
+                log.windows.append(WindowMark(*state["where"], plan.k, state["window"], end,
+                                              steps, interference.between(seen, snap)))  # fmt: skip
             own(None)  # every step of the turn has finished: what follows is not this arm's
             turns.give_back()
             if not turns.wait_turn(arm):
