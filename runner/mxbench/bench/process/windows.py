@@ -184,9 +184,10 @@ def gate(
             if batch == plan.warmup:
                 log.warm_ends = finished[:batch]
             else:
-                steps, seen = finished[batch - plan.k : batch], state["snap"]
-                log.windows.append(WindowMark(*state["where"], plan.k, state["window"], end,
-                                              steps, interference.between(seen, snap)))  # fmt: skip
+                (rnd, pos), seen = state["where"], state["snap"]
+                steps = finished[batch - plan.k : batch]
+                log.windows.append(WindowMark(rnd, pos, plan.k, state["window"], end, steps,
+                                              interference.between(seen, snap)))  # fmt: skip
             own(None)  # every step of the turn has finished: what follows is not this arm's
             turns.give_back()
             if not turns.wait_turn(arm):
