@@ -380,3 +380,14 @@ def test_the_check_judges_the_policys_gap_against_the_controls(
 def test_angles() -> None:
     assert rc.angle(1.0) == 0.0 and rc.angle(0.0) == 90.0 and rc.angle(-1.0) == 180.0
     assert rc.angle(1.0000001) == 0.0  # rounding past 1 is 0 degrees, not a math error
+
+
+def test_the_check_runs_on_fewer_examples_where_a_step_is_slow() -> None:
+    """About half a second of the policy's pass at the timed pace: an emulated bfloat16 step
+    of 1.7 s at batch 32 checks 9 examples (not 32), never under 8; a fast step keeps 32;
+    no timed steps: 32."""
+    from mxbench.bench.model import convergence as cv
+
+    assert cv.examples_for(32, None) == cv.CHECK_BATCH == 32
+    assert [cv.examples_for(32, ms) for ms in (60.0, 500.0, 1700.0, 9000.0)] == [32, 32, 9, 8]
+    assert cv.examples_for(8, 407.0) == 10  # the batch's own 8 are all there is: 8 checked

@@ -215,9 +215,9 @@ class Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Fa
         OnOff,
         Spec("The one-step check after the timed steps (policies other than float32): the "
              "first gradient against a float32 build's on the same batch (its first 32 "
-             "examples); infer cells: the gate, outputs against float32's. Never inside the "
-             "timed steps, never in the peak memory; a batch-size search's trials run without "
-             "it.", role="precision",
+             "examples, as few as 8 where a timed step is slow); infer cells: the gate, "
+             "outputs against float32's. Never inside the timed steps, never in the peak "
+             "memory; a batch-size search's trials run without it.", role="precision",
              flag="--check", column="check", key_default=False),
     ] = "on"  # fmt: skip
     loss_scale: Annotated[

@@ -40,13 +40,13 @@ from mxbench.matrix.params import Params
 from mxbench.records.record import OneDnnEvidence, Profile, Record, StepStats, TopOp
 
 STEPS = 3  # profiled steps (after one unprofiled): a steady picture, at little cost
-WINDOW_S = 1.0  # fewer where a step is slow: about this much of profiled steps, at least one
+IN_FIT = ("tensorflow",)  # backends whose paired arms' profiled steps go on in their own fit
+WINDOW_S = 0.5  # fewer where a step is slow: about this much of profiled steps, at least one
 
 
 def steps_for(timed: StepStats | None) -> int:
-    """How many steps to profile: :data:`STEPS`, fewer where the ``timed`` steps are slow, so
-    that a 1.8 s step of emulated bfloat16 is profiled once, not three times (about
-    :data:`WINDOW_S` of profiled steps, at least one)."""
+    """How many steps to profile: :data:`STEPS`, fewer where the ``timed`` steps are slow (about
+    :data:`WINDOW_S` of them, at least one: a 1.8 s or 0.45 s emulated bfloat16 step once)."""
     median = timed.median if timed is not None else None
     if median is None or not median > 0:
         return STEPS
@@ -190,10 +190,13 @@ def run(
     steps: int = STEPS,
     calls: Callable[[], Any] | None = None,
     lead: int = 1,
+    window: Window | None = None,
 ) -> Profile:
     """Profile ``steps`` training steps of ``model`` on ``ds`` (after ``lead`` unprofiled
     ones: :func:`lead_for`), or with ``calls`` (a serving cell's inference call) ``steps``
-    of those calls; never raises (a failure is the profile's ``error``)."""
+    of those calls, or the ``steps`` that ``window`` runs given the profiler's start and stop
+    (a paired arm's fit going on: :meth:`mxbench.bench.process.windows.Outcome.tail`); never
+    raises (a failure is the profile's ``error``)."""
     t0 = time.perf_counter()
     keep = os.environ.get(KEEP_ENV)
     trace_dir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="mxbench-profile-"))
@@ -202,8 +205,9 @@ def run(
     try:
         trace_dir.mkdir(parents=True, exist_ok=True)
         collect = _COLLECTORS[backend]
-        fit = partial(_fit, model, ds, steps, lead=lead)
-        window: Window = fit if calls is None else partial(_calls, calls, steps)
+        if window is None:
+            fit = partial(_fit, model, ds, steps, lead=lead)
+            window = fit if calls is None else partial(_calls, calls, steps)
         ops, wall, lines = collect(window, trace_dir, gpu, model if calls is None else None, ds)
         s = summarize(ops, wall_s=wall, steps=steps, optimizer=optimizer, gpu=gpu)
         prof.step_ms = round(wall * 1000 / steps, 4)

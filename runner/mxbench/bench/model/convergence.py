@@ -19,9 +19,11 @@ Two answers go into the record's ``convergence``:
   deep network at initialization can be so sensitive that this alone turns its gradient
   (ResNet-50 at 32 px: a relative change of 1e-4 in the input gives a cosine of 0.89).
 
-Cost: one more build of the model under float32 and two eager forward and backward passes
-on the first :data:`CHECK_BATCH` examples of the cell's batch (``batch`` in the record: a
-float32 pass at a large batch would need more memory than the cell's own training); the
+Cost: one more build of the model under float32 (a paired process's float32 arm, its work
+over, instead) and two eager forward and backward passes on the first :data:`CHECK_BATCH`
+examples of the cell's batch, fewer where a timed step is slow (:func:`examples_for`; ``batch``
+in the record: a float32 pass at a large batch would need more memory than the cell's own
+training, and an emulated bfloat16 pass of 32 examples takes seconds); the
 record says how long (``check_s``). It runs after the peak memory was read and after the
 bench printed the measured record, so it can neither raise the cell's peak nor, killed,
 take the timed figures with it. Whatever fails here is written in the record's note; it
@@ -46,6 +48,19 @@ from mxbench.records.record import Convergence
 
 THRESHOLD = 0.99
 CHECK_BATCH = 32  # examples the check's passes run on, at most
+CHECK_S = 0.5  # fewer where a step is slow: about this long a pass of the policy's, at least
+CHECK_MIN = 8  # ... this many examples (or the whole batch, where it has fewer)
+
+
+def examples_for(batch: int, step_ms: float | None) -> int:
+    """How many examples the check's passes run on: :data:`CHECK_BATCH` at most, fewer where
+    the cell's timed step (``step_ms``, at ``batch`` examples) is slow, so that the policy's
+    pass takes about :data:`CHECK_S` at the timed pace (an emulated bfloat16 step of 1.7 s at
+    batch 32: 10 examples, not 32), never under :data:`CHECK_MIN`."""
+    if step_ms is None or not step_ms > 0 or batch < 1:
+        return CHECK_BATCH
+    pace = round(batch * CHECK_S * 1000 / step_ms)
+    return max(CHECK_MIN, min(CHECK_BATCH, pace))
 
 
 class Initial:
@@ -79,17 +94,23 @@ def check(
     model: Any,
     initial: Initial,
     source: Any,
+    reference: Any = None,
+    examples: int = CHECK_BATCH,
 ) -> Convergence:
     """``found`` with the one-step check of ``model`` (the cell's, which started from the
     weights ``initial``) against float32, on the batch ``(x, y)`` it trained on, or the next
-    batch of its input ``source`` (a tf.data dataset starts again: its first batch)."""
+    batch of its input ``source`` (a tf.data dataset starts again: its first batch).
+    ``reference``: a float32 build of the same model whose own work is over (a paired
+    process's float32 arm: its weights are set to ``initial``), else one is built.
+    ``examples``: the check's passes run on the batch's first that many (:func:`examples_for`)."""
     if p.policy == BASELINE:
         return found
     t0 = time.perf_counter()
     out = msgspec.structs.replace(found, check="error")
     try:
-        batch = _head(_numpy(source if isinstance(source, tuple) else first_batch(source)))
-        out = _compare(p, out, model, initial.load(), batch)
+        batch = _numpy(source if isinstance(source, tuple) else first_batch(source))
+        batch = _head(batch, min(examples, CHECK_BATCH))
+        out = _compare(p, out, model, initial.load(), batch, reference)
     except Exception as exc:  # the check is a diagnosis: it never fails the cell
         out.note = tail(f"{type(exc).__name__}: {exc}")
     finally:
@@ -125,16 +146,18 @@ def _numpy(batch: Any) -> Any:
 
 
 def _compare(
-    p: Params, out: Convergence, model: Any, initial: list[Any], batch: tuple[Any, Any]
-) -> Convergence:
+    p: Params, out: Convergence, model: Any, initial: list[Any], batch: tuple[Any, Any],
+    ref_model: Any = None,
+) -> Convergence:  # fmt: skip
     from mxbench.bench.model import harness
     from mxbench.bench.model.harness import set_policy
 
     model.set_weights(initial)
     scale = loss_scale.first_scale(model)
-    reference = harness.prepare(msgspec.structs.replace(p, policy=BASELINE), set_policy)
-    harness.compile_model(reference, "off")
-    ref_model = reference.model
+    if ref_model is None:
+        reference = harness.prepare(msgspec.structs.replace(p, policy=BASELINE), set_policy)
+        harness.compile_model(reference, "off")
+        ref_model = reference.model
     ref_model.set_weights([np.asarray(w, np.float32) for w in initial])
     random = _no_dropout(model) | _no_dropout(ref_model)
     grads = _gradients(model, batch, scale)

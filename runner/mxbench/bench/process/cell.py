@@ -86,7 +86,7 @@ def run_cell(
         phases.mark("probe")
     for c in filter(None, state.checks):  # after the timed steps, the memory probe, the profile
         # the one-step check against float32: once per cell, not per repeat
-        rec.convergence = c.check(p) if runs_check(p) else c.found
+        rec.convergence = c.check(p, rec.metrics.step_ms) if runs_check(p) else c.found
     state.drop_initial()
     phases.mark("check")
     rec.metrics.phases_s = phases.done()

@@ -8,6 +8,7 @@ it. What must stay one policy per process (peak memory) is left out of these rec
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import os
@@ -40,12 +41,13 @@ from mxbench.bench.process.state import (
 from mxbench.bench.process.timing import Phases, StepLog, figures
 from mxbench.errors import UsageError
 from mxbench.matrix import scale
-from mxbench.matrix.params import Params
+from mxbench.matrix.params import BASELINE, Params
 from mxbench.records.codec import new_record, now_iso, tail
 from mxbench.records.record import (
     Cpu,
     Interference,
     Pairing,
+    Profile,
     Record,
     Settings,
     Software,
@@ -128,7 +130,7 @@ def _pass(
         _settle_paired(recs, state)
     for rec, c in zip(recs, state.checks, strict=False):
         if c is not None:
-            rec.convergence = c.check(rec.params)
+            rec.convergence = c.check(rec.params, rec.metrics.step_ms)
     state.drop_initial()
     phases.mark("check")
     done = phases.done()
@@ -152,57 +154,82 @@ def _measure_paired(
         rec.settings.matmul_precision = recs[0].settings.matmul_precision
     state.initial = [convergence.Initial(a.model) if runs_check(a.p) else None for a in arms]
     state.phases.mark("check")
+    in_fit = profiled and ps[0].backend in profiler.IN_FIT  # the profile: each fit's last steps
     plan = windows.Plan(
-        warmup=max(1, ps[0].warmup_steps), max_steps=ps[0].steps, timed_s=ps[0].timed_s
-    )
+        warmup=max(1, ps[0].warmup_steps), max_steps=ps[0].steps, timed_s=ps[0].timed_s,
+        tail=profiler.STEPS if in_fit else 0,
+    )  # fmt: skip
     joules = state.start_energy(ps[0])
     turn = profiler.turn_marks(ps[0].backend, profiled)  # whose turn oneDNN's lines are in
     out, fit_s = _windows(arms, plan, state, joules.mark if joules is not None else None, turn)
-    first_window = min(w.start for log_ in out.logs for w in log_.windows)
-    overall = _overall([w.interference for log_ in out.logs for w in log_.windows])
-    started_perf = started_at - (time.time() - time.perf_counter())  # on the windows' clock
-    totals = {"timed": 0.0, "first_step": 0.0, "warmup": 0.0}
-    for i, (arm, rec, log_) in enumerate(zip(arms, recs, out.logs, strict=True)):
-        steps = _fill_arm(arm, rec, log_, plan, started_perf, import_s, totals)
-        spans = [(w.start, w.end) for w in log_.windows]  # the arm's own windows only
-        energy.fill(rec.metrics, joules, spans, steps, scale.process_batch(arm.p))
-        distribute.fill(state.dist, rec, arm.model, "paired")
-        rec.pairing = _pairing(arms, out, i, first_window, group, overall)
-        init = state.initial[i]
-        batch = (arm.x, arm.y) if arm.x is not None else arm.ds
-        found = convergence.skipped(arm.model, plan.warmup + steps)
-        state.checks.append(CheckInputs(found, arm.model, init, batch) if init else None)
-    state.spans = {
-        a.p.policy: [(w.start, w.end) for w in lg.windows]
-        for a, lg in zip(arms, out.logs, strict=True)
-    }
-    state.timed_window = (first_window, max(w.end for lg in out.logs for w in lg.windows))
-    phases = state.phases
-    for name, spent in (*totals.items(), ("fit_other", max(0.0, fit_s - sum(totals.values())))):
-        phases.out[name] = phases.out.get(name, 0.0) + spent  # a family: every pass's
-    phases.last = time.perf_counter()
-    # what the pass made so far (its models, their traced functions) out of the collector's
-    # sight: a full collection over them took 2-9 s of the profile or of the next pass's
-    # build (Keras' clear_session; benchmarks/records/cpu-issue48-share/phases.py); their
-    # garbage, device buffers included, is left to the process's exit
-    gc.freeze()
-    _settle_paired(recs, state)
-    checked = any(x is not None for x in state.checks)
-    pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
-    for rec in recs:
-        state.emit_pending(emit, rec, pending)
-    if profiled:  # after every timed window, never inside one; each in its arm's turn
-        for i, (arm, rec) in enumerate(zip(arms, recs, strict=True)):
-            gpu = state.backend is not None and state.backend.model_on_gpu(arm.model)
-            turn(i)
-            timed = rec.metrics.step_ms
-            rec.profile = profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu,
-                                       steps=profiler.steps_for(timed),
-                                       lead=profiler.lead_for(timed))  # fmt: skip
-            turn(None)
-        phases.mark("profile")
+    try:  # an arm's loop kept for its profiled steps ends however this ends
+        first_window = min(w.start for log_ in out.logs for w in log_.windows)
+        overall = _overall([w.interference for log_ in out.logs for w in log_.windows])
+        started_perf = started_at - (time.time() - time.perf_counter())  # on the windows' clock
+        totals = {"timed": 0.0, "first_step": 0.0, "warmup": 0.0}
+        # the check's float32 reference: the float32 arm (the same build), once its work is over
+        base = next((a for a in arms if a.p.policy == BASELINE), None)
+        for i, (arm, rec, log_) in enumerate(zip(arms, recs, out.logs, strict=True)):
+            steps = _fill_arm(arm, rec, log_, plan, started_perf, import_s, totals)
+            spans = [(w.start, w.end) for w in log_.windows]  # the arm's own windows only
+            energy.fill(rec.metrics, joules, spans, steps, scale.process_batch(arm.p))
+            distribute.fill(state.dist, rec, arm.model, "paired")
+            rec.pairing = _pairing(arms, out, i, first_window, group, overall)
+            init = state.initial[i]
+            batch = (arm.x, arm.y) if arm.x is not None else arm.ds
+            found = convergence.skipped(arm.model, plan.warmup + steps)
+            ref = base.model if base is not None and base is not arm else None
+            state.checks.append(CheckInputs(found, arm.model, init, batch, ref) if init else None)
+        state.spans = {
+            a.p.policy: [(w.start, w.end) for w in lg.windows]
+            for a, lg in zip(arms, out.logs, strict=True)
+        }
+        state.timed_window = (first_window, max(w.end for lg in out.logs for w in lg.windows))
+        phases = state.phases
+        for name, spent in (*totals.items(), ("fit_other", max(0.0, fit_s - sum(totals.values())))):
+            phases.out[name] = phases.out.get(name, 0.0) + spent  # a family: every pass's
+        phases.last = time.perf_counter()
+        # what the pass made so far (its models, their traced functions) out of the collector's
+        # sight: a full collection over them took 2-9 s of the profile or of the next pass's
+        # build (Keras' clear_session; benchmarks/records/cpu-issue48-share/phases.py); their
+        # garbage, device buffers included, is left to the process's exit
+        gc.freeze()
+        _settle_paired(recs, state)
+        checked = any(x is not None for x in state.checks)
+        pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
         for rec in recs:
-            state.emit_pending(emit, rec, pending[1:])
+            state.emit_pending(emit, rec, pending)
+        if profiled:  # after every timed window, never inside one; each in its arm's turn
+            for i, (arm, rec) in enumerate(zip(arms, recs, strict=True)):
+                rec.profile = _profile(i, arm, rec, state, out if in_fit else None, turn)
+            out.finish()
+            phases.mark("profile")
+            for rec in recs:
+                state.emit_pending(emit, rec, pending[1:])
+    finally:
+        out.finish()
+
+
+def _profile(
+    i: int, arm: Arm, rec: Record, state: Process, kept: windows.Outcome | None,
+    turn: Callable[[int | None], None],
+) -> Profile:  # fmt: skip
+    """Arm ``i``'s profiled window: the next steps of its own fit where its loop was ``kept``
+    (the spare step that would end it is the first of them: no new fit call, no lead step),
+    else a new fit call's (:func:`profiler.run`); in its turn either way."""
+    gpu = state.backend is not None and state.backend.model_on_gpu(arm.model)
+    timed = rec.metrics.step_ms
+    steps = profiler.steps_for(timed)
+    if kept is not None:  # the arm's gate marks its turn
+        window = functools.partial(kept.tail, i, steps)
+        return profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu, steps=steps,
+                            window=window)  # fmt: skip
+    turn(i)
+    try:
+        return profiler.run(arm.p.backend, arm.model, arm.ds, gpu=gpu, steps=steps,
+                            lead=profiler.lead_for(timed))  # fmt: skip
+    finally:
+        turn(None)
 
 
 def _windows(

@@ -67,11 +67,16 @@ class CheckInputs:
     model: Any
     initial: convergence.Initial | None
     batch: Any
+    reference: Any = None  # a float32 build of the same model, done with (a paired float32 arm)
 
-    def check(self, p: Params) -> Convergence:
-        """The one-step check of one arm (``p``), from what its timed work left."""
+    def check(self, p: Params, timed: StepStats | None = None) -> Convergence:
+        """The one-step check of one arm (``p``), from what its timed work left (``timed``:
+        its timed steps, whose pace bounds the check's examples)."""
         assert self.initial is not None
-        return convergence.check(p, self.found, self.model, self.initial, self.batch)
+        median = timed.median if timed is not None else None
+        examples = convergence.examples_for(scale.process_batch(p), median)
+        return convergence.check(p, self.found, self.model, self.initial, self.batch,
+                                 reference=self.reference, examples=examples)  # fmt: skip
 
 
 @dataclass

@@ -23,7 +23,10 @@ have taken ``timed_s`` seconds in all.
 
 Every fit is given one spare step beyond what the windows can use: when the rounds end each
 arm is let through its turnstile once more with ``stop_training`` set, so its loop ends after
-one untimed step (while no window is being timed).
+one untimed step (while no window is being timed). Where more steps follow the windows (the
+profiled window: :meth:`Outcome.tail`), they are that spare step and the next ones of the same
+fit, one arm after another, and the arm's loop ends after the last of them: no new ``fit``
+call, no step run only to end a loop.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class ArmLog:
     warm_ends: list[float] = field(default_factory=list)
     windows: list[WindowMark] = field(default_factory=list)
     losses: dict[int, float] = field(default_factory=dict)  # step -> running-mean loss
+    tail_end: float | None = None  # when the last step after the windows finished
     error: BaseException | None = None
 
 
@@ -77,10 +81,11 @@ class Turnstile:
         self._turn: int | None = None
         self._returned = False
         self.ending = False
+        self.tail = 0  # steps of the turn granted last, after the windows (0: a window)
 
-    def grant(self, arm: int) -> None:
+    def grant(self, arm: int, tail: int = 0) -> None:
         with self._cond:
-            self._turn, self._returned = arm, False
+            self._turn, self._returned, self.tail = arm, False, tail
             self._cond.notify_all()
 
     def wait_back(self, alive: Callable[[], bool]) -> bool:
@@ -117,6 +122,21 @@ class Plan:
     max_steps: int  # timed steps per arm at most
     timed_s: float  # seconds of windows (all arms) at most
     k: int = 0  # steps per window, set after the warm-up
+    tail: int = 0  # steps an arm may run after the windows (Outcome.tail) at most; 0: none
+
+    def fit_steps(self) -> int:
+        """Each fit's steps: the warm-up, the windows' most, then the spare step (or the
+        tail's steps)."""
+        return self.warmup + self.max_steps + max(1, self.tail)
+
+
+def _synced(done: threading.Condition, finished: list[float], upto: int) -> float:
+    """Wait until steps 0..upto-1 have finished (``finished``: their completion times, under
+    ``done``); the time the last one did."""
+    with done:
+        while len(finished) < upto:
+            done.wait()
+        return finished[upto - 1]
 
 
 def gate(
@@ -130,23 +150,15 @@ def gate(
 ) -> Any:
     """The Keras callback that holds arm ``arm``'s fit at its turnstile. ``rounds``: the
     coordinator's current (round, position) for the arm, read when a window starts;
-    ``handoff``: called right after a window's start and right after its end (a reading of
-    the energy counter at the hand-offs between arms); ``turn``: called with ``arm`` where
-    the arm's turn begins (its warm-up, each window) and with None where its steps have
-    finished and it gives the turn back, outside the timed windows."""
+    ``handoff``: called right after a window's start and end (the energy counter's readings);
+    ``turn``: called with ``arm`` where the arm's turn begins (warm-up, window, tail) and with
+    None where its steps have finished and it gives the turn back."""
     mark = handoff or (lambda: None)
     own = turn or (lambda _arm: None)
     done = threading.Condition()
     finished: list[float] = []  # completion time of each step, by step index
 
-    def synced(upto: int) -> float:
-        """Wait until steps 0..upto-1 have finished; the time the last one did."""
-        with done:
-            while len(finished) < upto:
-                done.wait()
-            return finished[upto - 1]
-
-    state: dict[str, Any] = {"window": None, "snap": None}
+    state: dict[str, Any] = {"window": None, "snap": None, "tail_end": 0}
 
     class Gate(callback_base()):  # type: ignore[misc]
         async_safe = True  # batch ends may run on worker threads: no device sync per step
@@ -157,24 +169,25 @@ def gate(
                 own(arm)
                 log.begin = time.perf_counter()
                 return
+            if state["tail_end"]:  # a tail's step: its last ends the loop
+                self.model.stop_training = batch == state["tail_end"] - 1
+                return
             at_boundary = batch == plan.warmup or (
                 batch > plan.warmup and plan.k and (batch - plan.warmup) % plan.k == 0
             )
             if not at_boundary:
                 return
-            end = synced(batch)  # the sync: every step so far has finished
+            end = _synced(done, finished, batch)  # the sync: every step so far has finished
             if batch > plan.warmup:
                 mark()  # the window's end: its energy is read before the next arm's turn
             snap = interference.snapshot()
             if batch == plan.warmup:
                 log.warm_ends = finished[:batch]
             else:
-                start, start_snap = state["window"], state["snap"]
-                rnd, pos = state["where"]
+                (rnd, pos), seen = state["where"], state["snap"]
                 steps = finished[batch - plan.k : batch]
-                window = WindowMark(rnd, pos, plan.k, start, end, steps,
-                                    interference.between(start_snap, snap))  # fmt: skip
-                log.windows.append(window)
+                log.windows.append(WindowMark(rnd, pos, plan.k, state["window"], end, steps,
+                                              interference.between(seen, snap)))  # fmt: skip
             own(None)  # every step of the turn has finished: what follows is not this arm's
             turns.give_back()
             if not turns.wait_turn(arm):
@@ -182,6 +195,10 @@ def gate(
                 turns.give_back()
                 return
             own(arm)
+            if turns.tail:  # the steps after the windows, then the loop ends
+                state["tail_end"] = batch + turns.tail
+                self.model.stop_training = turns.tail == 1
+                return
             state["where"] = rounds[arm]
             state["snap"] = interference.snapshot()
             state["window"] = time.perf_counter()
@@ -194,18 +211,52 @@ def gate(
                 finished.append(ready)
                 log.losses[batch] = loss
                 done.notify_all()
+            if state["tail_end"] and batch == state["tail_end"] - 1:
+                log.tail_end = ready  # the tail's last step has finished
+                own(None)
+                turns.give_back()
 
     return Gate()
 
 
 @dataclass
 class Outcome:
-    """The arms' logs and the order the windows ran in."""
+    """The arms' logs and the order the windows ran in; where :func:`run` was asked to keep
+    the arms' loops (``plan.tail``), :meth:`tail` runs steps after the windows and
+    :meth:`finish` ends what is left."""
 
     logs: list[ArmLog]
     order: str
     k: int
     rounds: int
+    turns: Turnstile | None = None
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def tail(self, arm: int, steps: int, start: Callable[[], None],
+             stop: Callable[[], None]) -> float:  # fmt: skip
+        """``steps`` more steps of ``arm``'s fit (at most ``plan.tail``), in its turn, after
+        every window; ``start`` just before the first, ``stop`` once the last has finished;
+        the arm's loop ends after them. The seconds from ``start`` to the last's end."""
+        assert self.turns is not None and not self.turns.ending
+        log, thread = self.logs[arm], self.threads[arm]
+        start()
+        began = time.perf_counter()
+        self.turns.grant(arm, tail=steps)
+        try:
+            back = self.turns.wait_back(thread.is_alive)
+        finally:
+            stop()
+        thread.join()  # its fit's end, before anything else runs
+        if not back or log.tail_end is None:
+            raise log.error or RuntimeError(f"arm {arm}'s steps after the windows failed")
+        return log.tail_end - began
+
+    def finish(self) -> None:
+        """End the loops of the arms that ran no :meth:`tail` (a spare step each)."""
+        if self.turns is not None:
+            self.turns.end()
+        for t in self.threads:
+            t.join()
 
 
 def run(
@@ -231,7 +282,7 @@ def run(
             fit: Callable[[Any, int], None] = fit, cb: Any = callback, log: ArmLog = logs[i]
         ) -> None:
             try:
-                fit(cb, plan.warmup + plan.max_steps + 1)
+                fit(cb, plan.fit_steps())
             except BaseException as exc:  # the coordinator re-raises it
                 log.error = exc
                 turns.give_back()
@@ -265,13 +316,14 @@ def run(
             timed += w.end - w.start
             order.append(LETTERS[arm])
         rounds += 1
-    turns.end()
-    for t in threads:
-        t.join()
+    out = Outcome(logs, "".join(order), plan.k, rounds, turns, threads)
+    if not plan.tail:
+        out.finish()
     failed = next((log_.error for log_ in logs if log_.error is not None), None)
     if failed is not None:
+        out.finish()
         raise failed
-    return Outcome(logs, "".join(order), plan.k, rounds)
+    return out
 
 
 def balanced_orders(n: int, rng: random.Random) -> Iterator[list[int]]:
