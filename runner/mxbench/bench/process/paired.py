@@ -192,8 +192,10 @@ def _measure_paired(
         # what the pass made so far (its models, their traced functions) out of the collector's
         # sight: a full collection over them took 2-9 s of the profile or of the next pass's
         # build (Keras' clear_session; benchmarks/records/cpu-issue48-share/phases.py); their
-        # garbage, device buffers included, is left to the process's exit
-        gc.freeze()
+        # garbage is left to the process's exit. Not on a GPU: device buffers kept alive that
+        # way would crowd the next, larger batch size's pass (a false "oom")
+        if state.backend is None or not any(state.backend.model_on_gpu(a.model) for a in arms):
+            gc.freeze()
         _settle_paired(recs, state)
         checked = any(x is not None for x in state.checks)
         pending = [name for name, on in (("profile", profiled), ("check", checked)) if on]
