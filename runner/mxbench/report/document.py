@@ -5,7 +5,7 @@ policy a device x batch-size grid of speedups over float32, each cell with its v
 then one :class:`Section` per table (annotations, the table's rows, its interval note, the
 failures, the diagnosis) and per largest-batch search. Renderers (:data:`FORMATS`:
 markdown, html, json, csv, terminal) only frame and escape it; a new format is one module
-with a ``render(doc) -> str``.
+with a ``render(doc) -> str`` (and, where it makes bytes, an ``encode(doc) -> bytes``).
 
 Text the tool writes (diagnosis, notes) is never cut; text from records (names, errors) is
 bounded where it enters the document (:data:`mxbench.report.tables.MAX_RECORD_TEXT`).
@@ -376,13 +376,14 @@ def render(doc: Document, fmt: str) -> str:
 
 
 def encode(doc: Document, fmt: str) -> bytes:
-    """:func:`render` as UTF-8 bytes (what a file or a pipe gets); the JSON export is made
-    as bytes, without a str between."""
-    if fmt == "json":
-        from mxbench.report.render import export
+    """:func:`render` as UTF-8 bytes (what a file or a pipe gets), made as bytes where the
+    format's module has an ``encode(doc) -> bytes`` (the JSON export: no str between)."""
+    import importlib
 
-        return export.encode(doc)
-    return render(doc, fmt).encode("utf-8")
+    module = importlib.import_module(FORMATS[fmt][0])
+    made = getattr(module, "encode", None)
+    out: bytes = made(doc) if made is not None else module.render(doc).encode("utf-8")
+    return out
 
 
 def format_of(suffix: str) -> str | None:
