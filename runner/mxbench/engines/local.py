@@ -176,10 +176,7 @@ class LocalEngine(Engine):
             start_new_session=True,  # Ctrl-C goes to us; we decide what the cell gets
             preexec_fn=_child_setup(cgroup),
         )
-        with self._lock:
-            self._proc = proc
-            if self._cancelled:
-                _kill_group(proc)
+        self._publish(proc)
         out, err = Tail(STDOUT_LIMIT), Tail(STDERR_LIMIT)
         try:
             timed_out = _collect(proc, out, err, cell.timeout_s)
@@ -201,6 +198,14 @@ class LocalEngine(Engine):
             timed_out=timed_out,
             extra=extra,
         )
+
+    def _publish(self, proc: subprocess.Popen[bytes]) -> None:
+        """``proc`` is the bench that :meth:`cancel` kills; killed now if a cancel came
+        while it was being started."""
+        with self._lock:
+            self._proc = proc
+            if self._cancelled:
+                _kill_group(proc)
 
     def cancel(self) -> None:
         with self._lock:
