@@ -6,6 +6,7 @@ container runtimes (pyxis, Apptainer) cannot run here, so their argv is checked 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -465,3 +467,10 @@ def test_ctrl_c_returns_in_seconds_when_the_controller_does_not_answer(
     assert not watch.is_alive(), "still watching jobs it cancelled"
     assert time.monotonic() - t0 < 4
     assert outcomes == []  # nothing ended: nothing to record
+    # the fake scancel the bound left behind ends in its 3 s, before the test does
+    fakes = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if str(tmp_path) in " ".join(proc.cmdline()):
+                fakes += [proc, *proc.children(recursive=True)]
+    psutil.wait_procs(fakes, timeout=10)
