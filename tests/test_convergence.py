@@ -390,4 +390,5 @@ def test_the_check_runs_on_fewer_examples_where_a_step_is_slow() -> None:
 
     assert cv.examples_for(32, None) == cv.CHECK_BATCH == 32
     assert [cv.examples_for(32, ms) for ms in (60.0, 500.0, 1700.0, 9000.0)] == [32, 32, 9, 8]
-    assert cv.examples_for(8, 407.0) == 10  # the batch's own 8 are all there is: 8 checked
+    assert cv.examples_for(8, 407.0) == 8  # the batch's own 8 are all there is: 8 checked
+    assert cv.examples_for(4, 9000.0) == 4  # under CHECK_MIN only where the batch is smaller

@@ -56,11 +56,11 @@ def examples_for(batch: int, step_ms: float | None) -> int:
     """How many examples the check's passes run on: :data:`CHECK_BATCH` at most, fewer where
     the cell's timed step (``step_ms``, at ``batch`` examples) is slow, so that the policy's
     pass takes about :data:`CHECK_S` at the timed pace (an emulated bfloat16 step of 1.7 s at
-    batch 32: 10 examples, not 32), never under :data:`CHECK_MIN`."""
+    batch 32: 10 examples, not 32), never under :data:`CHECK_MIN`, never more than the batch has."""
     if step_ms is None or not step_ms > 0 or batch < 1:
         return CHECK_BATCH
     pace = round(batch * CHECK_S * 1000 / step_ms)
-    return max(CHECK_MIN, min(CHECK_BATCH, pace))
+    return min(batch, max(CHECK_MIN, min(CHECK_BATCH, pace)))
 
 
 class Initial:
