@@ -59,8 +59,20 @@ class Pairing(Part):
             "empty for the base"),
     ] = []  # fmt: skip
     clean: Annotated[list[bool], Doc("per round: no window of the round was disturbed")] = []
+    idle_ratios: Annotated[
+        list[Positive],
+        Doc("per round, as ratios, each window's time on an idle machine: the CPU other "
+            "processes took given back (a CPU device, mxbench.stats.load); empty: none changed, "
+            "or not a CPU"),
+    ] = []  # fmt: skip
     windows: Annotated[list[Window], Doc("this arm's timed windows, in order")] = []
     interference: Annotated[
         Interference | None, Doc("over every window of the process: medians; disturbed share")
     ] = None
     disturbed_share: Annotated[float | None, Doc("share of the process's windows disturbed")] = None
+
+    @property
+    def speedups(self) -> list[float]:
+        """The rounds' ratios the speedup is judged from: on an idle machine where they were
+        given back their CPU, else as measured."""
+        return self.idle_ratios or self.ratios

@@ -76,7 +76,7 @@ def arm(rec: Record) -> stats.Process | None:
     pair = rec.pairing
     if rec.status != "ok" or pair is None or not pair.ratios:
         return None
-    return stats.paired_process(pair.ratios, pair.clean)
+    return stats.paired_process(pair.speedups, pair.clean)
 
 
 def loss(rec: Record) -> tuple[float, int] | None:

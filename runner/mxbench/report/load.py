@@ -59,10 +59,14 @@ BATCH, SAMPLES = 4096, 2**18
 
 
 def _lean_pairing(pair: Pairing | None) -> Pairing | None:
-    """What the speedup of a paired record needs: its rounds' ratios (no windows)."""
+    """What the speedup of a paired record needs: its rounds' ratios, measured and on an idle
+    machine (no windows)."""
     if pair is None:
         return None
-    return Pairing(group=pair.group, arms=pair.arms, ratios=pair.ratios, clean=pair.clean)
+    return Pairing(
+        group=pair.group, arms=pair.arms, ratios=pair.ratios, clean=pair.clean,
+        idle_ratios=pair.idle_ratios,
+    )  # fmt: skip
 
 
 def _nested(run: dict[str, Any]) -> bool:

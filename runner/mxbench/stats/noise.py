@@ -60,12 +60,13 @@ def floor(host: str, records: Sequence[Record]) -> Floor:
     window = [
         s
         for r in arms
-        if r.pairing and (s := _spread([math.log(x) for x in r.pairing.ratios])) is not None
+        if r.pairing and (s := _spread([math.log(x) for x in r.pairing.speedups])) is not None
     ]
     procs = [
         p
         for r in arms
-        if r.pairing and (p := stats.paired_process(r.pairing.ratios, r.pairing.clean)) is not None
+        if r.pairing
+        and (p := stats.paired_process(r.pairing.speedups, r.pairing.clean)) is not None
     ]
     if len(procs) >= 2:
         process: float | None = math.expm1(statistics.stdev(math.log(p[0]) for p in procs))

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from mxbench.bench.evidence import energy, probe, roofline
+from mxbench.bench.evidence import energy, interference, probe, roofline
 from mxbench.bench.evidence import profile as profiler
 from mxbench.bench.evidence.gpu_health import HealthSampler
 from mxbench.bench.model import convergence
@@ -54,6 +54,7 @@ from mxbench.records.record import (
     Window,
 )
 from mxbench.roofs.collect import Roofs
+from mxbench.stats import load
 from mxbench.version import __version__
 
 
@@ -346,6 +347,7 @@ def _settle_paired(recs: list[Record], state: Process) -> None:
         # memory answer comes from a process of one policy: pairing: process, the search)
         rec.metrics.peak_memory_bytes = rec.metrics.peak_memory_kind = None
     _mark_rounds(recs)
+    _idle_rounds(recs)
     state.probed = True
     state.phases.mark("probe")
 
@@ -365,6 +367,19 @@ def _mark_rounds(recs: list[Record]) -> None:
             pair.interference.throttle_reasons = sorted(
                 {x for p in pairs for w in p.windows for x in w.interference.throttle_reasons}
             )
+
+
+def _idle_rounds(recs: list[Record]) -> None:
+    """On a CPU device, each arm's rounds with every window given back the CPU other
+    processes took (:mod:`mxbench.stats.load`): ``pairing.idle_ratios``. Not where this
+    process may use fewer CPUs than the machine has (whose CPUs the others took is unknown)."""
+    ncpu = interference.cores()
+    if len(recs) < 2 or ncpu != (os.cpu_count() or ncpu):
+        return
+    base = recs[0].pairing
+    for rec in recs[1:]:
+        if rec.pairing is not None and base is not None and rec.device.kind == "cpu":
+            rec.pairing.idle_ratios = load.idle_ratios(base.windows, rec.pairing.windows, ncpu)
 
 
 def _gpu_windows(rec: Record, state: Process) -> None:

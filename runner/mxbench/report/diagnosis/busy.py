@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from mxbench import stats
 from mxbench.records.record import Record
 
 # From these on the diagnosis says the machine was in use (a share of the rounds disturbed,
@@ -55,3 +56,18 @@ def busy(records: Iterable[Record]) -> Busy | None:
     if not others:
         return None
     return Busy(statistics.median(others), statistics.median(steal), rounds, disturbed)
+
+
+def as_measured(records: Iterable[Record]) -> stats.Ratio | None:
+    """The speedup the arm's rounds give as measured, where its verdict was judged from
+    windows given back the CPU other processes took (``pairing.idle_ratios``,
+    :mod:`mxbench.stats.load`); None where no record of them was."""
+    procs, given_back = [], False
+    for r in records:
+        pair = r.pairing
+        if r.status != "ok" or pair is None or not pair.ratios:
+            continue
+        given_back = given_back or bool(pair.idle_ratios)
+        if (p := stats.paired_process(pair.ratios, pair.clean)) is not None:
+            procs.append(p)
+    return stats.judge_paired([procs])[0] if given_back else None

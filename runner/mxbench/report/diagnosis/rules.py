@@ -31,6 +31,7 @@ from mxbench.report.diagnosis.kernels import (
 )
 from mxbench.report.sections import convergence, roofline
 from mxbench.report.tables import LOSS_TOLERANCE, NVML_PERIOD_MS, Table
+from mxbench.stats import figure
 
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 OVERHEAD_MS = 10.0
@@ -384,29 +385,47 @@ def isa_claim_mismatch(t: Table) -> str | None:
     )
 
 
+def _speed(ratio: float) -> str:
+    """``12.10× slower``, ``1.40× faster``: a point estimate as the answers say it."""
+    if ratio < 1:
+        return f"{figure(1 / ratio)}× slower"
+    return f"{figure(ratio)}× faster"
+
+
 def machine_in_use(t: Table) -> str | None:
     """The paired design measured what else ran during the timed windows: a busy machine is
     said, with the verdicts it may have blurred."""
-    from mxbench.report.diagnosis.busy import busy
+    from mxbench.report.diagnosis.busy import as_measured, busy
 
     if "pairing" not in t.carries:
         return None  # no paired windows measured anything
-    said = []
+    said, given_back = [], False
     for (policy, batch), e in t.by_batch:
         found = busy(e.records) if policy != BASELINE else None
         if found is None or not found.busy:
             continue
         ratio = t.ratios.get((policy, batch))
         verdict = f", verdict: {ratio.verdict}" if ratio is not None else ""
+        raw = as_measured(e.records)
+        if raw is not None and ratio is not None:
+            given_back = True
+            idle, measured = _speed(ratio.value), _speed(raw.value)
+            verdict += f" ({idle} on an idle machine, {measured} as measured)"
         said.append(f"{policy} at batch {batch}: {found.text()}{verdict}")
     if not said:
         return None
+    back = (
+        ", each window is given back the CPU the others took (the CPU's work was the same: "
+        "docs/measuring.md, 'A busy machine')"
+        if given_back
+        else ""
+    )
     return (
         "The machine was in use while it was measured (measured, per window): "
         + "; ".join(said[:6])
-        + ". Paired windows cancel most of it and disturbed rounds are left out where enough "
-        "were clean, but a 'no clear difference' here may be the load's: run again on a "
-        "quieter machine, or let repeats: auto add processes."
+        + f". Paired windows cancel most of it{back} and disturbed rounds are left out where "
+        "enough were clean, but a 'no clear difference' here may be the load's: run again on "
+        "a quieter machine, or let repeats: auto add processes."
     )
 
 
