@@ -155,12 +155,16 @@ def profile(conv: float, other: float) -> dict[str, Any]:
             "breakdown_ms": {"conv_matmul": conv, "elementwise_norm": other}}  # fmt: skip
 
 
-def embedded_default(cpu: dict[str, Any], bf16_ms: float, profiled: bool = True) -> list[Record]:
+def embedded_default(
+    cpu: dict[str, Any], bf16_ms: float, profiled: bool = True, spread: float = 0.0
+) -> list[Record]:
     """The embedded default's shape: TensorFlow on the local CPU, float32 and mixed_bfloat16
-    at one batch size, profile on (float32's step 60% conv/matmul), three processes each."""
+    at one batch size, profile on (float32's step 60% conv/matmul), three processes each
+    (``spread``: mixed_bfloat16's processes that much apart, each from the next)."""
     out = []
     for repeat in range(3):
-        for policy, ms in (("float32", 100.0), ("mixed_bfloat16", bf16_ms)):
+        bf16 = bf16_ms * (1 + spread * (repeat - 1))
+        for policy, ms in (("float32", 100.0), ("mixed_bfloat16", bf16)):
             extra: dict[str, Any] = {"profile": profile(60.0, 40.0)} if profiled else {}
             r = rec("local", policy, 8, median=ms + repeat, device={**CPU, "name": "AMD EPYC"},
                     cpu=cpu, **extra)  # fmt: skip
@@ -178,6 +182,29 @@ def test_the_embedded_defaults_answer_shows_its_bound() -> None:
     assert len(said) == 1 and f"of at most {top:.2f}x here" in said[0], said
     assert "(R = 2.00, formula bfloat16/float32 ceilings)" in said[0]
     assert roofline.most(0.5, 2.0) == pytest.approx(4 / 3)
+
+
+@pytest.mark.parametrize(
+    ("bf16_ms", "spread", "said"),
+    [
+        (52.0, 0.0, "x of at most 1.98x here: conv/matmul"),  # 1.94x: under the bound
+        (50.0, 0.15, "x, at its bound of 1.98x here (within the estimate's interval): conv"),
+        (49.0, 0.0, "x, at its bound of 1.98x here (within"),  # 2.02x [1.94–2.11]
+        # 2.07x [1.98–2.16]: within 5% of the bound, but the whole interval is past it
+        (47.7, 0.0, "x, above its bound of 1.98x here: the profile's shares or the ceilings"),
+        (45.0, 0.15, "x, above its bound of 1.98x here: the profile's shares"),  # 2.24x: > 5%
+    ],
+)
+def test_an_estimate_over_its_bound_is_said_at_it_or_above_it(
+    bf16_ms: float, spread: float, said: str
+) -> None:
+    """Over the bound by less than its 5% slack: "at its bound" where the interval holds the
+    bound, "above" where the whole interval is past it; never "2.02x of at most 1.98x"."""
+    (t,) = tables.build(embedded_default(XEON, bf16_ms, spread=spread))
+    r = t.ratios[("mixed_bfloat16", 8)]
+    (line,) = answers.lines([t])
+    assert said in line, (r, line)
+    assert ("of at most" in line) == (r.value <= 1 / (1 / 101 + 30 / 101 + 20 / 101)), line
 
 
 def test_the_bound_says_where_there_is_no_fast_path() -> None:

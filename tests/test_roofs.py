@@ -339,13 +339,3 @@ def test_on_an_avx2_only_cpu_bf16_has_no_roof_and_emulation_is_stated(
     assert "emulated:" in row["note"] and row["native"] == "no"
     paths = {p.dtype: p for p in preflight.fast_paths(found)}
     assert paths["bfloat16"].state == "warn" and "avx512_core_bf16" not in paths["bfloat16"].kernels
-
-
-def test_bound_text_for_the_answer_line() -> None:
-    from mxbench.roofs.model import bound_text
-
-    assert bound_text(1.26, 0.6, 3.0) == (
-        "1.26x of at most 1.67x here: 60% of the time in conv/matmul, whose ceiling ratio is 3.00x"
-    )
-    assert "the rest is elementwise" in bound_text(1.1, 0.3, 2.0)
-    assert "above the bound" in bound_text(2.5, 0.5, 2.0)

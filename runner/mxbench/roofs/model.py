@@ -103,20 +103,6 @@ def amdahl_bound(f: float, r: float) -> float:
     return 1.0 / ((1.0 - f) + f / r)
 
 
-def bound_text(speedup: float, f: float, r: float) -> str:
-    """The answer line's bound: the measured speedup against the most mixed precision can
-    give here (``f``: the profile's share of conv/matmul time, ``r``: the ratio of the two
-    dtypes' measured ceilings), and what holds the rest back."""
-    most = amdahl_bound(f, r)
-    if speedup > most * 1.05:
-        why = "above the bound: the profile's share or the ceilings do not describe this run"
-    elif f < 0.5:
-        why = f"the rest is elementwise and other work ({1 - f:.0%} of the time)"
-    else:
-        why = f"{f:.0%} of the time in conv/matmul, whose ceiling ratio is {r:.2f}x"
-    return f"{speedup:.2f}x of at most {most:.2f}x here: {why}"
-
-
 def absent(device: str, dtype: str, source: str, note: str, native: bool | None = False) -> Roof:
     """A formula roof that is not there: no such path on this device (``note`` says why and
     what stands in for it; ``native`` None where even that is not known)."""

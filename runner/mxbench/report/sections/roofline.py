@@ -295,7 +295,9 @@ def most(f: float, r: float, m: float = 0.0, b: float = BYTES) -> float:
 
 def bound(t: Table, policy: str, batch: int) -> str | None:
     """The measured speedup against the most mixed precision can give here: ``1.26x of at
-    most 1.80x here: ...``; None without a profiled float32 arm or a ceiling ratio."""
+    most 1.80x here: ...``; ``1.54x, at its bound of 1.51x here ...`` where the estimate is
+    just over the bound and its interval holds it; ``..., above its bound ...`` where it is
+    clearly past it. None without a profiled float32 arm or a ceiling ratio."""
     r = t.ratios.get((policy, batch))
     other, base = t.entries.get((policy, batch)), t.entries.get((BASELINE, batch))
     if r is None or not t.trusted((policy, batch)) or other is None or base is None:
@@ -313,7 +315,15 @@ def bound(t: Table, policy: str, batch: int) -> str | None:
     if ratio is None:
         return None
     top = most(f, ratio.value, m)
-    head = f"{r.value:.2f}x of at most {top:.2f}x here"
+    # above the bound: by more than the bound's own slack, or clearly (the whole interval);
+    # a point estimate just over it whose interval holds it is at the bound, not past it
+    above = r.value > top * 1.05 or (r.judged and r.low > top)
+    if r.value <= top:
+        head = f"{r.value:.2f}x of at most {top:.2f}x here"
+    elif above:
+        head = f"{r.value:.2f}x, above its bound of {top:.2f}x here"
+    else:
+        head = f"{r.value:.2f}x, at its bound of {top:.2f}x here (within the estimate's interval)"
     where = f"R = {ratio.value:.2f}, {ratio.provenance} {fast}/{slow} ceilings"
     if not ratio.native:
         if ratio.value < 1:
@@ -322,8 +332,8 @@ def bound(t: Table, policy: str, batch: int) -> str | None:
             why = (ratio.why or f"no native {fast} path").split(", at best")[0]
             where = f"R at most 1, {ratio.provenance}"
         return f"{head}: {why} ({where})"
-    if r.value > top * 1.05:
-        why = "above the bound: the profile's shares or the ceilings do not describe this run"
+    if above:
+        why = "the profile's shares or the ceilings do not describe this run"
         return f"{head}: {why} ({where})"
     time = f"conv/matmul {f:.0%} of float32's step, memory-bound {m:.0%} (at most {BYTES:g}x)"
     rest = f", the rest {1 - f - m:.0%} gains nothing" if 1 - f - m >= 0.005 else ""
