@@ -415,8 +415,7 @@ def machine_in_use(t: Table) -> str | None:
     if not said:
         return None
     back = (
-        ", each window is given back the CPU the others took (the CPU's work was the same: "
-        "docs/measuring.md, 'A busy machine')"
+        ", each window is given back the CPU the others took (docs/measuring.md, 'A busy machine')"
         if given_back
         else ""
     )

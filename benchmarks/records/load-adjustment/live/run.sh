@@ -7,7 +7,7 @@ set -uo pipefail
 snap=$1 out=$2
 mkdir -p "$out"
 py=/work/main/.venv/bin/python
-here=$(cd "$(dirname "$0")/../../.." && pwd)
+here=$(cd "$(dirname "$0")/../../../.." && pwd)
 export PYTHONPATH=$snap
 log() { echo "== $(date -u +%T) $*" | tee -a "$out/log"; }
 log "code $(cat "$snap/COMMIT")"
