@@ -218,9 +218,13 @@ def test_schema_prints_json_that_knows_every_key_of_the_repos_matrices() -> None
 
 
 def test_top_level_help_is_short_and_hides_the_worker() -> None:
-    proc = mxbench("--help")
+    """One screen of a standard 80 x 25 terminal."""
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    proc = subprocess.run([sys.executable, "-m", "mxbench", "--help"], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)  # fmt: skip
     assert proc.returncode == 0
     assert len(proc.stdout.splitlines()) <= 25, proc.stdout
+    assert max(len(x) for x in proc.stdout.splitlines()) <= 80, proc.stdout
     assert " bench " not in proc.stdout and " init " in proc.stdout and " schema " in proc.stdout
     assert mxbench("bench", "--help").returncode == 0  # hidden, still there
 

@@ -54,14 +54,22 @@ app.command("report", short_help="The answer first, then the tables, annotated a
 app.command("compare", short_help="Two runs cell by cell, with verdicts (exit 1: a regression).")(
     compare.compare
 )
-app.command("doctor")(doctor.doctor)
+app.command(
+    "doctor", short_help="Check every host of a matrix in seconds, each check with its fix."
+)(doctor.doctor)
 app.command("build")(build.build)
 app.command("roofs", short_help="The roofs: measured ceilings per dtype beside the formula peak.")(
     roofs.roofs
 )
-app.command("init")(init.init)
-app.command("schema")(schema.schema)
-app.add_typer(data.app, name="data")
+app.command("init", short_help="Write a commented matrix.yaml for this machine, to edit.")(
+    init.init
+)
+app.command("schema", short_help="Print the JSON Schema of a matrix file, for an editor.")(
+    schema.schema
+)
+app.add_typer(
+    data.app, name="data", short_help="Write a real dataset as an image folder, with no download."
+)
 app.command("bench", hidden=True)(bench.bench)  # the worker inside each cell's process
 
 
