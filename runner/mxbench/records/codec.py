@@ -165,8 +165,9 @@ HISTORY: dict[str, str] = {
     "compute capabilities are text ('7.0'); device.used_by_tf is device.used_gpu. "
     "Added since 2026-11-29: roofs (how fast the record's device can go per dtype, measured, "
     "by formula and from the datasheet, each with its source) and model.flops_by_source "
-    "(every FLOP count the bench found, beside the one it used); a line without them reads "
-    "them as empty.",
+    "(every FLOP count the bench found, beside the one it used); pairing.idle_ratios (a "
+    "paired arm's rounds with each window given back the CPU other processes took; the "
+    "verdict is judged from them where present); a line without them reads them as empty.",
 }
 _json_decoder = msgspec.json.Decoder()
 
