@@ -74,6 +74,17 @@ def _set(obj: dict, path: tuple[str, ...], value: object) -> None:
     obj[path[-1]] = value
 
 
+def _texts(value: object) -> list[str]:
+    """Every string in ``value`` (keys too), not its numbers: what a report may print as is."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in (*_texts(k), *_texts(v))]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return []
+
+
 @st.composite
 def _records(draw: st.DrawFn) -> dict:
     """A valid record with a few fields replaced by anything at all."""
@@ -97,8 +108,10 @@ def test_any_record_renders_or_is_skipped_with_one_warning(
     assert "Traceback" not in err
     for warning in _warnings(err):
         assert f"{path}:" in warning and warning.endswith("(skipped)")
+    said = " ".join(_texts([rec(host="anchor"), *records])).lower()
     for text in ("nan", "inf"):
-        assert f" {text} " not in out.lower().replace("|", " ")
+        if text not in said:  # a text the records carry may say it (a host named "nan")
+            assert f" {text} " not in out.lower().replace("|", " ")
     if fmt == "--json":  # strict JSON: no NaN / Infinity constants
         json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON export"))
 
