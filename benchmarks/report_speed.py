@@ -33,14 +33,16 @@ names, cell keys and paired groups made unique; every other byte as committed):
 It times in this process (--fresh: in fresh processes, as above), alternately: A, every line
 of every file through json.loads, and B, the report of --format (markdown; json, html) made
 and written, the report's own entry point; each run after one untimed run of each (imports,
-caches) (goal for every shape: B / A <= 4). Several shapes (and formats), comma-separated,
-are timed side by side: every fleet's A then B in each round, so the machine's drift hits
-them all (--records: one for every shape, or one a shape).
+caches) (goal for every shape: B / A <= 4); with --fresh --baseline DIR, C too, after B in
+every round, and B / C round by round. Several shapes (and formats), comma-separated, are
+timed side by side: every fleet's A then B in each round, so the machine's drift hits them
+all (--records: one for every shape, or one a shape).
 
     python benchmarks/report_speed.py [--records 100000] [--attempts 1] [--one-file]
                                       [--minimal] [--baseline ../main/runner]
     python benchmarks/report_speed.py --shape published|bench|paired [--records 20000]
                                       [--format markdown] [--fresh] [--profile]
+                                      [--baseline ../main/runner (with --fresh)]
     python benchmarks/report_speed.py --shape published,bench,paired \
                                       --records 100000,20000,10000 --format markdown,json
 """
@@ -437,6 +439,35 @@ def _fleets(args: argparse.Namespace) -> list[tuple[str, int, str]]:
     return [(shape, n, fmt) for shape, n in zip(shapes, sizes, strict=True) for fmt in formats]
 
 
+def _shape_digest(out: Path, root: Path) -> str:
+    """The digest of a --shape report: of its text with the fleet's folder name replaced
+    (the report names its folder), the same for every fleet of one shape and size."""
+    text = out.read_bytes().replace(str(root).encode(), b"ROOT")
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def _shape_figures(
+    fleet: tuple[str, int, str],
+    a: list[float],
+    b: list[float],
+    c: list[float],
+    digests: set[str],
+) -> None:
+    """One --shape fleet's figures: A, B and its ratio to A, with --baseline C and B / C
+    round by round, and the output's digests (B's and C's: one)."""
+    name = "/".join(map(str, fleet))
+    print(f"--- {fleet[0]}, {fleet[1]} records, report --{fleet[2]}")
+    print(f"{'A json.loads of every line':32s}{_spread(a)}")
+    _ratios(f"B mxbench report --{fleet[2]}", b, a, " (goal <= 4)", (f"A {name}", f"B {name}"))
+    if c:
+        _ratios("C the same, --baseline code", c, a, "", (f"A {name}", f"C {name}"))
+        change = [y / x for x, y in zip(c, b, strict=True)]
+        print(f"B / C, round by round: median {statistics.median(change):.3f} "
+              f"(min {min(change):.3f}, max {max(change):.3f}); B faster in "
+              f"{sum(r < 1 for r in change)} of {len(change)}")  # fmt: skip
+    print(f"output sha256: {sorted(digests)}")
+
+
 def run_shape(args: argparse.Namespace) -> None:
     """--shape: fleets of committed records, each one's A and B alternated, every fleet in
     each round (side by side: drift on a shared machine hits them all), in this process (or
@@ -445,6 +476,8 @@ def run_shape(args: argparse.Namespace) -> None:
 
     fanout.prepare()
     fleets = _fleets(args)
+    if args.baseline and not args.fresh:
+        sys.exit("--shape --baseline: with --fresh (the baseline's code runs in its processes)")
     with tempfile.TemporaryDirectory() as tmp:
         roots: dict[tuple[str, int], Path] = {}
         for shape, n, _ in fleets:
@@ -465,13 +498,18 @@ def run_shape(args: argparse.Namespace) -> None:
         if args.fresh:
             subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "runner")],
                            check=True)  # fmt: skip
+            if args.baseline:
+                subprocess.run([sys.executable, "-m", "compileall", "-q", args.baseline],
+                               check=True)  # fmt: skip
         else:
             for shape, n, fmt in fleets:  # imports and caches, untimed
                 _loads_here(roots[shape, n])
                 _report_here(roots[shape, n], fmt)
         a: dict[tuple[str, int, str], list[float]] = {f: [] for f in fleets}
         b: dict[tuple[str, int, str], list[float]] = {f: [] for f in fleets}
+        c: dict[tuple[str, int, str], list[float]] = {f: [] for f in fleets}
         digests: dict[tuple[str, int, str], set[str]] = {f: set() for f in fleets}
+        old = {**os.environ, "PYTHONPATH": args.baseline} if args.baseline else None
         for _ in range(args.repeats):
             for fleet in fleets:
                 root, fmt = roots[fleet[:2]], fleet[2]
@@ -483,24 +521,20 @@ def run_shape(args: argparse.Namespace) -> None:
                     a[fleet].append(_time([sys.executable, "-c", _JSON_LOADS, str(root)],
                                           name=f"A {name}"))  # fmt: skip
                     b[fleet].append(_time(cmd, name=f"B {name}"))
+                    digests[fleet].add(_shape_digest(out, root))
+                    if old is not None:
+                        c[fleet].append(_time(cmd, old, name=f"C {name}"))
+                        digests[fleet].add(_shape_digest(out, root))
                 else:
                     a[fleet].append(_timed_here(lambda r=root: _loads_here(r), f"A {name}"))
                     b[fleet].append(_timed_here(lambda r=root, f=fmt: _report_here(r, f),
                                                 f"B {name}"))  # fmt: skip
-                # (the report names its folder: the digest is of the text with the folder's
-                # name replaced, the same for every fleet of one shape and size)
-                text = out.read_bytes().replace(str(root).encode(), b"ROOT")
-                digests[fleet].add(hashlib.sha256(text).hexdigest()[:16])
+                    digests[fleet].add(_shape_digest(out, root))
         for fleet in fleets:
-            name = "/".join(map(str, fleet))
-            print(f"--- {fleet[0]}, {fleet[1]} records, report --{fleet[2]}")
-            print(f"{'A json.loads of every line':32s}{_spread(a[fleet])}")
-            _ratios(f"B mxbench report --{fleet[2]}", b[fleet], a[fleet], " (goal <= 4)",
-                    (f"A {name}", f"B {name}"))  # fmt: skip
-            print(f"output sha256: {sorted(digests[fleet])}")
+            _shape_figures(fleet, a[fleet], b[fleet], c[fleet], digests[fleet])
         print(f"load average {os.getloadavg()[0]:.1f}")
         if any(len(d) != 1 for d in digests.values()):
-            sys.exit("a report's output differs between runs")
+            sys.exit("a report's output differs between runs (or from the --baseline code's)")
         if args.profile:
             for shape, n, fmt in fleets:
                 print(f"=== {shape}, {n} records, report --{fmt}")

@@ -93,6 +93,11 @@ class Entry:
     # NVML throttle reasons seen (one empty set for every entry without: most of them)
     throttled: frozenset[str] = frozenset()
     temperature_max: float | None = None  # the hottest the GPU got in a timed window, °C
+    # (batch size, images/s) of the last :meth:`images_per_s`: the rows, the roofs and the
+    # JSON each ask for a slot's at its own batch size
+    _rate: tuple[int, float | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def run(self) -> str | None:
@@ -111,15 +116,21 @@ class Entry:
     def images_per_s(self, batch: int) -> float | None:
         """Sustained throughput: the median over the ok records of their images/s over the
         timed window; from the median step time for records without it (None: nothing
-        timed)."""
+        timed). Found once for a batch size (an entry is not changed once made)."""
+        said = self._rate
+        if said is not None and said[0] == batch:
+            return said[1]
         rates = [
             r.metrics.images_per_s
             for r in self.records
             if r.status == "ok" and r.metrics.images_per_s
         ]
         if rates:
-            return statistics.median(rates)
-        return batch * 1000 / self.median if self.median else None
+            rate: float | None = statistics.median(rates)
+        else:
+            rate = batch * 1000 / self.median if self.median else None
+        self._rate = (batch, rate)
+        return rate
 
     def processes(self) -> list[stats.Process]:
         return summary.processes(self.records)

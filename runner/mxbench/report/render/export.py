@@ -39,56 +39,88 @@ def _num(value: float | None, digits: int = 4) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
-def _rows(t: Table) -> list[dict[str, Any]]:
+# A table's rows as structs (their fields encoded in this order; null where not measured):
+# 10,000 tables are about 100,000 rows, encoded faster than dicts of the same keys.
+
+
+class StepMs(msgspec.Struct):
+    median: float | None
+    p25: float | None
+    p75: float | None
+    n: int | None
+
+
+class Speedup(msgspec.Struct):
+    value: float | None
+    low: float | None
+    high: float | None
+    over: str
+    n: int
+    verdict: str
+    trusted: bool
+
+
+class Loss(msgspec.Struct):
+    state: str
+    mean: float | None
+    float32_mean: float | None
+    relative_diff: float | None
+
+
+class Row(msgspec.Struct):
+    batch_size: int
+    policy: str
+    status: str
+    step_ms: StepMs
+    images_per_s: float | None
+    j_per_image: float | None
+    cost_per_million_images: float | None
+    repeats: int
+    speedup: Speedup | None
+    loss: Loss | None
+    error: str | None
+
+
+def _rows(t: Table) -> list[Row]:
     # (most tables carry no energy and no cost figure: nothing to look for in their records)
     energy, cost = "energy" in t.carries, "cost" in t.carries
+    entries, ratios, parity = t.entries, t.ratios, t.parity
     out = []
     for b in t.batches:
         for p in t.policies:
-            e = t.entries.get((p, b))
+            e = entries.get((p, b))
             if e is None:
                 continue
-            r = t.ratios.get((p, b))
-            loss = t.parity.get((p, b))
+            r = ratios.get((p, b))
+            loss = parity.get((p, b))
             rate = e.images_per_s(b)
+            ok = e.status == "ok"
             out.append(
-                {
-                    "batch_size": b,
-                    "policy": p,
-                    "status": e.status,
-                    "step_ms": {
-                        "median": _num(e.median),
-                        "p25": _num(e.p25),
-                        "p75": _num(e.p75),
-                        "n": e.n,
-                    },
-                    "images_per_s": _num(rate, 2),
-                    "j_per_image": _num(why.joules_per_image(e.records)) if energy else None,
-                    "cost_per_million_images": _num(why.dollars_per_million(e.records, rate))
-                    if cost
-                    else None,
-                    "repeats": len(e.records) if e.status == "ok" else 0,
-                    "speedup": None
+                Row(
+                    b,
+                    p,
+                    e.status,
+                    StepMs(_num(e.median), _num(e.p25), _num(e.p75), e.n),
+                    _num(rate, 2),
+                    _num(why.joules_per_image(e.records)) if energy else None,
+                    _num(why.dollars_per_million(e.records, rate)) if cost else None,
+                    len(e.records) if ok else 0,
+                    None
                     if r is None
-                    else {
-                        "value": _num(r.value),
-                        "low": _num(r.low),
-                        "high": _num(r.high),
-                        "over": r.over,
-                        "n": r.n,
-                        "verdict": r.verdict,
-                        "trusted": t.trusted((p, b)),
-                    },
-                    "loss": None
+                    else Speedup(
+                        _num(r.value),
+                        _num(r.low),
+                        _num(r.high),
+                        r.over,
+                        r.n,
+                        r.verdict,
+                        t.trusted((p, b)),
+                    ),
+                    None
                     if loss is None
-                    else {
-                        "state": loss.state,
-                        "mean": _num(loss.loss),
-                        "float32_mean": _num(loss.base),
-                        "relative_diff": _num(loss.diff),
-                    },
-                    "error": (e.records[-1].error or None) if e.status != "ok" else None,
-                }
+                    else Loss(loss.state, _num(loss.loss), _num(loss.base), _num(loss.diff)),
+                    None if ok else (e.records[-1].error or None),
+                )
             )
     return out
 

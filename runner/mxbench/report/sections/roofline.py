@@ -18,7 +18,6 @@ the most mixed precision can give here (Amdahl, :func:`mxbench.roofs.model.amdah
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
@@ -342,6 +341,8 @@ def bound(t: Table, policy: str, batch: int) -> str | None:
 
 def bounds(t: Table) -> str | None:
     """Every comparison's bound, as a diagnosis note."""
+    if "profile" not in t.carries:
+        return None  # no record was profiled: no float32 arm's shares of time
     said = [
         f"{p} at batch {b}: {text}"
         for b in t.batches
@@ -359,29 +360,54 @@ def bounds(t: Table) -> str | None:
     )
 
 
-def as_json(t: Table) -> list[dict[str, Any]]:
+class AgainstJson(msgspec.Struct):
+    """A cell against one roof, as the JSON report has it (fields in this order)."""
+
+    dtype: str
+    provenance: str
+    roof_tflops: float | None
+    share: float
+    own_dtype: bool
+    stand_in: str | None
+    flag: str | None
+    source: str
+
+
+class CellJson(msgspec.Struct):
+    """A cell against its roofs, as the JSON report has it (fields in this order)."""
+
+    policy: str
+    batch_size: int
+    dtype: str
+    achieved_tflops: float
+    flops_per_example: float
+    flops_source: str
+    against: list[AgainstJson]
+
+
+def as_json(t: Table) -> list[CellJson]:
     """Every cell against its roofs, for the JSON report."""
     return [
-        {
-            "policy": c.policy,
-            "batch_size": c.batch,
-            "dtype": c.dtype,
-            "achieved_tflops": round(c.tflops, 6),
-            "flops_per_example": c.flops,
-            "flops_source": c.source,
-            "against": [
-                {
-                    "dtype": s.roof.dtype,
-                    "provenance": s.roof.provenance,
-                    "roof_tflops": s.roof.value,
-                    "share": round(s.share, 4),
-                    "own_dtype": s.own,
-                    "stand_in": s.stand_in or None,
-                    "flag": s.flag,
-                    "source": s.roof.source,
-                }
+        CellJson(
+            c.policy,
+            c.batch,
+            c.dtype,
+            round(c.tflops, 6),
+            c.flops,
+            c.source,
+            [
+                AgainstJson(
+                    s.roof.dtype,
+                    s.roof.provenance,
+                    s.roof.value,
+                    round(s.share, 4),
+                    s.own,
+                    s.stand_in or None,
+                    s.flag,
+                    s.roof.source,
+                )
                 for s in c.shares
             ],
-        }
+        )
         for c in cells(t)
     ]
