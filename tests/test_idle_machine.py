@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 
 from mxbench.matrix.params import Params
@@ -143,9 +144,8 @@ def test_an_arm_with_cores_to_spare_is_not_scaled() -> None:
 
 def test_the_hypervisors_steal_counts_as_cpu_taken() -> None:
     w = window(0, 200.0, 1.0, 0.0, True)
-    stolen = Window(**{**{f: getattr(w, f) for f in w.__struct_fields__},
-                       "interference": Interference(own_cores=1.0, others_cores=0.0,
-                                                    steal_cores=1.0, disturbed=True)})  # fmt: skip
+    stolen = msgspec.structs.replace(w, interference=Interference(
+        own_cores=1.0, others_cores=0.0, steal_cores=1.0, disturbed=True))  # fmt: skip
     quiet = window(1, 100.0, 2.0, 0.0, False)
     assert load.idle_ms([stolen, quiet], 2) == {0: 100.0, 1: 100.0}
     assert load.idle_ms([w, quiet], 2) == {0: 200.0, 1: 100.0}  # nothing taken: as it ran

@@ -70,13 +70,15 @@ def process(rec: Record) -> stats.Process | None:
     return float(med[0]), float(var[0])
 
 
-def arm(rec: Record) -> stats.Process | None:
+def arm(rec: Record, measured: bool = False) -> stats.Process | None:
     """The speedup summary of an ok record measured by the paired design, as an arm against
-    its process's base (:func:`mxbench.stats.paired_process`); None otherwise."""
+    its process's base (:func:`mxbench.stats.paired_process`): from the rounds its verdict
+    is judged from (``pairing.speedups``), or, ``measured``, from its rounds as they ran;
+    None otherwise."""
     pair = rec.pairing
     if rec.status != "ok" or pair is None or not pair.ratios:
         return None
-    return stats.paired_process(pair.speedups, pair.clean)
+    return stats.paired_process(pair.ratios if measured else pair.speedups, pair.clean)
 
 
 def loss(rec: Record) -> tuple[float, int] | None:
@@ -112,15 +114,15 @@ def processes(records: Iterable[Record]) -> list[stats.Process]:
     return [p for r in records if (p := process(r)) is not None]
 
 
-def paired(records: Iterable[Record]) -> list[stats.Process] | None:
+def paired(records: Iterable[Record], measured: bool = False) -> list[stats.Process] | None:
     """The paired processes of a slot's ok records (each one's speedup over the base of its
-    own process: :func:`arm`), when every ok record was measured by
+    own process: :func:`arm`, ``measured`` as there), when every ok record was measured by
     the paired design; None when any was not (the slot is judged as separate processes)."""
     out = []
     for r in records:
         if r.status != "ok":
             continue
-        p = arm(r)
+        p = arm(r, measured)
         if p is None:
             return None
         out.append(p)

@@ -374,11 +374,11 @@ def _idle_rounds(recs: list[Record]) -> None:
     processes took (:mod:`mxbench.stats.load`): ``pairing.idle_ratios``. Not where this
     process may use fewer CPUs than the machine has (whose CPUs the others took is unknown)."""
     ncpu = interference.cores()
-    if len(recs) < 2 or ncpu != (os.cpu_count() or ncpu):
+    base = recs[0].pairing if recs else None
+    if base is None or ncpu != (os.cpu_count() or ncpu):
         return
-    base = recs[0].pairing
     for rec in recs[1:]:
-        if rec.pairing is not None and base is not None and rec.device.kind == "cpu":
+        if rec.pairing is not None and rec.device.kind == "cpu":
             rec.pairing.idle_ratios = load.idle_ratios(base.windows, rec.pairing.windows, ncpu)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mxbench import stats
+from mxbench.records import summary
 from mxbench.records.record import Record
 
 # From these on the diagnosis says the machine was in use (a share of the rounds disturbed,
@@ -62,12 +63,8 @@ def as_measured(records: Iterable[Record]) -> stats.Ratio | None:
     """The speedup the arm's rounds give as measured, where its verdict was judged from
     windows given back the CPU other processes took (``pairing.idle_ratios``,
     :mod:`mxbench.stats.load`); None where no record of them was."""
-    procs, given_back = [], False
-    for r in records:
-        pair = r.pairing
-        if r.status != "ok" or pair is None or not pair.ratios:
-            continue
-        given_back = given_back or bool(pair.idle_ratios)
-        if (p := stats.paired_process(pair.ratios, pair.clean)) is not None:
-            procs.append(p)
-    return stats.judge_paired([procs])[0] if given_back else None
+    records = list(records)
+    if not any(r.pairing is not None and r.pairing.idle_ratios for r in records):
+        return None
+    procs = summary.paired(records, measured=True)
+    return stats.judge_paired([procs])[0] if procs else None
