@@ -235,3 +235,27 @@ def test_every_command_reads_the_same_default_matrix(tmp_path: Path) -> None:
         assert "Default: the embedded default matrix, as for every command" in text, command
     built = mxbench("build", cwd=tmp_path)  # no matrix.yaml here: the embedded default
     assert built.returncode == 0 and "nothing to build" in built.stdout, built.stderr
+
+
+def test_doctor_checks_what_the_same_options_would_run(tmp_path: Path) -> None:
+    """`mxbench doctor` takes run's options over the matrix (bad values: exit 2 naming the
+    flag), and its pre-flight (--roofs) is of this machine whatever a host's checks found,
+    for the --backend given only."""
+    bad = mxbench("doctor", "--policy", "float32,fp8")
+    assert bad.returncode == 2, bad.stderr
+    assert "--policy float32,fp8: axes.policy[1]: unknown policy 'fp8'" in bad.stderr
+    ready = mxbench("doctor", "--backend", "torch", "--results", str(tmp_path))
+    assert ready.returncode == 0 and "1/1 host(s) ready" in ready.stderr, ready.stdout
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("version: 1\nhosts:\n  - {name: box, engine: local, python: /no/python3}\n")
+    env = {**os.environ, "COLUMNS": "100", "TERM": "dumb", "XDG_CACHE_HOME": str(tmp_path / "c")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mxbench", "doctor", "-m", str(matrix), "--roofs",
+         "--backend", "torch", "--results", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "not ready: box" in proc.stderr, proc.stderr
+    rows = proc.stdout.split("Fast paths on this machine", 1)[1].splitlines()
+    assert {
+        r.split()[0] for r in rows if r.split() and r.split()[0] in ("jax", "torch", "tensorflow")
+    } == {"torch"}

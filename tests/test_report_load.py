@@ -381,3 +381,42 @@ def test_equal_parts_of_records_read_one_after_another_are_one_and_no_format_wri
     for r in loaded.winners:
         for part in ("device", "cpu", "software", "image", "settings"):
             assert getattr(r, part) == getattr(by_cell[r.cell], part), (r.cell, part)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (b"", b""),  # as committed: read straight into the record type
+        (b'"compute_capability": "7.0"', b'"compute_capability": "sm_70"'),  # text rewritten
+        (b'"compute_capability": "7.0"', b'"compute_capability": 7.0'),  # a number
+        (b'"image_size": 256, ', b""),  # none: the first version's 256
+        (b'"image_size": 256', b'"image_size": null'),  # a null stays null
+        (b'"kind": "gpu",', b'"kind": "gpu", "used_by_tf": true,'),  # the old name
+        (b'"error": null', b'"error": null, "~loss": [1e9, 1]'),  # what only the reader sets
+        (b'"engine": null', b'"engine": null, "metrics_extra": 1'),  # an unknown key
+    ],
+)  # fmt: skip
+def test_a_first_version_file_reads_as_each_line_upgraded(
+    tmp_path: Path, old: bytes, new: bytes
+) -> None:
+    """Known truth: codec.decode, line by line (the upgrade, /1 -> /2). The reader reads a
+    /1 file straight into the record type where that reads the same, else through the
+    upgrade; either way each record is the one codec.decode makes."""
+    import msgspec
+
+    from mxbench.records import codec
+
+    source = Path(__file__).resolve().parents[1] / "examples/published/blog-v100.jsonl"
+    data = source.read_bytes()
+    assert old in data
+    path = tmp_path / "old.jsonl"
+    path.write_bytes(data.replace(old, new, 1) if old else data)
+    want = [codec.decode(line) for line in path.read_bytes().splitlines()]
+    loaded = load([path], keep_all=True)
+    assert not loaded.bad
+    got = [r for attempts in loaded.everything.values() for r in attempts]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        mine = msgspec.to_builtins(g)
+        mine.pop("~process", None), mine.pop("~loss", None)
+        assert mine == msgspec.to_builtins(w)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from mxbench.commands import options
+
 if TYPE_CHECKING:
     from mxbench.cells.cell import Cell
     from mxbench.engines import Check, Engine
@@ -53,6 +55,14 @@ def doctor(
         max=50,
     ),
     roofs: bool = typer.Option(False, "--roofs", help=ROOFS_HELP),
+    model: list[str] = options.MODEL,
+    policy: list[str] = options.POLICY,
+    batch_size: list[str] = options.BATCH,
+    backend: list[str] = options.BACKEND,
+    param: list[str] = options.PARAM,
+    set_: list[str] = options.SET,
+    fast: bool = options.FAST,
+    rigorous: bool = options.RIGOROUS,
 ) -> None:
     """Check every host of a matrix in seconds, one line per check with the fix.
 
@@ -70,45 +80,56 @@ def doctor(
     mxbench doctor -m matrix.yaml --host v100
     mxbench doctor --noise 3              # the local machine's noise floor, 3 A/A processes
     mxbench doctor --roofs                # does this machine have a bf16 / fp16 fast path?
+    mxbench doctor --backend jax          # the default matrix on JAX (as mxbench run takes it)
     ```
+
+    The options of `mxbench run` that say what to measure go over the matrix here too, so
+    the doctor checks what that run would run. The pre-flight (`--roofs`) is of this
+    machine, whatever the hosts' checks found.
     """
     from mxbench.cells.cell import expand, searches
     from mxbench.engines import engine_class
     from mxbench.matrix.file import load_matrix
 
-    mx = load_matrix(matrix)
+    given = options.overrides([model, policy, batch_size, backend], param, set_, fast, rigorous)
+    mx = load_matrix(matrix, [o[0] for o in given])
     for note in mx.notes:
         print(f"mxbench: note: {note}", file=sys.stderr)
     cells = expand(mx, host or None) + [s.template for s in searches(mx, host or None)]
     names = list(dict.fromkeys([*(host or []), *(h.name for h in mx.hosts if not host)]))
     engines = {n: engine_class(mx.host(n).engine_name)(mx.host(n), mx) for n in names}
 
+    ready = _checked(engines, cells, results)
+    if roofs:  # this machine's, whatever a host's checks found; --backend: those only
+        _preflight(sorted({c.params.backend for c in cells}) if backend else None)
+    if not ready:
+        raise typer.Exit(1)
+    if noise:
+        for name in names:
+            _noise_floor(engines[name], [c for c in cells if c.host == name], noise, results)
+
+
+def _checked(engines: dict[str, Engine], cells: list[Cell], results: Path) -> bool:
+    """Every host's checks and the free disk, shown with a summary line; whether all passed."""
     t0 = time.monotonic()
     checked = _check_all(engines, cells)
     disk = _disk(results)
     wall = time.monotonic() - t0
 
     failed = _show(checked, cells, disk)
-    ready = len(names) - len(failed)
-    summary = f"{ready}/{len(names)} host(s) ready, checked in {wall:.1f} s"
+    summary = f"{len(engines) - len(failed)}/{len(engines)} host(s) ready, checked in {wall:.1f} s"
     if failed:
         summary += f"; not ready: {', '.join(failed)}"
     if disk.state == "fail":
         summary += "; not enough disk for results"
     typer.echo(summary, err=True)
-    if failed or disk.state == "fail":
-        raise typer.Exit(1)
-    if roofs:
-        _preflight()
-    if noise:
-        for name in names:
-            _noise_floor(engines[name], [c for c in cells if c.host == name], noise, results)
+    return not failed and disk.state != "fail"
 
 
-def _preflight() -> None:
+def _preflight(backends: list[str] | None) -> None:
     from mxbench.commands.roofs import preflight
 
-    preflight()
+    preflight(backends)
 
 
 def _show(

@@ -226,7 +226,7 @@ def _write(data: bytes, output: Path | None, written: list[Path]) -> None:
     from mxbench.records.store import write_atomic
 
     try:
-        write_atomic(output, data)
+        write_atomic(output, data, durable=False)  # made again from the records
     except OSError as exc:
         done = f"not written; written: {', '.join(map(str, written))}" if written else ""
         raise UsageError(

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mxbench.errors import MxbenchError, UsageError
+from mxbench.commands import options
+from mxbench.errors import MxbenchError
 
 if TYPE_CHECKING:
-    from mxbench.matrix.document import Override
     from mxbench.orchestrate import RunSummary
 
 
@@ -26,41 +26,6 @@ _MATRIX = typer.Option(
     "writes one to edit). The options below go over it.",
     show_default=False,
 )
-_WHAT = "What to measure (over the matrix)"
-_MODEL = typer.Option(
-    [], "--model", help="Models (comma-separated): resnet50, gpt, nets/m.py:build, ...",
-    show_default=False, rich_help_panel=_WHAT,
-)  # fmt: skip
-_POLICY = typer.Option(
-    [], "--policy", help="Policies: float32,mixed_float16,mixed_bfloat16,float16.",
-    show_default=False, rich_help_panel=_WHAT,
-)  # fmt: skip
-_BATCH = typer.Option(
-    [], "--batch-size", help="Batch sizes: 32,64 (or max: the largest that fits).",
-    show_default=False, rich_help_panel=_WHAT,
-)  # fmt: skip
-_BACKEND = typer.Option(
-    [], "--backend", help="Keras backends: tensorflow,jax,torch.", show_default=False,
-    rich_help_panel=_WHAT,
-)  # fmt: skip
-_PARAM = typer.Option(
-    [], "--param", "-P", help="NAME=V1,V2: sweep any parameter (image_size=64,128; "
-    "docs/matrix.md lists them).", show_default=False, rich_help_panel=_WHAT,
-)  # fmt: skip
-_SET = typer.Option(
-    [], "--set", help="KEY=VALUE, a YAML value at a dotted key: steps=50, "
-    "benchmark.image_size=32, hosts.0.memory_limit=2g.", show_default=False,
-    rich_help_panel=_WHAT,
-)  # fmt: skip
-_FAST = typer.Option(
-    False, "--fast", help="measure: quick: short windows, no profile or one-step check (the "
-    "default model: a first answer in under a minute).", rich_help_panel=_WHAT,
-)  # fmt: skip
-_RIGOROUS = typer.Option(
-    False, "--rigorous", help="measure: rigorous: longer windows, up to 10 processes, "
-    "until the speedup is known within ±2%.", rich_help_panel=_WHAT,
-)  # fmt: skip
-
 _RESULTS = typer.Option(
     Path("results"),
     "--results",
@@ -114,14 +79,14 @@ def run(
     host: list[str] = _HOST,
     max_parallel: int | None = _MAX_PARALLEL,
     label: str | None = _LABEL,
-    model: list[str] = _MODEL,
-    policy: list[str] = _POLICY,
-    batch_size: list[str] = _BATCH,
-    backend: list[str] = _BACKEND,
-    param: list[str] = _PARAM,
-    set_: list[str] = _SET,
-    fast: bool = _FAST,
-    rigorous: bool = _RIGOROUS,
+    model: list[str] = options.MODEL,
+    policy: list[str] = options.POLICY,
+    batch_size: list[str] = options.BATCH,
+    backend: list[str] = options.BACKEND,
+    param: list[str] = options.PARAM,
+    set_: list[str] = options.SET,
+    fast: bool = options.FAST,
+    rigorous: bool = options.RIGOROUS,
 ) -> None:
     """Measure every cell (host x image x parameters) of a matrix.
 
@@ -151,7 +116,7 @@ def run(
 
     from mxbench import session
 
-    given = _overrides([model, policy, batch_size, backend], param, set_, fast, rigorous)
+    given = options.overrides([model, policy, batch_size, backend], param, set_, fast, rigorous)
     flags = [a for o in given for a in o[1]]
     done = session.run(matrix, [o[0] for o in given], results, resume=resume, dry_run=dry_run,
                        hosts=host, max_parallel=max_parallel, label=label, said=flags)  # fmt: skip
@@ -188,42 +153,6 @@ def _finish(
         print("\n" + "\n".join(said))
     if summary.failed:
         raise MxbenchError(f"{summary.failed} cell(s) failed (error or timeout); see {results}/")
-
-
-_AXES = (("--model", "model"), ("--policy", "policy"), ("--batch-size", "batch_size"),
-         ("--backend", "backend"))  # fmt: skip
-
-
-def _overrides(
-    axes: list[list[str]], param: list[str], set_: list[str], fast: bool, rigorous: bool
-) -> list[tuple[Override, list[str]]]:
-    """The options over the matrix, each with its command-line words (for the resume line):
-    the measure preset first, then the axes, then --set in the order given."""
-    from mxbench.matrix import document
-
-    if fast and rigorous:
-        raise UsageError("--fast and --rigorous: choose one (measure: quick or rigorous)")
-    out: list[tuple[Override, list[str]]] = []
-    if fast or rigorous:
-        flag = "--fast" if fast else "--rigorous"
-        out.append((document.preset("quick" if fast else "rigorous", flag), [flag]))
-    for (flag, name), given in zip(_AXES, axes, strict=True):
-        if given:
-            text = ",".join(given)
-            out.append((document.axis_from_text(name, text, f"{flag} {text}"), [flag, text]))
-    for item in param:
-        name, sep, text = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(f"-P {item[:60]!r}: expected NAME=V1,V2 (-P image_size=64,128)")
-        out.append((document.axis_from_text(name.strip(), text, f"-P {item}"), ["-P", item]))
-    for item in set_:
-        key, sep, text = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set {item[:60]!r}: expected KEY=VALUE (--set steps=50)")
-        origin = f"--set {item}"
-        value = document.parse_value(text, origin)
-        out.append((document.setting(key.strip(), value, origin), ["--set", item]))
-    return out
 
 
 def _resume_command(

@@ -20,7 +20,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -312,6 +312,31 @@ def _upgrade_1_to_2(obj: dict[str, Any], nulls: bool = True) -> dict[str, Any]:
                 gpu["compute_capability"] = _cc_text(gpu["compute_capability"])
     obj["schema"] = "mxbench.result/2"
     return obj
+
+
+# What _upgrade_1_to_2 rewrites in a /1 line besides its nulls and its schema: lines
+# decoded straight into the record type (a reader's fast path) read as the upgrade makes
+# them only where :func:`same_as_upgraded_1` holds.
+RENAMED_IN_1 = (b'"used_by_tf"',)
+
+
+def same_as_upgraded_1(data: bytes, recs: Sequence[Record]) -> bool:
+    """Whether ``recs``, the /1 lines of ``data`` decoded straight into the record type
+    (their nulls kept: :func:`nulls_refused`), read as :func:`upgrade` makes the lines, the
+    schema aside: no name the step renames, every compute capability in the text the step
+    writes, and an image size given (the step gives 256 to a line without one; a null
+    stays null)."""
+    if any(word in data for word in RENAMED_IN_1):
+        return False
+    for rec in recs:
+        if rec.schema != "mxbench.result/1" or rec.params.image_size is None:
+            return False
+        device = rec.device
+        if device.compute_capability is not None or device.present_gpus:
+            ccs = [device.compute_capability, *(g.compute_capability for g in device.present_gpus)]
+            if any(cc is not None and _cc_text_of(cc) != cc for cc in ccs):
+                return False
+    return True
 
 
 # schema -> the step that rewrites a line of it as the next version (applied until current).

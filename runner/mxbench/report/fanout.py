@@ -4,12 +4,16 @@ A large report is thousands of sections, each a pure function of its table: buil
 rendered one after another they were about half of a 100,000-record report's time
 (benchmarks/report_speed.py). :func:`fan_out` hands contiguous runs of them to forked
 workers of a :class:`concurrent.futures.ProcessPoolExecutor`; forked workers inherit the
-merged records and tables as they stand, so only the results (text) cross back. This
-process is one of the workers: it takes runs from the end while the pool takes them from
-the start, so a run costs a forked copy's page faults only where a second core helps (a
-forked worker did each item about a third slower than this process, its pages copied on
-first write: with two forked workers and this process waiting, 10,000 sections took 0.73 s
-against 0.89 s in one process).
+merged records and tables as they stand, so only the results (text) cross back, each
+run's in a file of a temporary folder (through the pool's pipe, 64 KiB at a time, a
+worker waited on this process's reader, which waited for this process's own work: 10,000
+JSON sections took 2.0 s on 2 cores, 1.7 s spooled). This process is one of the workers:
+it takes runs from the end while the pool takes them from the start, so a run costs a
+forked copy's page faults only where a second core helps (a forked worker did each item
+about a third slower than this process, its pages copied on first write: with two forked
+workers and this process waiting, 10,000 sections took 0.73 s against 0.89 s in one
+process). Short runs (:data:`CHUNKS_PER_WORKER`) keep the two ends even: the pool holds
+two runs ahead, which this process cannot take back.
 
 It stays in one process where forking is not safe or not worth it: fewer than
 :data:`MIN_ITEMS` items, one usable core, a platform other than Linux, a process that runs
@@ -22,7 +26,9 @@ then done here.
 from __future__ import annotations
 
 import os
+import pickle
 import sys
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -31,13 +37,7 @@ from typing import Any, TypeVar
 R = TypeVar("R")
 
 MIN_ITEMS = 256  # below this, forking costs more than it saves
-CHUNKS_PER_WORKER = 8  # runs of items per process: an uneven run does not hold up the rest
-
-# How soon this process's own work yields to the pool's threads (the results' reader, the
-# work's feeder) while it works beside the workers: at the interpreter's 5 ms, a worker's
-# results (a pipe's 64 KiB at a time) waited up to 5 ms a read, and the worker idled
-# 25-45 ms between runs of 625 sections.
-SWITCH_S = 0.0002
+CHUNKS_PER_WORKER = 32  # runs of items per process: an uneven run does not hold up the rest
 
 _job: Callable[[int], Any] | None = None  # what the forked workers run (set while they do)
 
@@ -101,6 +101,24 @@ def _run(bounds: tuple[int, int]) -> list[Any]:
     return [_job(i) for i in range(*bounds)]
 
 
+def _spooled(bounds: tuple[int, int], folder: str) -> str:
+    """A worker's run, its results written to a file in ``folder`` (the file's name is what
+    crosses back): a pipe holds 64 KiB, so a worker whose results crossed it waited on
+    this process's reader, which waited for this process's own runs to yield."""
+    results = _run(bounds)
+    fd, path = tempfile.mkstemp(dir=folder)
+    with os.fdopen(fd, "wb") as fh:
+        pickle.dump(results, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
+
+
+def _unspooled(path: str) -> list[Any]:
+    with open(path, "rb") as fh:
+        results: list[Any] = pickle.load(fh)
+    os.unlink(path)
+    return results
+
+
 def fan_out(
     job: Callable[[int], R], n: int, meanwhile: Callable[[], None] | None = None
 ) -> list[R]:
@@ -118,14 +136,15 @@ def fan_out(
     parts = cores * CHUNKS_PER_WORKER
     bounds = [(k * n // parts, (k + 1) * n // parts) for k in range(parts)]
     done: list[list[Any] | None] = [None] * parts
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(SWITCH_S)
     try:
         import multiprocessing
 
         fork = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(cores - 1, mp_context=fork) as pool:
-            runs = [pool.submit(_run, b) for b in bounds]
+        with (
+            tempfile.TemporaryDirectory(prefix="mxbench-report-") as folder,
+            ProcessPoolExecutor(cores - 1, mp_context=fork) as pool,
+        ):
+            runs = [pool.submit(_spooled, b, folder) for b in bounds]
             try:
                 if meanwhile is not None:
                     meanwhile()
@@ -140,10 +159,9 @@ def fan_out(
                 done[k] = _run(bounds[k])
             for k, run in enumerate(runs):
                 if done[k] is None:
-                    done[k] = run.result()
+                    done[k] = _unspooled(run.result())
     except BrokenProcessPool:  # a worker died (killed for memory): its runs are done here
         done = [d if d is not None else _run(b) for d, b in zip(done, bounds, strict=True)]
     finally:
         _job = None
-        sys.setswitchinterval(switch)
     return [r for run in done if run is not None for r in run]

@@ -166,6 +166,9 @@ def _table(s: Section) -> dict[str, Any]:
     }
 
 
+INDENT = 1  # the document's indent (msgspec.json.format's)
+
+
 def _encoded(part: Any) -> Any:
     """A section's part of the document as a worker hands it back: encoded already (one
     string pickles faster than a table's dicts; the document takes it as it is)."""
@@ -174,6 +177,36 @@ def _encoded(part: Any) -> Any:
         return msgspec.Raw(msgspec.json.encode(part(s)))
 
     return encode
+
+
+def _indented(part: Any) -> Any:
+    """A table's part of the document as a worker hands it back: encoded and indented as
+    an item of the document's ``tables`` (two levels down), so the document is spliced
+    together rather than indented as a whole at the end (0.2 s of 160 MB, in one process).
+    A JSON text holds no raw newline inside a string: every newline is layout."""
+    pad = b"\n" + b" " * (2 * INDENT)
+
+    def encode(s: Section) -> bytes:
+        return msgspec.json.format(msgspec.json.encode(part(s)), indent=INDENT).replace(b"\n", pad)
+
+    return encode
+
+
+def _spliced(doc: bytes, key: str, items: list[bytes]) -> bytes:
+    """``doc`` (formatted, ``key`` an empty list at its top level) with ``items`` (each
+    indented as an item of that list, :func:`_indented`) as that list: what
+    ``msgspec.json.format`` of the whole document would have made."""
+    if not items:
+        return doc
+    empty = b"\n" + b" " * INDENT + msgspec.json.encode(key) + b": []"
+    at = doc.index(empty) + len(empty) - 2  # the first top-level occurrence: keys nested
+    # deeper are indented further
+    pad, sep = b"\n" + b" " * (2 * INDENT), b",\n" + b" " * (2 * INDENT)
+    pieces = [doc[:at], b"[", pad]
+    for item in items:
+        pieces += (item, sep)
+    pieces[-1] = b"\n" + b" " * INDENT + b"]"
+    return b"".join([*pieces, doc[at + 2 :]])  # (one copy of 160 MB, not three)
 
 
 def _cells(s: Section) -> list[dict[str, str]]:
@@ -267,14 +300,14 @@ def encode(doc: Document) -> bytes:
             }
         )
 
-    tables = doc.each(_encoded(_table), "speed", meanwhile=parts)
+    tables = doc.each(_indented(_table), "speed", meanwhile=parts)
     out = {
         **head,
-        "tables": tables,
+        "tables": [],  # spliced in below, indented already
         "largest_batch": doc.each(_encoded(_largest), "largest"),  # the batch-size searches
         **rest,
     }
-    return msgspec.json.format(msgspec.json.encode(out), indent=1)
+    return _spliced(msgspec.json.format(msgspec.json.encode(out), indent=INDENT), "tables", tables)
 
 
 COMPARE_SCHEMA = "mxbench.compare/1"
