@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-PROBE_VERSION = 3  # 2: the oneDNN kernels the probe ran; 3: a quick sweep, the full's sizes
+PROBE_VERSION = 4  # 2: the oneDNN kernels the probe ran; 3: a quick sweep, the full's sizes;
+# 4: a GPU's stream over 1 GiB
 SETTINGS = (
     "ONEDNN_MAX_CPU_ISA",
     "TF_ENABLE_ONEDNN_OPTS",

@@ -42,7 +42,7 @@ def cpu_formula(facts: host.CpuFacts, env: dict[str, str] | None = None) -> list
     kernel's highest frequency, else /proc/cpuinfo's."""
     env = dict(os.environ) if env is None else env
     ghz = clock.measured_ghz()
-    source = "measured: dependent adds, one per cycle"
+    source = "measured: dependent register adds, one per cycle"
     if ghz is None and facts.max_mhz:
         ghz, source = facts.max_mhz / 1000, "cpufreq cpuinfo_max_freq"
     if ghz is None:
