@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import operator
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -219,7 +220,7 @@ class Table:
         return capability(cc_from_name(self.device.name)), True
 
     @cached_property
-    def roofs(self) -> list[Roof]:
+    def roofs(self) -> Sequence[Roof]:
         """The roofs of the table's device (:func:`mxbench.roofs.recorded.roofs_of` of the
         record the heading describes), found once for every section that judges against them."""
         return recorded.roofs_of(self.info)

@@ -18,7 +18,9 @@ CPU: converted and computed in float32) R is at most 1.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mxbench.records.codec import cc_pair
@@ -33,18 +35,19 @@ _GHZ = re.compile(r"@\s*([0-9]+(?:\.[0-9]+)?)\s*GHz", re.I)
 _AMD = re.compile(r"\bamd\b|epyc|ryzen|threadripper|opteron", re.I)
 
 
-def roofs_of(record: Record) -> list[Roof]:
-    """The roofs of the record's device: the ones it carries, else those its fields allow."""
+def roofs_of(record: Record) -> Sequence[Roof]:
+    """The roofs of the record's device: the ones it carries, else those its fields allow
+    (read them, never change them: a GPU's datasheet roofs are one tuple for its name)."""
     return list(record.roofs) if record.roofs else derived(record)
 
 
-def derived(record: Record) -> list[Roof]:
+def derived(record: Record) -> Sequence[Roof]:
     """The roofs that follow from a record without any: a GPU's datasheet (a formula needs
     its SMs and clock, which records do not hold), a CPU's formula where its model name
     states a clock."""
     dev = record.device
     if dev.kind == "gpu":
-        return datasheet.roofs(dev.name)
+        return _sheet_roofs(dev.name)
     if dev.kind != "cpu":
         return []
     c = record.cpu
@@ -60,6 +63,14 @@ def derived(record: Record) -> list[Roof]:
         dev.name or model, c.flags, c.cores, ghz, source, vendor_of(model),
         max_isa=record.settings.onednn_max_cpu_isa,
     )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _sheet_roofs(name: str | None) -> tuple[Roof, ...]:
+    """A GPU's datasheet roofs, one tuple for each name: a fleet's tables of one GPU judge
+    against the same roofs (the report finds what each dtype is set against once for them,
+    report/sections/roofline.py)."""
+    return tuple(datasheet.roofs(name))
 
 
 def vendor_of(model: str) -> str:
@@ -102,7 +113,9 @@ def flops(record: Record) -> tuple[float, str] | None:
     return next(iter(found.values())), next(iter(found))
 
 
-def find(roofs: list[Roof], dtype: str, provenance: str, backend: str | None = None) -> Roof | None:
+def find(
+    roofs: Sequence[Roof], dtype: str, provenance: str, backend: str | None = None
+) -> Roof | None:
     """The dense matmul roof of a dtype and provenance (measured: the backend's first, then
     any backend's), with a value or without (no such path)."""
     matching = [
@@ -116,15 +129,22 @@ def find(roofs: list[Roof], dtype: str, provenance: str, backend: str | None = N
     return matching[0] if matching else None
 
 
-def compute_dtype(record: Record, roofs: list[Roof]) -> str | None:
+def compute_dtype(record: Record, roofs: Sequence[Roof], tf32: bool | None = None) -> str | None:
     """The dtype a cell's convolutions and matmuls ran in: its policy's 16-bit type, else
-    float32, or TF32 where the device has a TF32 roof and the record did not turn it off."""
+    float32, or TF32 where the device has a TF32 roof and the record did not turn it off
+    (``tf32``: whether ``roofs`` hold one, where the caller knows already)."""
     said = record.settings.compute_dtype
     dtype = said if said in DTYPES else POLICY_DTYPES.get(record.params.policy)
-    tf32 = any(r.dtype == "tf32" and r.value for r in roofs)
-    if dtype == "float32" and record.settings.tf32 is not False and tf32:
-        return "tf32"
-    return dtype
+    if dtype != "float32" or record.settings.tf32 is False:
+        return dtype
+    if tf32 is None:
+        tf32 = has_tf32(roofs)
+    return "tf32" if tf32 else dtype
+
+
+def has_tf32(roofs: Sequence[Roof]) -> bool:
+    """Whether the roofs hold a TF32 one with a value (the device has that path)."""
+    return any(r.dtype == "tf32" and r.value for r in roofs)
 
 
 @dataclass(frozen=True)
@@ -138,7 +158,7 @@ class CeilingRatio:
 
 
 def ceiling_ratio(
-    record: Record, dtype: str, base: str = "float32", roofs: list[Roof] | None = None
+    record: Record, dtype: str, base: str = "float32", roofs: Sequence[Roof] | None = None
 ) -> CeilingRatio | None:
     """R of ``dtype`` over ``base`` on the record's device: measured, else formula (its
     values, or clock-free its per-cycle rates), else datasheet; None where nothing says.

@@ -17,7 +17,7 @@ the most mixed precision can give here (Amdahl, :func:`mxbench.roofs.model.amdah
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -125,13 +125,29 @@ def cells(t: Table) -> list[Cell]:
     return found
 
 
+# What each dtype is set against, per roofs and backend (the roofs held, so that their id
+# stays theirs): the tables of one GPU share its datasheet's roofs (recorded.roofs_of), and
+# finding them again was a twelfth of a published fleet's JSON sections.
+_AGAINST: dict[tuple[int, str | None, str], tuple[Sequence[Roof], list[Against]]] = {}
+_AGAINST_HELD = 64
+
+
+def _against_roofs(roofs: Sequence[Roof], backend: str | None, dtype: str) -> list[Against]:
+    key = (id(roofs), backend, dtype)
+    held = _AGAINST.get(key)
+    if held is not None and held[0] is roofs:
+        return held[1]
+    found = _against(dtype, lambda d, p: recorded.find(roofs, d, p, backend))
+    if len(_AGAINST) >= _AGAINST_HELD:
+        _AGAINST.clear()
+    _AGAINST[key] = (roofs, found)
+    return found
+
+
 def _cells(t: Table) -> list[Cell]:
     roofs = t.roofs
     backend = t.info.params.backend
-
-    def find(dtype: str, provenance: str) -> Roof | None:
-        return recorded.find(roofs, dtype, provenance, backend)
-
+    tf32 = recorded.has_tf32(roofs)
     by_dtype: dict[str, list[Against]] = {}  # a table's cells have a dtype or two
     out = []
     for (policy, batch), e in t.by_batch:
@@ -140,12 +156,12 @@ def _cells(t: Table) -> list[Cell]:
         rec = e.records[0]
         counted = recorded.flops(rec) or recorded.flops(t.info)
         rate = e.images_per_s(batch)
-        dtype = recorded.compute_dtype(rec, roofs)
+        dtype = recorded.compute_dtype(rec, roofs, tf32)
         if counted is None or not rate or dtype is None:
             continue
         against = by_dtype.get(dtype)
         if against is None:
-            against = by_dtype[dtype] = _against(dtype, find)
+            against = by_dtype[dtype] = _against_roofs(roofs, backend, dtype)
         tflops = counted[0] * rate / 1e12
         shares = _shares(tflops, against)
         out.append(Cell(policy, batch, dtype, tflops, counted[0], counted[1], shares))
