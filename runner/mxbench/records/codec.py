@@ -316,18 +316,22 @@ def _upgrade_1_to_2(obj: dict[str, Any], nulls: bool = True) -> dict[str, Any]:
 
 # What _upgrade_1_to_2 rewrites in a /1 line besides its nulls and its schema: lines
 # decoded straight into the record type (a reader's fast path) read as the upgrade makes
-# them only where :func:`same_as_upgraded_1` holds.
+# them only where neither :func:`renames_in_1` nor :func:`same_as_upgraded_1` says no.
 RENAMED_IN_1 = (b'"used_by_tf"',)
 
 
-def same_as_upgraded_1(data: bytes, recs: Sequence[Record]) -> bool:
-    """Whether ``recs``, the /1 lines of ``data`` decoded straight into the record type
-    (their nulls kept: :func:`nulls_refused`), read as :func:`upgrade` makes the lines, the
-    schema aside: no name the step renames, every compute capability in the text the step
-    writes, and an image size given (the step gives 256 to a line without one; a null
-    stays null)."""
-    if any(word in data for word in RENAMED_IN_1):
-        return False
+def renames_in_1(data: bytes) -> bool:
+    """Whether /1 lines hold a name the step renames (looked for before any decoding: a
+    record type drops a name it does not know)."""
+    return any(word in data for word in RENAMED_IN_1)
+
+
+def same_as_upgraded_1(recs: Sequence[Record]) -> bool:
+    """Whether ``recs``, /1 lines without a renamed name (:func:`renames_in_1`) decoded
+    straight into the record type (their nulls kept: :func:`nulls_refused`), read as
+    :func:`upgrade` makes the lines, the schema aside: every compute capability in the text
+    the step writes, and an image size given (the step gives 256 to a line without one; a
+    null stays null)."""
     for rec in recs:
         if rec.schema != "mxbench.result/1" or rec.params.image_size is None:
             return False
