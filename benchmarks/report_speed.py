@@ -29,7 +29,10 @@ names, cell keys and paired groups made unique; every other byte as committed):
   bench      full bench records: examples/measured/*/results, benchmarks/records'
              h100-process-gpu and cpu-torch-independent (134 records, 11 tables a copy);
   paired     paired records: benchmarks/records/cpu-step18-series (10 runs), h100-paired-gpu,
-             h200-paired-*, cpu-jax-resnet50-map (158 records, 16 tables a copy).
+             h200-paired-*, cpu-jax-resnet50-map (158 records, 16 tables a copy);
+  serving    serving cells (mode infer: latency percentiles, the gate): cpu-serving-resnet50,
+             h200-serving, examples/serving-trained;
+  training   training runs to an accuracy (epochs): examples/training, examples/so-question.
 It times in this process (--fresh: in fresh processes, as above), alternately: A, every line
 of every file through json.loads, and B, the report of --format (markdown; json, html) made
 and written, the report's own entry point; each run after one untimed run of each (imports,
@@ -198,6 +201,11 @@ SHAPES: dict[str, list[str]] = {
                "benchmarks/records/h100-paired-gpu.jsonl",
                "benchmarks/records/h200-paired-*.jsonl",
                "benchmarks/records/cpu-jax-resnet50-map/*.jsonl"],
+    "serving": ["benchmarks/records/cpu-serving-resnet50/results.jsonl",
+                "benchmarks/records/h200-serving.jsonl",
+                "examples/serving-trained/results*/local.jsonl"],
+    "training": ["examples/training/results*/local.jsonl",
+                 "examples/so-question/results-train/local.jsonl"],
 }  # fmt: skip
 
 

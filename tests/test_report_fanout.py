@@ -132,3 +132,36 @@ def test_a_large_report_is_the_same_from_workers_as_from_one_process(tmp_path: P
     assert md.read_text(encoding="utf-8") == markdown.render(doc)
     assert js.read_text(encoding="utf-8") == export.render(doc)
     assert json.loads(js.read_text(encoding="utf-8"))["tables"][-1]["title"].startswith("host299")
+
+
+_SPOOL = """
+import json, os, tempfile
+from mxbench.report import fanout
+fanout.prepare()
+parent = os.getpid()
+{setup}
+out = fanout.fan_out(lambda i: (i, os.getpid()), 1000)
+print(json.dumps({{"order": [i for i, _ in out] == list(range(1000)),
+                   "pids": sorted({{p for _, p in out}}), "parent": parent}}))
+"""
+
+
+@pytest.mark.skipif(CORES < 2, reason="one usable core: the report stays in one process")
+@pytest.mark.parametrize(
+    ("setup", "forked"),
+    [
+        # no writable temporary folder to hand results back through: all done here
+        ("tempfile.tempdir = '/nonexistent/mxbench-tmp'", False),
+        # a worker's results cannot be written (a full disk): its runs are done here
+        ("import builtins; real = builtins.open\n"
+         "def full(f, m='r', *a, **k):\n"
+         "    if os.getpid() != parent and 'w' in m: raise OSError(28, 'No space left')\n"
+         "    return real(f, m, *a, **k)\n"
+         "os.fdopen = lambda fd, m='r', *a, **k: full(fd, m, *a, **k)", True),
+    ],
+)  # fmt: skip
+def test_results_that_cannot_cross_back_are_done_here(setup: str, forked: bool) -> None:
+    got = _python(_SPOOL.format(setup=setup))
+    assert got["order"] and got["parent"] in got["pids"]
+    if not forked:
+        assert got["pids"] == [got["parent"]]

@@ -112,6 +112,15 @@ def _spooled(bounds: tuple[int, int], folder: str) -> str:
     return path
 
 
+def _spool() -> tempfile.TemporaryDirectory[str] | None:
+    """The folder the workers' results cross back through; None where none can be made (no
+    writable temporary folder: the items are then done here)."""
+    try:
+        return tempfile.TemporaryDirectory(prefix="mxbench-report-")
+    except OSError:
+        return None
+
+
 def _unspooled(path: str) -> list[Any]:
     with open(path, "rb") as fh:
         results: list[Any] = pickle.load(fh)
@@ -127,7 +136,8 @@ def fan_out(
     other work of this process, done while the workers start on the items (before any
     item is done here)."""
     cores = min(workers(), -(-n // (MIN_ITEMS // 2)))
-    if n < MIN_ITEMS or cores < 2 or not can_fork():
+    spool = _spool() if n >= MIN_ITEMS and cores >= 2 and can_fork() else None
+    if spool is None:
         if meanwhile is not None:
             meanwhile()
         return [job(i) for i in range(n)]
@@ -140,10 +150,7 @@ def fan_out(
         import multiprocessing
 
         fork = multiprocessing.get_context("fork")
-        with (
-            tempfile.TemporaryDirectory(prefix="mxbench-report-") as folder,
-            ProcessPoolExecutor(cores - 1, mp_context=fork) as pool,
-        ):
+        with spool as folder, ProcessPoolExecutor(cores - 1, mp_context=fork) as pool:
             runs = [pool.submit(_spooled, b, folder) for b in bounds]
             try:
                 if meanwhile is not None:
@@ -159,7 +166,10 @@ def fan_out(
                 done[k] = _run(bounds[k])
             for k, run in enumerate(runs):
                 if done[k] is None:
-                    done[k] = _unspooled(run.result())
+                    try:
+                        done[k] = _unspooled(run.result())
+                    except OSError:  # its results could not be written or read (a full
+                        done[k] = _run(bounds[k])  # disk): done here
     except BrokenProcessPool:  # a worker died (killed for memory): its runs are done here
         done = [d if d is not None else _run(b) for d, b in zip(done, bounds, strict=True)]
     finally:
