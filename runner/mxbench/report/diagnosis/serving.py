@@ -75,7 +75,7 @@ def _speed(rungs: Sequence[Rung], policies: frozenset[str]) -> str:
     return f" (measured: {'; '.join(seen)})" if seen else ""
 
 
-def float16_without_fast_float16(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | None:
+def float16_without_fast_float16(rungs: Sequence[Rung], _: Peers) -> str | None:
     r = _first(rungs)
     if r is None or not FLOAT16 & _names(rungs) or r.device.kind != "gpu":
         return None
@@ -94,7 +94,7 @@ def float16_without_fast_float16(rungs: Sequence[Rung], _: Sequence[Sequence[Run
     )
 
 
-def float16_on_cpu(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | None:
+def float16_on_cpu(rungs: Sequence[Rung], _: Peers) -> str | None:
     r = _first(rungs)
     if r is None or not FLOAT16 & _names(rungs) or r.device.kind != "cpu":
         return None
@@ -151,7 +151,7 @@ def _native16(rungs: Sequence[Rung]) -> tuple[str, float] | None:
     return None
 
 
-def int8_without_vnni(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str | None:
+def int8_without_vnni(rungs: Sequence[Rung], _: Peers) -> str | None:
     quantized = [rung for rung in rungs if rung.quantize == "int8" and rung.ok]
     r = _first(quantized)
     if r is None or r.device.kind != "cpu":
@@ -166,24 +166,50 @@ def int8_without_vnni(rungs: Sequence[Rung], _: Sequence[Sequence[Rung]]) -> str
     )
 
 
-def dispatch_bound(rungs: Sequence[Rung], every: Sequence[Sequence[Rung]]) -> str | None:
+# A serving setup as the dispatch rule compares its groups: one host, model, backend, call
+# path, input and device; its groups differ in batch size.
+SetupKey = tuple[str, str, str | None, str, int | None, str | None]
+Peers = dict[SetupKey, list[Rung]]  # a setup's float32 rungs (with processes), by group
+
+
+def _baseline(rungs: Sequence[Rung]) -> Rung | None:
+    """A group's float32 rung, where it has ok calls to judge."""
+    base = next((rung for rung in rungs if rung.baseline and rung.ok), None)
+    return base if base is not None and base.processes else None
+
+
+def _setup(rung: Rung) -> SetupKey:
+    r = rung.ok[0]
+    p = r.params
+    return (str(r.host), p.model, p.backend, p.call, p.image_size, r.device.name)
+
+
+def peers(every: Sequence[Sequence[Rung]]) -> Peers:
+    """The float32 rungs of all the run's groups by setup, found once (each group's rules
+    look up its own setup's: a fleet of 7,700 groups compared each with all was quadratic,
+    141 s for 20,000 serving records)."""
+    out: Peers = {}
+    for rungs in every:
+        base = _baseline(rungs)
+        if base is not None:
+            out.setdefault(_setup(base), []).append(base)
+    return out
+
+
+def dispatch_bound(rungs: Sequence[Rung], found: Peers) -> str | None:
     """A group at batch B whose float32 calls take clearly at most
-    :data:`DISPATCH_TIME_RATIO` times as long as the same setup's at a batch at least
+    :data:`DISPATCH_TIME_RATIO` times as long as the same setup's (:func:`peers`: one host,
+    model, backend, call path, input and device) at a batch at least
     :data:`DISPATCH_BATCH_RATIO` times smaller (the whole interval of the ratio of their
     p50s): the per-call overhead of the call path is the time."""
-    mine = next((rung for rung in rungs if rung.baseline and rung.ok), None)
-    if mine is None or not mine.processes:
+    mine = _baseline(rungs)
+    if mine is None:
         return None
     p = mine.ok[0].params
-    for other in every:
-        small = next((rung for rung in other if rung.baseline and rung.ok), None)
-        if small is None or small is mine or not small.processes:
+    for small in found.get(_setup(mine), ()):
+        if small is mine:
             continue
         q = small.ok[0].params
-        same = (q.model, q.backend, q.call, q.image_size) == (p.model, p.backend, p.call,
-                                                                p.image_size)  # fmt: skip
-        if not same or small.ok[0].device.name != mine.ok[0].device.name:
-            continue
         if p.batch_size < DISPATCH_BATCH_RATIO * q.batch_size:
             continue
         (ratio,) = stats.judge([(mine.processes, small.processes)])  # the big call's time / 1's
@@ -233,7 +259,7 @@ def call_path(p: Params, jit_compile: bool | None) -> tuple[str, str]:
     )
 
 
-RULES: tuple[Callable[[Sequence[Rung], Sequence[Sequence[Rung]]], str | None], ...] = (
+RULES: tuple[Callable[[Sequence[Rung], Peers], str | None], ...] = (
     float16_without_fast_float16,
     float16_on_cpu,
     int8_without_vnni,
@@ -241,6 +267,6 @@ RULES: tuple[Callable[[Sequence[Rung], Sequence[Sequence[Rung]]], str | None], .
 )
 
 
-def diagnose(rungs: Sequence[Rung], every: Sequence[Sequence[Rung]]) -> list[str]:
-    """The diagnosis of one serving group (``every``: all the run's groups)."""
-    return [said for rule in RULES if (said := rule(rungs, every)) is not None]
+def diagnose(rungs: Sequence[Rung], found: Peers) -> list[str]:
+    """The diagnosis of one serving group (``found``: the run's groups by setup, :func:`peers`)."""
+    return [said for rule in RULES if (said := rule(rungs, found)) is not None]

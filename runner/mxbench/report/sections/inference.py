@@ -42,7 +42,7 @@ from mxbench.matrix.params import (
 from mxbench.records.inference import GATE_AGREEMENT, GATE_COSINE, GATE_RELATIVE_TOP1, Gate
 from mxbench.records.record import Record
 from mxbench.report.diagnosis import serving as serving_rules
-from mxbench.report.rung import Rung
+from mxbench.report.rung import Rung, summarise
 from mxbench.report.tables import image_input, last_line
 from mxbench.stats import latency
 
@@ -159,15 +159,23 @@ def groups(winners: list[Record]) -> list[list[Rung]]:
         if serving(r):
             slots = found.setdefault(_group_key(r), {})
             slots.setdefault((r.params.policy, r.params.quantize), []).append(r)
-    out = []
-    for key in sorted(found):
-        rungs = sorted((Rung(p, q, recs) for (p, q), recs in found[key].items()), key=_rank)
+    out = [
+        sorted((Rung(p, q, recs) for (p, q), recs in found[key].items()), key=_rank)
+        for key in sorted(found)
+    ]
+    summarise([rung for rungs in out for rung in rungs])  # every rung's processes at once
+    where, pairs = [], []
+    for rungs in out:
         base = next((g for g in rungs if g.baseline), None)
         for rung in rungs:
-            if base is not None and not rung.baseline:
-                rung.ratio = speedup(base, rung)
+            if base is not None and not rung.baseline and base.processes and rung.processes:
+                where.append(rung)
+                pairs.append((base.processes, rung.processes))
+    for rung, ratio in zip(where, stats.judge(pairs), strict=True):  # (:func:`speedup`, at once)
+        rung.ratio = ratio
+    for rungs in out:
+        for rung in rungs:
             rung.struck = struck(rung)
-        out.append(rungs)
     return out
 
 
@@ -269,10 +277,10 @@ def sections(winners: list[Record]) -> list[Section]:
     on how to read them under the last."""
     out = []
     answered = _answers(winners)
-    every = [rungs for rungs, _, _ in answered]
+    found = serving_rules.peers([rungs for rungs, _, _ in answered])
     for rungs, head, said in answered:
         said += [f for rung in rungs if (f := failure(rung)) is not None]
-        said += serving_rules.diagnose(rungs, every)  # why, after what
+        said += serving_rules.diagnose(rungs, found)  # why, after what
         out.append(Section(head, list(HEADERS), [_row(g) for g in rungs], said, rungs))
     out += cross_sections([rungs for rungs, _, _ in answered])
     if out:
