@@ -96,6 +96,8 @@ def summarise(rungs: Sequence[Rung]) -> None:
     their processes (rung by rung, numpy's cost per call was most of a serving fleet's
     report: 18,846 rungs)."""
     todo = [(rung, rung._rows()) for rung in rungs if "processes" not in rung.__dict__]
+    if not todo:
+        return  # (no numpy to import for a report without serving cells)
     _, var = stats.summarise([row for _, rows in todo for row in rows])
     at = 0
     for rung, rows in todo:
