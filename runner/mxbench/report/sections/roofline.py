@@ -145,13 +145,16 @@ def _against_roofs(roofs: Sequence[Roof], backend: str | None, dtype: str) -> li
 
 
 def _cells(t: Table) -> list[Cell]:
+    timed = [(p, b, e) for (p, b), e in t.by_batch if e.status == "ok" and e.images_per_s(b)]
+    if not timed:
+        return []  # (no rate: nothing to set against a roof, no roofs to find)
     roofs = t.roofs
     backend = t.info.params.backend
     tf32 = recorded.has_tf32(roofs)
     by_dtype: dict[str, list[Against]] = {}  # a table's cells have a dtype or two
     out = []
-    for (policy, batch), e in t.by_batch:
-        if e.status != "ok" or not e.records:
+    for policy, batch, e in timed:
+        if not e.records:
             continue
         rec = e.records[0]
         counted = recorded.flops(rec) or recorded.flops(t.info)

@@ -400,9 +400,20 @@ def input_shares(records: Iterable[Record]) -> list[str]:
 AB_TITLE = "Input pipeline, host overhead and loss scaling: A/B at the same batch"
 
 
+AB_NAMES = ("data", "steps_per_execution", "loss_scale")  # the parameters shares compares
+
+
 def shares(records: Sequence[Record]) -> list[str]:
     """Every one-parameter A/B the records hold: input pipeline, host overhead, loss
     scaling."""
+    values: dict[str, set[Any]] = {name: set() for name in AB_NAMES}  # one pass: most have none
+    for r in records:
+        p = r.params
+        values["data"].add(p.data)
+        values["steps_per_execution"].add(p.steps_per_execution)
+        values["loss_scale"].add(p.loss_scale)
+    if all(len(v) < 2 for v in values.values()):
+        return []
     return input_shares(records) + overhead_shares(records) + loss_scale_costs(records)
 
 
