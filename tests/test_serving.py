@@ -712,3 +712,35 @@ def test_the_docs_name_the_serving_rules_and_thresholds() -> None:
     assert f"at most {serving_rules.DISPATCH_TIME_RATIO}x the small batch's" in doc
     assert f"[0, {latency.MAX_RHO}], `MAX_RHO`" in doc
     assert "(`DISPATCH_TIME_RATIO`" in doc
+
+
+def _effective_by_definition(times: list[float], q: float) -> float:
+    """n (1 - rho) / (1 + rho), rho the lag-1 autocorrelation of the indicator "at most
+    the nearest-rank quantile", written out term by term (the known truth)."""
+    n = len(times)
+    cut = sorted(times)[max(1, math.ceil(q * n)) - 1]
+    below = [1.0 if t <= cut else 0.0 for t in times]
+    mean = sum(below) / n
+    c = [b - mean for b in below]
+    den = sum(x * x for x in c)
+    rho = sum(c[i] * c[i + 1] for i in range(n - 1)) / den if den > 0 else 0.0
+    rho = min(max(rho, 0.0), latency.MAX_RHO)
+    return n * (1 - rho) / (1 + rho)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_effective_calls_are_the_indicator_s_autocorrelation_by_its_definition(seed: int) -> None:
+    """Counted from the indicator's ones and neighbouring pairs, as its definition sums
+    term by term; calls in runs (a slow spell) are worth fewer, independent ones all."""
+    import random
+
+    rng = random.Random(seed)
+    spells = [5.0 + (i // 40 % 2) * 3.0 + rng.random() for i in range(400)]  # slow spells
+    independent = [5.0 + rng.random() for _ in range(400)]
+    for times in (spells, independent, spells[:7], [2.0, 2.0, 2.0, 2.0]):
+        for q in (0.5, 0.9, 0.99):
+            assert latency.effective_calls(times, q) == pytest.approx(
+                _effective_by_definition(times, q), rel=1e-12
+            )
+    assert latency.effective_calls(spells, 0.5) < 0.2 * len(spells)
+    assert latency.effective_calls(independent, 0.5) > 0.5 * len(independent)

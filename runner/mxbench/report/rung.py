@@ -59,8 +59,9 @@ class Rung:
         """Each process's p50 (nearest rank, as the table's) and the variance of its
         median's log that its calls give (:func:`mxbench.stats.summarise`: their spread and
         autocorrelation): what a speedup judges. :func:`summarise` finds many rungs' at once."""
-        summarise([self])
-        return self.processes
+        summarise([self])  # (fills this rung's entry)
+        found: list[stats.Process] = self.__dict__["processes"]
+        return found
 
     def _rows(self) -> list[list[float]]:
         return [s for s in self.samples if s and min(s) > 0]

@@ -145,7 +145,11 @@ def _against_roofs(roofs: Sequence[Roof], backend: str | None, dtype: str) -> li
 
 
 def _cells(t: Table) -> list[Cell]:
-    timed = [(p, b, e) for (p, b), e in t.by_batch if e.status == "ok" and e.images_per_s(b)]
+    timed = [
+        (p, b, e, rate)
+        for (p, b), e in t.by_batch
+        if e.status == "ok" and e.records and (rate := e.images_per_s(b))
+    ]
     if not timed:
         return []  # (no rate: nothing to set against a roof, no roofs to find)
     roofs = t.roofs
@@ -153,14 +157,11 @@ def _cells(t: Table) -> list[Cell]:
     tf32 = recorded.has_tf32(roofs)
     by_dtype: dict[str, list[Against]] = {}  # a table's cells have a dtype or two
     out = []
-    for policy, batch, e in timed:
-        if not e.records:
-            continue
+    for policy, batch, e, rate in timed:
         rec = e.records[0]
         counted = recorded.flops(rec) or recorded.flops(t.info)
-        rate = e.images_per_s(batch)
         dtype = recorded.compute_dtype(rec, roofs, tf32)
-        if counted is None or not rate or dtype is None:
+        if counted is None or dtype is None:
             continue
         against = by_dtype.get(dtype)
         if against is None:
